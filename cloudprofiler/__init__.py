@@ -1,0 +1,1 @@
+"""cloudprofiler: the command line and the jobs that tie the packages together."""

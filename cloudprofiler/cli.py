@@ -1,0 +1,81 @@
+"""The ``cloudprofiler`` command.
+
+Each subcommand lives in the package that owns the work. A command module
+provides ``DESCRIPTION`` (help text with examples), ``add_arguments(parser)``
+and ``run(args) -> int``; it is imported only when its command runs, so
+``cloudprofiler tsc`` does not pay for importing Spark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# command -> (module, one-line summary)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("cloudprofiler.demo", "run the YSB pipeline on embedded defaults and print its latencies"),
+    "generate": ("cp_source.generate_cli", "offer tuples at an exact rate over ZeroMQ"),
+    "factory": ("cp_source.factory_cli", "deserialize buckets into an Arrow spool"),
+    "sync": ("cp_sync.sync_cli", "MinRTT probes between TSC domains (serve | agent | run)"),
+    "translate": ("cp_sync.translate_cli", "turn records and sync tables into latencies with bounds"),
+    "maxrate": ("cloudprofiler.maxrate", "find the maximum rate a pipeline sustains without loss"),
+    "config-server": ("cp_sink.config_server", "serve channel handler settings over ZeroMQ"),
+    "tsc": ("native_tsc.tsc_cli", "show this machine's TSC backend, flags, frequency and read cost"),
+}
+
+
+class CommandError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    lines = [f"  {name:<14}{summary}" for name, (_, summary) in COMMANDS.items()]
+    p = argparse.ArgumentParser(
+        prog="cloudprofiler",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="TSC-based latency profiling and maximum-throughput measurement for Spark streaming.",
+        epilog="commands:\n" + "\n".join(lines) + "\n\nRun 'cloudprofiler COMMAND --help' for examples.",
+    )
+    p.add_argument("command", choices=list(COMMANDS), metavar="COMMAND", help="one of the commands below")
+    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    top = _top_parser()
+    if not argv or argv[0] in ("-h", "--help"):
+        top.print_help()
+        return 0
+    ns = top.parse_args(argv[:1])
+    module_name, summary = COMMANDS[ns.command]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name and module_name.startswith(e.name):
+            print(f"cloudprofiler {ns.command}: not available in this build ({module_name} is missing)",
+                  file=sys.stderr)
+            return 2
+        raise
+    parser = argparse.ArgumentParser(
+        prog=f"cloudprofiler {ns.command}",
+        description=getattr(module, "DESCRIPTION", summary),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    module.add_arguments(parser)
+    args = parser.parse_args(argv[1:])
+    try:
+        return int(module.run(args) or 0)
+    except (CommandError, ValueError, OSError) as e:
+        print(f"cloudprofiler {ns.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"cloudprofiler {ns.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""native_tsc: the CPU timestamp counter as a clock for profiling.
+
+``now()`` reads the TSC through a C extension (rdtscp on x86-64,
+CNTVCT_EL0 on arm64). Where the extension is missing, or with
+``CP_TSC_BACKEND=fallback``, a pure-Python backend with the same API counts
+CLOCK_MONOTONIC_RAW nanoseconds instead; ``info()["backend"]`` says which.
+
+``CP_TSC_VIRTUAL="<domain-id>:<skew-ppm>:<offset-cycles>"`` gives the process
+a virtual TSC domain (a testing and simulation feature, see
+``set_virtual``).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from types import ModuleType
+from typing import Any
+
+from native_tsc.clock import Clock, apply_env
+from native_tsc.domain import ENV_VIRTUAL, VirtualDomain, host_domain_id, parse_virtual
+
+ENV_BACKEND = "CP_TSC_BACKEND"
+
+
+def _load_backend() -> ModuleType:
+    choice = os.environ.get(ENV_BACKEND, "auto")
+    if choice not in ("auto", "native", "fallback"):
+        raise ValueError(f"invalid {ENV_BACKEND}={choice!r}: expected auto, native or fallback")
+    if choice != "fallback":
+        try:
+            from native_tsc import _tsc
+
+            return _tsc
+        except ImportError as e:
+            if choice == "native":
+                raise
+            warnings.warn(
+                f"native_tsc C extension unavailable ({e}); using the CLOCK_MONOTONIC_RAW fallback",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+    from native_tsc import tsc_fallback
+
+    return tsc_fallback
+
+
+clock = Clock(_load_backend())
+apply_env(clock)
+
+BACKEND: str = clock.name
+now = clock.now
+now_cpu = clock.now_cpu
+clock_pair = clock.clock_pair
+
+
+def info() -> dict[str, Any]:
+    """Backend, invariant flags, frequency (Hz), domain id and virtual domain."""
+    return clock.info()
+
+
+def domain_id() -> str:
+    """The TSC domain id of this process's readings."""
+    return clock.domain_id()
+
+
+def frequency_hz() -> float:
+    """Counts per second of ``now()`` (virtual skew included)."""
+    return clock.frequency_hz()
+
+
+def set_virtual(domain: str, skew_ppm: float | str, offset: int) -> VirtualDomain:
+    """Give this process a virtual TSC domain (testing and simulation only)."""
+    return clock.set_virtual(domain, skew_ppm, offset)
+
+
+def clear_virtual() -> None:
+    """Return this process to the real TSC and the host's domain id."""
+    clock.clear_virtual()
+
+
+__all__ = [
+    "BACKEND",
+    "ENV_VIRTUAL",
+    "Clock",
+    "VirtualDomain",
+    "clear_virtual",
+    "clock",
+    "clock_pair",
+    "domain_id",
+    "frequency_hz",
+    "host_domain_id",
+    "info",
+    "now",
+    "now_cpu",
+    "parse_virtual",
+    "set_virtual",
+]

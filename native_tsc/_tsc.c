@@ -1,0 +1,205 @@
+/*
+ * native_tsc._tsc: read the CPU timestamp counter from Python.
+ *
+ * x86-64: rdtscp (falls back to lfence;rdtsc when the CPU lacks rdtscp).
+ * arm64:  isb; mrs CNTVCT_EL0.
+ *
+ * A process may carry a virtual TSC domain: every read returns
+ * offset + t + floor(t * skew_e12 / 1e12), computed in 128-bit integers so
+ * the transform is exact. It exists to test cross-node translation on one
+ * machine against known ground truth.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <time.h>
+#include <sched.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <x86intrin.h>
+#define CP_X86 1
+#elif defined(__aarch64__)
+#define CP_ARM64 1
+#else
+#error "native_tsc supports x86-64 and arm64; use native_tsc.tsc_fallback elsewhere"
+#endif
+
+static int virtual_on = 0;
+static int64_t virtual_offset = 0;
+static int64_t virtual_skew_e12 = 0;
+static const __int128 E12 = (__int128)1000000000000LL;
+
+#ifdef CP_X86
+static int have_rdtscp = 0;
+#endif
+
+static inline uint64_t raw_read(void) {
+#ifdef CP_X86
+    if (have_rdtscp) {
+        unsigned int aux;
+        return __rdtscp(&aux);
+    }
+    _mm_lfence();
+    return __rdtsc();
+#else
+    uint64_t v;
+    __asm__ __volatile__("isb; mrs %0, cntvct_el0" : "=r"(v)::"memory");
+    return v;
+#endif
+}
+
+static inline uint64_t raw_read_cpu(unsigned int *cpu) {
+#ifdef CP_X86
+    if (have_rdtscp) {
+        unsigned int aux;
+        uint64_t t = __rdtscp(&aux);
+        /* Linux stores (numa node << 12) | cpu in TSC_AUX. */
+        *cpu = aux & 0xfff;
+        return t;
+    }
+#endif
+    int c = sched_getcpu();
+    *cpu = c < 0 ? 0 : (unsigned int)c;
+    return raw_read();
+}
+
+static inline int64_t floor_div_e12(__int128 num) {
+    __int128 q = num / E12;
+    if ((num % E12) != 0 && num < 0) {
+        q -= 1;
+    }
+    return (int64_t)q;
+}
+
+static inline int64_t transform(uint64_t raw) {
+    int64_t t = (int64_t)raw;
+    if (!virtual_on) {
+        return t;
+    }
+    return virtual_offset + t + floor_div_e12((__int128)t * virtual_skew_e12);
+}
+
+static PyObject *tsc_now(PyObject *self, PyObject *unused) {
+    return PyLong_FromLongLong(transform(raw_read()));
+}
+
+static PyObject *tsc_now_cpu(PyObject *self, PyObject *unused) {
+    unsigned int cpu;
+    uint64_t t = raw_read_cpu(&cpu);
+    return Py_BuildValue("(LI)", (long long)transform(t), cpu);
+}
+
+static PyObject *tsc_raw(PyObject *self, PyObject *unused) {
+    return PyLong_FromUnsignedLongLong(raw_read());
+}
+
+static PyObject *tsc_clock_pair(PyObject *self, PyObject *unused) {
+    struct timespec ts;
+    uint64_t a = raw_read();
+    clock_gettime(CLOCK_MONOTONIC_RAW, &ts);
+    uint64_t b = raw_read();
+    uint64_t mid = a + (b - a) / 2;
+    long long ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    return Py_BuildValue("(LLL)", (long long)transform(mid), ns, (long long)(b - a));
+}
+
+static PyObject *tsc_transform(PyObject *self, PyObject *arg) {
+    long long raw = PyLong_AsLongLong(arg);
+    if (raw == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    return PyLong_FromLongLong(transform((uint64_t)raw));
+}
+
+static PyObject *tsc_set_transform(PyObject *self, PyObject *args) {
+    long long skew_e12, offset;
+    if (!PyArg_ParseTuple(args, "LL", &skew_e12, &offset)) {
+        return NULL;
+    }
+    if (skew_e12 <= -1000000000000LL) {
+        PyErr_SetString(PyExc_ValueError, "skew must be above -1e6 ppm");
+        return NULL;
+    }
+    virtual_skew_e12 = skew_e12;
+    virtual_offset = offset;
+    virtual_on = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *tsc_clear_transform(PyObject *self, PyObject *unused) {
+    virtual_on = 0;
+    virtual_skew_e12 = 0;
+    virtual_offset = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *tsc_cpuid_invariant(PyObject *self, PyObject *unused) {
+#ifdef CP_X86
+    unsigned int eax, ebx, ecx, edx;
+    if (!__get_cpuid(0x80000000, &eax, &ebx, &ecx, &edx) || eax < 0x80000007) {
+        Py_RETURN_FALSE;
+    }
+    __cpuid(0x80000007, eax, ebx, ecx, edx);
+    return PyBool_FromLong((edx >> 8) & 1);
+#else
+    /* The arm64 generic timer is architecturally constant-rate. */
+    Py_RETURN_TRUE;
+#endif
+}
+
+static PyObject *tsc_cpuid_hz(PyObject *self, PyObject *unused) {
+#ifdef CP_X86
+    unsigned int eax, ebx, ecx, edx;
+    if (__get_cpuid_max(0, NULL) < 0x15) {
+        return PyLong_FromLong(0);
+    }
+    __cpuid(0x15, eax, ebx, ecx, edx);
+    if (eax == 0 || ebx == 0 || ecx == 0) {
+        return PyLong_FromLong(0);
+    }
+    return PyLong_FromUnsignedLongLong((unsigned long long)ecx * ebx / eax);
+#else
+    uint64_t f;
+    __asm__ __volatile__("mrs %0, cntfrq_el0" : "=r"(f));
+    return PyLong_FromUnsignedLongLong(f);
+#endif
+}
+
+static PyMethodDef methods[] = {
+    {"now", tsc_now, METH_NOARGS, "now() -> int: the TSC (virtual domain applied)."},
+    {"now_cpu", tsc_now_cpu, METH_NOARGS, "now_cpu() -> (tsc, cpu)."},
+    {"raw", tsc_raw, METH_NOARGS, "raw() -> int: the TSC with no virtual transform."},
+    {"clock_pair", tsc_clock_pair, METH_NOARGS,
+     "clock_pair() -> (tsc, monotonic_raw_ns, gap_cycles) read back to back."},
+    {"transform", tsc_transform, METH_O, "transform(raw) -> int: apply the virtual transform."},
+    {"set_transform", tsc_set_transform, METH_VARARGS,
+     "set_transform(skew_e12, offset): virtual domain for this process."},
+    {"clear_transform", tsc_clear_transform, METH_NOARGS, "Remove the virtual transform."},
+    {"cpuid_invariant", tsc_cpuid_invariant, METH_NOARGS,
+     "CPUID 0x80000007 EDX bit 8 (invariant TSC)."},
+    {"cpuid_hz", tsc_cpuid_hz, METH_NOARGS,
+     "TSC frequency from CPUID 0x15 (CNTFRQ_EL0 on arm64), 0 when not given."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_tsc", "Timestamp-counter reads in C.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__tsc(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) {
+        return NULL;
+    }
+#ifdef CP_X86
+    unsigned int eax, ebx, ecx, edx;
+    if (__get_cpuid(0x80000001, &eax, &ebx, &ecx, &edx)) {
+        have_rdtscp = (edx >> 27) & 1;
+    }
+    PyModule_AddStringConstant(m, "BACKEND", have_rdtscp ? "rdtscp" : "lfence-rdtsc");
+#else
+    PyModule_AddStringConstant(m, "BACKEND", "cntvct");
+#endif
+    return m;
+}

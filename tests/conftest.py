@@ -1,0 +1,82 @@
+"""Shared fixtures: one SparkSession for the whole run, and streaming helpers."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+# Spark's Python workers must run the interpreter that has this package.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local[2] SparkSession, UI off, small shuffle partitions."""
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("cloudprofiler-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .config("spark.driver.memory", "2g")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:
+    """Poll ``predicate`` until true; fail the test naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def await_query(query: Any, timeout: float = 180.0) -> None:
+    """Wait for a streaming query to end; fail with its exception, or stop it on timeout."""
+    finished = query.awaitTermination(timeout)
+    if not finished:
+        query.stop()
+        raise AssertionError(f"streaming query {query.name or query.id} did not finish in {timeout:.0f}s")
+    err = query.exception()
+    if err is not None:
+        raise AssertionError(f"streaming query failed: {err}")
+
+
+def run_available_now(
+    df: Any,
+    fmt: str,
+    checkpoint: str,
+    path: str | None = None,
+    options: dict[str, str] | None = None,
+    output_mode: str = "append",
+    timeout: float = 180.0,
+) -> None:
+    """Run ``df`` into a sink with Trigger.AvailableNow until everything available is processed."""
+    writer = df.writeStream.format(fmt).outputMode(output_mode).option("checkpointLocation", checkpoint)
+    for k, v in (options or {}).items():
+        writer = writer.option(k, v)
+    if path is not None:
+        writer = writer.option("path", path)
+    query = writer.trigger(availableNow=True).start()
+    await_query(query, timeout)
+
+
+@pytest.fixture
+def stream_helpers() -> dict[str, Callable[..., Any]]:
+    """The helpers above, for tests that prefer a fixture to an import."""
+    return {"wait_for": wait_for, "await_query": await_query, "run_available_now": run_available_now}

@@ -1,0 +1,45 @@
+"""The command line: help for every command, one clear line for bad arguments."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from cloudprofiler.cli import COMMANDS, main
+
+
+def _available(name: str) -> bool:
+    try:
+        importlib.import_module(COMMANDS[name][0])
+    except ModuleNotFoundError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_help_has_examples(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    if not _available(name):
+        assert main([name]) == 2
+        assert "not available in this build" in capsys.readouterr().err
+        return
+    with pytest.raises(SystemExit) as e:
+        main([name, "--help"])
+    assert e.value.code == 0
+    assert "example" in capsys.readouterr().out
+
+
+def test_unknown_command_is_one_line() -> None:
+    r = subprocess.run([sys.executable, "-m", "cloudprofiler.cli", "nope"], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "invalid choice: 'nope'" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_top_level_help_lists_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name in COMMANDS:
+        assert name in out
