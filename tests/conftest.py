@@ -17,11 +17,11 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """One local[2] SparkSession, UI off, small shuffle partitions."""
+    """One local SparkSession: 2 threads, task retries on, UI off, small shuffle partitions."""
     from pyspark.sql import SparkSession
 
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[2,3]")  # 2 threads; a failed task is retried (local[N,F])
         .appName("cloudprofiler-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
