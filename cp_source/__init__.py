@@ -1,1 +1,7 @@
-"""cp_source."""
+"""cp_source: ingest for Spark Structured Streaming.
+
+The generator offers tuples at an exact rate over ZeroMQ, factory workers
+deserialize them into Arrow segments in a spool, and the "cloudprofiler"
+stream reader (``cp_source.datasource.CloudprofilerDataSource``) hands those
+segments to Spark. Register the data source with ``cloudprofiler.register(spark)``.
+"""

@@ -1,10 +1,15 @@
-"""The data source named "cloudprofiler": stream reader (cp_source) and stream writer (cp_sink)."""
+"""The data source named "cloudprofiler": stream reader (cp_source) and stream writer (cp_sink).
+
+Register it once per SparkSession with ``cloudprofiler.register(spark)``, then
+``spark.readStream.format("cloudprofiler").option(...).load()``.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pyspark.sql.datasource import DataSource
+from pyspark.sql.types import StructType
 
 
 class CloudprofilerDataSource(DataSource):
@@ -13,6 +18,17 @@ class CloudprofilerDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
         return "cloudprofiler"
+
+    def schema(self) -> StructType | str:
+        """Workload columns, ids, event time and the gen/factory/source stamp columns."""
+        from cp_source.stream_reader import ReaderOptions, source_schema
+
+        return source_schema(ReaderOptions.parse(self.options, strict=False))
+
+    def streamReader(self, schema: StructType) -> Any:
+        from cp_source.stream_reader import CloudprofilerStreamReader
+
+        return CloudprofilerStreamReader(schema, self.options)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> Any:
         from cp_sink.stream_writer import CloudprofilerStreamWriter

@@ -1,0 +1,411 @@
+"""The stream reader behind ``spark.readStream.format("cloudprofiler")``.
+
+Spark runs this class in three kinds of Python processes:
+
+* the planner (``plan_data_source_read``) creates a reader only to pickle its
+  ``read`` function for the executors;
+* one long-lived driver-side process per query and source
+  (``python_streaming_source_runner``) calls initialOffset, latestOffset,
+  partitions, commit and finally stop: the embedded factory and the segment
+  server live there, created on first use and stopped in ``stop()``;
+* executor Python workers call ``read(partition)``.
+
+So the constructor only parses options; driver-side state is created lazily
+and dropped when the reader is pickled.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+FETCH_MODES = ("auto", "local", "network")
+FACTORY_MODES = ("embedded", "external")
+DEFAULT_ENDPOINT = "tcp://127.0.0.1:5555"
+SERVER_STATS_FILE = "_segment_server.json"
+READER_STATE_FILE = "_reader.json"
+
+KNOWN_OPTIONS = {
+    "endpoint", "spool", "workers", "workload", "schema", "maxrecordspertrigger", "factory", "fetch",
+    "serverbind", "serverhost", "maxspoolbytes", "segmentsperpartition", "fetchtimeout", "path",
+}
+
+
+def _int_option(opts: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"option {name}={raw!r}: expected an integer") from None
+    if not lo <= value <= hi:
+        raise ValueError(f"option {name}={value}: expected {lo} <= {name} <= {hi}")
+    return value
+
+
+def _choice_option(opts: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    raw = str(opts.get(name.lower(), choices[0])).strip().lower()
+    if raw not in choices:
+        raise ValueError(f"option {name}={raw!r}: expected one of {', '.join(choices)}")
+    return raw
+
+
+def default_spool(endpoint: str) -> str:
+    """The spool directory used when none is given: one per factory endpoint, under the temp dir."""
+    safe = "".join(c if c.isalnum() else "_" for c in endpoint)
+    return os.path.join(tempfile.gettempdir(), "cloudprofiler", f"spool-{safe}")
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """The reader's options, validated."""
+
+    endpoint: str = DEFAULT_ENDPOINT
+    spool: str = ""
+    workers: int = 2
+    workload: str = "ysb"
+    schema_ddl: str | None = None
+    max_records: int | None = None
+    factory: str = "embedded"
+    fetch: str = "auto"
+    server_bind: str = "127.0.0.1"
+    server_host: str | None = None
+    max_spool_bytes: int = 2 << 30
+    segments_per_partition: int = 4
+    fetch_timeout: float = 60.0
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any], strict: bool = True) -> ReaderOptions:
+        """Validate Spark's (case-insensitive) option map; a bad option raises ValueError naming it.
+
+        ``strict`` also rejects unknown option names (typos); schema() is lenient because
+        the sink shares the data source and has options of its own.
+        """
+        opts = {str(k).lower(): str(v) for k, v in dict(options).items()}
+        unknown = sorted(set(opts) - KNOWN_OPTIONS)
+        if unknown and strict:
+            raise ValueError(f"unknown option(s) for format 'cloudprofiler': {', '.join(unknown)} "
+                             f"(known: endpoint, spool, workers, workload, schema, maxRecordsPerTrigger, "
+                             f"factory, fetch, serverBind, serverHost, maxSpoolBytes, "
+                             f"segmentsPerPartition, fetchTimeout)")
+        endpoint = opts.get("endpoint", DEFAULT_ENDPOINT).strip()
+        if not endpoint.startswith(("tcp://", "ipc://")):
+            raise ValueError(f"option endpoint={endpoint!r}: expected tcp://HOST:PORT or ipc://PATH")
+        workload = opts.get("workload", "ysb").strip()
+        if workload != "ysb" and not (workload.startswith("file:") and len(workload) > 5):
+            raise ValueError(f"option workload={workload!r}: expected ysb or file:PATH")
+        schema_ddl = opts.get("schema")
+        if workload.startswith("file:") and not schema_ddl:
+            raise ValueError("option schema: a file workload needs the schema of its records (DDL)")
+        if schema_ddl is not None and workload == "ysb":
+            raise ValueError("option schema: only a file:PATH workload takes a schema (ysb has its own)")
+        max_records = opts.get("maxrecordspertrigger")
+        fetch_timeout_raw = opts.get("fetchtimeout", "60")
+        try:
+            fetch_timeout = float(fetch_timeout_raw)
+        except ValueError:
+            raise ValueError(f"option fetchTimeout={fetch_timeout_raw!r}: expected seconds") from None
+        if not 0 < fetch_timeout <= 3600:
+            raise ValueError(f"option fetchTimeout={fetch_timeout}: expected 0 < fetchTimeout <= 3600")
+        bind = opts.get("serverbind", "127.0.0.1").strip()
+        if not bind or any(c in bind for c in "/ "):
+            raise ValueError(f"option serverBind={bind!r}: expected a host address (and :PORT)")
+        return cls(
+            endpoint=endpoint,
+            spool=opts.get("spool") or default_spool(endpoint),
+            workers=_int_option(opts, "workers", 2, 1, 64),
+            workload=workload,
+            schema_ddl=schema_ddl,
+            max_records=(None if max_records is None
+                         else _int_option(opts, "maxRecordsPerTrigger", 0, 1, 1 << 62)),
+            factory=_choice_option(opts, "factory", FACTORY_MODES),
+            fetch=_choice_option(opts, "fetch", FETCH_MODES),
+            server_bind=bind,
+            server_host=opts.get("serverhost") or None,
+            max_spool_bytes=_int_option(opts, "maxSpoolBytes", 2 << 30, 1 << 20, 1 << 50),
+            segments_per_partition=_int_option(opts, "segmentsPerPartition", 4, 1, 100_000),
+            fetch_timeout=fetch_timeout,
+        )
+
+
+# ---- the ingest core (workloads, spool, factory) as this reader uses it ---------------------------
+def source_schema(opts: ReaderOptions) -> StructType:
+    """The reader's output: the workload's segment columns plus ``cp_tsc_source`` and ``cp_node_source``."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import LongType, StringType, StructField
+
+    from cp_source.workloads import resolve
+
+    seg = resolve(opts.workload, opts.schema_ddl).schema
+    fields = list(from_arrow_schema(seg).fields)
+    fields += [StructField("cp_tsc_source", LongType()), StructField("cp_node_source", StringType())]
+    return StructType(fields)
+
+
+def _open_spool(opts: ReaderOptions) -> Any:
+    from cp_source.spool import Spool
+
+    return Spool(opts.spool, max_bytes=opts.max_spool_bytes)
+
+
+def _start_factory(opts: ReaderOptions) -> Any:
+    from cp_source.factory import start_factory
+
+    return start_factory(opts.endpoint, opts.spool, workers=opts.workers, workload=opts.workload,
+                         schema=opts.schema_ddl, max_spool_bytes=opts.max_spool_bytes)
+
+
+def _lookup_segment(spool: Any, worker: str, number: int) -> Any:
+    from cp_source.segment_server import SegmentRef
+
+    if worker not in spool.workers():
+        return None
+    for seg in spool.segments(worker, number - 1, number):
+        if seg.number == number:
+            return SegmentRef(seg.path, seg.rows, seg.nbytes)
+    return None
+
+
+def _read_local(path: str) -> Any:
+    from cp_source.spool import read_segment
+
+    return read_segment(path)
+
+
+def _read_bytes(body: bytes) -> Any:
+    """A segment fetched over the network: the same Arrow IPC bytes as the spool file."""
+    import pyarrow as pa
+
+    buf = pa.py_buffer(body)
+    try:
+        return pa.ipc.open_file(buf).read_all()
+    except pa.ArrowInvalid:
+        return pa.ipc.open_stream(buf).read_all()
+
+
+@dataclass
+class SegmentRange(InputPartition):
+    """One Spark partition: consecutive segments of one factory worker."""
+
+    worker: str
+    segments: list[tuple[int, str, int]] = field(default_factory=list)  # (number, path, rows)
+    server: str | None = None  # segment server endpoint, None when fetch=local
+    fetch: str = "auto"
+    fetch_timeout: float = 60.0
+
+    def __post_init__(self) -> None:
+        super().__init__(self.worker)
+
+
+def _offset(workers: list[str], d: Mapping[str, int] | None, default: int = -1) -> dict[str, int]:
+    d = d or {}
+    return {w: int(d.get(w, default)) for w in workers}
+
+
+class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are per-worker segment numbers (``{"w0": 12, "w1": 9}``); partitions are segment ranges."""
+
+    def __init__(self, schema: StructType, options: Mapping[str, Any]) -> None:
+        self.schema = schema
+        self.opts = ReaderOptions.parse(options)
+        self._driver_state: dict[str, Any] | None = None
+        self._target: dict[str, int] | None = None
+
+    # Driver-side state never travels to executors or planner copies.
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_driver_state"] = None
+        return state
+
+    # ---- driver side -------------------------------------------------------------------------
+    def _driver(self) -> dict[str, Any]:
+        if self._driver_state is not None:
+            return self._driver_state
+        o = self.opts
+        Path(o.spool).mkdir(parents=True, exist_ok=True)
+        state: dict[str, Any] = {"factory": None, "server": None}
+        self._driver_state = state
+        try:
+            if o.factory == "embedded":
+                state["factory"] = _start_factory(o)
+            state["spool"] = _open_spool(o)
+            if o.fetch != "local":
+                from cp_source.segment_server import SegmentServer
+
+                bind = o.server_bind if ":" in o.server_bind else f"{o.server_bind}:*"
+                state["server"] = SegmentServer(
+                    lambda w, n: _lookup_segment(state["spool"], w, n),
+                    o.spool,
+                    bind=f"tcp://{bind}",
+                    advertise_host=o.server_host,
+                    stats_path=os.path.join(o.spool, SERVER_STATS_FILE),
+                )
+            self._publish_state(state)
+        except BaseException:
+            self.stop()
+            raise
+        return state
+
+    def _publish_state(self, state: dict[str, Any]) -> None:
+        """Write where the factory and segment server listen, for tools and tests (``_reader.json``)."""
+        import orjson
+
+        info = {
+            "pid": os.getpid(),
+            "factory": self.opts.factory,
+            "factory_endpoint": getattr(state["factory"], "endpoint", self.opts.endpoint),
+            "segment_server": state["server"].endpoint if state["server"] is not None else None,
+        }
+        path = Path(self.opts.spool) / READER_STATE_FILE
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(orjson.dumps(info))
+        os.replace(tmp, path)
+
+    def _workers(self, *offsets: Mapping[str, int] | None) -> list[str]:
+        spool = self._driver()["spool"]
+        names = {f"w{i}" for i in range(self.opts.workers)} | set(spool.workers())
+        for off in offsets:
+            names |= set(off or {})
+        return sorted(names, key=lambda w: int(w[1:]))
+
+    def _latest(self) -> dict[str, int]:
+        spool = self._driver()["spool"]
+        latest = _offset(self._workers(), spool.latest())
+        if self._target is not None:
+            latest = {w: min(n, self._target.get(w, -1)) for w, n in latest.items()}
+        return latest
+
+    def initialOffset(self) -> dict:
+        spool = self._driver()["spool"]
+        return _offset(self._workers(), spool.committed())
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_records is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.opts.max_records)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = None
+        self._target = self._latest()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        workers = self._workers(start)
+        begin = _offset(workers, start)
+        latest = self._latest()
+        end = {w: max(begin[w], latest.get(w, -1)) for w in workers}
+        if not isinstance(limit, ReadMaxRows):
+            return end
+        # Admission control in whole segments: interleave workers so none starves, stop before the
+        # row budget would be exceeded, but always admit one segment so the query progresses.
+        spool = self._driver()["spool"]
+        pending = {w: list(spool.segments(w, begin[w], end[w])) for w in workers}
+        admitted = dict(begin)
+        budget = limit.max_rows
+        taken = 0
+        depth = 0
+        while any(depth < len(s) for s in pending.values()):
+            for w in workers:
+                if depth >= len(pending[w]):
+                    continue
+                seg = pending[w][depth]
+                if taken and taken + seg.rows > budget:
+                    return admitted
+                taken += seg.rows
+                admitted[w] = seg.number
+            depth += 1
+        return admitted
+
+    def reportLatestOffset(self) -> dict | None:
+        return self._latest()
+
+    def partitions(self, start: dict, end: dict) -> list[SegmentRange]:
+        state = self._driver()
+        spool = state["spool"]
+        workers = self._workers(start, end)
+        begin, stop = _offset(workers, start), _offset(workers, end)
+        server = state["server"].endpoint if state["server"] is not None else None
+        parts: list[SegmentRange] = []
+        for w in workers:
+            if stop[w] <= begin[w]:
+                continue
+            segs = list(spool.segments(w, begin[w], stop[w]))
+            numbers = [s.number for s in segs]
+            if numbers != list(range(begin[w] + 1, stop[w] + 1)):
+                raise RuntimeError(
+                    f"spool {self.opts.spool} lacks segments of {w} in ({begin[w]}, {stop[w]}]: "
+                    f"were they deleted by another query's commit?"
+                )
+            step = self.opts.segments_per_partition
+            for i in range(0, len(segs), step):
+                chunk = [(s.number, s.path, s.rows) for s in segs[i:i + step]]
+                parts.append(SegmentRange(w, chunk, server, self.opts.fetch, self.opts.fetch_timeout))
+        return parts
+
+    def commit(self, end: dict) -> None:
+        spool = self._driver()["spool"]
+        spool.commit({w: int(n) for w, n in end.items()})
+
+    def stop(self) -> None:
+        state, self._driver_state = self._driver_state, None
+        if not state:
+            return
+        if state.get("server") is not None:
+            state["server"].stop()
+        if state.get("factory") is not None:
+            state["factory"].stop()
+
+    # ---- executor side -----------------------------------------------------------------------
+    def read(self, partition: SegmentRange) -> Iterator[Any]:  # type: ignore[override]
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        import native_tsc
+
+        target = to_arrow_schema(self.schema, timezone="UTC")
+        node = pa.scalar(native_tsc.domain_id(), pa.string())
+        ctx = None
+        try:
+            for number, path, rows in partition.segments:
+                if partition.fetch == "local" or (partition.fetch == "auto" and os.path.exists(path)):
+                    table = _read_local(path)
+                else:
+                    if partition.server is None:
+                        raise RuntimeError(f"segment {path} is not readable here and no segment server runs")
+                    import zmq
+
+                    from cp_source.segment_server import fetch_segment
+
+                    ctx = ctx or zmq.Context()
+                    body = fetch_segment(partition.server, partition.worker, number,
+                                         timeout=partition.fetch_timeout, ctx=ctx)
+                    table = _read_bytes(body)
+                if table.num_rows != rows:
+                    raise RuntimeError(f"segment {partition.worker}/{number} has {table.num_rows} rows, "
+                                       f"its manifest says {rows}")
+                for batch in table.to_batches():
+                    if batch.num_rows == 0:
+                        continue
+                    n = batch.num_rows
+                    # One stamp per batch: the moment these rows are handed to Spark on this executor.
+                    tsc = pa.repeat(pa.scalar(native_tsc.now(), pa.int64()), n)
+                    cols = [*batch.columns, tsc, pa.repeat(node, n)]
+                    names = [*batch.schema.names, "cp_tsc_source", "cp_node_source"]
+                    out = pa.RecordBatch.from_arrays(cols, names=names)
+                    yield out.select(target.names).cast(target)
+        finally:
+            if ctx is not None:
+                ctx.term()
