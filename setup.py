@@ -5,5 +5,6 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension("native_tsc._tsc", ["native_tsc/_tsc.c"], extra_compile_args=["-O2"]),
+        Extension("native_tsc._probe", ["native_tsc/_probe.c"], extra_compile_args=["-O2"]),
     ]
 )
