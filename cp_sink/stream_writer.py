@@ -1,0 +1,300 @@
+"""The "cloudprofiler" streaming sink: stamp, apply a handler, stage Parquet, publish on commit.
+
+Executors (``write``): each Arrow batch gets one sink stamp (``cp_tsc_sink``,
+``cp_node_sink``: the batch arrives at the sink as a unit), the handler picks
+the tuples to keep, and the records go to Parquet (zstd) in a staging
+directory of this task attempt alone. A retried or speculative attempt stages
+somewhere else; only attempts whose commit message reaches the driver are
+published.
+
+Driver (``commit``): the staged files of all messages move into a fresh
+directory under ``_publishing`` together with ``_counts.parquet``, which is then
+renamed to ``batch=<id>`` in one step. If ``batch=<id>`` already exists the
+batch was published before (a replay after a restart) and the new staging is
+dropped. ``abort`` removes the staging of the failed batch.
+
+Options: ``path`` (required), ``handler`` (id, downsample, xoy, firstlast, pc,
+null; default id), ``n``, ``x``, ``y``, ``periodMs``, and ``tupleIdColumn``
+(default ``tuple_id``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+
+from cp_sink.records import (
+    COUNTS_FILE,
+    COUNTS_SCHEMA,
+    NODE_PREFIX,
+    PERIODS_PREFIX,
+    PERIODS_SCHEMA,
+    PUBLISHING,
+    RECORDS_PREFIX,
+    STAGING,
+    TSC_PREFIX,
+    TUPLE_ID,
+    is_stamp_column,
+)
+
+BATCH_ID_PROPERTY = "streaming.sql.batchId"  # set by Spark's micro-batch engine on every task
+ROWS_PER_ROW_GROUP = 1 << 18
+
+
+@dataclass
+class SinkCommitMessage(WriterCommitMessage):
+    """What one task attempt staged: its directory, files and counts."""
+
+    staging_dir: str
+    files: list[str]
+    counts: dict[str, Any] = field(default_factory=dict)
+    periods: list[tuple[str, int, int]] = field(default_factory=list)
+
+
+def _options(options: dict[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items()}
+
+
+def _task_identity() -> tuple[int, int, str]:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:  # called outside Spark (a unit test driving write() directly)
+        return 0, 0, "x"
+    batch = ctx.getLocalProperty(BATCH_ID_PROPERTY)
+    return ctx.partitionId(), ctx.taskAttemptId(), batch if batch and batch.isdigit() else "x"
+
+
+class _RecordFile:
+    """A Parquet file in the staging directory, opened on the first rows."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._writer: Any = None
+        self._pending: list[pa.RecordBatch] = []
+        self._rows = 0
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        self._pending.append(batch)
+        self._rows += batch.num_rows
+        if self._rows >= ROWS_PER_ROW_GROUP:
+            self._flush()
+
+    def _flush(self) -> None:
+        import pyarrow.parquet as pq
+
+        if not self._pending:
+            return
+        table = pa.Table.from_batches(self._pending)
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self.path, table.schema, compression="zstd")
+        self._writer.write_table(table, row_group_size=ROWS_PER_ROW_GROUP)
+        self._pending, self._rows = [], 0
+
+    def close(self) -> bool:
+        """Write what is pending; True if the file exists."""
+        self._flush()
+        if self._writer is None:
+            return False
+        self._writer.close()
+        return True
+
+
+class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
+    """Arrow stream writer of latency records (see the module docstring)."""
+
+    def __init__(self, schema: Any, options: dict[str, str], overwrite: bool) -> None:
+        from cp_sink.handlers import parse_handler
+
+        opts = _options(options)
+        if not opts.get("path"):
+            raise ValueError("the cloudprofiler sink needs option 'path'")
+        self.path = opts["path"]
+        self.spec = parse_handler(opts.get("handler", "id"), opts)
+        self.id_column = opts.get("tupleidcolumn", TUPLE_ID)
+        names = list(schema.fieldNames()) if schema is not None else []
+        if self.id_column not in names:
+            raise ValueError(
+                f"the cloudprofiler sink needs a tuple id column {self.id_column!r} (option tupleIdColumn); "
+                f"the query has {names}"
+            )
+        # Keep tuple id and stamps only; the sink stamp is added per batch.
+        self.keep = [self.id_column] + [n for n in names if is_stamp_column(n) and not n.endswith("_sink")]
+        self.overwrite = overwrite
+
+    # ---- executors -------------------------------------------------------------------------------
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        import native_tsc
+        from cp_sink.handlers import period_counts, selected_positions
+
+        partition, attempt, batch_tag = _task_identity()
+        staging = Path(self.path) / STAGING / f"b{batch_tag}-p{partition}-a{attempt}-{uuid.uuid4().hex[:12]}"
+        staging.mkdir(parents=True, exist_ok=False)
+        node = native_tsc.domain_id()
+        spec = self.spec
+        records = _RecordFile(staging / f"{RECORDS_PREFIX}p{partition}-a{attempt}.parquet")
+        seen = written = 0
+        first_id = last_id = min_id = max_id = None
+        first_tsc = last_tsc = None
+        fl_first: pa.RecordBatch | None = None
+        fl_last: pa.RecordBatch | None = None
+        periods: dict[int, int] = {}
+        period_cycles = spec.params.get("periodMs", 0) * native_tsc.frequency_hz() / 1000.0
+
+        for batch in iterator:
+            tsc = native_tsc.now()
+            n = batch.num_rows
+            if n == 0:
+                continue
+            ids_arr = batch.column(self.id_column)
+            if ids_arr.null_count:
+                raise ValueError(f"tuple id column {self.id_column!r} has nulls")
+            ids = ids_arr.cast(pa.int64()).to_numpy(zero_copy_only=False)
+            seen += n
+            if first_id is None:
+                first_id, first_tsc = int(ids[0]), tsc
+                min_id, max_id = int(ids.min()), int(ids.max())
+            else:
+                min_id, max_id = min(min_id, int(ids.min())), max(max_id, int(ids.max()))
+            last_id, last_tsc = int(ids[-1]), tsc
+            if spec.name == "pc":
+                for p, c in period_counts(np.array([tsc], np.int64), period_cycles).items():
+                    periods[p] = periods.get(p, 0) + c * n
+                continue
+            if spec.name == "null":
+                continue
+            out = self._record_batch(batch, ids, tsc, node, partition)
+            if spec.name == "firstlast":
+                if fl_first is None:
+                    fl_first = out.slice(0, 1)
+                fl_last = out.slice(n - 1, 1)
+                continue
+            pos = selected_positions(spec, ids)
+            if pos is not None:
+                out = out.take(pa.array(pos))
+            written += out.num_rows
+            records.add(out)
+
+        if fl_first is not None and fl_last is not None:
+            roles = ["only"] if seen == 1 else ["first", "last"]
+            rows = [fl_first] if seen == 1 else [fl_first, fl_last]
+            for role, row in zip(roles, rows, strict=True):
+                records.add(row.append_column("role", pa.array([role])))
+                written += 1
+        files = [records.path.name] if records.close() else []
+        counts = {
+            "partition": partition,
+            "task_attempt": attempt,
+            "handler": spec.describe(),
+            "seen": seen,
+            "written": written,
+            "first_tuple_id": first_id,
+            "last_tuple_id": last_id,
+            "min_tuple_id": min_id,
+            "max_tuple_id": max_id,
+            "cp_node_sink": node,
+            "first_tsc_sink": first_tsc,
+            "last_tsc_sink": last_tsc,
+        }
+        if periods:
+            table = pa.table(
+                {
+                    "partition": pa.array([partition] * len(periods), pa.int32()),
+                    "cp_node_sink": pa.array([node] * len(periods)),
+                    "period": pa.array(list(periods), pa.int64()),
+                    "period_ms": pa.array([spec.period_ms] * len(periods), pa.int64()),
+                    "period_cycles": pa.array([period_cycles] * len(periods), pa.float64()),
+                    "count": pa.array(list(periods.values()), pa.int64()),
+                },
+                schema=PERIODS_SCHEMA,
+            )
+            import pyarrow.parquet as pq
+
+            name = f"{PERIODS_PREFIX}p{partition}-a{attempt}.parquet"
+            pq.write_table(table, staging / name, compression="zstd")
+            files.append(name)
+        return SinkCommitMessage(staging_dir=str(staging), files=files, counts=counts)
+
+    def _record_batch(
+        self, batch: pa.RecordBatch, ids: np.ndarray, tsc: int, node: str, partition: int
+    ) -> pa.RecordBatch:
+        n = batch.num_rows
+        cols = [pa.array(ids, pa.int64())] + [batch.column(c) for c in self.keep[1:]]
+        names = [TUPLE_ID] + self.keep[1:]
+        cols += [
+            pa.array(np.full(n, tsc, np.int64)),
+            pa.repeat(pa.scalar(node, pa.string()), n),
+            pa.array(np.full(n, partition, np.int32)),
+        ]
+        names += [f"{TSC_PREFIX}sink", f"{NODE_PREFIX}sink", "partition"]
+        return pa.RecordBatch.from_arrays(cols, names=names)
+
+    # ---- driver ----------------------------------------------------------------------------------
+
+    def commit(self, messages: list[SinkCommitMessage | None], batchId: int) -> None:
+        """Publish the staged output of ``batchId`` atomically, once."""
+        import pyarrow.parquet as pq
+
+        root = Path(self.path)
+        final = root / f"batch={batchId}"
+        msgs = [m for m in messages if m is not None]
+        if final.exists():
+            # Published before the restart that replays it: the replayed copy is dropped.
+            self._remove_staging(msgs)
+            self._sweep(batchId)
+            return
+        tmp = root / PUBLISHING / f"batch={batchId}-{uuid.uuid4().hex[:12]}"
+        tmp.mkdir(parents=True)
+        rows = []
+        for m in msgs:
+            for name in m.files:
+                os.replace(Path(m.staging_dir) / name, tmp / name)
+            rows.append({"batch_id": batchId, **m.counts})
+        counts = pa.Table.from_pylist(rows, schema=COUNTS_SCHEMA)
+        pq.write_table(counts, tmp / COUNTS_FILE, compression="zstd")
+        _fsync_dir(tmp)
+        os.rename(tmp, final)  # the publication: atomic on one filesystem
+        _fsync_dir(root)
+        self._remove_staging(msgs)
+        self._sweep(batchId)
+
+    def abort(self, messages: list[SinkCommitMessage | None], batchId: int) -> None:
+        """Remove what the tasks of a failed micro-batch staged."""
+        self._remove_staging([m for m in messages if m is not None])
+        self._sweep(batchId, include_current=True)
+
+    @staticmethod
+    def _remove_staging(msgs: list[SinkCommitMessage]) -> None:
+        for m in msgs:
+            shutil.rmtree(m.staging_dir, ignore_errors=True)
+
+    def _sweep(self, batch_id: int, include_current: bool = True) -> None:
+        # Attempts that never reached commit (failed, retried, speculative) leave staging behind;
+        # so does a publication cut short by a crash.
+        root = Path(self.path)
+        for d in (root / STAGING).glob("b*-p*"):
+            tag = d.name[1 : d.name.index("-")]
+            if tag.isdigit() and (int(tag) < batch_id or (include_current and int(tag) == batch_id)):
+                shutil.rmtree(d, ignore_errors=True)
+        for d in (root / PUBLISHING).glob(f"batch={batch_id}-*"):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
