@@ -1,0 +1,97 @@
+"""A sync agent: one per node or TSC domain. It answers probes and runs the probes it is asked to.
+
+It registers with the coordinator (domain id, frequency, UDP probe address),
+keeps a C responder running, and on a ``probe`` task runs the C initiator
+against another agent's responder and sends the stamps back, already in its
+own domain (its virtual transform applied).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import zmq
+
+import native_tsc
+from cp_sync import control
+from cp_sync.probe import Responder, initiate
+
+
+class Agent:
+    """Registers with ``server`` and serves probe tasks until ``stop()``."""
+
+    def __init__(self, server: str, probe_bind: str = "127.0.0.1", probe_port: int = 0,
+                 advertise: str | None = None, heartbeat_s: float = 1.0) -> None:
+        self.server = control.endpoint(server)
+        self.domain = native_tsc.domain_id()
+        self.hz = native_tsc.frequency_hz()
+        self.responder = Responder(probe_bind, probe_port)
+        host, port = self.responder.address
+        self.advertise = control.check_ipv4(advertise or host)
+        if self.advertise == "0.0.0.0":
+            raise ValueError("probe address 0.0.0.0 cannot be reached: pass --advertise with this node's IP")
+        self.port = port
+        self.heartbeat_s = heartbeat_s
+        self._stop = threading.Event()
+        self.tasks_done = 0
+
+    def stop(self) -> None:
+        """Ask run() to return."""
+        self._stop.set()
+
+    def _register(self, sock: zmq.Socket) -> None:
+        sock.send_multipart(control.pack({
+            "op": "register", "domain": self.domain, "hz": self.hz, "host": self.advertise, "port": self.port,
+        }))
+
+    def run(self) -> None:
+        """Serve until stop(); the responder runs for the whole time."""
+        ctx = zmq.Context.instance()
+        sock = ctx.socket(zmq.DEALER)
+        control.configure(sock)
+        sock.connect(self.server)
+        self.responder.start()
+        try:
+            self._register(sock)
+            last = time.monotonic()
+            while not self._stop.is_set():
+                if sock.poll(200) == 0:
+                    if time.monotonic() - last >= self.heartbeat_s:
+                        # Re-registering doubles as a heartbeat and survives a coordinator restart.
+                        self._register(sock)
+                        last = time.monotonic()
+                    continue
+                try:
+                    header, _ = control.unpack(sock.recv_multipart())
+                except ValueError:
+                    continue
+                if header["op"] == "probe":
+                    sock.send_multipart(self._probe(header))
+                    self.tasks_done += 1
+            sock.send_multipart(control.pack({"op": "bye", "domain": self.domain}), zmq.NOBLOCK)
+        finally:
+            sock.close(0)
+            self.responder.close()
+
+    def _probe(self, task: dict) -> list[bytes]:
+        try:
+            tid = control.int_field(task, "task", 0, 2**62)
+        except ValueError:
+            tid = -1
+        try:
+            host = control.check_ipv4(control.str_field(task, "host", 64))
+            port = control.int_field(task, "port", 1, 65535)
+            count = control.int_field(task, "count", 1, control.MAX_ROUNDS)
+            timeout_ms = control.int_field(task, "timeout_ms", 1, 60_000)
+            gap_us = control.int_field(task, "gap_us", 0, 1_000_000)
+            res = initiate(host, port, count, timeout_ms=timeout_ms, gap_us=gap_us,
+                           bind=None if host.startswith("127.") else "0.0.0.0")
+        except (ValueError, OSError) as e:
+            return control.pack({"op": "result", "task": tid, "error": str(e)})
+        rows = np.column_stack([res.seq, res.c_i, res.c_j, res.c_k, res.ns_i])
+        return control.pack(
+            {"op": "result", "task": tid, "domain": self.domain, "lost": res.lost, "ignored": res.ignored},
+            rows,
+        )

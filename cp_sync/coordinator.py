@@ -1,0 +1,289 @@
+"""The sync coordinator: agents register with it, and a ``run`` probes every ordered pair.
+
+One ZeroMQ ROUTER socket (127.0.0.1 by default) carries everything. Pairs are
+probed one at a time so probes of different pairs never compete for the CPU
+or the network. Results stream back to the client that asked for the run,
+one message per pair, then ``done``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zmq
+
+from cp_sync import control
+from cp_sync.sync_table import probes_table, write_sync
+
+_PHASE_RE = re.compile(r"^[A-Za-z0-9_\-]{1,32}$")
+AGENT_STALE_S = 5.0
+
+
+def check_phase(phase: str) -> str:
+    """``phase`` if it is a valid phase name."""
+    if not _PHASE_RE.match(phase):
+        raise ValueError(f"invalid phase {phase!r}: use 1-32 characters from A-Z a-z 0-9 _ -")
+    return phase
+
+
+@dataclass
+class _AgentInfo:
+    identity: bytes
+    domain: str
+    hz: float
+    host: str
+    port: int
+    seen: float
+
+
+@dataclass
+class _Run:
+    client: bytes
+    phase: str
+    rounds: int
+    gap_us: int
+    timeout_ms: int
+    tasks: deque = field(default_factory=deque)  # (initiator, responder)
+    current: tuple[int, str, str, float] | None = None  # task id, initiator, responder, deadline
+    pairs: int = 0
+    failed: int = 0
+
+
+class Coordinator:
+    """Runs the control plane in a background thread (``start``) or the caller's (``serve_forever``)."""
+
+    def __init__(self, bind: str = "127.0.0.1:0") -> None:
+        ep = control.endpoint(bind)
+        self._ctx = zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.ROUTER)
+        control.configure(self._sock)
+        host, _, port = ep[len("tcp://"):].rpartition(":")
+        if port in ("0", "*"):
+            port_n = self._sock.bind_to_random_port(f"tcp://{host}")
+            self.address = f"tcp://{host}:{port_n}"
+        else:
+            self._sock.bind(ep)
+            self.address = ep
+        self.agents: dict[str, _AgentInfo] = {}
+        self._run: _Run | None = None
+        self._ids = itertools.count(1)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -----------------------------------------------------
+    def start(self) -> Coordinator:
+        self._thread = threading.Thread(target=self.serve_forever, name="cp-sync-coordinator", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+            self._thread = None
+
+    def __enter__(self) -> Coordinator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def serve_forever(self) -> None:
+        try:
+            while not self._stop.is_set():
+                if self._sock.poll(100):
+                    frames = self._sock.recv_multipart()
+                    self._handle(frames[0], frames[1:])
+                self._check_timeout()
+        finally:
+            self._sock.close(0)
+
+    # -- messages ------------------------------------------------------
+    def _send(self, ident: bytes, header: dict[str, Any], rows: np.ndarray | None = None) -> None:
+        self._sock.send_multipart([ident, *control.pack(header, rows)])
+
+    def _live(self) -> list[_AgentInfo]:
+        now = time.monotonic()
+        live = (a for a in self.agents.values() if now - a.seen < AGENT_STALE_S)
+        return sorted(live, key=lambda a: a.domain)
+
+    def _handle(self, ident: bytes, frames: list[bytes]) -> None:
+        try:
+            header, rows = control.unpack(frames)
+            op = header["op"]
+            if op == "register":
+                dom = control.str_field(header, "domain", 64)
+                hz = header.get("hz")
+                if not isinstance(hz, float | int) or not 0 < hz < 1e12:
+                    raise ValueError("bad frequency")
+                self.agents[dom] = _AgentInfo(ident, dom, float(hz),
+                                              control.check_ipv4(control.str_field(header, "host", 64)),
+                                              control.int_field(header, "port", 1, 65535), time.monotonic())
+            elif op == "bye":
+                dom = header.get("domain")
+                if dom in self.agents and self.agents[dom].identity == ident:
+                    del self.agents[dom]
+            elif op == "agents":
+                self._send(ident, {"op": "agents", "agents": [
+                    {"domain": a.domain, "hz": a.hz, "host": a.host, "port": a.port} for a in self._live()]})
+            elif op == "run":
+                self._start_run(ident, header)
+            elif op == "result":
+                self._result(ident, header, rows)
+        except ValueError as e:
+            if header_op(frames) in ("run", "agents"):
+                self._send(ident, {"op": "error", "error": str(e)})
+
+    def _start_run(self, client: bytes, h: dict[str, Any]) -> None:
+        if self._run is not None:
+            raise ValueError("a sync run is already in progress")
+        live = self._live()
+        if len(live) < 2:
+            raise ValueError(f"a sync run needs at least 2 registered agents, {len(live)} registered")
+        run = _Run(client, check_phase(control.str_field(h, "phase", 32)),
+                   control.int_field(h, "rounds", 1, control.MAX_ROUNDS),
+                   control.int_field(h, "gap_us", 0, 1_000_000),
+                   control.int_field(h, "timeout_ms", 1, 60_000))
+        run.tasks.extend((a.domain, b.domain) for a in live for b in live if a.domain != b.domain)
+        self._send(client, {"op": "started", "pairs": len(run.tasks),
+                            "domains": {a.domain: a.hz for a in live}})
+        self._run = run
+        self._next()
+
+    def _next(self) -> None:
+        run = self._run
+        assert run is not None
+        while run.tasks:
+            ini, resp = run.tasks.popleft()
+            a, b = self.agents.get(ini), self.agents.get(resp)
+            if a is None or b is None:
+                self._pair_failed(ini, resp, "agent left")
+                continue
+            tid = next(self._ids)
+            # The task's deadline allows every probe its timeout plus the gaps, and a margin.
+            budget = run.rounds * (run.gap_us / 1e6 + 0.002) + 5.0
+            run.current = (tid, ini, resp, time.monotonic() + budget)
+            self._send(a.identity, {"op": "probe", "task": tid, "host": b.host, "port": b.port,
+                                    "count": run.rounds, "timeout_ms": run.timeout_ms, "gap_us": run.gap_us})
+            return
+        self._send(run.client, {"op": "done", "phase": run.phase, "pairs": run.pairs, "failed": run.failed})
+        self._run = None
+
+    def _pair_failed(self, ini: str, resp: str, why: str) -> None:
+        run = self._run
+        assert run is not None
+        run.failed += 1
+        self._send(run.client, {"op": "pair", "initiator": ini, "responder": resp, "error": why})
+
+    def _result(self, ident: bytes, h: dict[str, Any], rows: np.ndarray | None) -> None:
+        run = self._run
+        if run is None or run.current is None or h.get("task") != run.current[0]:
+            return  # late or forged: ignore
+        tid, ini, resp, _ = run.current
+        if self.agents.get(ini) is None or self.agents[ini].identity != ident:
+            return
+        run.current = None
+        if "error" in h or rows is None:
+            self._pair_failed(ini, resp, str(h.get("error", "no rows")))
+        else:
+            run.pairs += 1
+            self._send(run.client, {"op": "pair", "initiator": ini, "responder": resp,
+                                    "lost": h.get("lost", 0), "ignored": h.get("ignored", 0)}, rows)
+        self._next()
+
+    def _check_timeout(self) -> None:
+        run = self._run
+        if run is not None and run.current is not None and time.monotonic() > run.current[3]:
+            _, ini, resp, _ = run.current
+            run.current = None
+            self._pair_failed(ini, resp, "initiator did not answer in time")
+            self._next()
+
+
+def header_op(frames: list[bytes]) -> str | None:
+    """The op of a message, or None if it does not parse."""
+    try:
+        return control.unpack(frames)[0]["op"]
+    except (ValueError, KeyError):
+        return None
+
+
+def list_agents(server: str, timeout_s: float = 5.0) -> list[dict[str, Any]]:
+    """The agents registered with the coordinator at ``server``."""
+    with _client(server) as sock:
+        sock.send_multipart(control.pack({"op": "agents"}))
+        if not sock.poll(int(timeout_s * 1000)):
+            raise OSError(f"no answer from the coordinator at {server}")
+        h, _ = control.unpack(sock.recv_multipart())
+        return list(h.get("agents", []))
+
+
+class _client:
+    def __init__(self, server: str) -> None:
+        self.sock = zmq.Context.instance().socket(zmq.DEALER)
+        control.configure(self.sock)
+        self.sock.connect(control.endpoint(server))
+
+    def __enter__(self) -> zmq.Socket:
+        return self.sock
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close(0)
+
+
+def run_phase(server: str, phase: str, rounds: int, out_dir: str | Path, expect: int = 2,
+              wait_s: float = 10.0, gap_us: int = 100, timeout_ms: int = 200,
+              progress: Any = None) -> dict[str, Any]:
+    """Probe every ordered pair of registered agents and write the phase's sync table under ``out_dir``."""
+    check_phase(phase)
+    if not 1 <= rounds <= control.MAX_ROUNDS:
+        raise ValueError(f"rounds must be 1..{control.MAX_ROUNDS}")
+    deadline = time.monotonic() + wait_s
+    while True:
+        agents = list_agents(server)
+        if len(agents) >= max(expect, 2):
+            break
+        if time.monotonic() > deadline:
+            need = max(expect, 2)
+            raise OSError(f"{len(agents)} agents registered at {server} after {wait_s:.0f}s, need {need}")
+        time.sleep(0.2)
+    tables, pairs, failures = [], [], []
+    with _client(server) as sock:
+        sock.send_multipart(control.pack({"op": "run", "phase": phase, "rounds": rounds,
+                                          "gap_us": gap_us, "timeout_ms": timeout_ms}))
+        domains: dict[str, float] = {}
+        while True:
+            if not sock.poll(int((rounds * (gap_us / 1e6 + timeout_ms / 1e3) + 30) * 1000)):
+                raise OSError(f"the coordinator at {server} stopped answering")
+            h, rows = control.unpack(sock.recv_multipart())
+            op = h["op"]
+            if op == "error":
+                raise ValueError(str(h.get("error")))
+            if op == "started":
+                domains = {str(k): float(v) for k, v in dict(h.get("domains", {})).items()}
+                if progress is not None:
+                    progress(0, int(h.get("pairs", 0)))
+            elif op == "pair":
+                if rows is None:
+                    failures.append(f"{h.get('initiator')} -> {h.get('responder')}: {h.get('error')}")
+                else:
+                    tables.append(probes_table(phase, str(h["initiator"]), str(h["responder"]),
+                                               rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4],
+                                               rows[:, 0].astype(np.int32)))
+                    min_rtt = int((rows[:, 3] - rows[:, 1]).min()) if len(rows) else None
+                    pairs.append({"initiator": h["initiator"], "responder": h["responder"],
+                                  "probes": len(rows), "lost": h.get("lost", 0), "min_rtt_cycles": min_rtt})
+                if progress is not None:
+                    progress(len(pairs) + len(failures), None)
+            elif op == "done":
+                break
+    path = write_sync(out_dir, phase, tables, domains)
+    return {"path": str(path), "phase": phase, "pairs": pairs, "failures": failures, "domains": domains}

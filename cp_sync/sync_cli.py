@@ -1,0 +1,93 @@
+"""``cloudprofiler sync serve | agent | run``: MinRTT probes between TSC domains."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+DESCRIPTION = """MinRTT probe exchanges between TSC domains, written as sync tables (every probe kept).
+
+  serve   the coordinator agents register with (ZeroMQ, 127.0.0.1 by default)
+  agent   one per node or TSC domain: answers probes (UDP, timed in C) and runs the ones it is given
+  run     probe every ordered pair of registered agents, K rounds each, into a Parquet table
+
+examples:
+  cloudprofiler sync serve --bind 127.0.0.1:5599
+  cloudprofiler sync agent --server 127.0.0.1:5599
+  CP_TSC_VIRTUAL=nodeB:120:1000000000 cloudprofiler sync agent --server 127.0.0.1:5599
+  cloudprofiler sync agent --server 10.0.0.1:5599 --probe-bind 0.0.0.0 --advertise 10.0.0.2
+  cloudprofiler sync run --server 127.0.0.1:5599 --phase before --rounds 100 --out sync/
+  cloudprofiler sync run --server 127.0.0.1:5599 --phase after --out sync/ --expect 3
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``cloudprofiler sync``."""
+    sub = p.add_subparsers(dest="action", required=True, metavar="{serve,agent,run}")
+    s = sub.add_parser("serve", help="run the coordinator")
+    s.add_argument("--bind", default="127.0.0.1:5599", help="address to listen on (default 127.0.0.1:5599)")
+    a = sub.add_parser("agent", help="run a sync agent for this process's TSC domain")
+    a.add_argument("--server", required=True, help="coordinator address, e.g. 127.0.0.1:5599")
+    a.add_argument("--probe-bind", default="127.0.0.1", help="UDP address for probes (default 127.0.0.1)")
+    a.add_argument("--probe-port", type=int, default=0, help="UDP port for probes (default: any free)")
+    a.add_argument("--advertise", help="IPv4 address other agents reach the probe port on")
+    r = sub.add_parser("run", help="probe every ordered pair of agents")
+    r.add_argument("--server", required=True, help="coordinator address")
+    r.add_argument("--phase", required=True, help="phase name, e.g. before or after")
+    r.add_argument("--rounds", type=int, default=100, help="probes per ordered pair (default 100)")
+    r.add_argument("--out", required=True, help="directory for the sync table")
+    r.add_argument("--expect", type=int, default=2, help="wait for at least this many agents (default 2)")
+    r.add_argument("--wait", type=float, default=10.0, help="seconds to wait for them (default 10)")
+    r.add_argument("--gap-us", type=int, default=100, help="pause between probes in microseconds")
+    r.add_argument("--timeout-ms", type=int, default=200, help="a probe is lost after this long")
+
+
+def _stop_on_sigterm(stop) -> None:
+    signal.signal(signal.SIGTERM, lambda *_: stop())
+
+
+def run(args: argparse.Namespace) -> int:
+    """Dispatch the subcommand."""
+    if args.action == "serve":
+        from cp_sync.coordinator import Coordinator
+
+        coord = Coordinator(args.bind)
+        _stop_on_sigterm(coord._stop.set)
+        print(f"sync coordinator listening on {coord.address}", flush=True)
+        coord.serve_forever()
+        return 0
+    if args.action == "agent":
+        import native_tsc
+        from cp_sync.agent import Agent
+
+        agent = Agent(args.server, args.probe_bind, args.probe_port, args.advertise)
+        _stop_on_sigterm(agent.stop)
+        print(f"sync agent {agent.domain} ({native_tsc.BACKEND}, {agent.hz / 1e6:.3f} MHz) probes on "
+              f"{agent.advertise}:{agent.port}, coordinator {agent.server}", flush=True)
+        try:
+            agent.run()
+        except KeyboardInterrupt:
+            agent.stop()
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    from cp_sync.coordinator import run_phase
+
+    console = Console(stderr=True)
+    with console.status("probing agent pairs ..."):
+        res = run_phase(args.server, args.phase, args.rounds, args.out, expect=args.expect, wait_s=args.wait,
+                        gap_us=args.gap_us, timeout_ms=args.timeout_ms)
+    t = Table(title=f"sync phase {res['phase']} -> {res['path']}")
+    for col in ("initiator", "responder", "probes", "lost", "MinRTT (us)"):
+        t.add_column(col)
+    hz = res["domains"]
+    for p in res["pairs"]:
+        mr = p["min_rtt_cycles"]
+        us = "-" if mr is None else f"{mr / hz.get(p['initiator'], 1e9) * 1e6:.2f}"
+        t.add_row(p["initiator"], p["responder"], str(p["probes"]), str(p["lost"]), us)
+    Console().print(t)
+    for f in res["failures"]:
+        print(f"pair failed: {f}", file=sys.stderr)
+    return 1 if res["failures"] else 0
