@@ -314,3 +314,68 @@ def reference_hz(table: pa.Table, reference: str, reported: dict[str, float]) ->
     if reference in reported:
         return reported[reference], "agent"
     raise ValueError(f"no frequency for reference domain {reference!r}: no probes from it and none reported")
+
+
+# -- records -------------------------------------------------------------------------------------
+
+
+def read_points(records_dir: str, from_point: str, to_point: str) -> pa.Table:
+    """tuple_id and the two points' stamp columns from a records dataset (staging dirs ignored)."""
+    import pyarrow.dataset as pds
+
+    cols = ["tuple_id", f"cp_tsc_{from_point}", f"cp_node_{from_point}", f"cp_tsc_{to_point}",
+            f"cp_node_{to_point}"]
+    try:
+        dataset = pds.dataset(records_dir, format="parquet", ignore_prefixes=[".", "_"])
+    except (FileNotFoundError, pa.ArrowInvalid) as e:
+        raise ValueError(f"cannot read records from {records_dir!r}: {e}") from None
+    missing = [c for c in cols if c not in dataset.schema.names]
+    if missing:
+        raise ValueError(f"records in {records_dir!r} lack {', '.join(missing)} "
+                         f"(stamp points present: {_points(dataset.schema.names)})")
+    t = dataset.to_table(columns=cols)
+    valid = pc.and_(pc.is_valid(t[cols[1]]), pc.is_valid(t[cols[3]]))
+    return t.filter(valid)
+
+
+def _points(names: list[str]) -> str:
+    pts = [n[len("cp_tsc_"):] for n in names if n.startswith("cp_tsc_")]
+    return ", ".join(pts) or "none"
+
+
+def default_reference(points: pa.Table, to_point: str) -> str:
+    """The domain most end stamps were taken in."""
+    counts = pc.value_counts(points[f"cp_node_{to_point}"]).to_pylist()
+    if not counts:
+        raise ValueError("no records to translate")
+    return str(max(counts, key=lambda c: (c["counts"], c["values"]))["values"])
+
+
+def translate_points(points: pa.Table, sync: pa.Table, from_point: str, to_point: str, reference: str,
+                     hz: float, methods: tuple[str, ...] = METHODS) -> tuple[pa.Table, Translator]:
+    """The output table: one row per record and method with duration and bound in cycles and ns."""
+    ys = points[f"cp_tsc_{from_point}"].to_numpy()
+    ye = points[f"cp_tsc_{to_point}"].to_numpy()
+    ds_ = points[f"cp_node_{from_point}"].to_numpy(zero_copy_only=False)
+    de = points[f"cp_node_{to_point}"].to_numpy(zero_copy_only=False)
+    tr = Translator(sync, reference)
+    parts = []
+    scen_dict = pa.array([SCENARIOS[k] for k in sorted(SCENARIOS)])
+    for res in tr.translate(ys, ds_, ye, de, methods):
+        idx = pa.array(res.index)
+        n = len(res.index)
+        parts.append(pa.table({
+            "tuple_id": points["tuple_id"].take(idx),
+            "from_point": pa.array([from_point] * n, pa.string()),
+            "to_point": pa.array([to_point] * n, pa.string()),
+            "from_domain": points[f"cp_node_{from_point}"].take(idx),
+            "to_domain": points[f"cp_node_{to_point}"].take(idx),
+            "reference": pa.array([reference] * n, pa.string()),
+            "method": pa.array([res.method] * n, pa.string()),
+            "scenario": pa.DictionaryArray.from_arrays(pa.array(res.scenario), scen_dict).cast(pa.string()),
+            "duration_cycles": pa.array(res.duration),
+            "bound_cycles": pa.array(res.bound),
+            "duration_ns": pa.array(res.duration * (1e9 / hz)),
+            "bound_ns": pa.array(res.bound * (1e9 / hz)),
+        }))
+    return pa.concat_tables(parts), tr
