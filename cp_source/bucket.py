@@ -1,0 +1,237 @@
+"""The bucket wire format: two ZeroMQ frames, a fixed binary header and a payload.
+
+Header (little endian, ``HEADER.size`` = 128 bytes)::
+
+    magic      4s   b"CPBK"
+    version    B    1
+    codec      B    1 = NDJSON (one JSON object per line)
+    kind       B    1 = data, 2 = heartbeat, 3 = end-of-stream
+    flags      B    reserved, 0
+    sender_id  I    < 2**24
+    seq        Q    per sender, gapless over the data buckets that were sent
+    first_id   q    tuple id of the first tuple (data); 0 for control messages
+    count      I    tuples in the payload (data); 0 for control messages
+    payload    I    payload length in bytes (must equal the second frame's length)
+    tsc        q    sender TSC at send
+    wall_ns    q    sender wall clock (ns since the epoch) at send
+    domain_len B    length of the TSC domain id
+    domain     64s  TSC domain id, ASCII, NUL padded
+    pad        11x
+
+Control payloads are small JSON objects (end-of-stream: the sender's totals).
+Everything read from the wire is bounded: frame sizes, tuple counts and the
+number of dropped ranges an end-of-stream message may carry.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+MAGIC = b"CPBK"
+VERSION = 1
+CODEC_NDJSON = 1
+KIND_DATA = 1
+KIND_HEARTBEAT = 2
+KIND_EOS = 3
+KINDS = {KIND_DATA: "data", KIND_HEARTBEAT: "heartbeat", KIND_EOS: "eos"}
+
+HEADER = struct.Struct("<4sBBBBIQqIIqqB64s11x")
+assert HEADER.size == 128
+
+SENDER_BITS = 24
+SEQ_BITS = 39  # tuples per sender; sender id in the high bits keeps ids unique and positive
+MAX_SENDER = (1 << SENDER_BITS) - 1
+MAX_TUPLES_PER_SENDER = 1 << SEQ_BITS
+
+DEFAULT_MAX_FRAME_BYTES = 64 << 20
+DEFAULT_MAX_TUPLES = 1 << 20
+MAX_CONTROL_BYTES = 1 << 20
+MAX_DROPPED_RANGES = 100_000
+
+# Reasons a message is rejected (dead-letter counters use these names).
+REASONS = (
+    "frame_count",
+    "truncated_header",
+    "bad_magic",
+    "bad_version",
+    "bad_codec",
+    "bad_kind",
+    "bad_header",
+    "oversized",
+    "length_mismatch",
+    "count_mismatch",
+    "bad_json",
+    "bad_control",
+    "replayed_seq",
+)
+
+
+def tuple_id(sender_id: int, n: int) -> int:
+    """The id of the n-th tuple (0-based) of ``sender_id``."""
+    return (sender_id << SEQ_BITS) | n
+
+
+def sender_of(tid: int) -> int:
+    """The sender id encoded in a tuple id."""
+    return tid >> SEQ_BITS
+
+
+class BucketError(ValueError):
+    """A message that does not parse; ``reason`` is one of REASONS."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    kind: int
+    sender_id: int
+    seq: int
+    first_id: int
+    count: int
+    payload_len: int
+    tsc: int
+    wall_ns: int
+    domain: str
+    codec: int = CODEC_NDJSON
+
+
+def pack_header(h: Header) -> bytes:
+    """Serialize a header (checks the fields a receiver would reject)."""
+    dom = h.domain.encode("ascii")
+    if len(dom) > 64:
+        raise ValueError(f"domain id longer than 64 bytes: {h.domain!r}")
+    if not 0 <= h.sender_id <= MAX_SENDER:
+        raise ValueError(f"sender id {h.sender_id} out of range 0..{MAX_SENDER}")
+    return HEADER.pack(MAGIC, VERSION, h.codec, h.kind, 0, h.sender_id, h.seq, h.first_id, h.count,
+                       h.payload_len, h.tsc, h.wall_ns, len(dom), dom)
+
+
+class HeaderPacker:
+    """Reusable header buffer for the emission loop: only the changing fields are rewritten."""
+
+    def __init__(self, sender_id: int, domain: str, codec: int = CODEC_NDJSON) -> None:
+        self.sender_id = sender_id
+        self.domain = domain.encode("ascii")
+        self.codec = codec
+        if len(self.domain) > 64:
+            raise ValueError(f"domain id longer than 64 bytes: {domain!r}")
+        self.buf = bytearray(HEADER.size)
+
+    def pack(self, kind: int, seq: int, first_id: int, count: int, payload_len: int, tsc: int,
+             wall_ns: int) -> bytearray:
+        HEADER.pack_into(self.buf, 0, MAGIC, VERSION, self.codec, kind, 0, self.sender_id, seq, first_id,
+                         count, payload_len, tsc, wall_ns, len(self.domain), self.domain)
+        return self.buf
+
+
+def parse_header(frame: bytes | memoryview, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 max_tuples: int = DEFAULT_MAX_TUPLES) -> Header:
+    """Parse and validate a header frame; raise BucketError naming the reason."""
+    if len(frame) != HEADER.size:
+        raise BucketError("truncated_header" if len(frame) < HEADER.size else "bad_header",
+                          f"header frame is {len(frame)} bytes, expected {HEADER.size}")
+    (magic, version, codec, kind, flags, sender_id, seq, first_id, count, payload_len, tsc, wall_ns,
+     dom_len, dom) = HEADER.unpack(frame)
+    if magic != MAGIC:
+        raise BucketError("bad_magic", f"magic {magic!r}")
+    if version != VERSION:
+        raise BucketError("bad_version", f"version {version}")
+    if codec != CODEC_NDJSON:
+        raise BucketError("bad_codec", f"codec {codec}")
+    if kind not in KINDS:
+        raise BucketError("bad_kind", f"kind {kind}")
+    if flags != 0 or sender_id > MAX_SENDER or dom_len > 64 or any(dom[dom_len:]):
+        raise BucketError("bad_header", "reserved bits, sender id or domain field out of range")
+    try:
+        domain = dom[:dom_len].decode("ascii")
+    except UnicodeDecodeError:
+        raise BucketError("bad_header", "domain id is not ASCII") from None
+    if payload_len > max_frame_bytes:
+        raise BucketError("oversized", f"declared payload {payload_len} > {max_frame_bytes} bytes")
+    if kind == KIND_DATA:
+        if count == 0 or count > max_tuples:
+            raise BucketError("oversized" if count else "count_mismatch",
+                              f"tuple count {count} outside 1..{max_tuples}")
+        if first_id < 0 or (first_id >> SEQ_BITS) != sender_id or \
+                (first_id & (MAX_TUPLES_PER_SENDER - 1)) + count > MAX_TUPLES_PER_SENDER:
+            raise BucketError("bad_header", f"tuple ids {first_id}+{count} are not sender {sender_id}'s")
+    elif count != 0 or payload_len > MAX_CONTROL_BYTES:
+        raise BucketError("bad_control", "control message with tuples or an oversized payload")
+    return Header(kind, sender_id, seq, first_id, count, payload_len, tsc, wall_ns, domain, codec)
+
+
+def check_frames(frames: list[Any], max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 max_tuples: int = DEFAULT_MAX_TUPLES) -> Header:
+    """Validate a received message's framing and header; the payload is checked by the parser."""
+    if len(frames) != 2:
+        raise BucketError("frame_count", f"{len(frames)} frames, expected 2")
+    if len(frames[1]) > max_frame_bytes:
+        raise BucketError("oversized", f"payload frame {len(frames[1])} > {max_frame_bytes} bytes")
+    h = parse_header(frames[0], max_frame_bytes, max_tuples)
+    if h.payload_len != len(frames[1]):
+        raise BucketError("length_mismatch", f"header says {h.payload_len} bytes, frame has {len(frames[1])}")
+    return h
+
+
+@dataclass(frozen=True, slots=True)
+class EndOfStream:
+    """A sender's totals, carried by its end-of-stream message."""
+
+    sender_id: int
+    first_tuple_id: int
+    next_tuple_id: int  # one past the last id the sender assigned (emitted or dropped)
+    buckets_sent: int  # data buckets sent, i.e. seq numbers 0 .. buckets_sent - 1
+    emitted: int
+    dropped: int
+    dropped_ranges: list[list[int]]  # [first_id, count] of every dropped bucket, merged
+
+    def to_json(self) -> bytes:
+        return orjson.dumps({
+            "first_tuple_id": self.first_tuple_id, "next_tuple_id": self.next_tuple_id,
+            "buckets_sent": self.buckets_sent, "emitted": self.emitted, "dropped": self.dropped,
+            "dropped_ranges": self.dropped_ranges,
+        })
+
+
+def parse_eos(h: Header, payload: bytes | memoryview) -> EndOfStream:
+    """Parse and validate an end-of-stream payload against its header."""
+    try:
+        d = orjson.loads(bytes(payload))
+    except orjson.JSONDecodeError as e:
+        raise BucketError("bad_control", f"end-of-stream payload is not JSON: {e}") from None
+    try:
+        first, nxt = int(d["first_tuple_id"]), int(d["next_tuple_id"])
+        sent, emitted, dropped = int(d["buckets_sent"]), int(d["emitted"]), int(d["dropped"])
+        ranges = d["dropped_ranges"]
+        if not isinstance(ranges, list) or len(ranges) > MAX_DROPPED_RANGES:
+            raise ValueError("dropped_ranges")
+        ranges = [[int(a), int(c)] for a, c in ranges]
+    except (KeyError, TypeError, ValueError) as e:
+        raise BucketError("bad_control", f"end-of-stream payload lacks a valid field ({e})") from None
+    lo = h.sender_id << SEQ_BITS
+    hi = lo + MAX_TUPLES_PER_SENDER
+    ok = lo <= first <= nxt <= hi and min(sent, emitted, dropped) >= 0 and emitted + dropped == nxt - first
+    ok = ok and sum(c for _, c in ranges) == dropped and all(first <= a and a + c <= nxt and c > 0
+                                                             for a, c in ranges)
+    if not ok:
+        raise BucketError("bad_control", "end-of-stream totals are inconsistent")
+    return EndOfStream(h.sender_id, first, nxt, sent, emitted, dropped, ranges)
+
+
+def merge_ranges(ranges: list[list[int]]) -> list[list[int]]:
+    """Merge [first, count] ranges that touch or overlap; sorted output."""
+    out: list[list[int]] = []
+    for a, c in sorted(ranges):
+        if out and a <= out[-1][0] + out[-1][1]:
+            end = max(out[-1][0] + out[-1][1], a + c)
+            out[-1][1] = end - out[-1][0]
+        else:
+            out.append([a, c])
+    return out

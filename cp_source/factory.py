@@ -1,0 +1,456 @@
+"""The deserializing factory: worker processes that turn buckets into Arrow segments in the spool.
+
+Topology: the factory binds one PULL socket at the user's endpoint (the
+generator connects to it). A ZeroMQ proxy (C, in a thread of the process
+that started the factory) forwards every message to a PUSH socket on an
+ephemeral loopback port, and N worker processes PULL from it, so buckets are
+spread round-robin over the workers. All high-water marks are small: when
+the spool is full the workers stop receiving, the queues fill up to the
+generator, and its non-blocking sends fail as counted drops.
+
+Each worker validates the bucket (cp_source.bucket), parses the payload into
+Arrow columns (the numba parser for all-string workloads such as YSB,
+pyarrow's JSON reader for file workloads), adds ``event_time``, ``tuple_id``,
+``sender_id`` and the ``gen``/``factory`` stamp columns, and publishes a
+segment every ``flush_rows`` rows or ``flush_ms`` milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import zmq
+
+import native_tsc
+from cp_source import bucket as bk
+from cp_source.deadletter import DeadLetterWriter
+from cp_source.spool import SegmentWriter, Spool, spool_bytes
+from cp_source.workloads import Workload, resolve
+
+HWM = 4  # worker-side queues: small, so a full spool turns into backpressure quickly
+FRONT_HWM = 16  # absorbs scheduling hiccups of a busy host
+DEFAULT_FLUSH_ROWS = 50_000
+DEFAULT_FLUSH_MS = 200
+_REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+def make_parser(workload: Workload) -> Callable[[bytes | memoryview, int], pa.RecordBatch]:
+    """The fastest correct payload parser for a workload's fields."""
+    if all(pa.types.is_string(f.type) for f in workload.fields):
+        from cp_source.parse_ysb import StringRowParser
+
+        return StringRowParser(workload.fields)
+    from cp_source.parse_json import parse_arrow_json
+
+    fields = workload.fields
+    return lambda payload, count: parse_arrow_json(payload, fields, count)
+
+
+def _repeat_strings(values: list[str], counts: np.ndarray) -> pa.Array:
+    if len(set(values)) == 1:
+        enc = values[0].encode()
+        n = int(counts.sum())
+        offsets = np.arange(n + 1, dtype=np.int32) * len(enc)
+        return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(enc * n))
+    uniq = sorted(set(values))
+    idx = np.repeat(np.array([uniq.index(v) for v in values], dtype=np.int32), counts)
+    return pa.array(uniq, pa.string()).take(pa.array(idx))
+
+
+@dataclass
+class WorkerConfig:
+    backend: str
+    spool: str
+    worker: str
+    workload: str = "ysb"
+    schema: str | None = None
+    max_spool_bytes: int = 2 << 30
+    flush_rows: int = DEFAULT_FLUSH_ROWS
+    flush_ms: int = DEFAULT_FLUSH_MS
+    max_frame_bytes: int = bk.DEFAULT_MAX_FRAME_BYTES
+    max_tuples: int = bk.DEFAULT_MAX_TUPLES
+    fsync: bool = False
+    parent_pid: int = 0
+
+
+class FactoryWorker:
+    """One worker: receive, validate, parse, stamp, publish. Runs in its own process."""
+
+    def __init__(self, cfg: WorkerConfig) -> None:
+        self.cfg = cfg
+        self.workload = resolve(cfg.workload, cfg.schema)
+        self.fields = self.workload.fields
+        self.schema = self.workload.schema
+        self.parse = make_parser(self.workload)
+        self._warm_up()
+        self.writer = SegmentWriter(cfg.spool, cfg.worker, fsync=cfg.fsync)
+        self.dead = DeadLetterWriter(self.writer.dir / "deadletter.bin")
+        self.max_seq = self.writer.max_seq_by_sender()
+        self.domain = native_tsc.domain_id()
+        prev = {}
+        with contextlib.suppress(FileNotFoundError, orjson.JSONDecodeError):
+            prev = orjson.loads((self.writer.dir / "stats.json").read_bytes())
+        # counters are cumulative over restarts of this worker
+        self.counters: dict[str, Any] = {
+            "received": int(prev.get("received", 0)),
+            "heartbeats": int(prev.get("heartbeats", 0)),
+            "eos": int(prev.get("eos", 0)),
+            "deadletters": dict(prev.get("deadletters", {})),
+            "restarts": int(prev.get("restarts", -1)) + 1,
+        }
+        self.pending: list[pa.RecordBatch] = []
+        # per pending bucket: sender, seq, first id, count, gen tsc, gen wall ns, factory tsc
+        self.meta: list[tuple[int, int, int, int, int, int, int]] = []
+        self.gen_domains: list[str] = []
+        self.pending_rows = 0
+        self.oldest = 0.0
+        self.last_recv_wall = 0.0
+        self.paused = False
+        self.stop = False
+
+    def _warm_up(self) -> None:
+        """Run the parser and the segment builder once, so the first real bucket pays no JIT/import cost."""
+        row = {f.name: "x" if pa.types.is_string(f.type) else None for f in self.fields}
+        self.parse(orjson.dumps(row) + b"\n", 1)
+        _repeat_strings(["a", "b"], np.ones(2, np.int64))
+
+    # -- message handling ------------------------------------------------------------------
+    def _reject(self, reason: str, frames: list[Any]) -> None:
+        d = self.counters["deadletters"]
+        d[reason] = d.get(reason, 0) + 1
+        self.dead.write(reason, frames)
+
+    def handle(self, frames: list[Any]) -> None:
+        """Validate and parse one message; anything bad is counted and dead-lettered."""
+        self.counters["received"] += 1
+        try:
+            h = bk.check_frames(frames, self.cfg.max_frame_bytes, self.cfg.max_tuples)
+        except bk.BucketError as e:
+            self._reject(e.reason, frames)
+            return
+        if h.kind == bk.KIND_HEARTBEAT:
+            self.counters["heartbeats"] += 1
+            return
+        if h.kind == bk.KIND_EOS:
+            try:
+                eos = bk.parse_eos(h, frames[1])
+            except bk.BucketError as e:
+                self._reject(e.reason, frames)
+                return
+            self.flush()  # this worker's data of the sender is published before its totals
+            self.writer.record_eos({"sender_id": eos.sender_id, "first_tuple_id": eos.first_tuple_id,
+                                    "next_tuple_id": eos.next_tuple_id, "buckets_sent": eos.buckets_sent,
+                                    "emitted": eos.emitted, "dropped": eos.dropped,
+                                    "dropped_ranges": bk.merge_ranges(eos.dropped_ranges),
+                                    "domain": h.domain})
+            self.counters["eos"] += 1
+            return
+        if h.seq <= self.max_seq.get(h.sender_id, -1):
+            self._reject("replayed_seq", frames)
+            return
+        self.max_seq[h.sender_id] = h.seq
+        try:
+            batch = self.parse(frames[1], h.count)
+        except bk.BucketError as e:
+            self._reject(e.reason, frames)
+            self.writer.record_rejected(h.sender_id, h.seq, h.first_id, h.count)
+            return
+        if not self.pending:
+            self.oldest = time.monotonic()
+        self.pending.append(batch)
+        self.meta.append((h.sender_id, h.seq, h.first_id, h.count, h.tsc, h.wall_ns, native_tsc.now()))
+        self.gen_domains.append(h.domain)
+        self.pending_rows += h.count
+
+    def flush(self) -> None:
+        """Publish the pending buckets as one segment."""
+        if not self.pending:
+            return
+        m = np.array(self.meta, dtype=np.int64)
+        counts = m[:, 3]
+        n = int(counts.sum())
+        starts = np.repeat(m[:, 2] - (np.cumsum(counts) - counts), counts)
+        tuple_ids = starts + np.arange(n, dtype=np.int64)
+        event_ms = m[:, 5] // 1_000_000
+        payload = pa.Table.from_batches(self.pending, schema=self.fields).combine_chunks()
+        cols = list(payload.columns) + [
+            pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n,
+                                  [None, pa.py_buffer(np.repeat(event_ms * 1000, counts))]),
+            pa.array(tuple_ids),
+            pa.array(np.repeat(m[:, 0].astype(np.int32), counts)),
+            pa.array(np.repeat(m[:, 4], counts)),
+            _repeat_strings(self.gen_domains, counts),
+            pa.array(np.repeat(m[:, 6], counts)),
+            _repeat_strings([self.domain], counts),
+        ]
+        table = pa.Table.from_arrays(cols, schema=self.schema)
+        self.writer.publish(table, m[:, :4], int(event_ms.min()), int(event_ms.max()),
+                            int(tuple_ids.min()), int(tuple_ids.max()))
+        self.pending.clear()
+        self.meta.clear()
+        self.gen_domains.clear()
+        self.pending_rows = 0
+
+    def write_stats(self, ready: bool = True) -> None:
+        self.writer.write_stats({
+            **self.counters, "worker": self.cfg.worker, "pid": os.getpid(), "ready": ready,
+            "pending_rows": self.pending_rows, "paused": self.paused,
+            "last_recv_wall": self.last_recv_wall, "updated_wall": time.time(),
+            "next_segment": self.writer.next_number, "deadletters_skipped": self.dead.skipped,
+        })
+
+    # -- main loop ----------------------------------------------------------------------------
+    def run(self) -> None:
+        ctx = zmq.Context.instance()
+        sock = ctx.socket(zmq.PULL)
+        sock.setsockopt(zmq.RCVHWM, HWM)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(self.cfg.backend)
+        self.write_stats()
+        flush_s = self.cfg.flush_ms / 1000
+        next_stats = time.monotonic() + 0.2
+        used = spool_bytes(self.cfg.spool)
+        next_used = time.monotonic() + 0.05
+        try:
+            while not self.stop:
+                now = time.monotonic()
+                if self.cfg.parent_pid and os.getppid() != self.cfg.parent_pid:
+                    break  # the factory that started us is gone
+                if now >= next_used:
+                    used = spool_bytes(self.cfg.spool)
+                    next_used = now + 0.05
+                self.paused = used >= self.cfg.max_spool_bytes
+                if self.paused:
+                    self.flush()
+                    time.sleep(0.02)
+                else:
+                    wait = flush_s if not self.pending else max(0.0, self.oldest + flush_s - now)
+                    if sock.poll(min(int(wait * 1000) + 1, 100), zmq.POLLIN):
+                        while self.pending_rows < self.cfg.flush_rows:
+                            try:
+                                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                            except zmq.Again:
+                                break
+                            self.last_recv_wall = time.time()
+                            self.handle([f.buffer for f in frames])
+                    if self.pending and (self.pending_rows >= self.cfg.flush_rows
+                                         or time.monotonic() - self.oldest >= flush_s):
+                        before = self.writer.next_number
+                        self.flush()
+                        if self.writer.next_number != before:
+                            used += (self.writer.dir / f"seg-{before:012d}.arrow").stat().st_size
+                if time.monotonic() >= next_stats:
+                    self.write_stats()
+                    next_stats = time.monotonic() + 0.2
+            self.flush()
+        finally:
+            self.write_stats(ready=False)
+            sock.close(0)
+            self.dead.close()
+            self.writer.close()
+
+
+def worker_main(argv: list[str] | None = None) -> int:
+    """Entry point of a worker process (``python -m cp_source.factory ...``)."""
+    p = argparse.ArgumentParser(prog="cp_source.factory")
+    for name, typ in (("backend", str), ("spool", str), ("worker", str), ("workload", str), ("schema", str),
+                      ("max-spool-bytes", int), ("flush-rows", int), ("flush-ms", int),
+                      ("max-frame-bytes", int), ("max-tuples", int), ("parent-pid", int)):
+        p.add_argument(f"--{name}", type=typ)
+    p.add_argument("--fsync", action="store_true")
+    a = p.parse_args(argv)
+    cfg = WorkerConfig(**{k: v for k, v in vars(a).items() if v is not None})
+    w = FactoryWorker(cfg)
+
+    def _term(signum: int, frame: Any) -> None:
+        w.stop = True
+
+    signal.signal(signal.SIGTERM, _term)
+    signal.signal(signal.SIGINT, _term)
+    w.run()
+    return 0
+
+
+class FactoryHandle:
+    """A running factory: the proxy thread and its worker processes."""
+
+    def __init__(self, endpoint: str, spool: str, workers: int, worker_args: list[str],
+                 max_spool_bytes: int, max_frame_bytes: int) -> None:
+        if workers < 1 or workers > 256:
+            raise ValueError(f"workers must be 1..256, got {workers}")
+        self.spool = str(spool)
+        Path(self.spool).mkdir(parents=True, exist_ok=True)
+        self.max_spool_bytes = max_spool_bytes
+        self._ctx = zmq.Context()
+        self._front = self._ctx.socket(zmq.PULL)
+        self._front.setsockopt(zmq.RCVHWM, FRONT_HWM)
+        self._front.setsockopt(zmq.LINGER, 0)
+        # a hard cap far above the checked bound: bigger messages cost the sender its connection
+        self._front.setsockopt(zmq.MAXMSGSIZE, 4 * max_frame_bytes + 4096)
+        self._front.bind(endpoint[:-2] + ":*" if endpoint.endswith(":0") else endpoint)
+        self.endpoint: str = self._front.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._back = self._ctx.socket(zmq.PUSH)
+        self._back.setsockopt(zmq.SNDHWM, HWM)
+        self._back.setsockopt(zmq.LINGER, 0)
+        self._back.bind("tcp://127.0.0.1:*")
+        self.backend: str = self._back.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._ctl_addr = f"inproc://factory-control-{id(self)}"
+        self._ctl = self._ctx.socket(zmq.PAIR)
+        self._ctl.bind(self._ctl_addr)
+        ctl_peer = self._ctx.socket(zmq.PAIR)
+        ctl_peer.connect(self._ctl_addr)
+        self._proxy = threading.Thread(target=self._run_proxy, args=(ctl_peer,), name="cp-factory-proxy",
+                                       daemon=True)
+        self._proxy.start()
+        self._worker_args = worker_args
+        self._procs: list[subprocess.Popen] = [self._spawn(i) for i in range(workers)]
+        self._stopped = False
+
+    def _run_proxy(self, ctl: zmq.Socket) -> None:
+        try:
+            zmq.proxy_steerable(self._front, self._back, None, ctl)
+        except zmq.ContextTerminated:
+            pass
+        finally:
+            for s in (self._front, self._back, ctl):
+                s.close(0)
+
+    def _spawn(self, i: int) -> subprocess.Popen:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = _REPO_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env.setdefault("NUMBA_NUM_THREADS", "1")
+        cmd = [sys.executable, "-m", "cp_source.factory", "--backend", self.backend, "--spool", self.spool,
+               "--worker", f"w{i}", "--parent-pid", str(os.getpid()), *self._worker_args]
+        return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
+
+    def worker_pids(self) -> list[int]:
+        return [p.pid for p in self._procs]
+
+    def alive(self) -> bool:
+        return not self._stopped and self._proxy.is_alive() and all(p.poll() is None for p in self._procs)
+
+    def _worker_stats(self, i: int) -> dict[str, Any]:
+        try:
+            return orjson.loads((Path(self.spool) / f"w{i}" / "stats.json").read_bytes())
+        except (FileNotFoundError, orjson.JSONDecodeError):
+            return {}
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        """Wait until every worker process runs and is connected."""
+        deadline = time.monotonic() + timeout
+        for i, p in enumerate(self._procs):
+            while True:
+                s = self._worker_stats(i)
+                if s.get("pid") == p.pid and s.get("ready"):
+                    break
+                if p.poll() is not None:
+                    raise RuntimeError(f"factory worker w{i} exited with status {p.returncode} at start")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"factory worker w{i} not ready after {timeout:.0f}s")
+                time.sleep(0.02)
+
+    def restart_worker(self, i: int, timeout: float = 120.0) -> None:
+        """Restart worker ``i`` (killing it first if it still runs); it resumes on its spool directory."""
+        old = self._procs[i]
+        if old.poll() is None:
+            old.kill()
+        old.wait()
+        self._procs[i] = self._spawn(i)
+        deadline = time.monotonic() + timeout
+        while True:
+            s = self._worker_stats(i)
+            if s.get("pid") == self._procs[i].pid and s.get("ready"):
+                return
+            if self._procs[i].poll() is not None:
+                raise RuntimeError(f"factory worker w{i} exited with status {self._procs[i].returncode}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"factory worker w{i} not ready after {timeout:.0f}s")
+            time.sleep(0.02)
+
+    def wait_drained(self, timeout: float = 30.0, quiet: float = 0.5) -> bool:
+        """True once every worker has published all it received and received nothing for ``quiet`` s."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ok = True
+            for i, p in enumerate(self._procs):
+                s = self._worker_stats(i)
+                ok = ok and p.poll() is None and s.get("pid") == p.pid and s.get("pending_rows") == 0 \
+                    and not s.get("paused") and time.time() - s.get("updated_wall", 0) < 1.0 \
+                    and s.get("updated_wall", 0) - s.get("last_recv_wall", 0) >= quiet
+            if ok:
+                return True
+            time.sleep(0.05)
+        return False
+
+    def spool_view(self) -> Spool:
+        return Spool(self.spool, self.max_spool_bytes)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop workers (they publish what they hold), then the proxy."""
+        if self._stopped:
+            return
+        self._stopped = True
+        for p in self._procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self._procs:
+            try:
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        with contextlib.suppress(zmq.ZMQError):
+            self._ctl.send(b"TERMINATE")
+        self._proxy.join(timeout)
+        self._ctl.close(0)
+        self._ctx.term()
+
+    def __enter__(self) -> FactoryHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_factory(endpoint: str, spool: str | os.PathLike, workers: int = 2, workload: str = "ysb",
+                  schema: str | None = None, max_spool_bytes: int = 2 << 30,
+                  flush_rows: int = DEFAULT_FLUSH_ROWS, flush_ms: int = DEFAULT_FLUSH_MS,
+                  max_frame_bytes: int = bk.DEFAULT_MAX_FRAME_BYTES, max_tuples: int = bk.DEFAULT_MAX_TUPLES,
+                  fsync: bool = False, wait: bool = True) -> FactoryHandle:
+    """Start a factory bound at ``endpoint`` (``tcp://127.0.0.1:0`` or ``:*`` picks a free port)."""
+    resolve(workload, schema)  # fail early on a bad workload or schema
+    if max_spool_bytes <= 0 or flush_rows <= 0 or flush_ms <= 0 or max_frame_bytes <= 0 or max_tuples <= 0:
+        raise ValueError("spool bound, flush rows/ms, max frame bytes and max tuples must be positive")
+    args = ["--workload", workload, "--max-spool-bytes", str(max_spool_bytes),
+            "--flush-rows", str(flush_rows), "--flush-ms", str(flush_ms),
+            "--max-frame-bytes", str(max_frame_bytes), "--max-tuples", str(max_tuples)]
+    if schema:
+        args += ["--schema", schema]
+    if fsync:
+        args.append("--fsync")
+    h = FactoryHandle(endpoint, os.fspath(spool), workers, args, max_spool_bytes, max_frame_bytes)
+    if wait:
+        try:
+            h.wait_ready()
+        except BaseException:
+            h.stop()
+            raise
+    return h
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main())

@@ -1,0 +1,222 @@
+"""The throughput-controlled generator: pre-serialized buckets offered at an exact rate over ZeroMQ.
+
+Before the emission loop starts, each sender builds a small pool of payloads
+(``bucket`` rows each, serialized by orjson) that the loop reuses; the tuple
+ids and the event time live in the per-bucket header, so reusing payload rows
+changes nothing the factory produces except the repeated field values.
+
+The loop gives every bucket a fixed time budget (``bucket / rate`` seconds):
+bucket k is due at ``t0 + k * budget``; the sender sleeps until ~1 ms before
+the deadline and busy-waits the rest, then sends without blocking. A send the
+receiver cannot take (ZeroMQ EAGAIN) is a counted drop: the bucket's tuple
+ids are consumed all the same, so drops are exact id ranges, and its bucket
+sequence number is not (sequence numbers count buckets actually sent, so a
+gap in them is loss in transit). If the loop falls behind its own schedule it
+catches up by sending back to back; a run whose achieved rate ends more than
+1% below the target, or that ran more than 10% of its duration late at any
+point, is flagged ``generator_bound``: the generator, not the system under
+test, limited the rate, so the run says nothing about the system.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import random
+import time
+from typing import Any
+
+import orjson
+import zmq
+
+import native_tsc
+from cp_source import bucket as bk
+from cp_source.workloads import file_lines, ysb_rows
+
+SEND_HWM = 8
+CONTROL_TIMEOUT_MS = 10_000
+RATE_TOLERANCE = 0.01
+LAG_TOLERANCE = 0.10  # of the run's duration
+
+
+def fresh_sender_base(senders: int) -> int:
+    """A random base for sender ids, so runs feeding one factory do not reuse ids."""
+    if not 1 <= senders <= 256:
+        raise ValueError(f"senders must be 1..256, got {senders}")
+    return random.SystemRandom().randrange(1, (bk.MAX_SENDER + 1) // 256) * 256
+
+
+def build_payloads(workload: str, bucket: int, seed: int = 0, pool: int | None = None) -> list[bytes]:
+    """A pool of full-bucket NDJSON payloads for ``workload`` (``ysb`` or ``file:PATH``)."""
+    if bucket < 1 or bucket > bk.DEFAULT_MAX_TUPLES:
+        raise ValueError(f"bucket must be 1..{bk.DEFAULT_MAX_TUPLES} tuples, got {bucket}")
+    n_pool = pool or max(2, min(16, 64_000 // bucket))
+    if workload == "ysb":
+        lines = [orjson.dumps(r) for r in ysb_rows(bucket * n_pool, seed)]
+    elif workload.startswith("file:"):
+        src = file_lines(workload[5:])
+        lines = [src[i % len(src)] for i in range(bucket * n_pool)]
+    else:
+        raise ValueError(f"unknown workload {workload!r}: expected ysb or file:PATH")
+    return [b"\n".join(lines[k * bucket:(k + 1) * bucket]) + b"\n" for k in range(n_pool)]
+
+
+def _partial(payload: bytes, rows: int) -> bytes:
+    """The first ``rows`` lines of a payload."""
+    pos = 0
+    for _ in range(rows):
+        pos = payload.index(b"\n", pos) + 1
+    return payload[:pos]
+
+
+def run_sender(endpoint: str, sender_id: int, rate: float, tuples: int, bucket: int, workload: str,
+               barrier: Any = None, hwm: int = SEND_HWM, seed: int | None = None) -> dict[str, Any]:
+    """One sender: offer ``tuples`` tuples at ``rate`` tuples/s; return its counters."""
+    pool = build_payloads(workload, bucket, seed=sender_id if seed is None else seed)
+    domain = native_tsc.domain_id()
+    packer = bk.HeaderPacker(sender_id, domain)
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUSH)
+    sock.setsockopt(zmq.SNDHWM, hwm)
+    sock.setsockopt(zmq.LINGER, CONTROL_TIMEOUT_MS)
+    sock.setsockopt(zmq.SNDTIMEO, CONTROL_TIMEOUT_MS)
+    sock.connect(endpoint)
+    first = bk.tuple_id(sender_id, 0)
+    out: dict[str, Any] = {"id": sender_id, "first_tuple_id": first}
+    try:
+        # blocking hello: returns once a connection to the factory exists
+        hello = packer.pack(bk.KIND_HEARTBEAT, 0, 0, 0, 0, native_tsc.now(), time.time_ns())
+        try:
+            sock.send_multipart([bytes(hello), b""])
+        except zmq.Again:
+            raise ConnectionError(f"no factory accepted a connection at {endpoint} "
+                                  f"within {CONTROL_TIMEOUT_MS / 1000:.0f}s") from None
+        n_buckets = math.ceil(tuples / bucket)
+        last_rows = tuples - (n_buckets - 1) * bucket if n_buckets else 0
+        partial = _partial(pool[(n_buckets - 1) % len(pool)], last_rows) if 0 < last_rows < bucket else b""
+        period = bucket / rate * 1e9
+        n_pool = len(pool)
+        emitted = dropped = seq = 0
+        next_id = first
+        ranges: list[list[int]] = []
+        max_lag = 0
+        now_tsc = native_tsc.now
+        clock = time.perf_counter_ns
+        wall = time.time_ns
+        send = sock.send
+        flags_more = zmq.NOBLOCK | zmq.SNDMORE
+        if barrier is not None:
+            barrier.wait()
+        t0 = clock() + 1_000_000
+        for k in range(n_buckets):
+            deadline = t0 + int(k * period)
+            now = clock()
+            if now < deadline:
+                if deadline - now > 2_000_000:
+                    time.sleep((deadline - now - 1_000_000) / 1e9)
+                while clock() < deadline:
+                    pass
+            elif now - deadline > max_lag:
+                max_lag = now - deadline
+            count = bucket if k < n_buckets - 1 or not partial else last_rows
+            payload = pool[k % n_pool] if count == bucket else partial
+            hdr = packer.pack(bk.KIND_DATA, seq, next_id, count, len(payload), now_tsc(), wall())
+            try:
+                send(hdr, flags_more)
+            except zmq.Again:
+                if ranges and ranges[-1][0] + ranges[-1][1] == next_id:
+                    ranges[-1][1] += count
+                else:
+                    ranges.append([next_id, count])
+                dropped += count
+            else:
+                send(payload, zmq.NOBLOCK, copy=False)  # never fails once the first part is queued
+                emitted += count
+                seq += 1
+            next_id += count
+        end = clock()
+        ideal_end = t0 + int(tuples / rate * 1e9)
+        elapsed = (max(end, ideal_end) - t0) / 1e9
+        eos = bk.EndOfStream(sender_id, first, next_id, seq, emitted, dropped, ranges)
+        body = eos.to_json()
+        hdr = bytes(packer.pack(bk.KIND_EOS, seq, 0, 0, len(body), native_tsc.now(), time.time_ns()))
+        try:
+            sock.send_multipart([hdr, body])
+            eos_ok = True
+        except zmq.Again:
+            eos_ok = False
+        out.update({
+            "next_tuple_id": next_id, "emitted": emitted, "dropped": dropped, "dropped_ranges": ranges,
+            "buckets_sent": seq, "elapsed_s": elapsed,
+            "achieved_rate": (emitted + dropped) / elapsed if elapsed else 0.0,
+            "target_rate": rate, "max_lag_ms": max_lag / 1e6, "eos_delivered": eos_ok,
+        })
+        return out
+    finally:
+        sock.close()  # lingers up to CONTROL_TIMEOUT_MS so queued buckets and end-of-stream go out
+        ctx.term()
+
+
+def _sender_proc(q: Any, barrier: Any, args: tuple) -> None:
+    try:
+        q.put(("ok", run_sender(*args, barrier=barrier)))
+    except BaseException as e:  # reported to the parent, which raises
+        q.put(("error", f"{type(e).__name__}: {e}"))
+        if barrier is not None:
+            barrier.abort()
+
+
+def run_generator(endpoint: str, rate: float, duration: float, senders: int = 1, bucket: int = 1000,
+                  workload: str = "ysb", sender_base: int | None = None,
+                  hwm: int = SEND_HWM) -> dict[str, Any]:
+    """Offer ``rate`` tuples/s for ``duration`` s from ``senders`` processes; return the JSON summary."""
+    if not rate > 0 or not math.isfinite(rate):
+        raise ValueError(f"rate must be a positive number of tuples/s, got {rate}")
+    if not duration > 0 or not math.isfinite(duration):
+        raise ValueError(f"duration must be positive seconds, got {duration}")
+    if not 1 <= senders <= 256:
+        raise ValueError(f"senders must be 1..256, got {senders}")
+    if bucket < 1 or bucket > bk.DEFAULT_MAX_TUPLES:
+        raise ValueError(f"bucket must be 1..{bk.DEFAULT_MAX_TUPLES} tuples, got {bucket}")
+    if not (workload == "ysb" or workload.startswith("file:")):
+        raise ValueError(f"unknown workload {workload!r}: expected ysb or file:PATH")
+    base = fresh_sender_base(senders) if sender_base is None else sender_base
+    if base < 0 or base + senders - 1 > bk.MAX_SENDER:
+        raise ValueError(f"sender ids {base}..{base + senders - 1} outside 0..{bk.MAX_SENDER}")
+    total = round(rate * duration)
+    if total >= bk.MAX_TUPLES_PER_SENDER:
+        raise ValueError("rate x duration exceeds the tuple ids one sender can number")
+    shares = [total // senders + (i < total % senders) for i in range(senders)]
+    per_rate = rate / senders
+    if senders == 1:
+        results = [run_sender(endpoint, base, per_rate, shares[0], bucket, workload, hwm=hwm)]
+    else:
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        barrier = ctx.Barrier(senders)
+        procs = [ctx.Process(target=_sender_proc, args=(q, barrier, (endpoint, base + i, per_rate, shares[i],
+                                                                     bucket, workload, None, hwm)))
+                 for i in range(senders)]
+        for p in procs:
+            p.start()
+        results, errors = [], []
+        for _ in procs:
+            status, value = q.get()
+            (results if status == "ok" else errors).append(value)
+        for p in procs:
+            p.join()
+        if errors:
+            raise RuntimeError("generator sender failed: " + "; ".join(errors))
+        results.sort(key=lambda r: r["id"])
+    emitted = sum(r["emitted"] for r in results)
+    dropped = sum(r["dropped"] for r in results)
+    elapsed = max(r["elapsed_s"] for r in results)
+    achieved = (emitted + dropped) / elapsed if elapsed else 0.0
+    max_lag = max(r["max_lag_ms"] for r in results)
+    bound = achieved < (1 - RATE_TOLERANCE) * rate or max_lag / 1e3 > LAG_TOLERANCE * duration
+    return {
+        "emitted": emitted, "dropped": dropped, "offered": emitted + dropped, "target_rate": rate,
+        "achieved_rate": achieved, "generator_bound": bound, "duration": duration, "elapsed_s": elapsed,
+        "max_lag_ms": max_lag, "bucket": bucket, "workload": workload, "endpoint": endpoint,
+        "sender_base": base, "eos_delivered": all(r["eos_delivered"] for r in results), "senders": results,
+    }

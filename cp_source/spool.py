@@ -1,0 +1,401 @@
+"""The spool: per-worker Arrow IPC segments, published atomically, deleted only after commit.
+
+Layout under the spool root::
+
+    committed.json            committed offsets {"w0": 12, ...} (written by Spool.commit)
+    w0/                       one directory per factory worker
+      lock                    held (flock) by the worker process that writes here
+      seg-000000000012.arrow  a published segment (Arrow IPC file); *.tmp are unpublished
+      manifest.ndjson         one line per published segment, in segment order
+      buckets.bin             int64 records (segment, sender, seq, first_id, count) per bucket published
+      rejected.bin            same records for buckets whose header was valid but whose payload was not
+      eos.ndjson              end-of-stream totals received by this worker
+      stats.json              the worker's counters (replaced atomically)
+      deadletter.bin          rejected messages, raw frames (see cp_source.deadletter)
+
+A segment is published by writing ``seg-N.arrow.tmp``, renaming it to
+``seg-N.arrow``, appending its bucket records, then its manifest line. The
+manifest line is the publication point: ``latest`` and ``segments`` read only
+the manifest. A worker that restarts removes tmp files and adopts a renamed
+segment whose manifest line is missing (its metadata carries everything the
+line needs), so numbering continues and nothing is published twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+
+from cp_source.bucket import merge_ranges
+
+SEG_RE = re.compile(r"^seg-(\d{12})\.arrow$")
+WORKER_RE = re.compile(r"^w(\d+)$")
+REC_FIELDS = 5  # segment, sender, seq, first_id, count
+REC_BYTES = REC_FIELDS * 8
+META_KEY = b"cp_segment"
+
+
+def seg_name(number: int) -> str:
+    return f"seg-{number:012d}.arrow"
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    """One published segment. Event times are epoch milliseconds; ``path`` is resolved on read."""
+
+    worker: str
+    number: int
+    rows: int
+    nbytes: int
+    path: str
+    tuple_id_min: int
+    tuple_id_max: int
+    event_time_min: int
+    event_time_max: int
+
+    def manifest_line(self) -> bytes:
+        d = asdict(self)
+        d.pop("path")
+        return orjson.dumps(d) + b"\n"
+
+
+def read_segment(path: str | os.PathLike) -> pa.Table:
+    """A segment as an Arrow table, memory-mapped (no copy of the column data)."""
+    with pa.memory_map(str(path), "r") as src:
+        return pa.ipc.open_file(src).read_all()
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _read_records(path: Path) -> np.ndarray:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return np.empty((0, REC_FIELDS), dtype=np.int64)
+    usable = len(raw) - len(raw) % REC_BYTES  # a record cut by a crash is ignored
+    return np.frombuffer(raw[:usable], dtype="<i8").reshape(-1, REC_FIELDS)
+
+
+def _read_ndjson(path: Path) -> list[dict[str, Any]]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in raw.split(b"\n"):
+        if line:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                out.append(orjson.loads(line))
+    return out
+
+
+def spool_bytes(root: str | os.PathLike) -> int:
+    """Bytes of published, uncommitted segments (the quantity the spool bound limits)."""
+    total = 0
+    with contextlib.suppress(FileNotFoundError):
+        for wd in os.scandir(root):
+            if wd.is_dir() and WORKER_RE.match(wd.name):
+                with contextlib.suppress(FileNotFoundError):
+                    for e in os.scandir(wd.path):
+                        if e.name.startswith("seg-"):  # tmp files count too: they are about to publish
+                            with contextlib.suppress(FileNotFoundError):
+                                total += e.stat().st_size
+    return total
+
+
+class SegmentWriter:
+    """The writing side of one worker's spool directory (used by exactly one process, under flock)."""
+
+    def __init__(self, root: str | os.PathLike, worker: str, fsync: bool = False) -> None:
+        if not WORKER_RE.match(worker):
+            raise ValueError(f"invalid worker name {worker!r}: expected w<N>")
+        self.root = Path(root)
+        self.worker = worker
+        self.dir = self.root / worker
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.fsync = fsync
+        self._lock = open(self.dir / "lock", "a+b")  # noqa: SIM115 - held for the writer's lifetime
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise RuntimeError(f"spool directory {self.dir} is in use by another factory worker") from None
+        self.next_number = self._recover()
+        self._buckets = open(self.dir / "buckets.bin", "ab")  # noqa: SIM115
+        self._manifest = open(self.dir / "manifest.ndjson", "ab")  # noqa: SIM115
+
+    def _recover(self) -> int:
+        """Remove tmp files, repair torn appends, adopt renamed-but-unlisted segments; next number."""
+        for p in self.dir.glob("*.tmp"):
+            p.unlink()
+        man = self.dir / "manifest.ndjson"
+        raw = man.read_bytes() if man.exists() else b""
+        if raw and not raw.endswith(b"\n"):
+            raw = raw[: raw.rfind(b"\n") + 1]
+            man.write_bytes(raw)
+        last = -1
+        for line in raw.split(b"\n"):
+            if line:
+                last = max(last, int(orjson.loads(line)["number"]))
+        recs_path = self.dir / "buckets.bin"
+        recs = _read_records(recs_path)
+        keep = int(np.searchsorted(recs[:, 0], last, side="right")) if len(recs) else 0
+        if recs_path.exists() and recs_path.stat().st_size != keep * REC_BYTES:
+            with open(recs_path, "r+b") as f:
+                f.truncate(keep * REC_BYTES)
+        rej = self.dir / "rejected.bin"
+        if rej.exists() and rej.stat().st_size % REC_BYTES:
+            with open(rej, "r+b") as f:
+                f.truncate(rej.stat().st_size - rej.stat().st_size % REC_BYTES)
+        numbers = sorted(int(m.group(1)) for p in self.dir.iterdir() if (m := SEG_RE.match(p.name)))
+        orphans = [n for n in numbers if n > last]
+        for n in orphans:
+            path = self.dir / seg_name(n)
+            try:
+                with pa.memory_map(str(path), "r") as src:
+                    meta = orjson.loads(pa.ipc.open_file(src).schema.metadata[META_KEY])
+            except (pa.ArrowInvalid, KeyError, OSError, orjson.JSONDecodeError):
+                path.unlink()  # cannot be a renamed segment (rename is atomic); never published
+                continue
+            meta["info"]["nbytes"] = path.stat().st_size
+            with open(recs_path, "ab") as f:
+                f.write(np.asarray(meta["buckets"], dtype="<i8").reshape(-1, REC_FIELDS).tobytes())
+            with open(man, "ab") as f:
+                f.write(orjson.dumps(meta["info"]) + b"\n")
+            last = n
+        return last + 1
+
+    def max_seq_by_sender(self) -> dict[int, int]:
+        """Highest bucket seq per sender already published or rejected here (replay protection)."""
+        out: dict[int, int] = {}
+        for recs in (_read_records(self.dir / "buckets.bin"), _read_records(self.dir / "rejected.bin")):
+            for sender, seq in zip(recs[:, 1].tolist(), recs[:, 2].tolist(), strict=True):
+                if seq > out.get(sender, -1):
+                    out[sender] = seq
+        return out
+
+    def publish(self, table: pa.Table, buckets: np.ndarray, event_min: int, event_max: int,
+                id_min: int, id_max: int) -> SegmentInfo:
+        """Write one segment atomically. ``buckets``: int64 (n, 4) rows of sender, seq, first_id, count."""
+        n = self.next_number
+        path = self.dir / seg_name(n)
+        recs = np.empty((len(buckets), REC_FIELDS), dtype="<i8")
+        recs[:, 0] = n
+        recs[:, 1:] = buckets
+        info = {"worker": self.worker, "number": n, "rows": table.num_rows, "nbytes": 0,
+                "tuple_id_min": id_min, "tuple_id_max": id_max,
+                "event_time_min": event_min, "event_time_max": event_max}
+        meta = {"info": info, "buckets": recs.tolist()}
+        tmp = path.with_name(path.name + ".tmp")
+        schema = table.schema.with_metadata({META_KEY: orjson.dumps(meta)})
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as w:
+            w.write_table(table.replace_schema_metadata(schema.metadata), max_chunksize=1 << 16)
+        if self.fsync:
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+        info["nbytes"] = path.stat().st_size
+        self._buckets.write(recs.tobytes())
+        self._buckets.flush()
+        self._manifest.write(orjson.dumps(info) + b"\n")
+        self._manifest.flush()
+        self.next_number = n + 1
+        return SegmentInfo(path=str(path), **info)
+
+    def record_rejected(self, sender: int, seq: int, first_id: int, count: int) -> None:
+        with open(self.dir / "rejected.bin", "ab") as f:
+            f.write(np.array([[-1, sender, seq, first_id, count]], dtype="<i8").tobytes())
+
+    def record_eos(self, totals: dict[str, Any]) -> None:
+        with open(self.dir / "eos.ndjson", "ab") as f:
+            f.write(orjson.dumps(totals) + b"\n")
+
+    def write_stats(self, stats: dict[str, Any]) -> None:
+        _write_atomic(self.dir / "stats.json", orjson.dumps(stats))
+
+    def close(self) -> None:
+        for f in (self._buckets, self._manifest):
+            f.close()
+        fcntl.flock(self._lock, fcntl.LOCK_UN)
+        self._lock.close()
+
+
+class Spool:
+    """The reading side: offsets, segment lists, commit and counters. Safe to create anywhere."""
+
+    def __init__(self, root: str | os.PathLike, max_bytes: int = 2 << 30) -> None:
+        self.root = Path(root)
+        self.max_bytes = max_bytes
+        self._tail: dict[str, tuple[int, list[dict[str, Any]]]] = {}  # worker -> (bytes read, lines)
+
+    def workers(self) -> list[str]:
+        """Worker directories, in worker order (w0, w1, ...)."""
+        try:
+            names = [e.name for e in os.scandir(self.root) if e.is_dir() and WORKER_RE.match(e.name)]
+        except FileNotFoundError:
+            return []
+        return sorted(names, key=lambda n: int(n[1:]))
+
+    def _manifest(self, worker: str) -> list[dict[str, Any]]:
+        """Manifest lines, read incrementally (only the new complete lines are parsed)."""
+        pos, lines = self._tail.get(worker, (0, []))
+        try:
+            with open(self.root / worker / "manifest.ndjson", "rb") as f:
+                f.seek(pos)
+                chunk = f.read()
+        except FileNotFoundError:
+            return lines
+        end = chunk.rfind(b"\n") + 1
+        for line in chunk[:end].split(b"\n"):
+            if line:
+                lines.append(orjson.loads(line))
+        self._tail[worker] = (pos + end, lines)
+        return lines
+
+    def latest(self) -> dict[str, int]:
+        """Per worker the highest published segment number (all lower ones are published); -1 if none."""
+        out = {}
+        for w in self.workers():
+            lines = self._manifest(w)
+            out[w] = int(lines[-1]["number"]) if lines else -1
+        return out
+
+    def segments(self, worker: str, after: int, upto: int) -> list[SegmentInfo]:
+        """Published segments of ``worker`` with after < number <= upto, in order."""
+        lines = self._manifest(worker)
+        base = int(lines[0]["number"]) if lines else 0  # numbers are consecutive in the manifest
+        lo = max(after + 1 - base, 0)
+        hi = max(upto + 1 - base, 0)
+        wdir = self.root / worker
+        return [SegmentInfo(path=str(wdir / seg_name(int(d["number"]))), **d) for d in lines[lo:hi]]
+
+    def committed(self) -> dict[str, int]:
+        """Committed offsets per worker (-1 when nothing was committed)."""
+        out = {w: -1 for w in self.workers()}
+        with contextlib.suppress(FileNotFoundError):
+            saved = orjson.loads((self.root / "committed.json").read_bytes())
+            out.update({k: int(v) for k, v in saved.items()})
+        return out
+
+    def commit(self, offsets: dict[str, int]) -> None:
+        """Record offsets as committed (never moving one back) and delete the segments they cover."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / "commit.lock", "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            cur = self.committed()
+            merged = dict(cur)
+            for w, n in offsets.items():
+                if not WORKER_RE.match(w):
+                    raise ValueError(f"invalid worker name {w!r}")
+                merged[w] = max(int(n), cur.get(w, -1))
+            if merged != cur:
+                _write_atomic(self.root / "committed.json", orjson.dumps(merged))
+            for w, n in merged.items():
+                wdir = self.root / w
+                with contextlib.suppress(FileNotFoundError):
+                    for e in os.scandir(wdir):
+                        m = SEG_RE.match(e.name)
+                        if m and int(m.group(1)) <= n:
+                            with contextlib.suppress(FileNotFoundError):
+                                os.unlink(e.path)
+
+    def used_bytes(self) -> int:
+        return spool_bytes(self.root)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters over all workers, with per-sender gap detection over the union of their buckets.
+
+        ``lost_in_transit`` lists, per sender that sent end-of-stream, the exact tuple-id ranges
+        ([first_id, count]) that were neither published, rejected, nor dropped by the generator.
+        Senders without end-of-stream are reported under ``open_senders`` with their seq gaps so far.
+        """
+        workers = self.workers()
+        recs = [_read_records(self.root / w / "buckets.bin") for w in workers]
+        rej = [_read_records(self.root / w / "rejected.bin") for w in workers]
+        pub = np.concatenate(recs) if recs else np.empty((0, REC_FIELDS), np.int64)
+        bad = np.concatenate(rej) if rej else np.empty((0, REC_FIELDS), np.int64)
+        eos: dict[int, dict[str, Any]] = {}
+        for w in workers:
+            for d in _read_ndjson(self.root / w / "eos.ndjson"):
+                eos[int(d["sender_id"])] = d
+        dead: dict[str, int] = {}
+        per_worker = {}
+        for w in workers:
+            try:
+                s = orjson.loads((self.root / w / "stats.json").read_bytes())
+            except (FileNotFoundError, orjson.JSONDecodeError):
+                s = {}
+            per_worker[w] = s
+            for k, v in s.get("deadletters", {}).items():
+                dead[k] = dead.get(k, 0) + int(v)
+        senders = sorted(set(pub[:, 1].tolist()) | set(bad[:, 1].tolist()) | set(eos))
+        lost: dict[str, list[list[int]]] = {}
+        lost_buckets: dict[str, int] = {}
+        duplicates: dict[str, int] = {}
+        open_senders: dict[str, dict[str, int]] = {}
+        for s in senders:
+            mine = pub[pub[:, 1] == s]
+            theirs = bad[bad[:, 1] == s]
+            seqs = np.concatenate([mine[:, 2], theirs[:, 2]])
+            uniq = np.unique(seqs)
+            if len(uniq) != len(seqs):
+                duplicates[str(s)] = int(len(seqs) - len(uniq))
+            if s in eos:
+                e = eos[s]
+                sent = int(e["buckets_sent"])
+                lost_buckets[str(s)] = int(sent - np.count_nonzero(uniq < sent))
+                got = np.concatenate([mine[:, 3:5], theirs[:, 3:5]]).tolist()
+                covered = [[int(a), int(c)] for a, c in got]
+                covered += [list(r) for r in e["dropped_ranges"]]
+                lost[str(s)] = _complement(int(e["first_tuple_id"]), int(e["next_tuple_id"]), covered)
+            else:
+                top = int(uniq[-1]) + 1 if len(uniq) else 0
+                open_senders[str(s)] = {"seq_seen_max": top - 1, "seq_gaps": int(top - len(uniq))}
+        return {
+            "workers": workers,
+            "buckets": int(len(pub)),
+            "rows": int(pub[:, 4].sum()) if len(pub) else 0,
+            "rejected_buckets": int(len(bad)),
+            "rejected_ranges": merge_ranges([[int(a), int(c)] for a, c in bad[:, 3:5].tolist()]),
+            "deadletters": dead,
+            "deadletters_total": int(sum(dead.values())),
+            "lost_in_transit": lost,
+            "lost_in_transit_total": int(sum(c for r in lost.values() for _, c in r)),
+            "lost_buckets": lost_buckets,
+            "duplicate_buckets": duplicates,
+            "end_of_stream": {str(k): v for k, v in eos.items()},
+            "open_senders": open_senders,
+            "per_worker": per_worker,
+            "used_bytes": self.used_bytes(),
+            "committed": self.committed(),
+            "latest": self.latest(),
+        }
+
+
+def _complement(lo: int, hi: int, covered: list[list[int]]) -> list[list[int]]:
+    """Ranges [first, count] of [lo, hi) not covered by ``covered``."""
+    out = []
+    pos = lo
+    for a, c in merge_ranges(covered):
+        if a > pos:
+            out.append([pos, min(a, hi) - pos])
+        pos = max(pos, a + c)
+        if pos >= hi:
+            break
+    if pos < hi:
+        out.append([pos, hi - pos])
+    return [r for r in out if r[1] > 0]

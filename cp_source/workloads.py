@@ -1,0 +1,176 @@
+"""Workloads: what the generator sends and what the factory's segments look like.
+
+* ``ysb``: the Yahoo Streaming Benchmark ad event (``user_id``, ``page_id``,
+  ``ad_id`` UUID strings, ``ad_type``, ``event_type``, ``ip_address``) and its
+  campaigns table (100 campaigns x 10 ads). ``event_time`` is not in the
+  payload: it is the bucket's emission time from the header (see docs/ingest.md).
+* ``file:PATH``: replays the lines of a user's NDJSON file; the factory parses
+  them with a user-given schema in Spark DDL (``"name STRING, price DOUBLE"``).
+
+Every segment carries, after the workload's fields, ``event_time`` (Spark
+TimestampType, i.e. Arrow ``timestamp[us, UTC]``, at millisecond precision),
+``tuple_id`` (int64), ``sender_id`` (int32) and the stamp columns
+``cp_tsc_gen``, ``cp_node_gen``, ``cp_tsc_factory``, ``cp_node_factory``.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+
+AD_TYPES = ("banner", "modal", "sponsored-search", "mail", "mobile")
+EVENT_TYPES = ("view", "click", "purchase")
+YSB_FIELDS = ("user_id", "page_id", "ad_id", "ad_type", "event_type", "ip_address")
+N_CAMPAIGNS = 100
+ADS_PER_CAMPAIGN = 10
+_CAMPAIGN_SEED = 20150601  # fixed: generator and campaigns table agree without sharing state
+
+EVENT_TIME = pa.field("event_time", pa.timestamp("us", tz="UTC"))
+META_FIELDS = [
+    EVENT_TIME,
+    pa.field("tuple_id", pa.int64()),
+    pa.field("sender_id", pa.int32()),
+    pa.field("cp_tsc_gen", pa.int64()),
+    pa.field("cp_node_gen", pa.string()),
+    pa.field("cp_tsc_factory", pa.int64()),
+    pa.field("cp_node_factory", pa.string()),
+]
+RESERVED = {f.name for f in META_FIELDS} | {"cp_tsc_source", "cp_node_source"}
+
+
+def ysb_fields() -> pa.Schema:
+    """The fields a YSB payload row carries (all strings)."""
+    return pa.schema([pa.field(n, pa.string()) for n in YSB_FIELDS])
+
+
+def segment_schema(fields: pa.Schema) -> pa.Schema:
+    """A workload's payload fields followed by the columns the factory adds."""
+    return pa.schema(list(fields) + META_FIELDS)
+
+
+def ysb_schema() -> pa.Schema:
+    """The segment schema of the ysb workload."""
+    return segment_schema(ysb_fields())
+
+
+def _uuid(rng: random.Random) -> str:
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+
+def campaigns_table() -> pa.Table:
+    """The YSB campaigns table: 100 campaigns x 10 ads, columns ``campaign_id``, ``ad_id``."""
+    rng = random.Random(_CAMPAIGN_SEED)
+    campaigns, ads = [], []
+    for _ in range(N_CAMPAIGNS):
+        c = _uuid(rng)
+        for _ in range(ADS_PER_CAMPAIGN):
+            campaigns.append(c)
+            ads.append(_uuid(rng))
+    return pa.table({"campaign_id": pa.array(campaigns, pa.string()), "ad_id": pa.array(ads, pa.string())})
+
+
+def ysb_rows(n: int, seed: int = 0) -> list[dict[str, str]]:
+    """``n`` random YSB ad events (without event_time), ads drawn from the campaigns table."""
+    rng = random.Random(seed)
+    ad_ids = campaigns_table().column("ad_id").to_pylist()
+    return [
+        {
+            "user_id": _uuid(rng),
+            "page_id": _uuid(rng),
+            "ad_id": rng.choice(ad_ids),
+            "ad_type": rng.choice(AD_TYPES),
+            "event_type": rng.choice(EVENT_TYPES),
+            "ip_address": ".".join(str(rng.randrange(1 if i == 0 else 0, 255)) for i in range(4)),
+        }
+        for _ in range(n)
+    ]
+
+
+# Spark DDL type names -> Arrow types as Spark's own Arrow conversion produces them.
+_DDL_TYPES = {
+    "string": pa.string(), "varchar": pa.string(), "char": pa.string(),
+    "boolean": pa.bool_(), "tinyint": pa.int8(), "byte": pa.int8(), "smallint": pa.int16(),
+    "short": pa.int16(), "int": pa.int32(), "integer": pa.int32(), "bigint": pa.int64(),
+    "long": pa.int64(), "float": pa.float32(), "real": pa.float32(), "double": pa.float64(),
+    "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"),
+}
+_DDL_FIELD = re.compile(
+    r"^\s*`?([A-Za-z_][A-Za-z0-9_]*)`?\s*:?\s+([A-Za-z]+)(\s*\(\s*\d+\s*\))?\s*(NOT\s+NULL)?\s*$",
+    re.IGNORECASE,
+)
+
+
+def parse_ddl(ddl: str) -> pa.Schema:
+    """Parse a flat Spark DDL schema (``"a STRING, b BIGINT"``) into Arrow payload fields."""
+    if not ddl or not ddl.strip():
+        raise ValueError("empty schema: expected Spark DDL such as 'name STRING, price DOUBLE'")
+    fields = []
+    for part in ddl.split(","):
+        m = _DDL_FIELD.match(part)
+        if not m:
+            raise ValueError(f"cannot parse schema field {part.strip()!r}: expected 'name TYPE'")
+        name, typ = m.group(1), m.group(2).lower()
+        if typ not in _DDL_TYPES:
+            raise ValueError(f"unsupported type {m.group(2)!r} for field {name!r}; "
+                             f"supported: {', '.join(sorted(_DDL_TYPES))}")
+        if name in RESERVED:
+            raise ValueError(f"field name {name!r} is reserved for a column the factory adds")
+        if name in (f.name for f in fields):
+            raise ValueError(f"duplicate field {name!r}")
+        fields.append(pa.field(name, _DDL_TYPES[typ]))
+    return pa.schema(fields)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a factory needs to parse payloads: a name and the payload fields."""
+
+    name: str  # "ysb" or "file"
+    fields: pa.Schema
+    path: str | None = None  # file workload: the NDJSON file (generator side only)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return segment_schema(self.fields)
+
+
+def resolve(workload: str = "ysb", schema: str | None = None) -> Workload:
+    """``ysb`` or ``file:PATH`` (the latter needs ``schema``, Spark DDL; the factory ignores PATH)."""
+    if workload == "ysb":
+        if schema:
+            raise ValueError("the ysb workload has a fixed schema; give --schema only with file:PATH")
+        return Workload("ysb", ysb_fields())
+    if workload.startswith("file:") or workload == "file":
+        if not schema:
+            raise ValueError("the file workload needs a schema (Spark DDL, e.g. 'name STRING, n BIGINT')")
+        path = workload[5:] or None
+        return Workload("file", parse_ddl(schema), path)
+    raise ValueError(f"unknown workload {workload!r}: expected ysb or file:PATH")
+
+
+def file_lines(path: str | Path, max_lines: int = 1_000_000) -> list[bytes]:
+    """The non-empty lines of an NDJSON file, each re-serialized compactly by orjson."""
+    out = []
+    with open(path, "rb") as f:
+        for i, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError as e:
+                raise ValueError(f"{path}:{i}: not JSON ({e})") from None
+            if not isinstance(obj, dict):
+                raise ValueError(f"{path}:{i}: each line must be a JSON object")
+            out.append(orjson.dumps(obj))
+            if len(out) >= max_lines:
+                break
+    if not out:
+        raise ValueError(f"{path}: no JSON lines")
+    return out
