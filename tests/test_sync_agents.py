@@ -1,0 +1,175 @@
+"""Agents in three processes, each under its own virtual TSC domain, on loopback: probes, tables, truth."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+import native_tsc
+from cloudprofiler.cli import main
+from cp_sync.coordinator import Coordinator, list_agents, run_phase
+from cp_sync.sync_table import read_sync
+from native_tsc.domain import make_virtual
+from tests.sync_helpers import stamp
+
+VIRTUAL = [
+    make_virtual("vnode-a", "42.5", 7_000_000_000_000),
+    make_virtual("vnode-b", "-180", -3_000_000_000_000),
+    make_virtual("vnode-c", "265.125", 910_000_000_000_000),
+]
+
+
+@pytest.fixture
+def cluster():
+    """A coordinator in this process and one agent process per virtual domain."""
+    coord = Coordinator("127.0.0.1:0").start()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "cloudprofiler.cli", "sync", "agent", "--server", coord.address],
+            env=dict(os.environ, CP_TSC_VIRTUAL=v.spec()),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        for v in VIRTUAL
+    ]
+    try:
+        yield coord
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        coord.stop()
+
+
+def _collect_events(seconds: float) -> np.ndarray:
+    """Raw counter reads spread over ``seconds`` (sleeps) plus bursts of back-to-back reads."""
+    raw = native_tsc.clock.raw
+    reads = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        reads.extend(raw() for _ in range(20))
+        time.sleep(0.002)
+    return np.array(reads, dtype=np.int64)
+
+
+def test_three_virtual_domains_on_loopback(cluster, tmp_path, capsys) -> None:
+    sync = tmp_path / "sync"
+    assert main(["sync", "run", "--server", cluster.address, "--phase", "before", "--rounds", "100",
+                 "--out", str(sync), "--expect", "3", "--wait", "60"]) == 0
+    assert "vnode-b" in capsys.readouterr().out
+    agents = list_agents(cluster.address)
+    assert sorted(a["domain"] for a in agents) == ["vnode-a", "vnode-b", "vnode-c"]
+    raws = _collect_events(0.4)
+    after = run_phase(cluster.address, "after", 100, sync, expect=3)
+    assert after["failures"] == []
+
+    table, hz = read_sync(sync)
+    assert sorted(hz) == ["vnode-a", "vnode-b", "vnode-c"]
+    # Every ordered pair, both directions, 100 probes each per phase, every probe kept.
+    counts = table.group_by(["phase", "initiator", "responder"]).aggregate([("round", "count")])
+    assert counts.num_rows == 2 * 6
+    lost = {(p["initiator"], p["responder"]): p["lost"] for p in after["pairs"]}
+    assert all(v == 0 for v in lost.values())
+    assert set(counts["round_count"].to_pylist()) == {100}
+    # The bracket holds against the truth: c_j mapped into the initiator's domain lies within [c_i, c_k].
+    by = {v.domain: v for v in VIRTUAL}
+    for row in table.slice(0, 50).to_pylist() + table.slice(table.num_rows - 50).to_pylist():
+        ini, resp = by[row["initiator"]], by[row["responder"]]
+        raw_j = _invert(resp, row["c_j"])
+        assert row["c_i"] <= ini.apply(raw_j) <= row["c_k"] + 1
+
+    # Events: start in one domain, end in another (or the same), real durations from the raw reads.
+    rng = np.random.default_rng(2026)
+    n = 3000
+    # Mostly short latencies (a few reads apart), some spanning most of the time between the phases.
+    a = rng.integers(0, len(raws), n)
+    step = np.where(rng.random(n) < 0.8, rng.integers(0, 60, n), rng.integers(0, len(raws), n))
+    b = np.minimum(a + step, len(raws) - 1)
+    rs, re_ = raws[a], raws[b]
+    si, ei = rng.integers(0, 3, n), rng.integers(0, 3, n)
+    names = np.array([v.domain for v in VIRTUAL])
+    ys = np.array([VIRTUAL[d].apply(int(t)) for d, t in zip(si, rs, strict=True)], dtype=np.int64)
+    ye = np.array([VIRTUAL[d].apply(int(t)) for d, t in zip(ei, re_, strict=True)], dtype=np.int64)
+    ref = VIRTUAL[0]
+    truth = stamp(ref, re_) - stamp(ref, rs)
+    ids = np.arange(n, dtype=np.int64) + (7 << 40)
+    rec = tmp_path / "records"
+    rec.mkdir()
+    pq.write_table(pa.table({"tuple_id": ids, "cp_tsc_source": ys, "cp_node_source": names[si],
+                             "cp_tsc_sink": ye, "cp_node_sink": names[ei]}), rec / "part-0.parquet")
+    out = tmp_path / "lat.parquet"
+    assert main(["translate", "--records", str(rec), "--sync", str(sync), "--from", "source", "--to", "sink",
+                 "--reference", ref.domain, "--out", str(out)]) == 0
+    got = pq.read_table(out)
+    truth_by_id = dict(zip(ids.tolist(), truth.tolist(), strict=True))
+    bounds = {}
+    for method in ("minrtt", "hull", "naive"):
+        sub = got.filter(pc.equal(got["method"], method)).sort_by("tuple_id")
+        assert sub["tuple_id"].to_pylist() == ids.tolist()
+        t = np.array([truth_by_id[i] for i in sub["tuple_id"].to_pylist()])
+        err = np.abs(sub["duration_cycles"].to_numpy() - t)
+        bnd = sub["bound_cycles"].to_numpy()
+        scen = np.array(sub["scenario"].to_pylist())
+        for s in ("reference", "same-node", "reference-node", "two-nodes"):
+            assert np.sum(scen == s) > 50, (method, s)
+            assert np.all(err[scen == s] <= bnd[scen == s]), (method, s)
+        bounds[method] = (bnd, scen)
+    # Convex hull never looser than the two MinRTT points.
+    assert np.all(bounds["hull"][0] <= bounds["minrtt"][0] + 1e-6)
+    # The paper's ordering, with e the half MinRTTs of the reference's probes.
+    own = table.filter(pc.equal(table["initiator"], ref.domain))
+    own = own.append_column("rtt", pc.subtract(own["c_k"], own["c_i"]))
+    half_min_rtts = own.group_by(["phase", "responder"]).aggregate([("rtt", "min")])["rtt_min"].to_numpy() / 2
+    e_min, e_max = half_min_rtts.min(), half_min_rtts.max()
+    bnd, scen = bounds["minrtt"]
+    assert np.all(bnd[scen == "reference"] < 0.01)
+    # Scenario 1 costs 2 d/D e: below e whenever the duration is short next to the time between phases.
+    ref_probes = table.filter(pc.equal(table["initiator"], ref.domain))
+    gap = (pc.min(ref_probes.filter(pc.equal(ref_probes["phase"], "after"))["c_i"]).as_py()
+           - pc.max(ref_probes.filter(pc.equal(ref_probes["phase"], "before"))["c_k"]).as_py())
+    short = (scen == "same-node") & (np.abs(truth) < gap / 4)
+    assert short.sum() > 50
+    assert np.all(bnd[short] < e_min)
+    assert np.all((bnd[scen == "reference-node"] >= e_min) & (bnd[scen == "reference-node"] <= e_max + 2.01))
+    nb, ns = bounds["naive"]
+    assert np.median(bnd[scen == "two-nodes"]) < 0.75 * np.median(nb[ns == "two-nodes"])
+    assert np.all(nb[ns == "same-node"] >= 2 * e_min)
+    # Durations in ns from the reference frequency the MinRTT pairs give: close to the real one.
+    f_true = native_tsc.clock.real_hz() * ref.rate()
+    dur = got.filter(pc.equal(got["method"], "minrtt"))
+    ratio = dur["duration_cycles"].to_numpy() / np.maximum(dur["duration_ns"].to_numpy(), 1e-9) * 1e9
+    big = np.abs(dur["duration_cycles"].to_numpy()) > 1e6
+    assert np.all(np.abs(ratio[big] / f_true - 1) < 2e-3)
+
+
+def _invert(v, c: int) -> int:
+    """The raw counter value whose reading in domain ``v`` is ``c`` (smallest such)."""
+    raw = int((c - v.offset) / v.rate())
+    while v.apply(raw) > c:
+        raw -= 1
+    while v.apply(raw + 1) <= c:
+        raw += 1
+    return raw
+
+
+def test_sync_run_errors_are_one_line(tmp_path, capsys) -> None:
+    with Coordinator("127.0.0.1:0") as coord:
+        rc = main(["sync", "run", "--server", coord.address, "--phase", "bad phase!", "--out", str(tmp_path)])
+        assert rc == 2
+        assert "invalid phase" in capsys.readouterr().err
+        rc = main(["sync", "run", "--server", coord.address, "--phase", "p", "--out", str(tmp_path),
+                   "--wait", "0.3"])
+        assert rc == 2
+        assert "0 agents registered" in capsys.readouterr().err
