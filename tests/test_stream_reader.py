@@ -155,3 +155,122 @@ def test_fetch_times_out_when_nobody_answers() -> None:
     finally:
         silent.close(0)
         ctx.term()
+
+
+# ---- reading a spool with Spark ----------------------------------------------------------------------
+
+
+def _segment_table(first_id: int, n: int) -> pa.Table:
+    """A YSB segment of ``n`` rows with tuple ids first_id .. first_id + n - 1, as the factory writes it."""
+    from cp_source.workloads import ysb_rows, ysb_schema
+
+    schema = ysb_schema()
+    rows = ysb_rows(n, seed=first_id)
+    cols = {f: pa.array([r[f] for r in rows], pa.string()) for f in rows[0]}
+    ids = pa.array(range(first_id, first_id + n), pa.int64())
+    cols.update(
+        event_time=pa.array([1_700_000_000_000_000 + i * 1000 for i in range(n)],
+                            pa.timestamp("us", tz="UTC")),
+        tuple_id=ids,
+        sender_id=pa.array([0] * n, pa.int32()),
+        cp_tsc_gen=ids,
+        cp_node_gen=pa.array(["gen"] * n, pa.string()),
+        cp_tsc_factory=ids,
+        cp_node_factory=pa.array(["factory"] * n, pa.string()),
+    )
+    return pa.table([cols[f.name] for f in schema], schema=schema)
+
+
+def fill_spool(root: Path, layout: dict[str, list[int]]) -> set[int]:
+    """Publish segments with the real spool writer: ``layout[worker]`` lists each segment's row count.
+
+    Tuple ids are unique across the whole spool; returns them.
+    """
+    import numpy as np
+
+    from cp_source.spool import SegmentWriter
+
+    ids: set[int] = set()
+    next_id = 0
+    for worker, sizes in layout.items():
+        writer = SegmentWriter(root, worker)
+        try:
+            for seq, n in enumerate(sizes):
+                table = _segment_table(next_id, n)
+                buckets = np.array([[0, seq, next_id, n]], dtype=np.int64)
+                writer.publish(table, buckets, 0, n, next_id, next_id + n - 1)
+                ids.update(range(next_id, next_id + n))
+                next_id += n
+        finally:
+            writer.close()
+    return ids
+
+
+def _read_ids(spark, path: Path) -> list[int]:
+    return [r.tuple_id for r in spark.read.parquet(str(path)).select("tuple_id").collect()]
+
+
+def _source(spark, spool: Path, **options: str):
+    import cloudprofiler
+
+    cloudprofiler.register(spark)
+    reader = (spark.readStream.format("cloudprofiler").option("spool", str(spool))
+              .option("factory", "external"))
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+@pytest.mark.parametrize("fetch", ["local", "network"])
+def test_available_now_reads_every_row_once_and_commits(spark, tmp_path: Path, fetch: str) -> None:
+    from conftest import run_available_now
+
+    import native_tsc
+    from cp_source.spool import Spool
+
+    spool = tmp_path / "spool"
+    ids = fill_spool(spool, {"w0": [300, 200, 100], "w1": [50, 250]})
+    df = _source(spark, spool, fetch=fetch, segmentsPerPartition="2")
+    out = tmp_path / "out"
+    run_available_now(df, "parquet", str(tmp_path / "ckpt"), str(out))
+    got = spark.read.parquet(str(out))
+    assert got.columns[-2:] == ["cp_tsc_source", "cp_node_source"]
+    ids_out = _read_ids(spark, out)
+    assert len(ids_out) == len(ids) and set(ids_out) == ids
+    stamps = got.select("cp_tsc_source", "cp_node_source").distinct().collect()
+    assert {r.cp_node_source for r in stamps} == {native_tsc.domain_id()}
+    assert all(r.cp_tsc_source > 0 for r in stamps)
+    assert got.filter("event_type NOT IN ('view', 'click', 'purchase')").count() == 0
+    # Spark commits a batch's end to the source only when it plans the next batch with data, so
+    # after a single batch nothing is committed and every segment is still there to replay.
+    assert Spool(spool).committed() == {"w0": -1, "w1": -1}
+    assert len(list(spool.glob("w*/seg-*.arrow"))) == 5
+    stats_file = spool / "_segment_server.json"
+    if fetch == "network":
+        served = orjson.loads(stats_file.read_bytes())
+        assert served["segments_served"] == 5 and served["rows_served"] == len(ids)
+    else:
+        assert not stats_file.exists()  # fetch=local starts no segment server
+
+
+def test_admission_control_admits_whole_segments_interleaved(spark, tmp_path: Path) -> None:
+    from conftest import await_query
+
+    spool = tmp_path / "spool"
+    ids = fill_spool(spool, {"w0": [10, 20, 10], "w1": [5, 5]})
+    df = _source(spark, spool, maxRecordsPerTrigger="25", fetch="local")
+    out = tmp_path / "out"
+    writer = (df.writeStream.format("parquet").option("checkpointLocation", str(tmp_path / "ckpt"))
+              .option("path", str(out)).trigger(availableNow=True))
+    query = writer.start()
+    await_query(query, 120)
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    # w0: 10 + w1: 5, then 20 + 5 (a third segment would pass 25 rows), then the last 10.
+    assert sizes == [15, 25, 10]
+    assert sorted(_read_ids(spark, out)) == sorted(ids)
+    # The second batch's end was committed when the third was planned: its segments are gone,
+    # the last batch's segment stays until a later batch commits it.
+    from cp_source.spool import Spool
+
+    assert Spool(spool).committed() == {"w0": 1, "w1": 1}
+    assert sorted(p.name for p in spool.glob("w*/seg-*.arrow")) == ["seg-000000000002.arrow"]

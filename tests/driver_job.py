@@ -1,0 +1,89 @@
+"""A Spark driver in its own process, for tests that kill it or join a standalone cluster.
+
+    python tests/driver_job.py --master local[2] --checkpoint C --out O \
+        --trigger available-now --opt spool=/tmp/s --opt factory=external
+
+Reads ``format("cloudprofiler")`` with the given options into a Parquet file
+sink. With ``--trigger processing`` it runs until killed (or ``--max-seconds``)
+and rewrites ``--progress`` (JSON: batches and rows so far) after every batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--trigger", choices=["available-now", "processing"], default="available-now")
+    p.add_argument("--interval", default="300 milliseconds")
+    p.add_argument("--opt", action="append", default=[], help="reader option key=value")
+    p.add_argument("--progress", help="JSON file rewritten after every batch")
+    p.add_argument("--max-seconds", type=float, default=120.0)
+    args = p.parse_args()
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import cloudprofiler
+
+    builder = (
+        SparkSession.builder.master(args.master)
+        .appName("cloudprofiler-driver-job")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.executor.memory", "512m")
+        .config("spark.python.worker.reuse", "true")
+    )
+    if args.master.startswith("spark://"):
+        builder = builder.config("spark.cores.max", "2").config("spark.executor.cores", "1")
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    cloudprofiler.register(spark)
+
+    opts = dict(kv.split("=", 1) for kv in args.opt)
+    df = (
+        spark.readStream.format("cloudprofiler").options(**opts).load()
+        .select("tuple_id", "sender_id", "cp_tsc_source", "cp_node_source", "cp_node_factory")
+    )
+    writer = (df.writeStream.format("parquet").option("path", args.out)
+              .option("checkpointLocation", args.checkpoint))
+    if args.trigger == "available-now":
+        query = writer.trigger(availableNow=True).start()
+    else:
+        query = writer.trigger(processingTime=args.interval).start()
+
+    batches, rows, seen = 0, 0, set()
+    deadline = time.monotonic() + args.max_seconds
+    while query.isActive and time.monotonic() < deadline:
+        query.awaitTermination(0.2)
+        for prog in query.recentProgress:
+            if prog["batchId"] in seen:
+                continue
+            seen.add(prog["batchId"])
+            batches += 1
+            rows += int(prog["numInputRows"])
+            if args.progress:
+                tmp = args.progress + ".tmp"
+                with open(tmp, "w") as f:
+                    json.dump({"batches": batches, "rows": rows, "pid": os.getpid()}, f)
+                os.replace(tmp, args.progress)
+    if query.isActive:
+        query.stop()
+    err = query.exception()
+    print(json.dumps({"batches": batches, "rows": rows, "error": str(err) if err else None}), flush=True)
+    spark.stop()
+    return 1 if err else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
