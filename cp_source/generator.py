@@ -14,7 +14,8 @@ sequence number is not (sequence numbers count buckets actually sent, so a
 gap in them is loss in transit). If the loop falls behind its own schedule it
 catches up by sending back to back; a run whose achieved rate ends more than
 1% below the target, or that ran more than 10% of its duration late at any
-point, is flagged ``generator_bound``: the generator, not the system under
+point, is flagged ``generator_bound``, and a sender still emitting after
+twice its duration plus a second stops early (``aborted``): the generator, not the system under
 test, limited the rate, so the run says nothing about the system.
 """
 
@@ -37,6 +38,7 @@ SEND_HWM = 8
 CONTROL_TIMEOUT_MS = 10_000
 RATE_TOLERANCE = 0.01
 LAG_TOLERANCE = 0.10  # of the run's duration
+ABORT_FACTOR = 2.0  # a sender still emitting after 2x its duration (+1 s) stops: it cannot offer the rate
 
 
 def fresh_sender_base(senders: int) -> int:
@@ -108,9 +110,14 @@ def run_sender(endpoint: str, sender_id: int, rate: float, tuples: int, bucket: 
         if barrier is not None:
             barrier.wait()
         t0 = clock() + 1_000_000
+        give_up = t0 + int((tuples / rate * ABORT_FACTOR + 1.0) * 1e9)
+        aborted = False
         for k in range(n_buckets):
             deadline = t0 + int(k * period)
             now = clock()
+            if now > give_up:
+                aborted = True  # hopelessly behind: the run is generator-bound either way
+                break
             if now < deadline:
                 if deadline - now > 2_000_000:
                     time.sleep((deadline - now - 1_000_000) / 1e9)
@@ -149,7 +156,7 @@ def run_sender(endpoint: str, sender_id: int, rate: float, tuples: int, bucket: 
             "next_tuple_id": next_id, "emitted": emitted, "dropped": dropped, "dropped_ranges": ranges,
             "buckets_sent": seq, "elapsed_s": elapsed,
             "achieved_rate": (emitted + dropped) / elapsed if elapsed else 0.0,
-            "target_rate": rate, "max_lag_ms": max_lag / 1e6, "eos_delivered": eos_ok,
+            "target_rate": rate, "max_lag_ms": max_lag / 1e6, "eos_delivered": eos_ok, "aborted": aborted,
         })
         return out
     finally:
@@ -213,10 +220,12 @@ def run_generator(endpoint: str, rate: float, duration: float, senders: int = 1,
     elapsed = max(r["elapsed_s"] for r in results)
     achieved = (emitted + dropped) / elapsed if elapsed else 0.0
     max_lag = max(r["max_lag_ms"] for r in results)
-    bound = achieved < (1 - RATE_TOLERANCE) * rate or max_lag / 1e3 > LAG_TOLERANCE * duration
+    aborted = any(r["aborted"] for r in results)
+    bound = aborted or achieved < (1 - RATE_TOLERANCE) * rate or max_lag / 1e3 > LAG_TOLERANCE * duration
     return {
         "emitted": emitted, "dropped": dropped, "offered": emitted + dropped, "target_rate": rate,
         "achieved_rate": achieved, "generator_bound": bound, "duration": duration, "elapsed_s": elapsed,
         "max_lag_ms": max_lag, "bucket": bucket, "workload": workload, "endpoint": endpoint,
-        "sender_base": base, "eos_delivered": all(r["eos_delivered"] for r in results), "senders": results,
+        "sender_base": base, "aborted": aborted, "eos_delivered": all(r["eos_delivered"] for r in results),
+        "senders": results,
     }

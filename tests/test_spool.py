@@ -1,0 +1,143 @@
+"""The spool: atomic publication, manifest, commit and deletion, restart recovery, gap detection."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from cp_source import bucket as bk
+from cp_source.spool import SegmentWriter, Spool, read_segment, seg_name
+
+S = 5  # sender id used below
+FIRST = bk.tuple_id(S, 0)
+
+
+def _publish(w: SegmentWriter, buckets: list[tuple[int, int, int, int]]) -> None:
+    """Publish one segment holding the given (sender, seq, first_id, count) buckets."""
+    ids = np.concatenate([np.arange(f, f + c, dtype=np.int64) for _, _, f, c in buckets])
+    t = pa.table({"tuple_id": ids, "v": pa.array([str(i) for i in ids.tolist()])})
+    w.publish(t, np.array(buckets, dtype=np.int64), 1000, 2000, int(ids.min()), int(ids.max()))
+
+
+def _bucket(seq: int, n: int = 10) -> tuple[int, int, int, int]:
+    return (S, seq, FIRST + seq * n, n)
+
+
+def test_publish_latest_segments_and_read(tmp_path: Path) -> None:
+    sp = Spool(tmp_path)
+    assert sp.latest() == {} and sp.workers() == []
+    w = SegmentWriter(tmp_path, "w0")
+    assert sp.latest() == {"w0": -1}
+    for seq in range(3):
+        _publish(w, [_bucket(seq)])
+    assert sp.latest() == {"w0": 2}
+    segs = sp.segments("w0", -1, 2)
+    assert [s.number for s in segs] == [0, 1, 2]
+    assert [s.number for s in sp.segments("w0", 0, 1)] == [1]
+    assert sp.segments("w0", 2, 5) == []
+    s1 = segs[1]
+    assert (s1.worker, s1.rows, s1.tuple_id_min, s1.tuple_id_max) == ("w0", 10, FIRST + 10, FIRST + 19)
+    assert (s1.event_time_min, s1.event_time_max) == (1000, 2000)
+    assert s1.path == str(tmp_path / "w0" / seg_name(1)) and s1.nbytes == Path(s1.path).stat().st_size
+    t = read_segment(s1.path)
+    assert t.column("tuple_id").to_pylist() == list(range(FIRST + 10, FIRST + 20))
+    # a fresh reader (e.g. on an executor) sees the same
+    assert Spool(tmp_path).segments("w0", 0, 2) == segs[1:]
+    w.close()
+
+
+def test_commit_deletes_only_committed_segments_and_is_idempotent(tmp_path: Path) -> None:
+    w = SegmentWriter(tmp_path, "w0")
+    for seq in range(4):
+        _publish(w, [_bucket(seq)])
+    sp = Spool(tmp_path)
+    before = sp.used_bytes()
+    assert sp.committed() == {"w0": -1}
+    sp.commit({"w0": 1})
+    assert sp.committed() == {"w0": 1}
+    assert sorted(p.name for p in (tmp_path / "w0").glob("seg-*")) == [seg_name(2), seg_name(3)]
+    assert 0 < sp.used_bytes() < before
+    sp.commit({"w0": 1})
+    sp.commit({"w0": 0})  # never moves back
+    assert sp.committed() == {"w0": 1}
+    assert sp.latest() == {"w0": 3}  # the manifest keeps committed segments' lines
+    with pytest.raises(ValueError):
+        sp.commit({"../x": 1})
+    w.close()
+
+
+def test_one_writer_per_worker_directory(tmp_path: Path) -> None:
+    w = SegmentWriter(tmp_path, "w0")
+    with pytest.raises(RuntimeError, match="in use"):
+        SegmentWriter(tmp_path, "w0")
+    w.close()
+    SegmentWriter(tmp_path, "w0").close()
+    with pytest.raises(ValueError):
+        SegmentWriter(tmp_path, "../w0")
+
+
+def test_restart_removes_tmp_repairs_torn_appends_and_adopts_renamed_segments(tmp_path: Path) -> None:
+    w = SegmentWriter(tmp_path, "w0")
+    for seq in range(3):
+        _publish(w, [_bucket(seq)])
+    w.close()
+    d = tmp_path / "w0"
+    # crash between rename and manifest append for segment 2: drop its manifest line and bucket records,
+    # leave a torn half line, a torn record and an unpublished tmp segment behind
+    lines = (d / "manifest.ndjson").read_bytes().splitlines(keepends=True)
+    (d / "manifest.ndjson").write_bytes(b"".join(lines[:2]) + lines[2][:17])
+    recs = (d / "buckets.bin").read_bytes()
+    (d / "buckets.bin").write_bytes(recs[: 2 * 40] + recs[80:95])
+    (d / (seg_name(3) + ".tmp")).write_bytes(b"partial")
+    w = SegmentWriter(tmp_path, "w0")
+    assert w.next_number == 3
+    assert not list(d.glob("*.tmp"))
+    sp = Spool(tmp_path)
+    assert sp.latest() == {"w0": 2}
+    assert [s.number for s in sp.segments("w0", -1, 2)] == [0, 1, 2]
+    assert sp.segments("w0", 1, 2)[0].nbytes == (d / seg_name(2)).stat().st_size
+    _publish(w, [_bucket(3)])
+    assert sp.latest() == {"w0": 3}
+    st = sp.stats()
+    assert st["buckets"] == 4 and st["rows"] == 40 and st["duplicate_buckets"] == {}
+    assert w.max_seq_by_sender() == {S: 3}
+    w.close()
+
+
+def test_gap_detection_over_the_union_of_workers(tmp_path: Path) -> None:
+    # A sender sent 8 buckets of 10 (seq 0..7). Between seq 3 and 4 the generator dropped ids 40..59,
+    # so seq k holds ids 10k.. for k <= 3 and 10k + 20.. after. Two workers published seq 0, 1, 2, 5,
+    # one rejected seq 4's payload; seq 3, 6 and 7 never arrived.
+    def sent(seq: int) -> tuple[int, int, int, int]:
+        return (S, seq, FIRST + 10 * seq + (20 if seq >= 4 else 0), 10)
+
+    w0, w1 = SegmentWriter(tmp_path, "w0"), SegmentWriter(tmp_path, "w1")
+    _publish(w0, [sent(0), sent(2)])
+    _publish(w1, [sent(1)])
+    _publish(w1, [sent(5)])
+    w0.record_rejected(*sent(4))
+    w0.record_eos({"sender_id": S, "first_tuple_id": FIRST, "next_tuple_id": FIRST + 100, "buckets_sent": 8,
+                   "emitted": 80, "dropped": 20, "dropped_ranges": [[FIRST + 40, 20]]})
+    st = Spool(tmp_path).stats()
+    assert st["lost_buckets"] == {str(S): 3}
+    assert st["lost_in_transit"] == {str(S): [[FIRST + 30, 10], [FIRST + 80, 20]]}
+    assert st["lost_in_transit_total"] == 30
+    assert st["rejected_ranges"] == [[FIRST + 60, 10]]
+    assert st["buckets"] == 4 and st["rows"] == 40
+    assert st["end_of_stream"][str(S)]["emitted"] == 80
+    # a sender without end-of-stream is open: only its seq gaps so far are known
+    w1.record_rejected(9, 3, bk.tuple_id(9, 30), 10)
+    st = Spool(tmp_path).stats()
+    assert st["open_senders"] == {"9": {"seq_seen_max": 3, "seq_gaps": 3}}
+    w0.close()
+    w1.close()
+
+
+def test_workers_sort_numerically(tmp_path: Path) -> None:
+    for n in (10, 2, 0):
+        (tmp_path / f"w{n}").mkdir()
+    (tmp_path / "other").mkdir()
+    assert Spool(tmp_path).workers() == ["w0", "w2", "w10"]

@@ -1,0 +1,90 @@
+"""Workloads: the YSB events and campaigns table, segment schemas, DDL schemas and NDJSON files."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pytest
+
+from cp_source import workloads as wl
+from cp_source.generator import build_payloads
+
+UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+
+
+def test_campaigns_table_is_100_campaigns_of_10_ads() -> None:
+    t = wl.campaigns_table()
+    assert t.schema.names == ["campaign_id", "ad_id"]
+    assert t.num_rows == 1000
+    assert len(set(t.column("ad_id").to_pylist())) == 1000
+    per_campaign: dict[str, int] = {}
+    for c in t.column("campaign_id").to_pylist():
+        per_campaign[c] = per_campaign.get(c, 0) + 1
+    assert len(per_campaign) == 100 and set(per_campaign.values()) == {10}
+    assert all(UUID.match(v) for v in t.column("ad_id").to_pylist() + list(per_campaign))
+    assert wl.campaigns_table().equals(t)  # deterministic: generator and queries agree
+
+
+def test_ysb_rows_use_the_campaigns_ads_and_the_ysb_enums() -> None:
+    ads = set(wl.campaigns_table().column("ad_id").to_pylist())
+    rows = wl.ysb_rows(2000, seed=3)
+    assert len(rows) == 2000
+    for r in rows:
+        assert tuple(r) == wl.YSB_FIELDS
+        assert r["ad_id"] in ads and UUID.match(r["user_id"]) and UUID.match(r["page_id"])
+        assert r["ad_type"] in wl.AD_TYPES and r["event_type"] in wl.EVENT_TYPES
+        assert len(r["ip_address"].split(".")) == 4
+    assert {r["event_type"] for r in rows} == set(wl.EVENT_TYPES)
+    assert {r["ad_type"] for r in rows} == set(wl.AD_TYPES)
+
+
+def test_ysb_segment_schema_matches_what_spark_declares() -> None:
+    s = wl.ysb_schema()
+    assert s.names == [*wl.YSB_FIELDS, "event_time", "tuple_id", "sender_id", "cp_tsc_gen", "cp_node_gen",
+                       "cp_tsc_factory", "cp_node_factory"]
+    assert s.field("event_time").type == pa.timestamp("us", tz="UTC")
+    assert s.field("tuple_id").type == pa.int64() and s.field("sender_id").type == pa.int32()
+    assert s.field("cp_tsc_gen").type == pa.int64() and s.field("cp_node_factory").type == pa.string()
+
+
+def test_parse_ddl() -> None:
+    s = wl.parse_ddl("name STRING, `price` DOUBLE, qty INT, big BIGINT, ok BOOLEAN, ts TIMESTAMP, d DATE, "
+                     "c VARCHAR(10) NOT NULL")
+    assert s.names == ["name", "price", "qty", "big", "ok", "ts", "d", "c"]
+    assert [f.type for f in s] == [pa.string(), pa.float64(), pa.int32(), pa.int64(), pa.bool_(),
+                                   pa.timestamp("us", tz="UTC"), pa.date32(), pa.string()]
+    for bad, msg in [("", "empty"), ("name", "cannot parse"), ("a MAP", "unsupported"),
+                     ("tuple_id BIGINT", "reserved"), ("a INT, a INT", "duplicate")]:
+        with pytest.raises(ValueError, match=msg):
+            wl.parse_ddl(bad)
+
+
+def test_resolve() -> None:
+    assert wl.resolve("ysb").schema.equals(wl.ysb_schema())
+    w = wl.resolve("file:/x.ndjson", "a STRING, n BIGINT")
+    assert w.name == "file" and w.path == "/x.ndjson" and w.schema.names[:2] == ["a", "n"]
+    with pytest.raises(ValueError, match="needs a schema"):
+        wl.resolve("file:/x.ndjson")
+    with pytest.raises(ValueError, match="fixed schema"):
+        wl.resolve("ysb", "a STRING")
+    with pytest.raises(ValueError, match="unknown workload"):
+        wl.resolve("tpch")
+
+
+def test_file_lines_and_payloads(tmp_path: Path) -> None:
+    p = tmp_path / "events.ndjson"
+    p.write_bytes(b'{"a": "x", "n": 1}\n\n{"a":"y","n":2}\n{"a":"z","n":3}\n')
+    assert wl.file_lines(p) == [b'{"a":"x","n":1}', b'{"a":"y","n":2}', b'{"a":"z","n":3}']
+    pays = build_payloads(f"file:{p}", bucket=2, pool=3)
+    rows = [orjson.loads(x) for pay in pays for x in pay.splitlines()]
+    assert [r["n"] for r in rows] == [1, 2, 3, 1, 2, 3]  # lines are replayed cyclically
+    bad = tmp_path / "bad.ndjson"
+    bad.write_bytes(b'{"a": 1}\n[1, 2]\n')
+    with pytest.raises(ValueError, match="JSON object"):
+        wl.file_lines(bad)
+    bad.write_bytes(b'{"a": 1}\n{oops\n')
+    with pytest.raises(ValueError, match="not JSON"):
+        wl.file_lines(bad)
