@@ -57,8 +57,8 @@ def test_every_rejection_reason() -> None:
     assert _reason([bk.pack_header(_header(count=0)), b"12345"]) == "count_mismatch"
     assert _reason([bk.pack_header(_header(count=11)), b"12345"], max_tuples=10) == "oversized"
     assert _reason([good, b"12345"], max_frame_bytes=4) == "oversized"
-    assert _reason([bk.pack_header(_header(payload_len=1 << 40 >> 9)), b"12345"], max_frame_bytes=1 << 20) == \
-        "oversized"
+    huge = bk.pack_header(_header(payload_len=1 << 31))
+    assert _reason([huge, b"12345"], max_frame_bytes=1 << 20) == "oversized"
     # ids that do not belong to the sender, or run past its id space
     assert _reason([bk.pack_header(_header(first_id=bk.tuple_id(8, 0))), b"12345"]) == "bad_header"
     assert _reason([bk.pack_header(_header(first_id=bk.tuple_id(7, bk.MAX_TUPLES_PER_SENDER - 5))),
