@@ -29,6 +29,10 @@ class Agent:
         self.hz = native_tsc.frequency_hz()
         self.responder = Responder(probe_bind, probe_port)
         host, port = self.responder.address
+        if advertise and ":" in advertise:
+            # HOST:PORT when peers reach the probe port through a relay or a port mapping.
+            advertise, _, port_s = advertise.rpartition(":")
+            port = control.int_field({"port": int(port_s) if port_s.isdigit() else -1}, "port", 1, 65535)
         self.advertise = control.check_ipv4(advertise or host)
         if self.advertise == "0.0.0.0":
             raise ValueError("probe address 0.0.0.0 cannot be reached: pass --advertise with this node's IP")

@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--server", required=True, help="coordinator address, e.g. 127.0.0.1:5599")
     a.add_argument("--probe-bind", default="127.0.0.1", help="UDP address for probes (default 127.0.0.1)")
     a.add_argument("--probe-port", type=int, default=0, help="UDP port for probes (default: any free)")
-    a.add_argument("--advertise", help="IPv4 address other agents reach the probe port on")
+    a.add_argument("--advertise", help="IPv4 address (or IP:PORT) other agents reach the probe port on")
     r = sub.add_parser("run", help="probe every ordered pair of agents")
     r.add_argument("--server", required=True, help="coordinator address")
     r.add_argument("--phase", required=True, help="phase name, e.g. before or after")
