@@ -1,0 +1,79 @@
+"""Exactly once on the real path: generator, ZeroMQ, embedded factory, spool, Spark, Parquet."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+from conftest import wait_for
+from ingest_truth import assert_exactly_once, expected_ids, output_ids, spool_drained
+
+from cp_source.generator import run_generator
+from cp_source.spool import Spool
+
+
+def end_offset(query: Any) -> dict[str, int] | None:
+    """The end offset of the query's last finished batch."""
+    prog = query.lastProgress
+    if not prog or not prog["sources"]:
+        return None
+    end = prog["sources"][0]["endOffset"]
+    return json.loads(end) if isinstance(end, str) else end
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_embedded_factory_run_is_exactly_once(spark, tmp_path: Path) -> None:
+    import cloudprofiler
+
+    cloudprofiler.register(spark)
+    spool = tmp_path / "spool"
+    df = (
+        spark.readStream.format("cloudprofiler")
+        .option("endpoint", "tcp://127.0.0.1:0")  # the embedded factory picks a free port
+        .option("spool", str(spool))
+        .option("workers", "2")
+        .option("maxRecordsPerTrigger", "40000")
+        .load()
+        .select("tuple_id", "cp_tsc_factory", "cp_tsc_source")
+    )
+    out = tmp_path / "out"
+    query = (df.writeStream.format("parquet").option("path", str(out))
+             .option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(processingTime="300 milliseconds").start())
+    try:
+        state_file = spool / "_reader.json"
+        wait_for(state_file.exists, 120, "the embedded factory to start")
+        state = orjson.loads(state_file.read_bytes())
+        assert state["factory"] == "embedded" and state["factory_endpoint"].startswith("tcp://127.0.0.1:")
+        summary = run_generator(state["factory_endpoint"], rate=40_000, duration=3.0, senders=1, bucket=500)
+        assert summary["eos_delivered"]
+        wait_for(lambda: spool_drained(spool, summary), 60, "the factory to publish everything")
+        latest = Spool(spool).latest()
+        wait_for(lambda: end_offset(query) == latest, 120, f"the query to reach {latest}")
+        assert query.exception() is None
+        worker_pids = [w["pid"] for w in Spool(spool).stats()["per_worker"].values()]
+    finally:
+        query.stop()
+    # stop() of the reader stopped the embedded factory's worker processes
+    wait_for(lambda: not any(_pid_alive(p) for p in worker_pids), 30, "factory workers to exit")
+
+    stats = Spool(spool).stats()
+    want, counts = expected_ids(summary, stats)
+    assert counts["offered"] == summary["offered"] == 120_000
+    assert counts["rejected"] == 0 and stats["deadletters_total"] == 0
+    got = output_ids(spark, out)
+    assert_exactly_once(got, want)
+    assert len(got) == summary["emitted"] - counts["lost"]
+    # the factory stamped before the source did, on the same TSC
+    bad = spark.read.parquet(str(out)).filter("cp_tsc_source < cp_tsc_factory").count()
+    assert bad == 0
