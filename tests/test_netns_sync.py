@@ -172,9 +172,11 @@ def test_asymmetric_delay_widens_the_bound_and_it_holds(netns, tmp_path) -> None
             err = np.abs(sub["duration_cycles"].to_numpy() - r["truth"])
             assert np.all(err <= sub["bound_cycles"].to_numpy()), method
     half = delay_us * 1e-6 * hz / 2
-    # e grows by half the one-way delay (the relay holds at least the delay; allow its jitter above).
+    # e grows by half the one-way delay. The relay holds at least the delay (its jitter only adds), and
+    # on a busy 2-core machine the baseline's MinRTT through a Python relay may itself come out tens of
+    # microseconds high, hence the margins.
     widening = slow["e"] - base["e"]  # per phase
-    assert np.all((half - 10e-6 * hz <= widening) & (widening <= half + 100e-6 * hz))
+    assert np.all((half - 40e-6 * hz <= widening) & (widening <= half + 150e-6 * hz))
     # The MinRTT midpoint is off by about half the asymmetry, and the stated bound covers it.
     def s2(r, method):
         sub = r["out"].filter(pc.and_(pc.equal(r["out"]["method"], method),
