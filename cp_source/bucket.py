@@ -81,11 +81,16 @@ def sender_of(tid: int) -> int:
 
 
 class BucketError(ValueError):
-    """A message that does not parse; ``reason`` is one of REASONS."""
+    """A message that does not parse; ``reason`` is one of REASONS.
 
-    def __init__(self, reason: str, detail: str) -> None:
+    ``header`` is set when the message had a valid data header (sender, seq and an id range that
+    is the sender's), so the receiver can account for the ids it rejects.
+    """
+
+    def __init__(self, reason: str, detail: str, header: Header | None = None) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
+        self.header = header
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,8 +158,7 @@ def parse_header(frame: bytes | memoryview, max_frame_bytes: int = DEFAULT_MAX_F
         domain = dom[:dom_len].decode("ascii")
     except UnicodeDecodeError:
         raise BucketError("bad_header", "domain id is not ASCII") from None
-    if payload_len > max_frame_bytes:
-        raise BucketError("oversized", f"declared payload {payload_len} > {max_frame_bytes} bytes")
+    h = Header(kind, sender_id, seq, first_id, count, payload_len, tsc, wall_ns, domain, codec)
     if kind == KIND_DATA:
         if count == 0 or count > max_tuples:
             raise BucketError("oversized" if count else "count_mismatch",
@@ -162,21 +166,27 @@ def parse_header(frame: bytes | memoryview, max_frame_bytes: int = DEFAULT_MAX_F
         if first_id < 0 or (first_id >> SEQ_BITS) != sender_id or \
                 (first_id & (MAX_TUPLES_PER_SENDER - 1)) + count > MAX_TUPLES_PER_SENDER:
             raise BucketError("bad_header", f"tuple ids {first_id}+{count} are not sender {sender_id}'s")
-    elif count != 0 or payload_len > MAX_CONTROL_BYTES:
+        if payload_len > max_frame_bytes:
+            raise BucketError("oversized", f"declared payload {payload_len} > {max_frame_bytes} bytes", h)
+    elif count != 0 or payload_len > min(MAX_CONTROL_BYTES, max_frame_bytes):
         raise BucketError("bad_control", "control message with tuples or an oversized payload")
-    return Header(kind, sender_id, seq, first_id, count, payload_len, tsc, wall_ns, domain, codec)
+    return h
 
 
 def check_frames(frames: list[Any], max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  max_tuples: int = DEFAULT_MAX_TUPLES) -> Header:
     """Validate a received message's framing and header; the payload is checked by the parser."""
-    if len(frames) != 2:
-        raise BucketError("frame_count", f"{len(frames)} frames, expected 2")
-    if len(frames[1]) > max_frame_bytes:
-        raise BucketError("oversized", f"payload frame {len(frames[1])} > {max_frame_bytes} bytes")
+    if not frames:
+        raise BucketError("frame_count", "empty message")
     h = parse_header(frames[0], max_frame_bytes, max_tuples)
+    known = h if h.kind == KIND_DATA else None
+    if len(frames) != 2:
+        raise BucketError("frame_count", f"{len(frames)} frames, expected 2", known)
+    if len(frames[1]) > max_frame_bytes:
+        raise BucketError("oversized", f"payload frame {len(frames[1])} > {max_frame_bytes} bytes", known)
     if h.payload_len != len(frames[1]):
-        raise BucketError("length_mismatch", f"header says {h.payload_len} bytes, frame has {len(frames[1])}")
+        raise BucketError("length_mismatch", f"header says {h.payload_len} bytes, frame has {len(frames[1])}",
+                          known)
     return h
 
 

@@ -141,6 +141,11 @@ class FactoryWorker:
             h = bk.check_frames(frames, self.cfg.max_frame_bytes, self.cfg.max_tuples)
         except bk.BucketError as e:
             self._reject(e.reason, frames)
+            k = e.header
+            if k is not None and k.seq > self.max_seq.get(k.sender_id, -1):
+                # a trusted data header: its ids are accounted as rejected, not lost in transit
+                self.max_seq[k.sender_id] = k.seq
+                self.writer.record_rejected(k.sender_id, k.seq, k.first_id, k.count)
             return
         if h.kind == bk.KIND_HEARTBEAT:
             self.counters["heartbeats"] += 1
@@ -382,14 +387,19 @@ class FactoryHandle:
             time.sleep(0.02)
 
     def wait_drained(self, timeout: float = 30.0, quiet: float = 0.5) -> bool:
-        """True once every worker has published all it received and received nothing for ``quiet`` s."""
+        """True once every worker has published all it received and received nothing for ``quiet`` s.
+
+        Only worker reports written at least ``quiet`` s after this call began count, so a message
+        already on its way when the call began is either received (and waited for) or not pending.
+        """
         deadline = time.monotonic() + timeout
+        since = time.time() + quiet
         while time.monotonic() < deadline:
             ok = True
             for i, p in enumerate(self._procs):
                 s = self._worker_stats(i)
                 ok = ok and p.poll() is None and s.get("pid") == p.pid and s.get("pending_rows") == 0 \
-                    and not s.get("paused") and time.time() - s.get("updated_wall", 0) < 1.0 \
+                    and not s.get("paused") and s.get("updated_wall", 0) >= since \
                     and s.get("updated_wall", 0) - s.get("last_recv_wall", 0) >= quiet
             if ok:
                 return True
@@ -414,10 +424,11 @@ class FactoryHandle:
                 p.kill()
                 p.wait()
         with contextlib.suppress(zmq.ZMQError):
-            self._ctl.send(b"TERMINATE")
-        self._proxy.join(timeout)
+            self._ctl.send(b"TERMINATE", zmq.NOBLOCK)
         self._ctl.close(0)
+        # a proxy blocked on a full backend never reads TERMINATE; terminating the context interrupts it
         self._ctx.term()
+        self._proxy.join(timeout)
 
     def __enter__(self) -> FactoryHandle:
         return self

@@ -164,9 +164,9 @@ def run_sender(endpoint: str, sender_id: int, rate: float, tuples: int, bucket: 
         ctx.term()
 
 
-def _sender_proc(q: Any, barrier: Any, args: tuple) -> None:
+def _sender_proc(q: Any, barrier: Any, args: tuple, hwm: int) -> None:
     try:
-        q.put(("ok", run_sender(*args, barrier=barrier)))
+        q.put(("ok", run_sender(*args, barrier=barrier, hwm=hwm)))
     except BaseException as e:  # reported to the parent, which raises
         q.put(("error", f"{type(e).__name__}: {e}"))
         if barrier is not None:
@@ -201,9 +201,8 @@ def run_generator(endpoint: str, rate: float, duration: float, senders: int = 1,
         ctx = mp.get_context("spawn")
         q = ctx.Queue()
         barrier = ctx.Barrier(senders)
-        procs = [ctx.Process(target=_sender_proc, args=(q, barrier, (endpoint, base + i, per_rate, shares[i],
-                                                                     bucket, workload, None, hwm)))
-                 for i in range(senders)]
+        jobs = [(endpoint, base + i, per_rate, shares[i], bucket, workload) for i in range(senders)]
+        procs = [ctx.Process(target=_sender_proc, args=(q, barrier, job, hwm)) for job in jobs]
         for p in procs:
             p.start()
         results, errors = [], []
