@@ -22,6 +22,7 @@ the interval the truth must lie in and the bound its half-width.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -103,18 +104,31 @@ def fit_relation(table: pa.Table, src: str, dst: str, method: str) -> Relation:
 
 
 # -- kernels -------------------------------------------------------------------------------------
+# Relations are packed into arrays (vertices padded per relation) and every record is translated in one
+# pass: per record, its (start domain, end domain) group picks the combination rule.
+
+K_SKIP, K_REF, K_SAME, K_REF_START, K_REF_END, K_TWO, K_NAIVE = -1, 0, 1, 2, 3, 4, 5
 
 
 @njit(cache=True, inline="always")
-def _range(alpha, rate, x0, y):
+def _range(alpha, rate, nv, r, y, x0):
     dy = float(y - x0)
-    lo = alpha[0] + rate[0] * dy
+    lo = alpha[r, 0] + rate[r, 0] * dy
     hi = lo
-    for v in range(1, alpha.shape[0]):
-        val = alpha[v] + rate[v] * dy
+    for v in range(1, nv[r]):
+        val = alpha[r, v] + rate[r, v] * dy
         lo = min(lo, val)
         hi = max(hi, val)
     return lo, hi
+
+
+@njit(cache=True, inline="always")
+def _stamp(alpha, rate, nv, x0, r, y):
+    # The reference reading at the instant of stamp y (relative to the relation's c0):
+    # floor(F(u)) with u in [y, y + 1) lies in (min F(y) - 1, max F(y + 1)).
+    lo, _ = _range(alpha, rate, nv, r, y, x0[r])
+    _, hi = _range(alpha, rate, nv, r, y + 1, x0[r])
+    return lo - 1.0, hi
 
 
 @njit(cache=True, inline="always")
@@ -124,73 +138,67 @@ def _mul_range(alo, ahi, blo, bhi):
 
 
 @njit(cache=True)
-def _k_same_node(ys, ye, bmin, bmax, lo_out, hi_out):
-    # truth = floor(F(u_e)) - floor(F(u_s)), u_e - u_s in (d-1, d+1), F(u_e) - F(u_s) = b (u_e - u_s)
+def _translate_kernel(ys, ye, sc, ec, n_end, kind, rel_a, rel_b, alpha, rate, nv, x0, c0, bmin, bmax,
+                      eps, mid, half):
     for n in range(ys.shape[0]):
-        d = float(ye[n] - ys[n])
-        lo, hi = _mul_range(bmin, bmax, d - 1.0, d + 1.0)
-        lo_out[n] = lo - 1.0
-        hi_out[n] = hi + 1.0
-
-
-@njit(cache=True)
-def _k_ref_start(cs, ye, alpha, rate, x0, c0, lo_out, hi_out):
-    # start on the reference (exact), end on X: floor(F(u_e)) in (F(y) - 1, F(y + 1))
-    for n in range(cs.shape[0]):
-        base = float(c0 - cs[n])
-        lo, _ = _range(alpha, rate, x0, ye[n])
-        _, hi = _range(alpha, rate, x0, ye[n] + 1)
-        lo_out[n] = base + lo - 1.0
-        hi_out[n] = base + hi
-
-
-@njit(cache=True)
-def _k_ref_end(ys, ce, alpha, rate, x0, c0, lo_out, hi_out):
-    for n in range(ys.shape[0]):
-        base = float(ce[n] - c0)
-        lo, _ = _range(alpha, rate, x0, ys[n])
-        _, hi = _range(alpha, rate, x0, ys[n] + 1)
-        lo_out[n] = base - hi
-        hi_out[n] = base - lo + 1.0
-
-
-@njit(cache=True)
-def _k_two_nodes(ys, ye, alpha, rate, x0, c0, bmin, bmax, lo_out, hi_out):
-    # G: X -> Y carries the start into Y's counter, then Y's rate to the reference scales the duration
-    for n in range(ys.shape[0]):
-        glo, _ = _range(alpha, rate, x0, ys[n])
-        _, ghi = _range(alpha, rate, x0, ys[n] + 1)
-        base = float(ye[n] - c0)
-        lo, hi = _mul_range(bmin, bmax, base - ghi, base + 1.0 - glo)
-        lo_out[n] = lo - 1.0
-        hi_out[n] = hi + 1.0
-
-
-@njit(cache=True)
-def _k_naive(ys, ye, a_s, r_s, x0_s, c0_s, exact_s, a_e, r_e, x0_e, c0_e, exact_e, lo_out, hi_out):
-    # each end translated to the reference on its own, then subtracted
-    shift = float(c0_e - c0_s)
-    for n in range(ys.shape[0]):
-        if exact_s:
-            slo = float(ys[n] - c0_s)
-            shi = slo
+        g = sc[n] * n_end + ec[n]
+        k = kind[g]
+        a = rel_a[g]
+        b = rel_b[g]
+        if k == 0:  # both on the reference: exact
+            lo = float(ye[n] - ys[n])
+            hi = lo
+        elif k == 1:  # one other domain: d in (y_e - y_s - 1, y_e - y_s + 1) times its rate, +-1 for floors
+            d = float(ye[n] - ys[n])
+            lo, hi = _mul_range(bmin[a], bmax[a], d - 1.0, d + 1.0)
+            lo -= 1.0
+            hi += 1.0
+        elif k == 2:  # start on the reference, end translated
+            elo, ehi = _stamp(alpha, rate, nv, x0, a, ye[n])
+            base = float(c0[a] - ys[n])
+            lo = base + elo
+            hi = base + ehi
+        elif k == 3:  # start translated, end on the reference
+            slo, shi = _stamp(alpha, rate, nv, x0, a, ys[n])
+            base = float(ye[n] - c0[a])
+            lo = base - shi
+            hi = base - slo
+        elif k == 4:  # two other domains: start carried into the end's counter (a), end's rate (b)
+            glo, _ = _range(alpha, rate, nv, a, ys[n], x0[a])
+            _, ghi = _range(alpha, rate, nv, a, ys[n] + 1, x0[a])
+            base = float(ye[n] - c0[a])
+            lo, hi = _mul_range(bmin[b], bmax[b], base - ghi, base + 1.0 - glo)
+            lo -= 1.0
+            hi += 1.0
+        elif k == 5:  # naive: both ends translated to the reference on their own
+            slo, shi = _stamp(alpha, rate, nv, x0, a, ys[n])
+            elo, ehi = _stamp(alpha, rate, nv, x0, b, ye[n])
+            shift = float(c0[b] - c0[a])
+            lo = shift + elo - shi
+            hi = shift + ehi - slo
         else:
-            slo, _ = _range(a_s, r_s, x0_s, ys[n])
-            _, shi = _range(a_s, r_s, x0_s, ys[n] + 1)
-            slo -= 1.0
-        if exact_e:
-            elo = float(ye[n] - c0_e)
-            ehi = elo
-        else:
-            elo, _ = _range(a_e, r_e, x0_e, ye[n])
-            _, ehi = _range(a_e, r_e, x0_e, ye[n] + 1)
-            elo -= 1.0
-        lo_out[n] = shift + elo - shi
-        hi_out[n] = shift + ehi - slo
+            lo = np.nan
+            hi = np.nan
+        mid[n] = (lo + hi) * 0.5
+        half[n] = (hi - lo) * 0.5 + eps
 
 
-def _cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
-    return np.concatenate(parts) if parts else np.empty(0, dtype)
+def _codes(values: Any) -> tuple[np.ndarray, list[str]]:
+    """Dictionary codes (int32) and names of a column of domain ids (a dictionary array is used as it is)."""
+    if isinstance(values, pa.Array | pa.ChunkedArray):
+        arr = values
+    else:
+        arr = pa.array(np.asarray(values, dtype=str))
+    if isinstance(arr, pa.ChunkedArray):
+        if pa.types.is_dictionary(arr.type):  # chunks may carry different dictionaries
+            arr = arr.cast(arr.type.value_type)
+        arr = arr.combine_chunks()
+    if not pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_encode()
+    if arr.null_count:
+        raise ValueError("a record has no domain id for a stamp")
+    names = [str(x) for x in arr.dictionary.to_pylist()]
+    return arr.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False), names
 
 
 # -- translation ---------------------------------------------------------------------------------
@@ -225,80 +233,79 @@ class Translator:
                 self.violations[key] = str(e)
         return self.relations.get(key)
 
-    def translate(self, ys: np.ndarray, ds: np.ndarray, ye: np.ndarray, de: np.ndarray,
+    def _plan(self, method: str, s: str, e: str) -> tuple[int, int, Relation | None, Relation | None]:
+        """(kind, scenario, relation a, relation b) for records from domain s to domain e."""
+        ref = self.reference
+        if s == ref and e == ref:
+            return K_REF, 0, None, None
+        scen = 1 if s == e else (2 if ref in (s, e) else 3)
+        base = "minrtt" if method == "naive" else method
+        if s == ref or e == ref:
+            r = self.relation(e if s == ref else s, ref, base)
+            return (K_SKIP if r is None else (K_REF_START if s == ref else K_REF_END)), scen, r, None
+        if method == "naive":
+            a, b = self.relation(s, ref, base), self.relation(e, ref, base)
+            return (K_SKIP if a is None or b is None else K_NAIVE), scen, a, b
+        if s == e:
+            r = self.relation(s, ref, method)
+            return (K_SKIP if r is None else K_SAME), scen, r, None
+        g, r = self.relation(s, e, method), self.relation(e, ref, method)
+        return (K_SKIP if g is None or r is None else K_TWO), scen, g, r
+
+    def translate(self, ys: np.ndarray, ds: Any, ye: np.ndarray, de: Any,
                   methods: tuple[str, ...] = METHODS) -> list[Translation]:
         """Durations end - start in reference cycles, per method; ds/de are domain ids per record."""
         ys = np.ascontiguousarray(ys, np.int64)
         ye = np.ascontiguousarray(ye, np.int64)
-        pairs, inverse = np.unique(np.stack([ds.astype(str), de.astype(str)]), axis=1, return_inverse=True)
-        inverse = inverse.reshape(-1)
+        s_codes, s_names = _codes(ds)
+        e_codes, e_names = _codes(de)
+        ng = len(s_names) * len(e_names)
         out = []
         for method in methods:
-            idx_parts, sc_parts, dur_parts, bnd_parts = [], [], [], []
-            for g in range(pairs.shape[1]):
-                s_dom, e_dom = str(pairs[0, g]), str(pairs[1, g])
-                idx = np.flatnonzero(inverse == g)
-                res = self._group(method, s_dom, e_dom, ys[idx], ye[idx])
-                if res is None:
-                    continue
-                scen, lo, hi = res
-                idx_parts.append(idx)
-                sc_parts.append(np.full(len(idx), scen, np.int8))
-                dur_parts.append((lo + hi) / 2)
-                bnd_parts.append((hi - lo) / 2 + _EPS)
-            out.append(Translation(method, _cat(idx_parts, np.int64), _cat(sc_parts, np.int8),
-                                   _cat(dur_parts, np.float64), _cat(bnd_parts, np.float64)))
+            kind = np.full(ng, K_SKIP, np.int8)
+            scen = np.full(ng, -1, np.int8)
+            rel_a = np.zeros(ng, np.int32)
+            rel_b = np.zeros(ng, np.int32)
+            packed: list[Relation] = []
+            for si, s in enumerate(s_names):
+                for ei, e in enumerate(e_names):
+                    g = si * len(e_names) + ei
+                    k, sc, a, b = self._plan(method, s, e)
+                    kind[g], scen[g] = k, sc
+                    for arr, rel in ((rel_a, a), (rel_b, b)):
+                        if rel is not None:
+                            if rel not in packed:
+                                packed.append(rel)
+                            arr[g] = packed.index(rel)
+            alpha, rate, nv, x0, c0, bmin, bmax = _pack(packed)
+            mid, half = np.empty(len(ys)), np.empty(len(ys))
+            _translate_kernel(ys, ye, s_codes, e_codes, len(e_names), kind, rel_a, rel_b, alpha, rate, nv,
+                              x0, c0, bmin, bmax, _EPS, mid, half)
+            rec_group = s_codes.astype(np.int64) * len(e_names) + e_codes
+            rec_scen = scen[rec_group]
+            if np.any(kind == K_SKIP) and np.any(skipped := kind[rec_group] == K_SKIP):
+                # Records whose relation was refused get no row for this method rather than a wrong bound.
+                keep = np.flatnonzero(~skipped)
+                out.append(Translation(method, keep, rec_scen[keep], mid[keep], half[keep]))
+            else:
+                out.append(Translation(method, np.arange(len(ys)), rec_scen, mid, half))
         return out
 
-    def _group(self, method: str, s: str, e: str, ys: np.ndarray, ye: np.ndarray
-               ) -> tuple[int, np.ndarray, np.ndarray] | None:
-        ref = self.reference
-        n = len(ys)
-        lo, hi = np.empty(n), np.empty(n)
-        if s == ref and e == ref:
-            d = (ye - ys).astype(np.float64)
-            return 0, d, d.copy()
-        if method == "naive":
-            rel = {d: self.relation(d, ref, "minrtt") for d in (s, e) if d != ref}
-            if any(r is None for r in rel.values()):
-                return None
-            ident = (np.zeros(1), np.ones(1), 0, 0, True)
 
-            def parts(d: str, y: np.ndarray):
-                if d == ref:
-                    return (ident[0], ident[1], int(y[0]), int(y[0]), True)
-                p = rel[d].polygon
-                return (p.alpha, p.rate, p.x0, p.c0, False)
-
-            _k_naive(ys, ye, *parts(s, ys), *parts(e, ye), lo, hi)
-            scen = 1 if s == e else (2 if ref in (s, e) else 3)
-            return scen, lo, hi
-        if s == e:
-            r = self.relation(s, ref, method)
-            if r is None:
-                return None
-            bmin, bmax = r.polygon.rate_range
-            _k_same_node(ys, ye, bmin, bmax, lo, hi)
-            return 1, lo, hi
-        if s == ref or e == ref:
-            other = e if s == ref else s
-            r = self.relation(other, ref, method)
-            if r is None:
-                return None
-            p = r.polygon
-            if s == ref:
-                _k_ref_start(ys, ye, p.alpha, p.rate, p.x0, p.c0, lo, hi)
-            else:
-                _k_ref_end(ys, ye, p.alpha, p.rate, p.x0, p.c0, lo, hi)
-            return 2, lo, hi
-        g = self.relation(s, e, method)
-        r = self.relation(e, ref, method)
-        if g is None or r is None:
-            return None
-        bmin, bmax = r.polygon.rate_range
-        p = g.polygon
-        _k_two_nodes(ys, ye, p.alpha, p.rate, p.x0, p.c0, bmin, bmax, lo, hi)
-        return 3, lo, hi
+def _pack(rels: list[Relation]) -> tuple[np.ndarray, ...]:
+    n = max(len(rels), 1)
+    vmax = max([len(r.polygon.alpha) for r in rels] + [1])
+    alpha, rate = np.zeros((n, vmax)), np.zeros((n, vmax))
+    nv = np.ones(n, np.int32)
+    x0, c0 = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    bmin, bmax = np.ones(n), np.ones(n)
+    for i, r in enumerate(rels):
+        p = r.polygon
+        k = len(p.alpha)
+        alpha[i, :k], rate[i, :k], nv[i] = p.alpha, p.rate, k
+        x0[i], c0[i] = p.x0, p.c0
+        bmin[i], bmax[i] = p.rate_range
+    return alpha, rate, nv, x0, c0, bmin, bmax
 
 
 def reference_hz(table: pa.Table, reference: str, reported: dict[str, float]) -> tuple[float, str]:
@@ -356,8 +363,8 @@ def translate_points(points: pa.Table, sync: pa.Table, from_point: str, to_point
     """The output table: one row per record and method with duration and bound in cycles and ns."""
     ys = points[f"cp_tsc_{from_point}"].to_numpy()
     ye = points[f"cp_tsc_{to_point}"].to_numpy()
-    ds_ = points[f"cp_node_{from_point}"].to_numpy(zero_copy_only=False)
-    de = points[f"cp_node_{to_point}"].to_numpy(zero_copy_only=False)
+    ds_ = points[f"cp_node_{from_point}"]
+    de = points[f"cp_node_{to_point}"]
     tr = Translator(sync, reference)
     parts = []
     scen_dict = pa.array([SCENARIOS[k] for k in sorted(SCENARIOS)])
