@@ -14,9 +14,9 @@ import subprocess
 from dataclasses import dataclass
 
 _FIELDS = {
-    "system": re.compile(r"^System time\s*:\s*([0-9.eE+-]+)\s+seconds\s+(fast|slow)", re.M),
-    "root_delay": re.compile(r"^Root delay\s*:\s*([0-9.eE+-]+)\s+seconds", re.M),
-    "root_dispersion": re.compile(r"^Root dispersion\s*:\s*([0-9.eE+-]+)\s+seconds", re.M),
+    "System time": re.compile(r"^System time\s*:\s*([0-9.eE+-]+)\s+seconds\s+(fast|slow)", re.M),
+    "Root delay": re.compile(r"^Root delay\s*:\s*([0-9.eE+-]+)\s+seconds", re.M),
+    "Root dispersion": re.compile(r"^Root dispersion\s*:\s*([0-9.eE+-]+)\s+seconds", re.M),
 }
 
 
@@ -39,10 +39,10 @@ def parse_tracking(text: str) -> NtpBound:
     missing = [k for k, m in found.items() if m is None]
     if missing:
         raise ValueError(f"chronyc tracking output lacks {', '.join(missing)}")
-    sys_m = found["system"]
-    assert sys_m is not None and found["root_delay"] is not None and found["root_dispersion"] is not None
+    sys_m, delay_m, disp_m = found["System time"], found["Root delay"], found["Root dispersion"]
+    assert sys_m is not None and delay_m is not None and disp_m is not None
     off = float(sys_m.group(1)) * (1 if sys_m.group(2) == "fast" else -1)
-    return NtpBound(off, float(found["root_delay"].group(1)), float(found["root_dispersion"].group(1)))
+    return NtpBound(off, float(delay_m.group(1)), float(disp_m.group(1)))
 
 
 def ntp_bound(timeout_s: float = 5.0) -> tuple[NtpBound | None, str]:

@@ -27,6 +27,16 @@ def stamp(v: VirtualDomain, raw: np.ndarray) -> np.ndarray:
     return np.array([v.apply(int(t)) for t in raw], dtype=np.int64)
 
 
+def invert(v: VirtualDomain, c: int) -> int:
+    """The smallest raw counter value whose reading in domain ``v`` is ``c``."""
+    raw = int((c - v.offset) / v.rate())
+    while v.apply(raw) > c:
+        raw -= 1
+    while v.apply(raw + 1) <= c:
+        raw += 1
+    return raw
+
+
 def synth_probes(
     domains: list[VirtualDomain], phases: dict[str, int], rounds: int, rng: np.random.Generator,
     fwd_cycles: tuple[int, int] = (8_000, 40_000), back_cycles: tuple[int, int] = (8_000, 40_000),

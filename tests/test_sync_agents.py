@@ -18,7 +18,7 @@ from cloudprofiler.cli import main
 from cp_sync.coordinator import Coordinator, list_agents, run_phase
 from cp_sync.sync_table import read_sync
 from native_tsc.domain import make_virtual
-from tests.sync_helpers import stamp
+from tests.sync_helpers import invert, stamp
 
 VIRTUAL = [
     make_virtual("vnode-a", "42.5", 7_000_000_000_000),
@@ -87,7 +87,7 @@ def test_three_virtual_domains_on_loopback(cluster, tmp_path, capsys) -> None:
     by = {v.domain: v for v in VIRTUAL}
     for row in table.slice(0, 50).to_pylist() + table.slice(table.num_rows - 50).to_pylist():
         ini, resp = by[row["initiator"]], by[row["responder"]]
-        raw_j = _invert(resp, row["c_j"])
+        raw_j = invert(resp, row["c_j"])
         assert row["c_i"] <= ini.apply(raw_j) <= row["c_k"] + 1
 
     # Events: start in one domain, end in another (or the same), real durations from the raw reads.
@@ -152,16 +152,6 @@ def test_three_virtual_domains_on_loopback(cluster, tmp_path, capsys) -> None:
     ratio = dur["duration_cycles"].to_numpy() / np.maximum(dur["duration_ns"].to_numpy(), 1e-9) * 1e9
     big = np.abs(dur["duration_cycles"].to_numpy()) > 1e6
     assert np.all(np.abs(ratio[big] / f_true - 1) < 2e-3)
-
-
-def _invert(v, c: int) -> int:
-    """The raw counter value whose reading in domain ``v`` is ``c`` (smallest such)."""
-    raw = int((c - v.offset) / v.rate())
-    while v.apply(raw) > c:
-        raw -= 1
-    while v.apply(raw + 1) <= c:
-        raw += 1
-    return raw
 
 
 def test_sync_run_errors_are_one_line(tmp_path, capsys) -> None:

@@ -1,0 +1,67 @@
+"""The methods the paper compares against: return-trip (validated against the truth) and NTP via chrony."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pyarrow.compute as pc
+import pytest
+
+from cp_sync.ntp import ntp_bound, parse_tracking
+from cp_sync.returntrip import probe_returntrip
+from tests.sync_helpers import DOMAINS, invert, synth_probes
+
+T0 = 10**13
+CHRONY = """Reference ID    : A9FEA97B (169.254.169.123)
+Stratum         : 4
+Ref time (UTC)  : Sat Nov 21 06:00:00 2026
+System time     : 0.000012500 seconds slow of NTP time
+Last offset     : -0.000003100 seconds
+RMS offset      : 0.000010000 seconds
+Frequency       : 3.100 ppm fast
+Residual freq   : -0.001 ppm
+Skew            : 0.020 ppm
+Root delay      : 0.000400000 seconds
+Root dispersion : 0.000150000 seconds
+Update interval : 16.0 seconds
+Leap status     : Normal
+"""
+
+
+def test_returntrip_holds_and_is_wider_than_minrtt() -> None:
+    rng = np.random.default_rng(9)
+    a, b = DOMAINS[0], DOMAINS[1]
+    table = synth_probes([a, b], {"before": T0, "after": T0 + 2_600_000_000}, 200, rng)
+    est, bound = probe_returntrip(table, a.domain, b.domain)
+    # Truth: the forward trip in a's cycles, from the raw instant b stamped (b's transform inverted).
+    mask = pc.and_(pc.equal(table["initiator"], a.domain), pc.equal(table["responder"], b.domain))
+    own = table.filter(mask)
+    c_i = own["c_i"].to_numpy()
+    raw_j = np.array([invert(b, int(v)) for v in own["c_j"].to_numpy()])
+    truth = np.array([a.apply(int(r)) for r in raw_j]) - c_i
+    assert np.all(np.abs(est - truth) <= bound)
+    # Its bound is each event's whole round trip / 2: never below the MinRTT method's e.
+    rtt = own["c_k"].to_numpy() - c_i
+    phase = np.array(own["phase"].to_pylist())
+    e = min(rtt[phase == p].min() / 2 for p in ("before", "after"))
+    assert np.median(bound) > e
+    assert bound.min() >= e
+
+
+def test_chrony_tracking_bound() -> None:
+    nb = parse_tracking(CHRONY)
+    assert nb.offset_s == pytest.approx(-12.5e-6)
+    assert nb.bound_s == pytest.approx(12.5e-6 + 150e-6 + 200e-6)
+    with pytest.raises(ValueError, match="Root delay"):
+        parse_tracking(CHRONY.replace("Root delay", "Root something"))
+
+
+def test_ntp_here_is_measured_or_skipped_with_a_reason() -> None:
+    result, why = ntp_bound()
+    if result is None:
+        assert why.startswith("NTP comparison skipped: ")
+        if shutil.which("chronyc") is None:
+            assert "not installed" in why
+    else:
+        assert result.bound_s >= 0 and why == "chronyc tracking"
