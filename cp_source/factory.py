@@ -263,10 +263,14 @@ class FactoryWorker:
                     next_stats = time.monotonic() + 0.2
             self.flush()
         finally:
-            self.write_stats(ready=False)
             sock.close(0)
-            self.dead.close()
-            self.writer.close()
+            self.close()
+
+    def close(self) -> None:
+        """Write final stats and release the spool directory (pending buckets are not published)."""
+        self.write_stats(ready=False)
+        self.dead.close()
+        self.writer.close()
 
 
 def worker_main(argv: list[str] | None = None) -> int:
