@@ -29,6 +29,8 @@ import orjson
 import zmq
 
 ENV_SERVER = "CP_CONFIG_SERVER"
+ENV_TIMEOUT = "CP_CONFIG_TIMEOUT"  # seconds a channel waits for the server before using its own handler
+LOOKUP_TIMEOUT_S = 2.0
 DEFAULT_BIND = "tcp://127.0.0.1:5590"
 MAX_MESSAGE = 1 << 16
 MAX_CHANNELS = 10_000
@@ -207,8 +209,10 @@ def request(endpoint: str, req: dict[str, Any], timeout: float = 2.0) -> dict[st
     return reply
 
 
-def lookup(endpoint: str, channel: str, timeout: float = 2.0) -> tuple[str, dict[str, Any]]:
+def lookup(endpoint: str, channel: str, timeout: float | None = None) -> tuple[str, dict[str, Any]]:
     """The handler and parameters the server sets for ``channel``."""
+    if timeout is None:
+        timeout = float(os.environ.get(ENV_TIMEOUT, LOOKUP_TIMEOUT_S))
     reply = request(endpoint, {"op": "get", "channel": channel}, timeout)
     handler, params = reply.get("handler"), reply.get("params", {})
     if not isinstance(handler, str) or not isinstance(params, dict):
