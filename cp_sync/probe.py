@@ -69,8 +69,10 @@ class ProbeResult:
 class Responder:
     """Answers probes on a UDP socket from a background thread (the loop runs in C without the GIL)."""
 
-    def __init__(self, bind: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, bind: str = "127.0.0.1", port: int = 0, spin_us: int = 2000) -> None:
         require_c_backend()
+        # Busy-poll this long after each answer: the rest of a burst skips the scheduler's wake-up.
+        self.spin_us = spin_us
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._sock.bind((bind, port))
         self._stop_r, self._stop_w = os.pipe()
@@ -93,7 +95,7 @@ class Responder:
         def loop() -> None:
             try:
                 self.served, self.ignored, _ = probe.respond(
-                    self._sock.fileno(), self._stop_r, -1, 0, on, skew, off
+                    self._sock.fileno(), self._stop_r, -1, 0, on, skew, off, self.spin_us
                 )
             except BaseException as e:  # kept for close() to re-raise in the owner's thread
                 self.error = e

@@ -115,15 +115,21 @@ static PyObject *probe_transform(PyObject *self, PyObject *args) {
 }
 
 /*
- * respond(fd, stop_fd, timeout_ms, max_packets, virtual_on, skew_e12, offset)
+ * respond(fd, stop_fd, timeout_ms, max_packets, virtual_on, skew_e12, offset[, spin_us])
  *   -> (served, ignored, reason)
  * reason: 0 stop_fd readable, 1 idle timeout, 2 max_packets reached.
+ * spin_us > 0: after each answered probe, busy-poll the socket for that long before blocking again, so
+ * the rest of a burst of probes does not pay the scheduler's wake-up (the core is busy only meanwhile).
  */
 static PyObject *probe_respond(PyObject *self, PyObject *args) {
-    int fd, stop_fd, timeout_ms, on;
+    int fd, stop_fd, timeout_ms, on, spin_us = 0;
     long long max_packets, skew_e12, offset;
-    if (!PyArg_ParseTuple(args, "iiiLpLL", &fd, &stop_fd, &timeout_ms, &max_packets, &on, &skew_e12,
-                          &offset)) {
+    if (!PyArg_ParseTuple(args, "iiiLpLL|i", &fd, &stop_fd, &timeout_ms, &max_packets, &on, &skew_e12,
+                          &offset, &spin_us)) {
+        return NULL;
+    }
+    if (spin_us < 0 || spin_us > 1000000) {
+        PyErr_SetString(PyExc_ValueError, "spin_us must be 0..1000000");
         return NULL;
     }
     long long served = 0, ignored = 0;
@@ -136,25 +142,36 @@ static PyObject *probe_respond(PyObject *self, PyObject *args) {
     pfd[1].events = POLLIN;
     int nfds = stop_fd >= 0 ? 2 : 1;
     unsigned char buf[PKT_SIZE + 1];
+    int64_t spin_until = 0;
+    unsigned int spins = 0;
     while (reason < 0) {
-        int pr = poll(pfd, nfds, timeout_ms);
-        if (pr < 0) {
-            if (errno == EINTR) {
+        int spinning = spin_us > 0 && mono_raw_ns() < spin_until;
+        if (spinning) {
+            /* Look at the stop pipe now and then while spinning. */
+            if ((++spins & 1023) == 0 && nfds == 2 && poll(pfd + 1, 1, 0) > 0) {
+                reason = 0;
+                break;
+            }
+        } else {
+            int pr = poll(pfd, nfds, timeout_ms);
+            if (pr < 0) {
+                if (errno == EINTR) {
+                    continue;
+                }
+                err = errno;
+                break;
+            }
+            if (pr == 0) {
+                reason = 1;
+                break;
+            }
+            if (nfds == 2 && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+                reason = 0;
+                break;
+            }
+            if (!(pfd[0].revents & POLLIN)) {
                 continue;
             }
-            err = errno;
-            break;
-        }
-        if (pr == 0) {
-            reason = 1;
-            break;
-        }
-        if (nfds == 2 && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-            reason = 0;
-            break;
-        }
-        if (!(pfd[0].revents & POLLIN)) {
-            continue;
         }
         struct sockaddr_in src;
         socklen_t slen = sizeof(src);
@@ -182,6 +199,9 @@ static PyObject *probe_respond(PyObject *self, PyObject *args) {
         /* A failed reply is a lost probe for the initiator; keep serving. */
         sendto(fd, &p, PKT_SIZE, 0, (struct sockaddr *)&src, slen);
         served++;
+        if (spin_us > 0) {
+            spin_until = mono_raw_ns() + (int64_t)spin_us * 1000;
+        }
         if (max_packets > 0 && served >= max_packets) {
             reason = 2;
         }
@@ -327,8 +347,9 @@ static PyObject *probe_initiate(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"respond", probe_respond, METH_VARARGS,
-     "respond(fd, stop_fd, timeout_ms, max_packets, virtual_on, skew_e12, offset) -> (served, ignored, "
-     "reason): answer probes until stop_fd is readable (reason 0), idle timeout (1) or max_packets (2)."},
+     "respond(fd, stop_fd, timeout_ms, max_packets, virtual_on, skew_e12, offset[, spin_us]) -> (served, "
+     "ignored, reason): answer probes until stop_fd is readable (reason 0), idle timeout (1) or max_packets "
+     "(2); spin_us busy-polls that long after each answer."},
     {"initiate", probe_initiate, METH_VARARGS,
      "initiate(fd, host, port, count, probe_id, timeout_ms, gap_us, spin) -> (rows, lost, ignored): "
      "rows is bytes of int64 [seq, c_i raw, c_j, c_k raw, ns_i] per answered probe."},

@@ -5,10 +5,18 @@ MAX_PROBES: int
 ROW_FIELDS: int
 
 def respond(
-    fd: int, stop_fd: int, timeout_ms: int, max_packets: int, virtual_on: bool, skew_e12: int, offset: int
+    fd: int,
+    stop_fd: int,
+    timeout_ms: int,
+    max_packets: int,
+    virtual_on: bool,
+    skew_e12: int,
+    offset: int,
+    spin_us: int = 0,
 ) -> tuple[int, int, int]:
     """Answer probes on a bound UDP socket until stop_fd is readable (reason 0), no packet came for
-    timeout_ms (1, -1 waits forever) or max_packets were answered (2). Returns (served, ignored, reason)."""
+    timeout_ms (1, -1 waits forever) or max_packets were answered (2); after each answer busy-poll for
+    spin_us. Returns (served, ignored, reason)."""
 
 def initiate(
     fd: int, host: str, port: int, count: int, probe_id: int, timeout_ms: int, gap_us: int, spin: bool
