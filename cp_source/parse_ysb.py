@@ -19,39 +19,40 @@ from cp_source.bucket import BucketError
 from cp_source.parse_json import parse_orjson
 
 
-@njit(cache=True, nogil=True)
-def _match_key(buf, s, ln, keys, key_off):
-    for k in range(len(key_off) - 1):
-        a = key_off[k]
-        if key_off[k + 1] - a != ln:
-            continue
-        same = True
-        for j in range(ln):
-            if buf[s + j] != keys[a + j]:
-                same = False
-                break
-        if same:
-            return k
-    return -1
+@njit(cache=True, nogil=True, inline="always")
+def _key_is(buf, s, ln, keys, key_off, k):
+    a = key_off[k]
+    if key_off[k + 1] - a != ln:
+        return False
+    for j in range(ln):  # noqa: SIM110 - numba compiles loops, not generator expressions
+        if buf[s + j] != keys[a + j]:
+            return False
+    return True
 
 
 @njit(cache=True, nogil=True)
-def _scan(buf, keys, key_off, max_rows, starts, lens):
-    """Fill starts/lens (rows x fields); return the row count, or -1 to fall back."""
+def _parse(buf, keys, key_off, max_rows, offsets, data):
+    """One pass: validate rows and copy each value into its column's data row.
+
+    offsets (fields x rows+1, int32) and data (fields x len(buf), uint8) are filled column-wise;
+    returns the row count, or -1 when the payload needs the generic parser.
+    """
     n = len(buf)
     nk = len(key_off) - 1
     full = (1 << nk) - 1
+    pos = np.zeros(nk, dtype=np.int64)
     i = 0
     row = 0
     while True:
         while i < n and (buf[i] == 32 or buf[i] == 9 or buf[i] == 10 or buf[i] == 13):
             i += 1
         if i >= n:
-            return row
+            break
         if row >= max_rows or buf[i] != 123:  # '{'
             return -1
         i += 1
         seen = 0
+        field = 0
         while True:
             while i < n and (buf[i] == 32 or buf[i] == 9 or buf[i] == 13):
                 i += 1
@@ -60,12 +61,19 @@ def _scan(buf, keys, key_off, max_rows, starts, lens):
             i += 1
             ks = i
             while i < n and buf[i] != 34:
-                if buf[i] == 92 or buf[i] < 32 or buf[i] >= 128:
+                c = buf[i]
+                if c == 92 or c < 32 or c >= 128:
                     return -1
                 i += 1
             if i >= n:
                 return -1
-            k = _match_key(buf, ks, i - ks, keys, key_off)
+            # keys usually come in schema order: try the expected one first
+            k = field if field < nk and _key_is(buf, ks, i - ks, keys, key_off, field) else -1
+            if k < 0:
+                for kk in range(nk):
+                    if _key_is(buf, ks, i - ks, keys, key_off, kk):
+                        k = kk
+                        break
             if k < 0 or (seen >> k) & 1:
                 return -1
             i += 1
@@ -79,16 +87,22 @@ def _scan(buf, keys, key_off, max_rows, starts, lens):
             if i >= n or buf[i] != 34:
                 return -1
             i += 1
-            vs = i
-            while i < n and buf[i] != 34:
-                if buf[i] == 92 or buf[i] < 32 or buf[i] >= 128:
+            p = pos[k]
+            offsets[k, row] = p
+            while i < n:
+                c = buf[i]
+                if c == 34:
+                    break
+                if c == 92 or c < 32 or c >= 128:
                     return -1
+                data[k, p] = c
+                p += 1
                 i += 1
             if i >= n:
                 return -1
-            starts[row, k] = vs
-            lens[row, k] = i - vs
+            pos[k] = p
             seen |= 1 << k
+            field += 1
             i += 1
             while i < n and (buf[i] == 32 or buf[i] == 9 or buf[i] == 13):
                 i += 1
@@ -108,22 +122,9 @@ def _scan(buf, keys, key_off, max_rows, starts, lens):
         if i < n and buf[i] != 10:
             return -1
         row += 1
-
-
-@njit(cache=True, nogil=True)
-def _gather(buf, starts, lens, nrows, offsets, data):
-    """Column-major copy of the value bytes; offsets[k] are column k's Arrow offsets."""
-    pos = 0
-    for k in range(starts.shape[1]):
-        base = pos
-        for r in range(nrows):
-            offsets[k, r] = pos - base
-            s = starts[r, k]
-            ln = lens[r, k]
-            data[pos:pos + ln] = buf[s:s + ln]
-            pos += ln
-        offsets[k, nrows] = pos - base
-    return pos
+    for k in range(nk):
+        offsets[k, row] = pos[k]
+    return row
 
 
 class StringRowParser:
@@ -143,21 +144,13 @@ class StringRowParser:
         """The numba path only: a batch, or None when the payload needs the generic parser."""
         buf = np.frombuffer(payload, dtype=np.uint8)
         nf = len(self.fields)
-        starts = np.empty((count, nf), dtype=np.int64)
-        lens = np.empty((count, nf), dtype=np.int64)
-        rows = _scan(buf, self._keys, self._key_off, count, starts, lens)
-        if rows != count:
-            return None
         offsets = np.empty((nf, count + 1), dtype=np.int32)
-        data = np.empty(int(lens.sum()), dtype=np.uint8)
-        _gather(buf, starts, lens, count, offsets, data)
-        arrays = []
-        pos = 0
-        for k in range(nf):
-            end = pos + int(offsets[k, count])
-            arrays.append(pa.StringArray.from_buffers(count, pa.py_buffer(offsets[k]),
-                                                      pa.py_buffer(data[pos:end])))
-            pos = end
+        data = np.empty((nf, len(buf)), dtype=np.uint8)  # a value never outgrows its payload
+        if _parse(buf, self._keys, self._key_off, count, offsets, data) != count:
+            return None
+        arrays = [pa.StringArray.from_buffers(count, pa.py_buffer(offsets[k]),
+                                              pa.py_buffer(data[k, : offsets[k, count]]))
+                  for k in range(nf)]
         return pa.RecordBatch.from_arrays(arrays, schema=self.fields)
 
     def __call__(self, payload: bytes | memoryview, count: int) -> pa.RecordBatch:
