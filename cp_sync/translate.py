@@ -21,7 +21,9 @@ the interval the truth must lie in and the bound its half-width.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -326,21 +328,45 @@ def reference_hz(table: pa.Table, reference: str, reported: dict[str, float]) ->
 # -- records -------------------------------------------------------------------------------------
 
 
-def read_points(records_dir: str, from_point: str, to_point: str) -> pa.Table:
-    """tuple_id and the two points' stamp columns from a records dataset (staging dirs ignored)."""
-    import pyarrow.dataset as pds
+def _record_files(root: Path) -> list[Path]:
+    """Parquet files under ``root``, skipping any file or directory whose name starts with ``_`` or ``.``."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(("_", ".")))
+        out += [Path(dirpath) / f for f in sorted(filenames)
+                if f.endswith(".parquet") and not f.startswith(("_", "."))]
+    return out
 
+
+def read_points(records_dir: str, from_point: str, to_point: str) -> pa.Table:
+    """tuple_id and the two points' stamp columns from a records directory (staging ignored).
+
+    Files without ``tuple_id`` (such as the sink's per-period counts) are not records and are skipped.
+    """
+    import pyarrow.dataset as pds
+    import pyarrow.parquet as pq
+
+    root = Path(records_dir)
+    if not root.is_dir():
+        raise ValueError(f"records directory {records_dir!r} does not exist")
     cols = ["tuple_id", f"cp_tsc_{from_point}", f"cp_node_{from_point}", f"cp_tsc_{to_point}",
             f"cp_node_{to_point}"]
-    try:
-        dataset = pds.dataset(records_dir, format="parquet", ignore_prefixes=[".", "_"])
-    except (FileNotFoundError, pa.ArrowInvalid) as e:
-        raise ValueError(f"cannot read records from {records_dir!r}: {e}") from None
-    missing = [c for c in cols if c not in dataset.schema.names]
-    if missing:
-        raise ValueError(f"records in {records_dir!r} lack {', '.join(missing)} "
-                         f"(stamp points present: {_points(dataset.schema.names)})")
-    t = dataset.to_table(columns=cols)
+    files, seen = [], set()
+    for f in _record_files(root):
+        names = pq.read_schema(f).names
+        if "tuple_id" in names:
+            seen.update(names)
+            if all(c in names for c in cols):
+                files.append(str(f))
+    if not seen:
+        raise ValueError(f"no record files (Parquet with tuple_id) under {records_dir!r}")
+    if not files:
+        missing = [c for c in cols if c not in seen]
+        raise ValueError(f"records in {records_dir!r} lack {', '.join(missing) or 'both points together'} "
+                         f"(stamp points present: {_points(sorted(seen))})")
+    schema = pa.schema([("tuple_id", pa.int64()), (cols[1], pa.int64()), (cols[2], pa.string()),
+                        (cols[3], pa.int64()), (cols[4], pa.string())])
+    t = pds.dataset(files, format="parquet", schema=schema).to_table(columns=cols)
     valid = pc.and_(pc.is_valid(t[cols[1]]), pc.is_valid(t[cols[3]]))
     return t.filter(valid)
 

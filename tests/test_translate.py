@@ -147,11 +147,19 @@ def _records(tmp_path, rng, n=3000):
     t = pa.table({"tuple_id": ids, "cp_tsc_gen": ys, "cp_node_gen": ds, "cp_tsc_sink": ye, "cp_node_sink": de,
                   "batch_id": np.zeros(n, np.int64), "partition": np.zeros(n, np.int32)})
     rec = tmp_path / "records"
-    rec.mkdir()
-    pq.write_table(t.slice(0, n // 2), rec / "part-0.parquet")
-    pq.write_table(t.slice(n // 2), rec / "part-1.parquet")
+    # The sink's layout: one directory per published batch, staging and counts files beside.
+    second = t.slice(n // 2)
+    for col in ("cp_node_gen", "cp_node_sink"):  # one file with dictionary-encoded domain columns
+        i = second.schema.get_field_index(col)
+        second = second.set_column(i, col, pc.dictionary_encode(second[col]))
+    for b, part in ((0, t.slice(0, n // 2)), (1, second)):
+        (rec / f"batch={b}").mkdir(parents=True)
+        pq.write_table(part.drop_columns(["batch_id"]), rec / f"batch={b}" / "records-0.parquet")
+        pq.write_table(pa.table({"partition": [0], "period": [1], "count": [5]}),
+                       rec / f"batch={b}" / "periods-0.parquet")  # not records: no tuple_id
+        pq.write_table(pa.table({"seen": [n]}), rec / f"batch={b}" / "_counts.parquet")
     (rec / "_staging").mkdir()
-    pq.write_table(t.slice(0, 5), rec / "_staging" / "part-9.parquet")  # uncommitted: must be ignored
+    pq.write_table(t.slice(0, 5), rec / "_staging" / "records-9.parquet")  # uncommitted: must be ignored
     return dict(zip(ids.tolist(), truth.tolist(), strict=True))
 
 
