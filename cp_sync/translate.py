@@ -412,3 +412,21 @@ def translate_points(points: pa.Table, sync: pa.Table, from_point: str, to_point
             "bound_ns": pa.array(res.bound * (1e9 / hz)),
         }))
     return pa.concat_tables(parts), tr
+
+
+def translate_records(records_dir: str, sync_dir: str, from_point: str, to_point: str,
+                      reference: str | None = None, methods: tuple[str, ...] = METHODS
+                      ) -> tuple[pa.Table, dict[str, Any]]:
+    """Read records and sync tables, translate, and return the output table and facts about the run.
+
+    Facts: reference, frequency_hz and its source, and the relations refused (hull crossings).
+    """
+    from cp_sync.sync_table import read_sync
+
+    sync, reported = read_sync(sync_dir)
+    points = read_points(records_dir, from_point, to_point)
+    ref = reference or default_reference(points, to_point)
+    hz, source = reference_hz(sync, ref, reported)
+    out, tr = translate_points(points, sync, from_point, to_point, ref, hz, methods)
+    refused = {f"{m} {s} -> {d}": why for (s, d, m), why in sorted(tr.violations.items())}
+    return out, {"reference": ref, "frequency_hz": hz, "frequency_source": source, "refused": refused}

@@ -36,8 +36,7 @@ def run(args: argparse.Namespace) -> int:
     import pyarrow.parquet as pq
 
     from cp_sync.report import plot, print_summary, summarize
-    from cp_sync.sync_table import read_sync
-    from cp_sync.translate import METHODS, default_reference, read_points, reference_hz, translate_points
+    from cp_sync.translate import METHODS, translate_records
 
     methods = tuple(m.strip() for m in args.method.split(",") if m.strip())
     bad = [m for m in methods if m not in METHODS]
@@ -46,17 +45,15 @@ def run(args: argparse.Namespace) -> int:
     for name in (args.from_point, args.to_point):
         if not name.replace("_", "").isalnum():
             raise ValueError(f"invalid stamp point {name!r}")
-    sync, reported = read_sync(args.sync)
-    points = read_points(args.records, args.from_point, args.to_point)
-    reference = args.reference or default_reference(points, args.to_point)
-    hz, hz_source = reference_hz(sync, reference, reported)
-    out, tr = translate_points(points, sync, args.from_point, args.to_point, reference, hz, methods)
+    out, facts = translate_records(args.records, args.sync, args.from_point, args.to_point, args.reference,
+                                   methods)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(out, args.out, compression="zstd")
-    print_summary(summarize(out), f"{args.from_point} -> {args.to_point}, reference {reference}, "
-                                  f"{hz / 1e6:.3f} MHz ({hz_source})")
-    for (src, dst, method), why in sorted(tr.violations.items()):
-        print(f"{method} relation {src} -> {dst} refused: {why}", file=sys.stderr)
+    hz = facts["frequency_hz"]
+    print_summary(summarize(out), f"{args.from_point} -> {args.to_point}, reference {facts['reference']}, "
+                                  f"{hz / 1e6:.3f} MHz ({facts['frequency_source']})")
+    for pair, why in facts["refused"].items():
+        print(f"relation {pair} refused: {why}", file=sys.stderr)
     if args.plot:
         plot(out, args.plot)
         print(f"plot written to {args.plot}")

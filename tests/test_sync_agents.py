@@ -163,3 +163,34 @@ def test_sync_run_errors_are_one_line(tmp_path, capsys) -> None:
                    "--wait", "0.3"])
         assert rc == 2
         assert "0 agents registered" in capsys.readouterr().err
+
+
+def test_coordinator_survives_malformed_and_oversized_messages() -> None:
+    import zmq
+
+    from cp_sync import control
+
+    with Coordinator("127.0.0.1:0") as coord:
+        ctx = zmq.Context.instance()
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.connect(coord.address)
+        try:
+            s.send_multipart([b"not json"])
+            s.send_multipart([b'{"op": 5}'])
+            s.send_multipart([b'{"op": "register", "domain": "x", "hz": "fast", "host": "h", "port": 1}'])
+            s.send_multipart([b'{"op": "register", "domain": "y", "hz": 1e9, "host": "a.b", "port": 9}'])
+            s.send_multipart([b'{"op": "result", "task": 1}', b"\x00" * 7])  # rows of a bad size
+            s.send_multipart([b'{"op": "run", "phase": "p", "rounds": 10, "gap_us": 0, "timeout_ms": 5}'])
+            assert s.poll(5000)
+            h, _ = control.unpack(s.recv_multipart())
+            assert h["op"] == "error" and "at least 2 registered agents" in h["error"]
+            big = ctx.socket(zmq.DEALER)
+            big.setsockopt(zmq.LINGER, 0)
+            big.connect(coord.address)
+            big.send_multipart([b"{" + b" " * (control.MAX_MESSAGE + 10) + b"}"])  # refused by MAXMSGSIZE
+            big.close(0)
+        finally:
+            s.close(0)
+        # Nothing above registered an agent, and the coordinator still answers.
+        assert list_agents(coord.address) == []
