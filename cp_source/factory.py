@@ -2,8 +2,9 @@
 
 Topology: the factory binds one PULL socket at the user's endpoint (the
 generator connects to it). A ZeroMQ proxy (C, in a thread of the process
-that started the factory) forwards every message to a PUSH socket on an
-ephemeral loopback port, and N worker processes PULL from it, so buckets are
+that started the factory) forwards every message to a PUSH socket on a unix
+socket in a private directory (loopback TCP where ipc is unavailable), and N
+worker processes PULL from it, so buckets are
 spread round-robin over the workers. All high-water marks are small: when
 the spool is full the workers stop receiving, the queues fill up to the
 generator, and its non-blocking sends fail as counted drops.
@@ -20,9 +21,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -315,7 +318,13 @@ class FactoryHandle:
         self._back = self._ctx.socket(zmq.PUSH)
         self._back.setsockopt(zmq.SNDHWM, HWM)
         self._back.setsockopt(zmq.LINGER, 0)
-        self._back.bind("tcp://127.0.0.1:*")
+        # workers on this host: a unix socket in a private (0700) directory is cheaper than loopback TCP
+        self._ipc_dir: str | None = None
+        if zmq.has("ipc"):
+            self._ipc_dir = tempfile.mkdtemp(prefix="cp-factory-")
+            self._back.bind(f"ipc://{self._ipc_dir}/backend")
+        else:
+            self._back.bind("tcp://127.0.0.1:*")
         self.backend: str = self._back.getsockopt_string(zmq.LAST_ENDPOINT)
         self._ctl_addr = f"inproc://factory-control-{id(self)}"
         self._ctl = self._ctx.socket(zmq.PAIR)
@@ -433,6 +442,8 @@ class FactoryHandle:
         # a proxy blocked on a full backend never reads TERMINATE; terminating the context interrupts it
         self._ctx.term()
         self._proxy.join(timeout)
+        if self._ipc_dir:
+            shutil.rmtree(self._ipc_dir, ignore_errors=True)
 
     def __enter__(self) -> FactoryHandle:
         return self
