@@ -85,11 +85,19 @@ def _read_prefixed(path: str | os.PathLike[str], prefix: str, schema: pa.Schema 
     for batch_id, d in published_batches(path).items():
         for f in sorted(d.iterdir()):
             if f.name.startswith(prefix) and f.name.endswith(".parquet"):
-                t = pq.read_table(f)
+                t = _plain(pq.read_table(f))
                 tables.append(t.append_column("batch_id", pa.repeat(pa.scalar(batch_id, pa.int64()), len(t))))
     if not tables:
         return None if schema is None else schema.empty_table()
     return pa.concat_tables(tables, promote_options="default")
+
+
+def _plain(t: pa.Table) -> pa.Table:
+    # Node ids are stored dictionary-encoded; readers get plain strings.
+    for i, f in enumerate(t.schema):
+        if pa.types.is_dictionary(f.type):
+            t = t.set_column(i, f.name, t.column(i).cast(f.type.value_type))
+    return t
 
 
 def read_records(path: str | os.PathLike[str]) -> pa.Table:
