@@ -16,6 +16,7 @@ examples:
   cloudprofiler translate --records out/records --sync sync/ --from source --to sink \\
       --reference node1@1f2e3d4c --out lat.parquet --plot lat.png
   cloudprofiler translate --records r/ --sync s/ --from gen --to sink --out l.parquet --method minrtt,naive
+  cloudprofiler translate --records r/ --sync s/ --from gen --to sink --out l.parquet --compare
 """
 
 
@@ -29,6 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="output Parquet file")
     p.add_argument("--plot", help="write a latency and error-bound plot (PNG)")
     p.add_argument("--method", default="minrtt,hull,naive", help="comma list of minrtt, hull, naive")
+    p.add_argument("--compare", action="store_true",
+                   help="also print the return-trip bound (same probes) and NTP's (chrony) to compare")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,8 +57,33 @@ def run(args: argparse.Namespace) -> int:
                                   f"{hz / 1e6:.3f} MHz ({facts['frequency_source']})")
     for pair, why in facts["refused"].items():
         print(f"relation {pair} refused: {why}", file=sys.stderr)
+    if args.compare:
+        _compare(args.sync, facts["reference"], hz)
     if args.plot:
         plot(out, args.plot)
         print(f"plot written to {args.plot}")
     print(f"{out.num_rows:,} rows written to {args.out}")
     return 0
+
+
+def _compare(sync_dir: str, reference: str, hz: float) -> None:
+    """Return-trip's bound on the same probes and NTP's, beside this method's e."""
+    import numpy as np
+
+    from cp_sync.ntp import ntp_bound
+    from cp_sync.returntrip import probe_returntrip
+    from cp_sync.sync_table import minrtt, read_sync
+
+    sync, _ = read_sync(sync_dir)
+    best = minrtt(sync).to_pylist()
+    for other in sorted({r["responder"] for r in best if r["initiator"] == reference}):
+        _, bound = probe_returntrip(sync, reference, other)
+        e = min(r["rtt"] for r in best if r["initiator"] == reference and r["responder"] == other) / 2
+        print(f"{reference} -> {other}: MinRTT e {e / hz * 1e6:.3f} us; return-trip bound median "
+              f"{np.median(bound) / hz * 1e6:.3f} us, max {bound.max() / hz * 1e6:.3f} us")
+    nb, why = ntp_bound()
+    if nb is None:
+        print(why)
+    else:
+        print(f"NTP ({why}): {nb.bound_s * 1e6:.1f} us per node, {2 * nb.bound_s * 1e6:.1f} us for a latency "
+              "between two such nodes")

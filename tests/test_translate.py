@@ -173,11 +173,13 @@ def test_translate_command_end_to_end(tmp_path, capsys) -> None:
     truth = _records(tmp_path, rng)
     out, png = tmp_path / "lat.parquet", tmp_path / "lat.png"
     rc = main(["translate", "--records", str(tmp_path / "records"), "--sync", str(sync), "--from", "gen",
-               "--to", "sink", "--reference", "ref-node", "--out", str(out), "--plot", str(png)])
+               "--to", "sink", "--reference", "ref-node", "--out", str(out), "--plot", str(png), "--compare"])
     assert rc == 0
     got = pq.read_table(out)
     stdout = capsys.readouterr().out
     assert "same-node" in stdout and "two-nodes" in stdout and "p99" in stdout
+    assert "ref-node -> node-b: MinRTT e" in stdout and "return-trip bound median" in stdout
+    assert "NTP" in stdout
     assert png.stat().st_size > 10_000
     for method in ("minrtt", "hull", "naive"):
         sub = got.filter(pc.equal(got["method"], method))
