@@ -33,6 +33,8 @@ examples:
   cloudprofiler demo --out /tmp/ysb --summary /tmp/ysb/summary.json
 """
 
+# the console script's entry point (python -m would load cli.py a second time, as __main__)
+CLI = [sys.executable, "-c", "import sys; from cloudprofiler.cli import main; sys.exit(main())"]
 WINDOW = "10 seconds"
 WATERMARK = "30 seconds"
 
@@ -148,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
             status.update(f"generating {args.rate:,.0f} tuples/s for {args.duration:g} s")
             summary_file = out / "generator.json"
             gen = subprocess.Popen(
-                [sys.executable, "-m", "cloudprofiler.cli", "generate", "--endpoint", endpoint,
+                [*CLI, "generate", "--endpoint", endpoint,
                  "--rate", str(args.rate), "--duration", str(args.duration), "--bucket", str(args.bucket),
                  "--summary", str(summary_file)],
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -9,12 +9,15 @@ from pathlib import Path
 
 import pytest
 
+# the installed console script's entry point (python -m would load cli.py twice, as __main__ too)
+CLI = [sys.executable, "-c", "import sys; from cloudprofiler.cli import main; sys.exit(main())"]
+
 
 @pytest.mark.long
 def test_demo_prints_consistent_totals(tmp_path: Path) -> None:
     summary = tmp_path / "summary.json"
     run = subprocess.run(
-        [sys.executable, "-m", "cloudprofiler.cli", "demo", "--duration", "3", "--rate", "20000",
+        [*CLI, "demo", "--duration", "3", "--rate", "20000",
          "--out", str(tmp_path / "demo"), "--summary", str(summary)],
         capture_output=True, text=True, timeout=240,
     )
@@ -33,7 +36,7 @@ def test_demo_prints_consistent_totals(tmp_path: Path) -> None:
 
 
 def test_demo_rejects_bad_arguments() -> None:
-    run = subprocess.run([sys.executable, "-m", "cloudprofiler.cli", "demo", "--duration", "-1"],
+    run = subprocess.run([*CLI, "demo", "--duration", "-1"],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == ["cloudprofiler demo: error: --duration -1.0: expected 0 < "
