@@ -252,8 +252,8 @@ static PyObject *probe_initiate(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     unsigned char buf[PKT_SIZE + 1];
     struct pollfd pfd = {fd, POLLIN, 0};
-    /* Drain replies left over from an earlier call; their sequence numbers are stale anyway. */
-    while (recv(fd, buf, sizeof(buf), MSG_DONTWAIT) >= 0) {
+    /* Drain replies left over from an earlier call (bounded, in case of a flood); they are stale anyway. */
+    for (int d = 0; d < 4096 && recv(fd, buf, sizeof(buf), MSG_DONTWAIT) >= 0; d++) {
     }
     for (long long s = 0; s < count && !err; s++) {
         packet_t req;
@@ -275,6 +275,11 @@ static PyObject *probe_initiate(PyObject *self, PyObject *args) {
         }
         int64_t deadline = ns_i + (int64_t)timeout_ms * 1000000LL;
         for (;;) {
+            /* Checked on every pass, so a stream of ignored datagrams cannot hold a probe open. */
+            if (spin && mono_raw_ns() > deadline) {
+                lost++;
+                break;
+            }
             if (!spin) {
                 int64_t left_ms = (deadline - mono_raw_ns() + 999999) / 1000000;
                 if (left_ms <= 0) {
@@ -296,10 +301,6 @@ static PyObject *probe_initiate(PyObject *self, PyObject *args) {
             uint64_t c_k = raw_read();
             if (n < 0) {
                 if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNREFUSED) {
-                    if (spin && mono_raw_ns() > deadline) {
-                        lost++;
-                        break;
-                    }
                     continue;
                 }
                 err = errno;

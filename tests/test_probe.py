@@ -112,21 +112,25 @@ def test_forged_and_stale_replies_are_ignored() -> None:
     sock, _, stop = _fake_responder("forge")
     try:
         res = initiate(*sock.getsockname(), 50, gap_us=0, timeout_ms=1000)
+        spun = initiate(*sock.getsockname(), 20, gap_us=0, timeout_ms=1000, spin=True)
     finally:
         stop.close()  # type: ignore[attr-defined]
-    assert sorted(res.seq.tolist()) == list(range(50))
-    assert res.c_j.tolist() == [1000 + s for s in res.seq.tolist()]
-    assert res.ignored == 5 * 50
-    assert res.lost == 0
+    for r, n in ((res, 50), (spun, 20)):
+        assert sorted(r.seq.tolist()) == list(range(n))
+        assert r.c_j.tolist() == [1000 + s for s in r.seq.tolist()]
+        assert r.ignored == 5 * n
+        assert r.lost == 0
 
 
 def test_unanswered_probes_time_out_as_lost() -> None:
     sock, _, stop = _fake_responder("silent")
     try:
         res = initiate(*sock.getsockname(), 5, gap_us=0, timeout_ms=20)
+        spun = initiate(*sock.getsockname(), 3, gap_us=0, timeout_ms=20, spin=True)
     finally:
         stop.close()  # type: ignore[attr-defined]
     assert res.lost == 5 and len(res.seq) == 0
+    assert spun.lost == 3 and len(spun.seq) == 0
 
 
 def test_responder_ignores_malformed_requests() -> None:
