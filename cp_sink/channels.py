@@ -34,6 +34,7 @@ import signal
 import threading
 import time
 import warnings
+from array import array
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -244,12 +245,12 @@ class Channel:
         self._seen = None  # counted from the file
 
     def _make_block(self, spec: Any) -> None:
-        # log() appends to two lists (list.append is the cheapest store CPython has: the TSC is
-        # already an int object); the drain thread turns full blocks into arrays and hands them to
-        # the compression pool. Ids go first, so len(tscs) pairs are always complete.
+        # log() appends to two int64 arrays (array.append is a specialised C method call; ids out
+        # of int64 range raise there); the drain thread copies full blocks out and hands them to
+        # the compression threads. Ids go first, so len(tscs) pairs are always complete.
         self._writer = _BlockWriter(self._file, self.fmt)
-        ids: list[int] = []
-        tscs: list[int] = []
+        ids = array("q")
+        tscs = array("q")
         now = native_tsc.now
         seen = 0
 
@@ -377,9 +378,9 @@ class Channel:
         ids, tscs = self._ids, self._tscs
         n = len(tscs)
         if n:
-            head_ids, head_tscs = ids[:n], tscs[:n]
+            head_ids, head_tscs = ids[:n], tscs[:n]  # copies: numpy never holds the live arrays
             del ids[:n], tscs[:n]
-            self._chunks.append((np.array(head_tscs, dtype=np.int64), np.array(head_ids, dtype=np.int64)))
+            self._chunks.append((np.frombuffer(head_tscs, np.int64), np.frombuffer(head_ids, np.int64)))
             self._chunk_rows += n
 
     def _submit(self) -> None:
