@@ -57,8 +57,8 @@ def plot(out: pa.Table, path: str) -> None:
     for key, g in _groups(out):
         lats.append(g["duration_ns"].to_numpy() / 1e3)
         bnds.append(g["bound_ns"].to_numpy() / 1e3)
-        labels.append(f"{key['method']}\n{key['scenario']}")
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(max(8.0, 1.2 * len(labels) * 2), 4.5))
+        labels.append(f"{key['method']} {key['scenario']}")
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(min(16.0, 5.0 + 0.9 * len(labels)), 5.0))
     ax1.boxplot(lats, tick_labels=labels, showfliers=False)
     ax1.set_ylabel("latency (us)")
     ax1.set_title("translated latency")
@@ -66,7 +66,7 @@ def plot(out: pa.Table, path: str) -> None:
     ax2.set_ylabel("error bound (us)")
     ax2.set_title("error bound per record")
     for ax in (ax1, ax2):
-        ax.tick_params(axis="x", labelsize=7)
+        ax.tick_params(axis="x", labelsize=7, labelrotation=60)
         ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
