@@ -6,7 +6,7 @@ ids and the event time live in the per-bucket header, so reusing payload rows
 changes nothing the factory produces except the repeated field values.
 
 The loop gives every bucket a fixed time budget (``bucket / rate`` seconds):
-bucket k is due at ``t0 + k * budget``; the sender sleeps until ~1 ms before
+bucket k is due at ``t0 + k * budget``; the sender sleeps until 200 us before
 the deadline and busy-waits the rest, then sends without blocking. A send the
 receiver cannot take (ZeroMQ EAGAIN) is a counted drop: the bucket's tuple
 ids are consumed all the same, so drops are exact id ranges, and its bucket
@@ -38,6 +38,8 @@ SEND_HWM = 8
 CONTROL_TIMEOUT_MS = 10_000
 RATE_TOLERANCE = 0.01
 LAG_TOLERANCE = 0.10  # of the run's duration
+SPIN_NS = 200_000  # busy-wait the last 200 us before a deadline; sleep before that (sleep overshoots ~60 us)
+SLEEP_MIN_NS = 300_000
 ABORT_FACTOR = 2.0  # a sender still emitting after 2x its duration (+1 s) stops: it cannot offer the rate
 
 
@@ -119,8 +121,8 @@ def run_sender(endpoint: str, sender_id: int, rate: float, tuples: int, bucket: 
                 aborted = True  # hopelessly behind: the run is generator-bound either way
                 break
             if now < deadline:
-                if deadline - now > 2_000_000:
-                    time.sleep((deadline - now - 1_000_000) / 1e9)
+                if deadline - now > SLEEP_MIN_NS:
+                    time.sleep((deadline - now - SPIN_NS) / 1e9)
                 while clock() < deadline:
                     pass
             elif now - deadline > max_lag:
