@@ -174,8 +174,8 @@ def test_fallback_backend_refuses_c_probes() -> None:
     env = dict(os.environ, CP_TSC_BACKEND="fallback")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert "refused:" in r.stdout and "pyprobe" in r.stdout
-    r = subprocess.run([sys.executable, "-m", "cloudprofiler.cli", "sync", "agent", "--server", "127.0.0.1:9"],
-                       env=env, capture_output=True, text=True, timeout=60)
+    cmd = [sys.executable, "-m", "cloudprofiler.cli", "sync", "agent", "--server", "127.0.0.1:9"]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert "need the native TSC backend" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
