@@ -59,14 +59,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.action == "agent":
         import native_tsc
-        from cloudprofiler.cli import CommandError
         from cp_sync.agent import Agent
         from cp_sync.probe import ProbeUnavailable
 
         try:
             agent = Agent(args.server, args.probe_bind, args.probe_port, args.advertise)
         except ProbeUnavailable as e:
-            raise CommandError(str(e)) from None
+            # ValueError: one line from the CLI however it was started (also python -m cloudprofiler.cli).
+            raise ValueError(str(e)) from None
         _stop_on_sigterm(agent.stop)
         print(f"sync agent {agent.domain} ({native_tsc.BACKEND}, {agent.hz / 1e6:.3f} MHz) probes on "
               f"{agent.advertise}:{agent.port}, coordinator {agent.server}", flush=True)
