@@ -13,6 +13,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from cloudprofiler.errors import CommandError
+
 # command -> (module, one-line summary)
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("cloudprofiler.demo", "run the YSB pipeline on embedded defaults and print its latencies"),
@@ -24,10 +26,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config-server": ("cp_sink.config_server", "serve channel handler settings over ZeroMQ"),
     "tsc": ("native_tsc.tsc_cli", "show this machine's TSC backend, flags, frequency and read cost"),
 }
-
-
-class CommandError(Exception):
-    """A user-facing error: printed as one line, exit status 2."""
 
 
 def _top_parser() -> argparse.ArgumentParser:
