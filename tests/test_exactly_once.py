@@ -55,7 +55,7 @@ def test_embedded_factory_run_is_exactly_once(spark, tmp_path: Path) -> None:
         wait_for(state_file.exists, 120, "the embedded factory to start")
         state = orjson.loads(state_file.read_bytes())
         assert state["factory"] == "embedded" and state["factory_endpoint"].startswith("tcp://127.0.0.1:")
-        summary = run_generator(state["factory_endpoint"], rate=40_000, duration=3.0, senders=1, bucket=500)
+        summary = run_generator(state["factory_endpoint"], rate=40_000, duration=3.0, senders=2, bucket=500)
         assert summary["eos_delivered"]
         wait_for(lambda: spool_drained(spool, summary), 60, "the factory to publish everything")
         latest = Spool(spool).latest()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import orjson
@@ -264,9 +265,13 @@ def test_admission_control_admits_whole_segments_interleaved(spark, tmp_path: Pa
               .option("path", str(out)).trigger(availableNow=True))
     query = writer.start()
     await_query(query, 120)
-    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    sizes = [p["numInputRows"] for p in progress]
     # w0: 10 + w1: 5, then 20 + 5 (a third segment would pass 25 rows), then the last 10.
     assert sizes == [15, 25, 10]
+    # reportLatestOffset: the progress shows how far the spool is ahead of each batch
+    latest = [p["sources"][0]["latestOffset"] for p in progress]
+    assert [json.loads(x) if isinstance(x, str) else x for x in latest] == [{"w0": 2, "w1": 1}] * 3
     assert sorted(_read_ids(spark, out)) == sorted(ids)
     # The second batch's end was committed when the third was planned: its segments are gone,
     # the last batch's segment stays until a later batch commits it.
