@@ -129,7 +129,7 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         opts = _options(options)
         if not opts.get("path"):
             raise ValueError("the cloudprofiler sink needs option 'path'")
-        self.path = opts["path"]
+        self.path = os.path.abspath(opts["path"])  # workers may not share the driver's cwd
         self.spec = parse_handler(opts.get("handler", "id"), opts)
         self.id_column = opts.get("tupleidcolumn", TUPLE_ID)
         names = list(schema.fieldNames()) if schema is not None else []
