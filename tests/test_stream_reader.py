@@ -279,3 +279,39 @@ def test_admission_control_admits_whole_segments_interleaved(spark, tmp_path: Pa
 
     assert Spool(spool).committed() == {"w0": 1, "w1": 1}
     assert sorted(p.name for p in spool.glob("w*/seg-*.arrow")) == ["seg-000000000002.arrow"]
+
+
+def test_bad_option_fails_the_query_with_the_option_named(spark) -> None:
+    import cloudprofiler
+
+    cloudprofiler.register(spark)
+    with pytest.raises(Exception, match="option fetch='nfs'"):
+        spark.readStream.format("cloudprofiler").option("fetch", "nfs").load()
+
+
+def test_file_workload_with_a_ddl_schema(spark, tmp_path: Path) -> None:
+    """A user's NDJSON replayed by the generator, parsed by the factory, typed by the reader's schema."""
+    from conftest import run_available_now
+    from ingest_truth import assert_exactly_once, expected_ids, output_ids
+
+    from cp_source.factory import start_factory
+    from cp_source.generator import run_generator
+    from cp_source.spool import Spool
+
+    data = tmp_path / "events.ndjson"
+    data.write_text("".join(orjson.dumps({"name": f"item{i}", "price": i * 0.5, "qty": i}).decode() + "\n"
+                            for i in range(7)))
+    ddl = "name STRING, price DOUBLE, qty BIGINT"
+    spool = tmp_path / "spool"
+    with start_factory("tcp://127.0.0.1:0", spool, workers=1, workload="file", schema=ddl) as factory:
+        summary = run_generator(factory.endpoint, rate=5_000, duration=1.0, bucket=100,
+                                workload=f"file:{data}")
+        assert factory.wait_drained(30)
+    df = _source(spark, spool, workload=f"file:{data}", schema=ddl)
+    assert [f.simpleString() for f in df.schema.fields[:3]] == ["name:string", "price:double", "qty:bigint"]
+    out = tmp_path / "out"
+    run_available_now(df, "parquet", str(tmp_path / "ckpt"), str(out))
+    want, _ = expected_ids(summary, Spool(spool).stats())
+    assert_exactly_once(output_ids(spark, out), want)
+    rows = spark.read.parquet(str(out)).select("name", "price", "qty").distinct().collect()
+    assert sorted((r.name, r.price, r.qty) for r in rows) == [(f"item{i}", i * 0.5, i) for i in range(7)]
