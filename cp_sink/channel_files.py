@@ -60,27 +60,54 @@ def encode_frame(kind: bytes, rows: int, raw: bytes, compress: bool, codec_flags
 _WIDTHS = (np.int8, np.int16, np.int32, np.int64)
 
 
-def _narrow_deltas(col: np.ndarray) -> bytes:
-    # u8 width, int64 first value, then the deltas in the narrowest integer type that holds them.
-    first = int(col[0]) if col.shape[0] else 0
-    d = np.diff(col) if col.shape[0] > 1 else np.empty(0, np.int64)  # wraps like the decoder
-    lo, hi = (int(d.min()), int(d.max())) if d.shape[0] else (0, 0)
+def _width(lo: int, hi: int) -> Any:
     for dt in _WIDTHS:
         info = np.iinfo(dt)
         if info.min <= lo and hi <= info.max:
-            return struct.pack("<Bq", np.dtype(dt).itemsize, first) + d.astype(dt).tobytes()
-    raise AssertionError("unreachable")
+            return dt
+    raise AssertionError("int64 deltas always fit int64")
 
 
-def encode_columns(kind: bytes, columns: list[np.ndarray], compress: bool = True) -> bytes:
+def narrow_deltas(col: np.ndarray) -> bytes:
+    """u8 width, int64 first value, then the deltas in the narrowest integer type that holds them."""
+    first = int(col[0]) if col.shape[0] else 0
+    d = np.diff(col) if col.shape[0] > 1 else np.empty(0, np.int64)  # wraps like the decoder
+    lo, hi = (int(d.min()), int(d.max())) if d.shape[0] else (0, 0)
+    dt = _width(lo, hi)
+    return struct.pack("<Bq", np.dtype(dt).itemsize, first) + d.astype(dt).tobytes()
+
+
+def narrow_runs(values: list[int], lengths: list[int]) -> bytes:
+    """``narrow_deltas`` of a column made of runs (value repeated length times), without building it.
+
+    The log_batch path stamps a whole array with one TSC: its column is a few runs.
+    """
+    runs = [(v, n) for v, n in zip(values, lengths, strict=True) if n > 0]
+    values, lengths = [v for v, _ in runs] or [0], [n for _, n in runs] or [0]
+    rows = sum(lengths)
+    starts = np.cumsum([0, *lengths[:-1]])
+    jumps = [((b - a + (1 << 63)) % (1 << 64)) - (1 << 63) for a, b in zip(values, values[1:], strict=False)]
+    keep = [(int(s) - 1, j) for s, j in zip(starts[1:], jumps, strict=True) if s > 0 and j != 0]
+    dt = _width(min([0] + [j for _, j in keep]), max([0] + [j for _, j in keep]))
+    d = np.zeros(max(rows - 1, 0), dt)
+    for at, j in keep:
+        d[at] = j
+    return struct.pack("<Bq", np.dtype(dt).itemsize, values[0] if rows else 0) + d.tobytes()
+
+
+def encode_columns(kind: bytes, columns: list[np.ndarray | bytes], rows: int | None = None) -> bytes:
     """A frame of equal-length int64 columns, each as narrowed deltas, then zstd.
 
     Ids and TSCs logged in order have small deltas (one TSC per batch: zero), so a
     column usually shrinks to one or two bytes per tuple and zstd runs at memory speed.
+    A column may also be given already encoded (``narrow_deltas``/``narrow_runs`` bytes).
     """
-    rows = int(columns[0].shape[0])
-    raw = b"".join(_narrow_deltas(np.ascontiguousarray(c, dtype=np.int64)) for c in columns)
-    return encode_frame(kind, rows, raw, compress, DELTA)
+    if rows is None:
+        rows = next(int(c.shape[0]) for c in columns if isinstance(c, np.ndarray))
+    parts = [
+        c if isinstance(c, bytes) else narrow_deltas(np.ascontiguousarray(c, dtype=np.int64)) for c in columns
+    ]
+    return encode_frame(kind, rows, b"".join(parts), True, DELTA)
 
 
 @dataclass
@@ -206,10 +233,14 @@ def _read_csv(text: str) -> ChannelFile:
     return ChannelFile(header, _records(r), _periods(p), counts, complete)
 
 
-def read_channel(path: str | os.PathLike[str]) -> ChannelFile:
-    """Read a channel file (binary or CSV, told apart by content)."""
-    with open(path, "rb") as f:
-        data = f.read()
+def read_channel_bytes(data: bytes) -> ChannelFile:
+    """Parse the content of a channel file (binary or CSV, told apart by content)."""
     if data[:4] == MAGIC:
         return _read_binary(data)
     return _read_csv(data.decode("utf-8", errors="strict"))
+
+
+def read_channel(path: str | os.PathLike[str]) -> ChannelFile:
+    """Read a channel file (binary or CSV)."""
+    with open(path, "rb") as f:
+        return read_channel_bytes(f.read())

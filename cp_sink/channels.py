@@ -43,7 +43,7 @@ import numpy as np
 import orjson
 
 import native_tsc
-from cp_sink.channel_files import FRAME, encode_columns, encode_frame, file_header
+from cp_sink.channel_files import FRAME, encode_columns, encode_frame, file_header, narrow_runs
 from cp_sink.handlers import parse_handler, selected_positions
 
 CHANNEL_HANDLERS = ("identity", "buffered", "pc", "downsample", "xoy", "firstlast", "null")
@@ -152,12 +152,19 @@ class _BlockWriter:
 
 
 def _encode_records(chunks: list[tuple[Any, np.ndarray]], fmt: str) -> bytes:
-    tscs = [np.full(ids.shape[0], t, np.int64) if np.isscalar(t) else t for t, ids in chunks]
-    tscs = tscs[0] if len(tscs) == 1 else np.concatenate(tscs)
     ids = chunks[0][1] if len(chunks) == 1 else np.concatenate([ids for _, ids in chunks])
     if fmt == "csv":
+        tscs = np.concatenate([np.full(i.shape[0], t, np.int64) if np.isscalar(t) else t for t, i in chunks])
         return "".join(f"{t},{i}\n" for t, i in zip(tscs.tolist(), ids.tolist(), strict=True)).encode()
-    return encode_columns(b"R", [tscs, ids])
+    if all(np.isscalar(t) for t, _ in chunks):  # batches only: the TSC column is a few runs
+        tsc_col: np.ndarray | bytes = narrow_runs(
+            [int(t) for t, _ in chunks], [i.shape[0] for _, i in chunks]
+        )
+    else:
+        tsc_col = np.concatenate(
+            [np.full(i.shape[0], t, np.int64) if np.isscalar(t) else t for t, i in chunks]
+        )
+    return encode_columns(b"R", [tsc_col, ids], rows=int(ids.shape[0]))
 
 
 _MAIN = threading.main_thread().ident

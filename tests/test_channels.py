@@ -13,8 +13,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import wait_for
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from cp_sink.channel_files import read_channel
+from cp_sink.channel_files import (
+    encode_columns,
+    file_header,
+    narrow_deltas,
+    narrow_runs,
+    read_channel,
+    read_channel_bytes,
+)
 from cp_sink.channels import open_channel, parse_channel_handler
 
 N = 20_000
@@ -175,3 +184,46 @@ def test_default_path_uses_channel_dir(tmp_path, monkeypatch) -> None:
         ch.log(3)
     assert ch.path == tmp_path / f"dir_test-{os.getpid()}.cpch"
     assert read_channel(ch.path).records["tuple_id"].to_pylist() == [3]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(min_value=-(2**63), max_value=2**63 - 1), st.integers(min_value=0, max_value=6)
+        ),
+        min_size=1,
+        max_size=6,
+    ).filter(lambda runs: sum(n for _, n in runs) > 0)
+)
+def test_run_encoding_equals_delta_encoding_and_round_trips(runs) -> None:
+    values, lengths = [v for v, _ in runs], [n for _, n in runs]
+    col = np.concatenate([np.full(n, v, np.int64) for v, n in runs])
+    assert narrow_runs(values, lengths) == narrow_deltas(col)
+    ids = np.arange(col.size, dtype=np.int64) * 3 - 7
+    f = read_channel_bytes(file_header({"channel": "x"}) + encode_columns(b"R", [col, ids]))
+    assert f.records["tsc"].to_pylist() == col.tolist()
+    assert f.records["tuple_id"].to_pylist() == ids.tolist()
+
+
+def test_reader_stops_cleanly_at_a_frame_cut_short(tmp_path) -> None:
+    path = tmp_path / "cut.cpch"
+    with open_channel("cut", "buffered", path=path, block=1000) as ch:
+        ch.log_batch(np.arange(1000))
+        ch.log_batch(np.arange(1000, 2000))
+    data = path.read_bytes()
+    whole = read_channel_bytes(data)
+    assert whole.complete and whole.records.num_rows == 2000
+    cut = read_channel_bytes(data[:-40])  # inside the counts frame: both record frames survive
+    assert not cut.complete and cut.records["tuple_id"].to_pylist() == list(range(2000))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200))
+def test_garbage_after_the_header_is_refused_or_ignored(junk: bytes) -> None:
+    data = file_header({"channel": "x"}) + junk
+    try:
+        f = read_channel_bytes(data)
+    except ValueError:
+        return
+    assert f.records.num_rows <= len(junk)
