@@ -51,16 +51,33 @@ DEFAULT_FLUSH_MS = 200
 _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
-def make_parser(workload: Workload) -> Callable[[bytes | memoryview, int], pa.RecordBatch]:
-    """The fastest correct payload parser for a workload's fields."""
-    if all(pa.types.is_string(f.type) for f in workload.fields):
-        from cp_source.parse_ysb import StringRowParser
+class BatchAccumulator:
+    """Collects parsed record batches; ``take`` concatenates them into one table."""
 
-        return StringRowParser(workload.fields)
+    def __init__(self, parse: Callable[[bytes | memoryview, int], pa.RecordBatch], fields: pa.Schema) -> None:
+        self.parse = parse
+        self.fields = fields
+        self.batches: list[pa.RecordBatch] = []
+
+    def add(self, payload: bytes | memoryview, count: int) -> None:
+        self.batches.append(self.parse(payload, count))
+
+    def take(self) -> pa.Table:
+        t = pa.Table.from_batches(self.batches, schema=self.fields).combine_chunks()
+        self.batches = []
+        return t
+
+
+def make_accumulator(workload: Workload) -> Any:
+    """The fastest correct payload parser for a workload's fields, as an accumulator (add / take)."""
+    if all(pa.types.is_string(f.type) for f in workload.fields):
+        from cp_source.parse_ysb import StringRowAccumulator
+
+        return StringRowAccumulator(workload.fields)
     from cp_source.parse_json import parse_arrow_json
 
     fields = workload.fields
-    return lambda payload, count: parse_arrow_json(payload, fields, count)
+    return BatchAccumulator(lambda payload, count: parse_arrow_json(payload, fields, count), fields)
 
 
 def _repeat_strings(values: list[str], counts: np.ndarray) -> pa.Array:
@@ -98,7 +115,7 @@ class FactoryWorker:
         self.workload = resolve(cfg.workload, cfg.schema)
         self.fields = self.workload.fields
         self.schema = self.workload.schema
-        self.parse = make_parser(self.workload)
+        self.acc = make_accumulator(self.workload)
         self._warm_up()
         self.writer = SegmentWriter(cfg.spool, cfg.worker, fsync=cfg.fsync)
         self.dead = DeadLetterWriter(self.writer.dir / "deadletter.bin")
@@ -115,7 +132,7 @@ class FactoryWorker:
             "deadletters": dict(prev.get("deadletters", {})),
             "restarts": int(prev.get("restarts", -1)) + 1,
         }
-        self.pending: list[pa.RecordBatch] = []
+        self.pending = False
         # per pending bucket: sender, seq, first id, count, gen tsc, gen wall ns, factory tsc
         self.meta: list[tuple[int, int, int, int, int, int, int]] = []
         self.gen_domains: list[str] = []
@@ -128,7 +145,8 @@ class FactoryWorker:
     def _warm_up(self) -> None:
         """Run the parser and the segment builder once, so the first real bucket pays no JIT/import cost."""
         row = {f.name: "x" if pa.types.is_string(f.type) else None for f in self.fields}
-        self.parse(orjson.dumps(row) + b"\n", 1)
+        self.acc.add(orjson.dumps(row) + b"\n", 1)
+        self.acc.take()
         _repeat_strings(["a", "b"], np.ones(2, np.int64))
 
     # -- message handling ------------------------------------------------------------------
@@ -172,14 +190,14 @@ class FactoryWorker:
             return
         self.max_seq[h.sender_id] = h.seq
         try:
-            batch = self.parse(frames[1], h.count)
+            self.acc.add(frames[1], h.count)
         except bk.BucketError as e:
             self._reject(e.reason, frames)
             self.writer.record_rejected(h.sender_id, h.seq, h.first_id, h.count)
             return
         if not self.pending:
             self.oldest = time.monotonic()
-        self.pending.append(batch)
+            self.pending = True
         self.meta.append((h.sender_id, h.seq, h.first_id, h.count, h.tsc, h.wall_ns, native_tsc.now()))
         self.gen_domains.append(h.domain)
         self.pending_rows += h.count
@@ -194,7 +212,7 @@ class FactoryWorker:
         starts = np.repeat(m[:, 2] - (np.cumsum(counts) - counts), counts)
         tuple_ids = starts + np.arange(n, dtype=np.int64)
         event_ms = m[:, 5] // 1_000_000
-        payload = pa.Table.from_batches(self.pending, schema=self.fields).combine_chunks()
+        payload = self.acc.take()
         cols = list(payload.columns) + [
             pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n,
                                   [None, pa.py_buffer(np.repeat(event_ms * 1000, counts))]),
@@ -208,7 +226,7 @@ class FactoryWorker:
         table = pa.Table.from_arrays(cols, schema=self.schema)
         self.writer.publish(table, m[:, :4], int(event_ms.min()), int(event_ms.max()),
                             int(tuple_ids.min()), int(tuple_ids.max()))
-        self.pending.clear()
+        self.pending = False
         self.meta.clear()
         self.gen_domains.clear()
         self.pending_rows = 0

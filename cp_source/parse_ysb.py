@@ -31,16 +31,18 @@ def _key_is(buf, s, ln, keys, key_off, k):
 
 
 @njit(cache=True, nogil=True)
-def _parse(buf, keys, key_off, max_rows, offsets, data):
-    """One pass: validate rows and copy each value into its column's data row.
+def _parse(buf, keys, key_off, max_rows, offsets, data, start, r0):
+    """One pass: validate rows and append each value to its column's data row.
 
-    offsets (fields x rows+1, int32) and data (fields x len(buf), uint8) are filled column-wise;
-    returns the row count, or -1 when the payload needs the generic parser.
+    Column k's values go to data[k, start[k]:] and its Arrow offsets to offsets[k, r0:]; the
+    caller guarantees room for max_rows rows and len(buf) bytes per column. Returns the row
+    count (and advances ``start``), or -1, leaving ``start`` as it was, when the payload needs
+    the generic parser.
     """
     n = len(buf)
     nk = len(key_off) - 1
     full = (1 << nk) - 1
-    pos = np.zeros(nk, dtype=np.int64)
+    pos = start.copy()
     i = 0
     row = 0
     while True:
@@ -60,16 +62,27 @@ def _parse(buf, keys, key_off, max_rows, offsets, data):
                 return -1
             i += 1
             ks = i
-            while i < n and buf[i] != 34:
-                c = buf[i]
-                if c == 92 or c < 32 or c >= 128:
+            k = -1
+            # keys usually come in schema order: match the expected one in place, without a scan
+            if field < nk:
+                a = key_off[field]
+                ln = key_off[field + 1] - a
+                if ks + ln < n and buf[ks + ln] == 34:
+                    k = field
+                    for j in range(ln):
+                        if buf[ks + j] != keys[a + j]:
+                            k = -1
+                            break
+            if k >= 0:
+                i = ks + ln
+            else:
+                while i < n and buf[i] != 34:
+                    c = buf[i]
+                    if c == 92 or c < 32 or c >= 128:
+                        return -1
+                    i += 1
+                if i >= n:
                     return -1
-                i += 1
-            if i >= n:
-                return -1
-            # keys usually come in schema order: try the expected one first
-            k = field if field < nk and _key_is(buf, ks, i - ks, keys, key_off, field) else -1
-            if k < 0:
                 for kk in range(nk):
                     if _key_is(buf, ks, i - ks, keys, key_off, kk):
                         k = kk
@@ -88,7 +101,7 @@ def _parse(buf, keys, key_off, max_rows, offsets, data):
                 return -1
             i += 1
             p = pos[k]
-            offsets[k, row] = p
+            offsets[k, r0 + row] = p
             while i < n:
                 c = buf[i]
                 if c == 34:
@@ -123,7 +136,8 @@ def _parse(buf, keys, key_off, max_rows, offsets, data):
             return -1
         row += 1
     for k in range(nk):
-        offsets[k, row] = pos[k]
+        offsets[k, r0 + row] = pos[k]
+        start[k] = pos[k]
     return row
 
 
@@ -146,20 +160,92 @@ class StringRowParser:
         nf = len(self.fields)
         offsets = np.empty((nf, count + 1), dtype=np.int32)
         data = np.empty((nf, len(buf)), dtype=np.uint8)  # a value never outgrows its payload
-        if _parse(buf, self._keys, self._key_off, count, offsets, data) != count:
+        if _parse(buf, self._keys, self._key_off, count, offsets, data, np.zeros(nf, np.int64), 0) != count:
             return None
         arrays = [pa.StringArray.from_buffers(count, pa.py_buffer(offsets[k]),
                                               pa.py_buffer(data[k, : offsets[k, count]]))
                   for k in range(nf)]
         return pa.RecordBatch.from_arrays(arrays, schema=self.fields)
 
-    def __call__(self, payload: bytes | memoryview, count: int) -> pa.RecordBatch:
-        """Fast path, falling back to the generic orjson path (which raises BucketError if invalid)."""
+    def check(self, payload: bytes | memoryview, count: int) -> None:
         if len(payload) > np.iinfo(np.int32).max:
             raise BucketError("oversized", "payload exceeds 2 GiB")
         if count * self._min_row > len(payload) + 1:
             raise BucketError("count_mismatch", f"{len(payload)} bytes cannot hold {count} rows")
+
+    def __call__(self, payload: bytes | memoryview, count: int) -> pa.RecordBatch:
+        """Fast path, falling back to the generic orjson path (which raises BucketError if invalid)."""
+        self.check(payload, count)
         batch = self.fast(payload, count)
         if batch is None:
             batch = parse_orjson(payload, self.fields, count)
         return batch
+
+
+class StringRowAccumulator:
+    """Parses buckets straight into growing per-column buffers, so a segment's columns need no concatenation.
+
+    ``add`` parses one payload (numba path, or the generic path for what it does not handle);
+    ``take`` returns everything added since the last ``take`` as one table. That table shares the
+    buffers, which the next ``add`` reuses: use it (write the segment) before adding more.
+    """
+
+    def __init__(self, fields: pa.Schema, rows: int = 1 << 16, nbytes: int = 4 << 20) -> None:
+        self.parser = StringRowParser(fields)
+        self.fields = fields
+        self.nf = len(fields)
+        self.offsets = np.empty((self.nf, rows + 1), dtype=np.int32)
+        self.data = np.empty((self.nf, nbytes), dtype=np.uint8)
+        self.pos = np.zeros(self.nf, dtype=np.int64)
+        self.rows = 0
+        self.pieces: list[tuple[int, int] | pa.RecordBatch] = []  # arena row ranges or fallback batches
+
+    def _room(self, count: int, nbytes: int) -> None:
+        if self.rows + count + 1 > self.offsets.shape[1]:
+            grown = np.empty((self.nf, 2 * (self.rows + count + 1)), dtype=np.int32)
+            grown[:, : self.rows + 1] = self.offsets[:, : self.rows + 1]
+            self.offsets = grown
+        need = int(self.pos.max()) + nbytes
+        if need > self.data.shape[1]:
+            if 2 * need > np.iinfo(np.int32).max:
+                raise BucketError("oversized", "segment buffers would exceed 2 GiB per column")
+            grown = np.empty((self.nf, 2 * need), dtype=np.uint8)
+            grown[:, : int(self.pos.max())] = self.data[:, : int(self.pos.max())]
+            self.data = grown
+
+    def add(self, payload: bytes | memoryview, count: int) -> None:
+        """Parse one payload of ``count`` rows; raise BucketError if it is invalid."""
+        self.parser.check(payload, count)
+        buf = np.frombuffer(payload, dtype=np.uint8)
+        self._room(count, len(buf))
+        got = _parse(buf, self.parser._keys, self.parser._key_off, count, self.offsets, self.data, self.pos,
+                     self.rows)
+        if got == count:
+            last = self.pieces[-1] if self.pieces else None
+            if isinstance(last, tuple) and last[1] == self.rows:
+                self.pieces[-1] = (last[0], self.rows + count)
+            else:
+                self.pieces.append((self.rows, self.rows + count))
+            self.rows += count
+            return
+        if got >= 0:
+            self.pos[:] = self.offsets[:, self.rows]  # undo: keep the arena as it was
+        self.pieces.append(parse_orjson(payload, self.fields, count))
+
+    def _arena_batch(self, lo: int, hi: int) -> pa.RecordBatch:
+        arrays = [pa.StringArray.from_buffers(hi - lo, pa.py_buffer(self.offsets[k, : hi + 1]),
+                                              pa.py_buffer(self.data[k, : int(self.offsets[k, hi])]),
+                                              offset=lo)
+                  for k in range(self.nf)]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.fields)
+
+    def take(self) -> pa.Table:
+        """All rows added since the last take, in order (shares the buffers until the next add)."""
+        batches = [self._arena_batch(*p) if isinstance(p, tuple) else p for p in self.pieces]
+        table = pa.Table.from_batches(batches, schema=self.fields)
+        if len(batches) > 1:
+            table = table.combine_chunks()
+        self.pieces = []
+        self.rows = 0
+        self.pos[:] = 0
+        return table
