@@ -186,8 +186,17 @@ def main(argv: list[str] | None = None) -> int:
                   f"{g['emitted_per_s'] / 1e6:.2f} M", f"{g['dropped']:,}", str(g["generator_bound"]),
                   "yes" if g["sustained"] else "no")
     console.print(t)
-    on_schedule = max([g["target_rate"] for g in gen if not g["generator_bound"]], default=0.0)
-    best = max([g["target_rate"] for g in gen if g["sustained"]], default=0.0)
+    def highest(ok: str) -> float:
+        """Per bucket size the highest rate before the first failing one; the best bucket size."""
+        out = 0.0
+        for b in sorted({g["bucket"] for g in gen}):
+            for g in sorted((g for g in gen if g["bucket"] == b), key=lambda g: g["target_rate"]):
+                if not (g["sustained"] if ok == "sustained" else not g["generator_bound"]):
+                    break
+                out = max(out, g["target_rate"])
+        return out
+
+    on_schedule, best = highest("schedule"), highest("sustained")
     results["generator_max_on_schedule"] = on_schedule
     results["generator_max_sustained"] = best
     console.print(f"highest rate one sender offered on schedule (within 1%, not generator-bound): "
