@@ -230,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"2 workers / 1 worker (published tuples/s): "
                   f"{fac[1]['published_per_s'] / fac[0]['published_per_s']:.2f}x on {os.cpu_count()} cores "
                   f"shared with the generator")
+    results["load_avg_end"] = os.getloadavg()
+    console.print(f"host: {os.cpu_count()} CPUs, load average {results['load_avg'][0]:.1f} at start, "
+                  f"{results['load_avg_end'][0]:.1f} at end (figures are depressed accordingly)")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
     return 0
