@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+import pyarrow as pa
 import pytest
 import zmq
 from conftest import wait_for
@@ -254,3 +255,28 @@ def test_a_full_spool_turns_into_counted_generator_drops(
     assert st["lost_in_transit_total"] == 0
     assert len(ids) == len(np.unique(ids)) == s["emitted"]
     np.testing.assert_array_equal(np.sort(ids), expected_ids(s))
+
+
+def test_file_workload_replays_ndjson_with_a_ddl_schema(factory: Callable[..., FactoryHandle],
+                                                        tmp_path: Path) -> None:
+    src = tmp_path / "events.ndjson"
+    lines = [{"name": f"item-{i}", "price": i * 0.5, "qty": i, "extra": "ignored"} for i in range(7)]
+    src.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    f = factory(workers=1, workload="file:", schema="name STRING, price DOUBLE, qty BIGINT", flush_ms=50)
+    s = run_generator(f.endpoint, rate=5000, duration=1.0, bucket=100, workload=f"file:{src}")
+    assert f.wait_drained(30)
+    sp = f.spool_view()
+    assert sp.stats()["deadletters_total"] == 0
+    parts = [read_segment(seg.path) for seg in sp.segments("w0", -1, sp.latest()["w0"])]
+    rows = [r for t in parts for r in t.select(["tuple_id", "name", "price", "qty"]).to_pylist()]
+    np.testing.assert_array_equal(np.sort([r["tuple_id"] for r in rows]),
+                                  expected_ids(s, sp.stats()["lost_in_transit"]))
+    first = s["senders"][0]["first_tuple_id"]
+    pool_rows = len(build_payloads(f"file:{src}", 100)) * 100
+    for r in rows:  # every tuple is one line of the file; the first pool of buckets replays it in order
+        n = r["qty"]
+        assert (r["name"], r["price"]) == (f"item-{n}", n * 0.5)
+        if r["tuple_id"] - first < pool_rows:
+            assert n == (r["tuple_id"] - first) % 7
+    assert {r["qty"] for r in rows} == set(range(7))
+    assert parts[0].schema.field("qty").type == pa.int64()
