@@ -141,3 +141,39 @@ def test_workers_sort_numerically(tmp_path: Path) -> None:
         (tmp_path / f"w{n}").mkdir()
     (tmp_path / "other").mkdir()
     assert Spool(tmp_path).workers() == ["w0", "w2", "w10"]
+
+
+CRASH_POINTS = ["before_rename", "after_rename", "after_bucket_records", "torn_manifest_line"]
+
+
+@pytest.mark.parametrize("crash", CRASH_POINTS)
+def test_a_crash_at_any_step_of_publication_recovers_without_loss_or_duplicates(tmp_path: Path,
+                                                                                 crash: str) -> None:
+    w = SegmentWriter(tmp_path, "w0")
+    for seq in range(3):
+        _publish(w, [_bucket(seq)])
+    w.close()
+    d = tmp_path / "w0"
+    man = (d / "manifest.ndjson").read_bytes().splitlines(keepends=True)
+    recs = (d / "buckets.bin").read_bytes()
+    # roll segment 2's publication back to the state a SIGKILL at that step leaves behind
+    if crash == "before_rename":
+        (d / seg_name(2)).rename(d / (seg_name(2) + ".tmp"))
+    if crash in ("before_rename", "after_rename"):
+        (d / "buckets.bin").write_bytes(recs[: 2 * 40])
+    torn = man[2][:9] if crash == "torn_manifest_line" else b""
+    (d / "manifest.ndjson").write_bytes(b"".join(man[:2]) + torn)
+    w = SegmentWriter(tmp_path, "w0")
+    published = 2 if crash == "before_rename" else 3
+    assert w.next_number == published
+    assert not list(d.glob("*.tmp"))
+    sp = Spool(tmp_path)
+    assert sp.latest() == {"w0": published - 1}
+    st = sp.stats()
+    assert st["duplicate_buckets"] == {} and st["buckets"] == published and st["rows"] == 10 * published
+    _publish(w, [_bucket(3)])
+    assert [s.number for s in sp.segments("w0", -1, 10)] == list(range(published + 1))
+    segs = sp.segments("w0", -1, 10)
+    ids = np.concatenate([read_segment(s.path).column("tuple_id").to_numpy() for s in segs])
+    assert len(ids) == len(np.unique(ids)) == 10 * (published + 1)
+    w.close()
