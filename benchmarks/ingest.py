@@ -9,8 +9,10 @@ Side by side in one run:
   not distort it): the naive path (per-row orjson into Python rows), generic
   orjson-to-Arrow, pyarrow's JSON reader, the numba parser, and the whole
   worker path (parse, stamp, build and write a segment);
-* the factory with real ZeroMQ, 1 and 2 workers, fed by the generator:
-  tuples/s published to the spool (wall clock) and per worker CPU-second.
+* the factory with real ZeroMQ fed by the generator, with each worker parser
+  (naive, generic orjson-to-Arrow, pyarrow JSON, numba) and with 2 numba
+  workers: tuples/s published to the spool (wall clock) and per worker
+  CPU-second.
 
 Writes benchmarks/results/ingest.json.
 """
@@ -143,9 +145,10 @@ def _proc_cpu(pid: int) -> float:
     return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def bench_factory(workers: int, rate: float, duration: float, bucket: int) -> dict[str, Any]:
+def bench_factory(workers: int, rate: float, duration: float, bucket: int,
+                  parser: str = "auto") -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d:
-        f = start_factory("tcp://127.0.0.1:0", d, workers=workers, max_spool_bytes=64 << 30)
+        f = start_factory("tcp://127.0.0.1:0", d, workers=workers, max_spool_bytes=64 << 30, parser=parser)
         try:
             cpu0 = [_proc_cpu(p) for p in f.worker_pids()]
             s = run_generator(f.endpoint, rate=rate, duration=duration, bucket=bucket, sender_base=2)
@@ -156,7 +159,8 @@ def bench_factory(workers: int, rate: float, duration: float, bucket: int) -> di
             f.stop()
     rows = st["rows"]
     return {
-        "workers": workers, "offered": s["offered"], "emitted": s["emitted"], "dropped": s["dropped"],
+        "workers": workers, "parser": parser, "offered": s["offered"], "emitted": s["emitted"],
+        "dropped": s["dropped"],
         "published": rows, "lost_in_transit": st["lost_in_transit_total"], "elapsed_s": s["elapsed_s"],
         "published_per_s": rows / s["elapsed_s"], "per_worker_cpu_s": rows / cpu if cpu else 0.0,
         "worker_cpu_s": cpu,
@@ -214,21 +218,27 @@ def main(argv: list[str] | None = None) -> int:
         t.add_row(name, f"{v / 1e6:.2f} M", f"{v / base:.2f}", "met" if v >= GOAL_WORKER else "-")
     console.print(t)
 
-    fac = [bench_factory(w, 4e6, max(secs, 1.0) * 1.5, 2000) for w in (1, 2)]
+    # the real factory with each worker parser; the numba one also with 2 workers
+    runs = [(1, "naive"), (1, "orjson"), (1, "arrow-json"), (1, "numba"), (2, "numba")]
+    fac = [bench_factory(w, 4e6, max(secs, 1.0) * 1.5, 2000, parser=p) for w, p in runs]
     results["factory"] = fac
     t = Table(title="Factory with real ZeroMQ (generator offers 4 M/s, YSB, buckets of 2000)")
-    for c in ("workers", "published tuples/s", "per worker CPU-s", "offered", "dropped", "lost in transit"):
+    for c in ("worker parser", "workers", "published tuples/s", "per worker CPU-s", "offered", "dropped",
+              "lost in transit"):
         t.add_column(c, justify="right")
     for r in fac:
-        t.add_row(str(r["workers"]), f"{r['published_per_s'] / 1e6:.2f} M",
+        t.add_row(r["parser"], str(r["workers"]), f"{r['published_per_s'] / 1e6:.2f} M",
                   f"{r['per_worker_cpu_s'] / 1e6:.2f} M", f"{r['offered']:,}",
                   f"{r['dropped']:,}", str(r["lost_in_transit"]))
     console.print(t)
     numba_gain = parsers["numba YSB parser"] / base
     console.print(f"numba parser / generic orjson-to-Arrow: {numba_gain:.2f}x; "
                   f"naive / generic: {parsers['naive: per-row orjson into Python rows'] / base:.2f}x")
-    console.print(f"2 workers / 1 worker (published tuples/s): "
-                  f"{fac[1]['published_per_s'] / fac[0]['published_per_s']:.2f}x on {os.cpu_count()} cores "
+    one, two, generic = fac[3], fac[4], fac[1]
+    console.print(f"factory, numba / generic orjson-to-Arrow worker (per worker CPU-s): "
+                  f"{one['per_worker_cpu_s'] / generic['per_worker_cpu_s']:.2f}x; "
+                  f"2 workers / 1 worker (published tuples/s): "
+                  f"{two['published_per_s'] / one['published_per_s']:.2f}x on {os.cpu_count()} cores "
                   f"shared with the generator")
     results["load_avg_end"] = os.getloadavg()
     console.print(f"host: {os.cpu_count()} CPUs, load average {results['load_avg'][0]:.1f} at start, "

@@ -68,16 +68,37 @@ class BatchAccumulator:
         return t
 
 
-def make_accumulator(workload: Workload) -> Any:
-    """The fastest correct payload parser for a workload's fields, as an accumulator (add / take)."""
-    if all(pa.types.is_string(f.type) for f in workload.fields):
-        from cp_source.parse_ysb import StringRowAccumulator
+PARSERS = ("auto", "numba", "arrow-json", "orjson", "naive")
 
-        return StringRowAccumulator(workload.fields)
-    from cp_source.parse_json import parse_arrow_json
+
+def make_accumulator(workload: Workload, parser: str = "auto") -> Any:
+    """A payload parser for a workload's fields, as an accumulator (add / take).
+
+    ``auto`` picks the fastest correct one: the numba parser for all-string fields, pyarrow's JSON
+    reader otherwise. The others exist to compare them (benchmarks/ingest.py).
+    """
+    from cp_source import parse_json
 
     fields = workload.fields
-    return BatchAccumulator(lambda payload, count: parse_arrow_json(payload, fields, count), fields)
+    all_strings = all(pa.types.is_string(f.type) for f in fields)
+    if parser not in PARSERS:
+        raise ValueError(f"unknown parser {parser!r}: expected one of {', '.join(PARSERS)}")
+    if parser == "numba" and not all_strings:
+        raise ValueError("the numba parser handles workloads whose fields are all strings")
+    if parser in ("auto", "numba") and all_strings:
+        from cp_source.parse_ysb import StringRowAccumulator
+
+        return StringRowAccumulator(fields)
+    if parser == "orjson":
+        return BatchAccumulator(lambda p, c: parse_json.parse_orjson(p, fields, c), fields)
+    if parser == "naive":
+        def naive(p: bytes | memoryview, c: int) -> pa.RecordBatch:
+            rows = parse_json.parse_naive_rows(p, fields, c)
+            return pa.RecordBatch.from_pylist([dict(zip(fields.names, r, strict=True)) for r in rows],
+                                              schema=fields)
+
+        return BatchAccumulator(naive, fields)
+    return BatchAccumulator(lambda p, c: parse_json.parse_arrow_json(p, fields, c), fields)
 
 
 def _repeat_strings(values: list[str], counts: np.ndarray) -> pa.Array:
@@ -105,6 +126,7 @@ class WorkerConfig:
     max_tuples: int = bk.DEFAULT_MAX_TUPLES
     fsync: bool = False
     parent_pid: int = 0
+    parser: str = "auto"
 
 
 class FactoryWorker:
@@ -115,7 +137,7 @@ class FactoryWorker:
         self.workload = resolve(cfg.workload, cfg.schema)
         self.fields = self.workload.fields
         self.schema = self.workload.schema
-        self.acc = make_accumulator(self.workload)
+        self.acc = make_accumulator(self.workload, cfg.parser)
         self._warm_up()
         self.writer = SegmentWriter(cfg.spool, cfg.worker, fsync=cfg.fsync)
         self.dead = DeadLetterWriter(self.writer.dir / "deadletter.bin")
@@ -299,7 +321,7 @@ def worker_main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="cp_source.factory")
     for name, typ in (("backend", str), ("spool", str), ("worker", str), ("workload", str), ("schema", str),
                       ("max-spool-bytes", int), ("flush-rows", int), ("flush-ms", int),
-                      ("max-frame-bytes", int), ("max-tuples", int), ("parent-pid", int)):
+                      ("max-frame-bytes", int), ("max-tuples", int), ("parent-pid", int), ("parser", str)):
         p.add_argument(f"--{name}", type=typ)
     p.add_argument("--fsync", action="store_true")
     a = p.parse_args(argv)
@@ -474,14 +496,16 @@ def start_factory(endpoint: str, spool: str | os.PathLike, workers: int = 2, wor
                   schema: str | None = None, max_spool_bytes: int = 2 << 30,
                   flush_rows: int = DEFAULT_FLUSH_ROWS, flush_ms: int = DEFAULT_FLUSH_MS,
                   max_frame_bytes: int = bk.DEFAULT_MAX_FRAME_BYTES, max_tuples: int = bk.DEFAULT_MAX_TUPLES,
-                  fsync: bool = False, wait: bool = True) -> FactoryHandle:
+                  fsync: bool = False, wait: bool = True, parser: str = "auto") -> FactoryHandle:
     """Start a factory bound at ``endpoint`` (``tcp://127.0.0.1:0`` or ``:*`` picks a free port)."""
-    resolve(workload, schema)  # fail early on a bad workload or schema
+    w = resolve(workload, schema)  # fail early on a bad workload, schema or parser
+    if parser not in PARSERS or (parser == "numba" and not all(pa.types.is_string(f.type) for f in w.fields)):
+        raise ValueError(f"parser {parser!r} cannot parse the {w.name} workload; expected one of {PARSERS}")
     if max_spool_bytes <= 0 or flush_rows <= 0 or flush_ms <= 0 or max_frame_bytes <= 0 or max_tuples <= 0:
         raise ValueError("spool bound, flush rows/ms, max frame bytes and max tuples must be positive")
     args = ["--workload", workload, "--max-spool-bytes", str(max_spool_bytes),
             "--flush-rows", str(flush_rows), "--flush-ms", str(flush_ms),
-            "--max-frame-bytes", str(max_frame_bytes), "--max-tuples", str(max_tuples)]
+            "--max-frame-bytes", str(max_frame_bytes), "--max-tuples", str(max_tuples), "--parser", parser]
     if schema:
         args += ["--schema", schema]
     if fsync:
