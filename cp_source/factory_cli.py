@@ -18,6 +18,7 @@ examples:
   cloudprofiler factory --spool /tmp/spool --workload file --schema "name STRING, price DOUBLE"
 """
 
+PARSERS = ("auto", "numba", "arrow-json", "orjson", "naive")  # as cp_source.factory.PARSERS (kept light)
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)i?[bB]?\s*$")
 
 
@@ -45,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--flush-rows", type=int, default=50_000, help="publish a segment every N rows")
     parser.add_argument("--flush-ms", type=int, default=200, help="... or every N milliseconds")
     parser.add_argument("--max-frame-bytes", type=parse_size, default="64M", help="largest accepted payload")
+    parser.add_argument("--parser", default="auto", choices=PARSERS,
+                        help="payload parser (default auto: the fastest correct one; others for comparison)")
     parser.add_argument("--fsync", action="store_true", help="fsync each segment before publishing it")
     parser.add_argument("--duration", type=float, default=None, help="stop after N seconds (default: run)")
 
@@ -56,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     handle = start_factory(args.endpoint, args.spool, workers=args.workers, workload=workload,
                            schema=args.schema, max_spool_bytes=args.max_spool_bytes,
                            flush_rows=args.flush_rows, flush_ms=args.flush_ms,
-                           max_frame_bytes=args.max_frame_bytes, fsync=args.fsync)
+                           max_frame_bytes=args.max_frame_bytes, fsync=args.fsync, parser=args.parser)
     print(f"factory listening on {handle.endpoint}, {args.workers} workers, spool {args.spool}", flush=True)
     end = time.monotonic() + args.duration if args.duration else float("inf")
     view = handle.spool_view()
