@@ -6,6 +6,8 @@ import argparse
 import re
 import time
 
+from cp_source.factory import PARSERS
+
 DESCRIPTION = """\
 Run a deserializing factory: bind a ZeroMQ PULL socket, spread buckets over
 N worker processes that turn them into Arrow segments in a spool directory,
@@ -18,7 +20,6 @@ examples:
   cloudprofiler factory --spool /tmp/spool --workload file --schema "name STRING, price DOUBLE"
 """
 
-PARSERS = ("auto", "numba", "arrow-json", "orjson", "naive")  # as cp_source.factory.PARSERS (kept light)
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)i?[bB]?\s*$")
 
 
