@@ -74,9 +74,9 @@ def per_tuple(handler: str, params: dict, d: Path, tuples: int, repeat: int) -> 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--json", default="benchmarks/results/channels.json")
-    ap.add_argument("--number", type=int, default=1_000_000, help="log() calls per repeat")
-    ap.add_argument("--tuples", type=int, default=1 << 23, help="ids per batch-form repeat")
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--number", type=int, default=200_000, help="log() calls per repeat")
+    ap.add_argument("--tuples", type=int, default=1 << 22, help="ids per batch-form repeat")
+    ap.add_argument("--repeat", type=int, default=15)
     args = ap.parse_args()
     warm_up()
 

@@ -13,7 +13,7 @@ TSC stamps), never row by row in Python. The rules:
   partition and micro-batch in the sink, per channel lifetime in channels) and
   the total count.
 * ``pc`` (``periodMs``) writes no tuples but the number of tuples per period,
-  periods keyed by the TSC stamp: ``period = tsc // period_cycles`` with
+  periods keyed by the TSC stamp: ``period = floor(tsc / period_cycles)`` with
   ``period_cycles = periodMs * frequency_hz / 1000``.
 * ``null`` keeps nothing; only the counts are written.
 """
@@ -121,23 +121,6 @@ def _select_mod(ids: np.ndarray, y: int, x: int) -> np.ndarray:
     return out[:k]
 
 
-@numba.njit(cache=True, nogil=True)
-def _period_counts(tscs: np.ndarray, period_cycles: float) -> tuple[np.ndarray, np.ndarray]:
-    # Run-length count of period numbers; stamps arrive in order, so runs are long.
-    periods = np.empty(tscs.shape[0], np.int64)
-    counts = np.empty(tscs.shape[0], np.int64)
-    k = -1
-    for i in range(tscs.shape[0]):
-        p = np.int64(np.floor(tscs[i] / period_cycles))
-        if k >= 0 and periods[k] == p:
-            counts[k] += 1
-        else:
-            k += 1
-            periods[k] = p
-            counts[k] = 1
-    return periods[: k + 1], counts[: k + 1]
-
-
 def selected_positions(spec: HandlerSpec, ids: np.ndarray) -> np.ndarray | None:
     """Positions (int64) of the tuples the handler keeps; None means all of them."""
     n = ids.shape[0]
@@ -152,20 +135,20 @@ def selected_positions(spec: HandlerSpec, ids: np.ndarray) -> np.ndarray | None:
     return np.empty(0, np.int64)  # pc and null keep no tuples
 
 
-def period_counts(tscs: np.ndarray, period_cycles: float) -> dict[int, int]:
-    """Tuples per period number (``tsc // period_cycles``), merged over out-of-order runs."""
+def period_counts(
+    tscs: np.ndarray, period_cycles: float, weights: np.ndarray | None = None
+) -> dict[int, int]:
+    """Tuples per period number ``floor(tsc / period_cycles)``; ``weights`` = tuples per stamp."""
     if tscs.shape[0] == 0:
         return {}
-    periods, counts = _period_counts(np.ascontiguousarray(tscs, dtype=np.int64), float(period_cycles))
-    if periods.shape[0] == 1:
-        return {int(periods[0]): int(counts[0])}
+    periods = np.floor(tscs / period_cycles).astype(np.int64)
     uniq, inv = np.unique(periods, return_inverse=True)
-    sums = np.bincount(inv, weights=counts).astype(np.int64)
+    w = np.ones(tscs.shape[0], np.int64) if weights is None else weights.astype(np.int64)
+    sums = np.zeros(uniq.shape[0], np.int64)
+    np.add.at(sums, inv, w)
     return {int(p): int(c) for p, c in zip(uniq, sums, strict=True)}
 
 
 def warm_up() -> None:
     """Compile (or load from the cache) the kernels before timing anything."""
-    a = np.arange(4, dtype=np.int64)
-    _select_mod(a, 2, 1)
-    _period_counts(a, 2.0)
+    _select_mod(np.arange(4, dtype=np.int64), 2, 1)

@@ -159,7 +159,8 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         first_tsc = last_tsc = None
         fl_first: pa.RecordBatch | None = None
         fl_last: pa.RecordBatch | None = None
-        periods: dict[int, int] = {}
+        batch_tscs: list[int] = []  # pc: one sink stamp and row count per Arrow batch
+        batch_rows: list[int] = []
         period_cycles = spec.params.get("periodMs", 0) * native_tsc.frequency_hz() / 1000.0
 
         for batch in iterator:
@@ -179,17 +180,17 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
                 min_id, max_id = min(min_id, int(ids.min())), max(max_id, int(ids.max()))
             last_id, last_tsc = int(ids[-1]), tsc
             if spec.name == "pc":
-                for p, c in period_counts(np.array([tsc], np.int64), period_cycles).items():
-                    periods[p] = periods.get(p, 0) + c * n
+                batch_tscs.append(tsc)
+                batch_rows.append(n)
                 continue
             if spec.name == "null":
                 continue
-            out = self._record_batch(batch, ids, tsc, node, partition)
             if spec.name == "firstlast":
                 if fl_first is None:
-                    fl_first = out.slice(0, 1)
-                fl_last = out.slice(n - 1, 1)
+                    fl_first = self._record_batch(batch.slice(0, 1), ids[:1], tsc, node, partition)
+                fl_last = self._record_batch(batch.slice(n - 1, 1), ids[n - 1 :], tsc, node, partition)
                 continue
+            out = self._record_batch(batch, ids, tsc, node, partition)
             pos = selected_positions(spec, ids)
             if pos is not None:
                 out = out.take(pa.array(pos))
@@ -217,6 +218,7 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
             "first_tsc_sink": first_tsc,
             "last_tsc_sink": last_tsc,
         }
+        periods = period_counts(np.array(batch_tscs, np.int64), period_cycles, np.array(batch_rows, np.int64))
         if periods:
             table = pa.table(
                 {

@@ -71,3 +71,8 @@ def test_mod_rules_match_definition(ids: list[int], x: int, y: int) -> None:
 def test_bad_handler_settings(name: str, params: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_handler(name, params)
+
+
+def test_period_counts_with_weights() -> None:
+    tscs = np.array([5, 12, 18, 3], dtype=np.int64)
+    assert period_counts(tscs, 10.0, np.array([100, 7, 1, 2])) == {0: 102, 1: 8}
