@@ -40,7 +40,7 @@ import zmq
 
 import native_tsc
 from cp_source import bucket as bk
-from cp_source.deadletter import DeadLetterWriter
+from cp_source.deadletter import DeadLetterWriter, read_dead_letters
 from cp_source.spool import SegmentWriter, Spool, spool_bytes
 from cp_source.workloads import Workload, resolve
 
@@ -154,6 +154,14 @@ class FactoryWorker:
             "deadletters": dict(prev.get("deadletters", {})),
             "restarts": int(prev.get("restarts", -1)) + 1,
         }
+        if not prev.get("deadletters_skipped"):
+            # after a kill the stats file may lag the dead-letter file, which holds every rejection
+            on_file: dict[str, int] = {}
+            for reason, _ in read_dead_letters(self.writer.dir / "deadletter.bin"):
+                on_file[reason] = on_file.get(reason, 0) + 1
+            d = self.counters["deadletters"]
+            for reason, n in on_file.items():
+                d[reason] = max(int(d.get(reason, 0)), n)
         self.pending = False
         # per pending bucket: sender, seq, first id, count, gen tsc, gen wall ns, factory tsc
         self.meta: list[tuple[int, int, int, int, int, int, int]] = []
