@@ -163,10 +163,16 @@ def _open_spool(opts: ReaderOptions) -> Any:
 
 
 def _start_factory(opts: ReaderOptions) -> Any:
+    import zmq
+
     from cp_source.factory import start_factory
 
-    return start_factory(opts.endpoint, opts.spool, workers=opts.workers, workload=opts.workload,
-                         schema=opts.schema_ddl, max_spool_bytes=opts.max_spool_bytes)
+    try:
+        return start_factory(opts.endpoint, opts.spool, workers=opts.workers, workload=opts.workload,
+                             schema=opts.schema_ddl, max_spool_bytes=opts.max_spool_bytes)
+    except zmq.ZMQError as e:
+        raise ValueError(f"option endpoint={opts.endpoint!r}: the embedded factory cannot bind it ({e}); "
+                         f"is another factory or query using it?") from e
 
 
 def _lookup_segment(spool: Any, worker: str, number: int) -> Any:
@@ -247,8 +253,10 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 from cp_source.segment_server import SegmentServer
 
                 bind = o.server_bind if ":" in o.server_bind else f"{o.server_bind}:*"
+                # the server thread gets its own Spool: a Spool caches manifests and is not thread-safe
+                server_spool = _open_spool(o)
                 state["server"] = SegmentServer(
-                    lambda w, n: _lookup_segment(state["spool"], w, n),
+                    lambda w, n: _lookup_segment(server_spool, w, n),
                     o.spool,
                     bind=f"tcp://{bind}",
                     advertise_host=o.server_host,

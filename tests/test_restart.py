@@ -55,10 +55,13 @@ class GeneratorThread(threading.Thread):
         return self.summary
 
 
-def _driver(tmp_path: Path, spool: Path, trigger: str, progress: Path | None = None) -> list[str]:
+def _driver(tmp_path: Path, spool: Path, trigger: str, progress: Path | None = None,
+            max_records: int | None = None) -> list[str]:
     cmd = [sys.executable, DRIVER_JOB, "--master", "local[2]", "--checkpoint", str(tmp_path / "ckpt"),
-           "--out", str(tmp_path / "out"), "--trigger", trigger, "--max-seconds", "150",
-           "--opt", f"spool={spool}", "--opt", "factory=external", "--opt", "maxRecordsPerTrigger=8000"]
+           "--out", str(tmp_path / "out"), "--trigger", trigger, "--interval", "1 second",
+           "--max-seconds", "150", "--opt", f"spool={spool}", "--opt", "factory=external"]
+    if max_records is not None:
+        cmd += ["--opt", f"maxRecordsPerTrigger={max_records}"]
     if progress is not None:
         cmd += ["--progress", str(progress)]
     return cmd
@@ -75,7 +78,8 @@ def _progress(path: Path) -> dict[str, Any]:
 def test_driver_killed_hard_and_restarted(spark, tmp_path: Path, factory: FactoryHandle) -> None:
     spool = Path(factory.spool)
     progress = tmp_path / "progress.json"
-    driver = subprocess.Popen(_driver(tmp_path, spool, "processing", progress), start_new_session=True,
+    # at most 2,000 rows a second: the first driver cannot finish before it is killed
+    driver = subprocess.Popen(_driver(tmp_path, spool, "processing", progress, 2000), start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     gen = None
     try:

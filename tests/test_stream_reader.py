@@ -315,3 +315,23 @@ def test_file_workload_with_a_ddl_schema(spark, tmp_path: Path) -> None:
     assert_exactly_once(output_ids(spark, out), want)
     rows = spark.read.parquet(str(out)).select("name", "price", "qty").distinct().collect()
     assert sorted((r.name, r.price, r.qty) for r in rows) == [(f"item{i}", i * 0.5, i) for i in range(7)]
+
+
+def test_embedded_factory_on_a_busy_endpoint_names_the_option(spark, tmp_path: Path) -> None:
+    from conftest import run_available_now
+
+    import cloudprofiler
+
+    cloudprofiler.register(spark)
+    ctx = zmq.Context()
+    holder = ctx.socket(zmq.PULL)
+    holder.setsockopt(zmq.LINGER, 0)
+    port = holder.bind_to_random_port("tcp://127.0.0.1")
+    try:
+        df = (spark.readStream.format("cloudprofiler").option("endpoint", f"tcp://127.0.0.1:{port}")
+              .option("spool", str(tmp_path / "spool")).load())
+        with pytest.raises(Exception, match="option endpoint="):
+            run_available_now(df, "parquet", str(tmp_path / "ckpt"), str(tmp_path / "out"), timeout=120)
+    finally:
+        holder.close(0)
+        ctx.term()
