@@ -34,7 +34,6 @@ import signal
 import threading
 import time
 import warnings
-from array import array
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -167,6 +166,10 @@ def _encode_records(chunks: list[tuple[Any, np.ndarray]], fmt: str) -> bytes:
     return encode_columns(b"R", [tsc_col, ids], rows=int(ids.shape[0]))
 
 
+def _is_int64(v: Any) -> bool:
+    return isinstance(v, int | np.integer) and -(1 << 63) <= int(v) < (1 << 63)
+
+
 _MAIN = threading.main_thread().ident
 
 
@@ -195,6 +198,8 @@ class Channel:
     def __init__(self, name: str, handler: str, path: Path, fmt: str, params: dict[str, int]) -> None:
         self.name, self.handler, self.path, self.fmt, self.params = name, handler, path, fmt, params
         self.closed = False
+        self._bad_ids: str | None = None
+        self._bad_count = 0
         self._close_lock = threading.Lock()
         self._chunks: list[tuple[Any, np.ndarray]] = []
         self._chunk_rows = 0
@@ -252,12 +257,13 @@ class Channel:
         self._seen = None  # counted from the file
 
     def _make_block(self, spec: Any) -> None:
-        # log() appends to two int64 arrays (array.append is a specialised C method call; ids out
-        # of int64 range raise there); the drain thread copies full blocks out and hands them to
-        # the compression threads. Ids go first, so len(tscs) pairs are always complete.
+        # log() appends to two lists (list.append is the cheapest store CPython has: the TSC is
+        # already an int object, and lists grow with little copying); the drain thread moves what
+        # was logged into int64 arrays and hands full blocks to the compression threads.
+        # Ids go first, so len(tscs) pairs are always complete.
         self._writer = _BlockWriter(self._file, self.fmt)
-        ids = array("q")
-        tscs = array("q")
+        ids: list[int] = []
+        tscs: list[int] = []
         now = native_tsc.now
         seen = 0
 
@@ -303,7 +309,9 @@ class Channel:
                 _leave()
 
         def seen_count() -> int:
-            return seen if spec is not None else self._written + self._chunk_rows + len(tscs)
+            if spec is not None:
+                return seen
+            return self._written + self._chunk_rows + len(tscs) + self._bad_count
 
         self._ids, self._tscs = ids, tscs
         self._block_lock = threading.Lock()
@@ -385,9 +393,18 @@ class Channel:
         ids, tscs = self._ids, self._tscs
         n = len(tscs)
         if n:
-            head_ids, head_tscs = ids[:n], tscs[:n]  # copies: numpy never holds the live arrays
+            head_ids, head_tscs = ids[:n], tscs[:n]
             del ids[:n], tscs[:n]
-            self._chunks.append((np.frombuffer(head_tscs, np.int64), np.frombuffer(head_ids, np.int64)))
+            try:
+                chunk = (np.fromiter(head_tscs, np.int64, n), np.fromiter(head_ids, np.int64, n))
+            except (OverflowError, TypeError, ValueError) as e:
+                # An id that is not an int64: close() raises it; the other pairs stay logged.
+                self._bad_ids = f"tuple ids must be int64 integers: {e}"
+                keep = [(t, i) for t, i in zip(head_tscs, head_ids, strict=True) if _is_int64(i)]
+                self._bad_count += n - len(keep)
+                n = len(keep)
+                chunk = (np.array([t for t, _ in keep], np.int64), np.array([i for _, i in keep], np.int64))
+            self._chunks.append(chunk)
             self._chunk_rows += n
 
     def _submit(self) -> None:
@@ -422,6 +439,7 @@ class Channel:
         }
         if self.handler in ("buffered", "downsample", "xoy"):
             out["written"] = self._written + self._chunk_rows + len(self._tscs)
+            out["refused_ids"] = self._bad_count
         elif self.handler in ("pc", "null"):
             out["written"] = 0
         return out
@@ -473,6 +491,8 @@ class Channel:
         self._file.flush()
         os.fsync(self._file.fileno())
         self._file.close()
+        if self._bad_ids:
+            raise ValueError(f"channel {self.name}: {self._bad_ids}")
 
     def _frame_records(self, rows: list[tuple[int, int]]) -> None:
         a = np.array(rows, dtype=np.int64).reshape(-1, 2)
@@ -534,7 +554,10 @@ def close_all() -> None:
     with _lock:
         channels = list(_open)
     for ch in channels:
-        ch.close()
+        try:
+            ch.close()
+        except (OSError, ValueError) as e:  # keep closing the others
+            warnings.warn(f"closing channel {ch.name}: {e}", stacklevel=2)
 
 
 def _terminate() -> None:

@@ -227,3 +227,15 @@ def test_garbage_after_the_header_is_refused_or_ignored(junk: bytes) -> None:
     except ValueError:
         return
     assert f.records.num_rows <= len(junk)
+
+
+def test_ids_outside_int64_are_refused_and_the_rest_kept(tmp_path) -> None:
+    path = tmp_path / "bad.cpch"
+    ch = open_channel("bad", "buffered", path=path)
+    for t in (1, 2, 2**70, 3):
+        ch.log(t)
+    with pytest.raises(ValueError, match="int64"):
+        ch.close()
+    f = read_channel(path)
+    assert f.records["tuple_id"].to_pylist() == [1, 2, 3]
+    assert f.counts["refused_ids"] == 1 and f.counts["seen"] == 4 and f.counts["written"] == 3
