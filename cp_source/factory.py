@@ -361,7 +361,12 @@ class FactoryHandle:
         self._front.setsockopt(zmq.LINGER, 0)
         # a hard cap far above the checked bound: bigger messages cost the sender its connection
         self._front.setsockopt(zmq.MAXMSGSIZE, 4 * max_frame_bytes + 4096)
-        self._front.bind(endpoint[:-2] + ":*" if endpoint.endswith(":0") else endpoint)
+        try:
+            self._front.bind(endpoint[:-2] + ":*" if endpoint.endswith(":0") else endpoint)
+        except zmq.ZMQError as e:
+            self._front.close(0)
+            self._ctx.term()
+            raise OSError(f"cannot bind the factory endpoint {endpoint}: {e.strerror}") from None
         self.endpoint: str = self._front.getsockopt_string(zmq.LAST_ENDPOINT)
         self._back = self._ctx.socket(zmq.PUSH)
         self._back.setsockopt(zmq.SNDHWM, HWM)

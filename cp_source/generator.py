@@ -84,7 +84,13 @@ def run_sender(endpoint: str, sender_id: int, rate: float, tuples: int, bucket: 
     sock.setsockopt(zmq.SNDHWM, hwm)
     sock.setsockopt(zmq.LINGER, CONTROL_TIMEOUT_MS)
     sock.setsockopt(zmq.SNDTIMEO, CONTROL_TIMEOUT_MS)
-    sock.connect(endpoint)
+    try:
+        sock.connect(endpoint)
+    except zmq.ZMQError as e:
+        sock.close(0)
+        ctx.term()
+        raise ValueError(f"invalid endpoint {endpoint!r}: {e.strerror} "
+                         "(expected e.g. tcp://127.0.0.1:5555)") from None
     first = bk.tuple_id(sender_id, 0)
     out: dict[str, Any] = {"id": sender_id, "first_tuple_id": first}
     try:
@@ -166,6 +172,20 @@ def run_sender(endpoint: str, sender_id: int, rate: float, tuples: int, bucket: 
         ctx.term()
 
 
+def _check_endpoint(endpoint: str) -> None:
+    """Fail before starting senders when ZeroMQ cannot parse the endpoint."""
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.PUSH)
+    try:
+        s.connect(endpoint)
+    except zmq.ZMQError as e:
+        raise ValueError(f"invalid endpoint {endpoint!r}: {e.strerror} "
+                         "(expected e.g. tcp://127.0.0.1:5555)") from None
+    finally:
+        s.close(0)
+        ctx.term()
+
+
 def _sender_proc(q: Any, barrier: Any, args: tuple, hwm: int) -> None:
     try:
         q.put(("ok", run_sender(*args, barrier=barrier, hwm=hwm)))
@@ -189,6 +209,7 @@ def run_generator(endpoint: str, rate: float, duration: float, senders: int = 1,
         raise ValueError(f"bucket must be 1..{bk.DEFAULT_MAX_TUPLES} tuples, got {bucket}")
     if not (workload == "ysb" or workload.startswith("file:")):
         raise ValueError(f"unknown workload {workload!r}: expected ysb or file:PATH")
+    _check_endpoint(endpoint)
     base = fresh_sender_base(senders) if sender_base is None else sender_base
     if base < 0 or base + senders - 1 > bk.MAX_SENDER:
         raise ValueError(f"sender ids {base}..{base + senders - 1} outside 0..{bk.MAX_SENDER}")
@@ -214,7 +235,7 @@ def run_generator(endpoint: str, rate: float, duration: float, senders: int = 1,
         for p in procs:
             p.join()
         if errors:
-            raise RuntimeError("generator sender failed: " + "; ".join(errors))
+            raise OSError("generator sender failed: " + "; ".join(errors))
         results.sort(key=lambda r: r["id"])
     emitted = sum(r["emitted"] for r in results)
     dropped = sum(r["dropped"] for r in results)
