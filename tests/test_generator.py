@@ -80,3 +80,12 @@ def test_bad_arguments_are_one_line_errors() -> None:
         run_generator("tcp://127.0.0.1:1", rate=0, duration=1)
     with pytest.raises(ValueError, match="sender ids"):
         run_generator("tcp://127.0.0.1:1", rate=10, duration=1, sender_base=bk.MAX_SENDER + 1)
+
+
+def test_bad_or_busy_endpoints_are_clear_errors(factory: Callable[..., FactoryHandle],
+                                                tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="invalid endpoint"):
+        run_generator("foo", rate=10, duration=1)
+    f = factory(workers=1)
+    with pytest.raises(OSError, match="cannot bind"):
+        start_factory(f.endpoint, tmp_path / "other")
