@@ -127,6 +127,7 @@ class WorkerConfig:
     fsync: bool = False
     parent_pid: int = 0
     parser: str = "auto"
+    lock_timeout: float = 0.0  # worker processes wait up to 30 s for a predecessor to let go of the directory
 
 
 class FactoryWorker:
@@ -139,7 +140,7 @@ class FactoryWorker:
         self.schema = self.workload.schema
         self.acc = make_accumulator(self.workload, cfg.parser)
         self._warm_up()
-        self.writer = SegmentWriter(cfg.spool, cfg.worker, fsync=cfg.fsync)
+        self.writer = SegmentWriter(cfg.spool, cfg.worker, fsync=cfg.fsync, lock_timeout=cfg.lock_timeout)
         self.dead = DeadLetterWriter(self.writer.dir / "deadletter.bin")
         self.max_seq = self.writer.max_seq_by_sender()
         self.domain = native_tsc.domain_id()
@@ -333,7 +334,7 @@ def worker_main(argv: list[str] | None = None) -> int:
         p.add_argument(f"--{name}", type=typ)
     p.add_argument("--fsync", action="store_true")
     a = p.parse_args(argv)
-    cfg = WorkerConfig(**{k: v for k, v in vars(a).items() if v is not None})
+    cfg = WorkerConfig(lock_timeout=30.0, **{k: v for k, v in vars(a).items() if v is not None})
     w = FactoryWorker(cfg)
 
     def _term(signum: int, frame: Any) -> None:

@@ -27,6 +27,7 @@ import contextlib
 import fcntl
 import os
 import re
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -120,7 +121,8 @@ def spool_bytes(root: str | os.PathLike) -> int:
 class SegmentWriter:
     """The writing side of one worker's spool directory (used by exactly one process, under flock)."""
 
-    def __init__(self, root: str | os.PathLike, worker: str, fsync: bool = False) -> None:
+    def __init__(self, root: str | os.PathLike, worker: str, fsync: bool = False,
+                 lock_timeout: float = 0.0) -> None:
         if not WORKER_RE.match(worker):
             raise ValueError(f"invalid worker name {worker!r}: expected w<N>")
         self.root = Path(root)
@@ -129,11 +131,17 @@ class SegmentWriter:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.fsync = fsync
         self._lock = open(self.dir / "lock", "a+b")  # noqa: SIM115 - held for the writer's lifetime
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._lock.close()
-            raise RuntimeError(f"spool directory {self.dir} is in use by another factory worker") from None
+        deadline = time.monotonic() + lock_timeout
+        while True:
+            try:
+                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    self._lock.close()
+                    raise RuntimeError(f"spool directory {self.dir} is in use by another factory worker") \
+                        from None
+                time.sleep(0.05)  # e.g. a previous worker still publishing on its way out
         self.next_number = self._recover()
         self._buckets = open(self.dir / "buckets.bin", "ab")  # noqa: SIM115
         self._manifest = open(self.dir / "manifest.ndjson", "ab")  # noqa: SIM115

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +78,14 @@ def test_one_writer_per_worker_directory(tmp_path: Path) -> None:
     SegmentWriter(tmp_path, "w0").close()
     with pytest.raises(ValueError):
         SegmentWriter(tmp_path, "../w0")
+    # a successor waits for a predecessor that is still publishing on its way out
+    w = SegmentWriter(tmp_path, "w0")
+    releaser = threading.Timer(0.3, w.close)
+    releaser.start()
+    try:
+        SegmentWriter(tmp_path, "w0", lock_timeout=30).close()
+    finally:
+        releaser.join()
 
 
 def test_restart_removes_tmp_repairs_torn_appends_and_adopts_renamed_segments(tmp_path: Path) -> None:
