@@ -9,6 +9,8 @@ import orjson
 import pyarrow as pa
 import pytest
 import zmq
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cp_source.segment_server import (
     MAX_REQUEST_BYTES,
@@ -78,12 +80,30 @@ def test_schema_has_segment_columns_and_source_stamps() -> None:
         b'{"op": "segment", "worker": "w0", "number": "1"}',
         b'{"op": "segment", "worker": "w0", "number": true}',
         b'{"op": "segment", "worker": "w0", "number": 1e300}',
+        b'{"op": "segment", "worker": "w0", "number": 99999999999999999999999999}',
+        b'{"op": "segment", "worker": "w0", "number": 4611686018427387904}',
         b'{"op": "segment", "worker": "w0", "number": 1, "pad": "' + b"x" * MAX_REQUEST_BYTES + b'"}',
     ],
 )
 def test_bad_requests_are_rejected(raw: bytes) -> None:
     with pytest.raises(ValueError):
         validate_request(raw)
+
+
+@given(st.one_of(st.binary(max_size=600), st.builds(orjson.dumps, st.dictionaries(
+    st.sampled_from(["op", "worker", "number", "x"]),
+    st.one_of(st.text(max_size=20), st.integers(-(2**63), 2**63 - 1), st.floats(), st.booleans(),
+              st.none())))))
+@settings(max_examples=300, deadline=None)
+def test_request_parser_never_crashes(raw: bytes) -> None:
+    try:
+        op, worker, number = validate_request(raw)
+    except ValueError:
+        return
+    assert op in ("stats", "segment")
+    if op == "segment":
+        assert worker is not None and worker[0] == "w" and worker[1:].isdigit()
+        assert isinstance(number, int) and number >= 0
 
 
 def _write_ipc(path: Path, table: pa.Table) -> None:
@@ -143,6 +163,22 @@ def test_segment_server_survives_garbage_frames(served) -> None:
         ctx.term()
     body = fetch_segment(server.endpoint, "w1", 3, timeout=10)
     assert pa.ipc.open_file(pa.py_buffer(body)).read_all().equals(tables[("w1", 3)])
+
+
+def test_server_bound_to_all_interfaces_advertises_the_given_host(tmp_path: Path) -> None:
+    root = tmp_path / "spool"
+    root.mkdir()
+    p = root / "w0-0.arrow"
+    _write_ipc(p, pa.table({"tuple_id": [1, 2, 3]}))
+    ref = SegmentRef(str(p), 3, p.stat().st_size)
+    server = SegmentServer(lambda w, n: ref if (w, n) == ("w0", 0) else None, root,
+                           bind="tcp://0.0.0.0:0", advertise_host="127.0.0.1")
+    try:
+        assert server.bound.startswith("tcp://0.0.0.0:")
+        assert server.endpoint == "tcp://127.0.0.1:" + server.bound.rsplit(":", 1)[1]
+        assert len(fetch_segment(server.endpoint, "w0", 0, timeout=10)) == ref.nbytes
+    finally:
+        server.stop()
 
 
 def test_fetch_times_out_when_nobody_answers() -> None:
