@@ -21,6 +21,7 @@ from pathlib import Path
 import pyspark
 
 SPARK_HOME = os.path.dirname(pyspark.__file__)
+DRIVER_JOB = str(Path(__file__).with_name("driver_job.py"))  # a Spark driver in its own process
 MASTER_URL = re.compile(r"Starting Spark master at (spark://\S+)")
 
 

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import orjson
 import pytest
-from cluster_harness import cluster_env, standalone_cluster
+from cluster_harness import DRIVER_JOB, cluster_env, standalone_cluster
 from ingest_truth import assert_exactly_once, expected_ids, output_ids
-from test_restart import DRIVER_JOB
 
 from cp_source.factory import start_factory
 from cp_source.generator import run_generator

@@ -13,14 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_harness import DRIVER_JOB
 from conftest import await_query, run_available_now, wait_for
 from ingest_truth import assert_exactly_once, expected_ids, output_ids, spool_drained
 
 from cp_source.factory import FactoryHandle, start_factory
 from cp_source.generator import run_generator
 from cp_source.spool import Spool
-
-DRIVER_JOB = str(Path(__file__).with_name("driver_job.py"))
 
 
 @pytest.fixture
