@@ -34,7 +34,9 @@ import native_tsc
 from cp_source import bucket as bk
 from cp_source.workloads import file_lines, ysb_rows
 
-SEND_HWM = 8
+SEND_HWM = 8  # at least this many buckets may wait in a sender's queue ...
+SEND_QUEUE_S = 0.05  # ... or as many as it offers in 50 ms, so scheduling jitter is not a drop
+SEND_QUEUE_MAX_BYTES = 64 << 20
 CONTROL_TIMEOUT_MS = 10_000
 RATE_TOLERANCE = 0.01
 LAG_TOLERANCE = 0.10  # of the run's duration
@@ -74,13 +76,16 @@ def _partial(payload: bytes, rows: int) -> bytes:
 
 
 def run_sender(endpoint: str, sender_id: int, rate: float, tuples: int, bucket: int, workload: str,
-               barrier: Any = None, hwm: int = SEND_HWM, seed: int | None = None) -> dict[str, Any]:
+               barrier: Any = None, hwm: int | None = None, seed: int | None = None) -> dict[str, Any]:
     """One sender: offer ``tuples`` tuples at ``rate`` tuples/s; return its counters."""
     pool = build_payloads(workload, bucket, seed=sender_id if seed is None else seed)
     domain = native_tsc.domain_id()
     packer = bk.HeaderPacker(sender_id, domain)
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUSH)
+    if hwm is None:
+        by_time = math.ceil(SEND_QUEUE_S * rate / bucket)
+        hwm = max(SEND_HWM, min(by_time, SEND_QUEUE_MAX_BYTES // max(1, len(pool[0]))))
     sock.setsockopt(zmq.SNDHWM, hwm)
     sock.setsockopt(zmq.LINGER, CONTROL_TIMEOUT_MS)
     sock.setsockopt(zmq.SNDTIMEO, CONTROL_TIMEOUT_MS)
@@ -186,7 +191,7 @@ def _check_endpoint(endpoint: str) -> None:
         ctx.term()
 
 
-def _sender_proc(q: Any, barrier: Any, args: tuple, hwm: int) -> None:
+def _sender_proc(q: Any, barrier: Any, args: tuple, hwm: int | None) -> None:
     try:
         q.put(("ok", run_sender(*args, barrier=barrier, hwm=hwm)))
     except BaseException as e:  # reported to the parent, which raises
@@ -197,7 +202,7 @@ def _sender_proc(q: Any, barrier: Any, args: tuple, hwm: int) -> None:
 
 def run_generator(endpoint: str, rate: float, duration: float, senders: int = 1, bucket: int = 1000,
                   workload: str = "ysb", sender_base: int | None = None,
-                  hwm: int = SEND_HWM) -> dict[str, Any]:
+                  hwm: int | None = None) -> dict[str, Any]:
     """Offer ``rate`` tuples/s for ``duration`` s from ``senders`` processes; return the JSON summary."""
     if not rate > 0 or not math.isfinite(rate):
         raise ValueError(f"rate must be a positive number of tuples/s, got {rate}")
