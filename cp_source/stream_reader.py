@@ -170,8 +170,8 @@ def _start_factory(opts: ReaderOptions) -> Any:
     try:
         return start_factory(opts.endpoint, opts.spool, workers=opts.workers, workload=opts.workload,
                              schema=opts.schema_ddl, max_spool_bytes=opts.max_spool_bytes)
-    except zmq.ZMQError as e:
-        raise ValueError(f"option endpoint={opts.endpoint!r}: the embedded factory cannot bind it ({e}); "
+    except (zmq.ZMQError, OSError) as e:
+        raise ValueError(f"option endpoint={opts.endpoint!r}: the embedded factory cannot start there ({e}); "
                          f"is another factory or query using it?") from e
 
 
