@@ -11,7 +11,8 @@ Side by side in one run:
   worker path (parse, stamp, build and write a segment);
 * the factory with real ZeroMQ fed by the generator, with each worker parser
   (naive, generic orjson-to-Arrow, pyarrow JSON, numba) and with 2 numba
-  workers: tuples/s published to the spool (wall clock) and per worker
+  workers, while a consumer commits what is published (as the stream reader
+  does): tuples/s published to the spool (wall clock) and per worker
   CPU-second.
 
 Writes benchmarks/results/ingest.json.
@@ -24,6 +25,7 @@ import multiprocessing as mp
 import os
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -149,6 +151,16 @@ def bench_factory(workers: int, rate: float, duration: float, bucket: int,
                   parser: str = "auto") -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d:
         f = start_factory("tcp://127.0.0.1:0", d, workers=workers, max_spool_bytes=64 << 30, parser=parser)
+        done = threading.Event()
+
+        def consume() -> None:
+            """Commit what is published, as the stream reader does, so segments do not pile up on disk."""
+            sp = Spool(d)
+            while not done.wait(0.1):
+                sp.commit(sp.latest())
+
+        consumer = threading.Thread(target=consume, daemon=True)
+        consumer.start()
         try:
             cpu0 = [_proc_cpu(p) for p in f.worker_pids()]
             s = run_generator(f.endpoint, rate=rate, duration=duration, bucket=bucket, sender_base=2)
@@ -156,6 +168,8 @@ def bench_factory(workers: int, rate: float, duration: float, bucket: int,
             cpu = sum(_proc_cpu(p) - c for p, c in zip(f.worker_pids(), cpu0, strict=True))
             st = Spool(d).stats()
         finally:
+            done.set()
+            consumer.join()
             f.stop()
     rows = st["rows"]
     return {
