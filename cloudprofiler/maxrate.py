@@ -1,0 +1,291 @@
+"""``cloudprofiler maxrate``: the maximum rate a streaming query sustains without loss.
+
+The paper's method applied to Spark: offer a constant rate for a fixed
+duration from fresh sender ids, compare what the generator emitted with what
+the query's cloudprofiler sink committed for those ids, and raise the rate
+until a trial fails. Linear steps (the paper) or a bisection (far fewer
+trials). A trial where the generator fell behind is invalid, not a drop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cloudprofiler.errors import CommandError
+from cloudprofiler.pipeline_trial import PipelineTrial, Target
+from cloudprofiler.rate_search import SearchResult, Step, Trial, bisect_search, linear_search
+
+DESCRIPTION = """Find the maximum rate a streaming query sustains: constant-rate trials of
+--duration seconds from fresh sender ids; a trial passes when the generator
+dropped nothing, the factory lost nothing, and the sink committed every emitted
+tuple within --grace seconds after the generator stopped (otherwise: drop, lost
+or backlog). Optionally (--latency-slope) event-time latency must not keep
+growing during the trial (Karimov et al.). A trial whose generator fell behind
+its schedule is invalid (generator-bound) and caps the search.
+
+Without --sink, maxrate starts local Spark and its own query: the
+"cloudprofiler" source (embedded factory, spool bounded by --max-spool-bytes)
+-> the YSB join with the campaigns table -> the cloudprofiler sink. With
+--sink, it measures your running query: its source must read the spool given
+by --spool (or the factory at --endpoint) and its cloudprofiler sink must
+write --sink and carry tuple_id for every tuple.
+
+examples:
+  cloudprofiler maxrate
+  cloudprofiler maxrate --method linear --start 20000 --increment 20000 --duration 10
+  cloudprofiler maxrate --method bisect --start 50000 --tolerance 0.05 --json maxrate.json --plot rate.png
+  cloudprofiler maxrate --sink /data/records --spool /data/spool --latency-slope 0.05
+"""
+
+PROGRESS_COLOURS = {"sustained": "green", "generator-bound": "yellow"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``cloudprofiler maxrate``."""
+    p.add_argument("--method", choices=["bisect", "linear"], default="bisect", help="search (default bisect)")
+    p.add_argument("--start", type=float, default=20_000, help="first rate, tuples/s (default 20000)")
+    p.add_argument("--increment", type=float, help="linear: rate step (default: the start rate)")
+    p.add_argument("--max-rate", type=float, default=math.inf, help="never offer more than this")
+    p.add_argument("--tolerance", type=float, default=0.05, help="bisect: stop within this fraction (0.05)")
+    p.add_argument("--max-steps", type=int, default=20, help="at most this many judged trials (20)")
+    p.add_argument("--duration", type=float, default=5.0, help="seconds per trial (default 5)")
+    p.add_argument("--grace", type=float, default=2.0,
+                   help="seconds after the generator stops for the sink to commit the rest (default 2)")
+    p.add_argument("--retries", type=int, default=1,
+                   help="re-run a failed trial this many times; it fails only if every run fails (default 1)")
+    p.add_argument("--latency-slope", type=float,
+                   help="fail a trial whose gen->sink latency grows faster than this (s per s), e.g. 0.05")
+    p.add_argument("--bucket", type=int, default=1000, help="tuples per generator bucket (default 1000)")
+    p.add_argument("--senders", type=int, default=1, help="generator processes (default 1)")
+    p.add_argument("--sink", help="sink path of a running query to measure (default: start the built-in one)")
+    p.add_argument("--spool", help="the running query's spool (transit-loss counts and its factory endpoint)")
+    p.add_argument("--endpoint", help="the running query's factory endpoint (default: read from --spool)")
+    p.add_argument("--workers", type=int, default=2, help="built-in query: factory workers (default 2)")
+    p.add_argument("--max-spool-bytes", type=int, default=64 << 20,
+                   help="built-in query: spool bound in bytes (default 64 MiB)")
+    p.add_argument("--handler", default="xoy",
+                   help="built-in query: sink handler (default xoy; pc, null, id)")
+    p.add_argument("--out", help="built-in query: work directory (default: a temp dir)")
+    p.add_argument("--json", help="write the result (every step) as JSON here")
+    p.add_argument("--plot", help="write the ingestion rate over time (PNG) here")
+
+
+def _check(args: argparse.Namespace) -> None:
+    if not 0 < args.start <= 1e9:
+        raise CommandError(f"--start {args.start}: expected 0 < tuples/s <= 1e9")
+    if args.increment is not None and not 0 < args.increment <= 1e9:
+        raise CommandError(f"--increment {args.increment}: expected 0 < tuples/s <= 1e9")
+    if not 0 < args.tolerance < 1:
+        raise CommandError(f"--tolerance {args.tolerance}: expected a fraction in (0, 1)")
+    if not 0 < args.duration <= 3600 or not 0 <= args.grace <= 600:
+        raise CommandError("--duration must be in (0, 3600] and --grace in [0, 600] seconds")
+    if not 0 <= args.retries <= 5 or not 1 <= args.max_steps <= 200:
+        raise CommandError("--retries must be 0..5 and --max-steps 1..200")
+    if not 1 <= args.senders <= 256 or not 1 <= args.bucket <= 1 << 20 or not 1 <= args.workers <= 64:
+        raise CommandError("--senders must be 1..256, --bucket 1..1048576, --workers 1..64")
+    if args.spool and not args.sink or args.endpoint and not args.sink:
+        raise CommandError("--spool and --endpoint describe a running query: give its --sink too")
+    if args.sink and not (args.spool or args.endpoint):
+        raise CommandError("--sink needs --spool (or --endpoint) of the query's source")
+
+
+def confirming(trial: Trial, retries: int, latency_slope_limit: float | None,
+               attempts: list[Step], progress: Callable[[Step], None] | None = None) -> Trial:
+    """A trial that re-runs a failure up to ``retries`` times; every run is kept in ``attempts``.
+
+    On a shared machine a single slow micro-batch can fail a trial the
+    pipeline sustains; a rate fails only when every run fails.
+    """
+
+    def run(rate: float) -> Step:
+        for _ in range(retries + 1):
+            step = trial(rate)
+            verdict = step.judge(latency_slope_limit)
+            attempts.append(step)
+            if progress is not None:
+                progress(step)
+            if verdict in ("sustained", "generator-bound"):
+                break
+        return step
+
+    return run
+
+
+def find_max_rate(target: Target, method: str = "bisect", start: float = 20_000,
+                  increment: float | None = None, max_rate: float = math.inf, tolerance: float = 0.05,
+                  max_steps: int = 20, duration: float = 5.0, grace: float = 2.0, retries: int = 1,
+                  latency_slope_limit: float | None = None, warm_up: bool = True,
+                  progress: Callable[[Step], None] | None = None) -> tuple[SearchResult, PipelineTrial,
+                                                                           list[Step]]:
+    """Search the maximum sustainable rate of ``target``; return the result, the trial and every attempt.
+
+    ``target`` comes from :func:`cloudprofiler.pipeline_trial.start_source_query`
+    (a query this process starts on a SparkSession) or
+    :func:`cloudprofiler.pipeline_trial.user_target` (a query running elsewhere).
+    """
+    trial = PipelineTrial(target, duration=duration, grace=grace, latency=latency_slope_limit is not None)
+    if warm_up:
+        # the first micro-batches start Python workers and JIT-compile parsers: not part of any trial
+        trial.warm_up(min(start, 10_000), duration=2.0)
+    attempts: list[Step] = []
+    run = confirming(trial, retries, latency_slope_limit, attempts, progress)
+    if method == "linear":
+        result = linear_search(run, start, increment or start, max_rate=max_rate, max_steps=max_steps,
+                               latency_slope_limit=latency_slope_limit)
+    elif method == "bisect":
+        result = bisect_search(run, start, tolerance=tolerance, max_rate=max_rate, max_steps=max_steps,
+                               latency_slope_limit=latency_slope_limit)
+    else:
+        raise ValueError(f"method {method!r}: expected bisect or linear")
+    return result, trial, attempts
+
+
+def step_table(attempts: list[Step], title: str) -> Any:
+    """A rich table of every trial run (retries included)."""
+    from rich.table import Table
+
+    t = Table(title=title)
+    cols = ("#", "rate", "achieved", "emitted", "dropped", "lost", "received", "latency slope", "verdict")
+    for col in cols:
+        t.add_column(col, justify="left" if col == "verdict" else "right")
+    for i, s in enumerate(attempts, 1):
+        slope = "-" if s.latency_slope is None else f"{s.latency_slope:+.3f}"
+        colour = PROGRESS_COLOURS.get(s.verdict, "red")
+        t.add_row(str(i), f"{s.rate:,.0f}", f"{s.achieved_rate:,.0f}", f"{s.emitted:,}", f"{s.dropped:,}",
+                  f"{s.lost:,}", f"{s.received:,}", slope, f"[{colour}]{s.verdict}[/{colour}]")
+    return t
+
+
+def plot_ingestion(sink: str | Path, history: list[dict[str, Any]], path: str | Path) -> str:
+    """Ingestion rate over time at the sink (the paper's Fig. 3) with the offered rate of each trial.
+
+    From the ``pc`` handler's periods when the sink kept them, else from the
+    per-micro-batch counts (tuples committed between consecutive sink stamps).
+    Returns which of the two it used.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    import native_tsc
+    from cp_sink.records import read_counts, read_periods
+
+    hz = native_tsc.frequency_hz()
+    t0 = min((h["tsc_start"] for h in history), default=0)
+    periods = read_periods(sink)
+    fig, ax = plt.subplots(figsize=(9, 4))
+    if periods.num_rows:
+        source = "pc handler periods"
+        g = periods.group_by(["period"]).aggregate([("count", "sum"), ("period_cycles", "max"),
+                                                    ("period_ms", "max")])
+        per = g["period"].to_numpy()
+        order = np.argsort(per)
+        cycles = g["period_cycles_max"].to_numpy()[order]
+        x = (per[order] * cycles - t0) / hz
+        y = g["count_sum"].to_numpy()[order] / (g["period_ms_max"].to_numpy()[order] / 1000.0)
+        ax.step(x, y, where="post", label="ingested (sink, per period)")
+    else:
+        source = "per-micro-batch counts"
+        c = read_counts(sink)
+        if c.num_rows:
+            g = c.group_by(["batch_id"]).aggregate([("seen", "sum"), ("last_tsc_sink", "max")])
+            order = np.argsort(g["last_tsc_sink_max"].to_numpy())
+            end = g["last_tsc_sink_max"].to_numpy()[order].astype(np.float64)
+            seen = g["seen_sum"].to_numpy()[order]
+            keep = end > 0
+            end, seen = end[keep], seen[keep]
+            if len(end) > 1:
+                x = (end[1:] - t0) / hz
+                y = seen[1:] / np.maximum((end[1:] - end[:-1]) / hz, 1e-3)
+                ax.step(x, y, where="pre", label="ingested (sink, per micro-batch)")
+    for i, h in enumerate(history):
+        xs = [(h["tsc_start"] - t0) / hz, (h["tsc_offered"] - t0) / hz]
+        ax.plot(xs, [h["rate"], h["rate"]], color="black", lw=2, label="offered" if i == 0 else None)
+    ax.set_xlabel("time since the first trial (s)")
+    ax.set_ylabel("tuples/s")
+    ax.set_title(f"ingestion rate at the sink ({source})")
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return source
+
+
+def _report(result: SearchResult, attempts: list[Step], trial: PipelineTrial, args: argparse.Namespace,
+            console: Any) -> None:
+    console.print(step_table(attempts, f"maxrate: {result.method} search, {args.duration:g} s per trial"))
+    found = "none" if result.max_rate is None else f"{result.max_rate:,.0f} tuples/s"
+    console.print(f"maximum sustainable rate: [bold]{found}[/bold] ({result.stopped_because})")
+    if result.generator_cap is not None:
+        console.print(f"[yellow]the generator could not offer {result.generator_cap:,.0f} tuples/s here: "
+                      "rates above it were not tested[/yellow]")
+    if args.json:
+        doc = result.to_json()
+        doc["attempts"] = [s.__dict__ for s in attempts]
+        doc["trials"] = trial.history
+        doc["settings"] = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
+        Path(args.json).write_text(json.dumps(doc, indent=2, default=str))
+    if args.plot:
+        source = plot_ingestion(trial.target.sink, trial.history, args.plot)
+        console.print(f"ingestion-rate plot ({source}): {args.plot}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the search and print every step."""
+    _check(args)
+    from rich.console import Console
+
+    from cloudprofiler.pipeline_trial import start_source_query, user_target
+
+    console = Console()
+
+    def progress(step: Step) -> None:
+        colour = PROGRESS_COLOURS.get(step.verdict, "red")
+        console.print(f"  {step.rate:>12,.0f} tuples/s: emitted {step.emitted:,}, "
+                      f"dropped {step.dropped:,}, lost {step.lost:,}, received {step.received:,} "
+                      f"-> [{colour}]{step.verdict}[/{colour}]")
+
+    opts = dict(method=args.method, start=args.start, increment=args.increment, max_rate=args.max_rate,
+                tolerance=args.tolerance, max_steps=args.max_steps, duration=args.duration, grace=args.grace,
+                retries=args.retries, latency_slope_limit=args.latency_slope, progress=progress)
+    if args.sink:
+        target = user_target(args.sink, args.spool, args.endpoint, args.bucket, args.senders)
+        console.print(f"measuring the query that writes {args.sink}")
+        result, trial, attempts = find_max_rate(target, **opts)
+        _report(result, attempts, trial, args, console)
+        return 0 if result.max_rate is not None else 1
+
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="cloudprofiler-maxrate-"))
+    if (out / "spool").exists() and any((out / "spool").iterdir()):
+        raise CommandError(f"{out / 'spool'} already holds a spool: give an empty --out directory")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    with console.status("starting Spark (local[2]) and the built-in query"):
+        from pyspark.sql import SparkSession
+
+        spark = (SparkSession.builder.master("local[2]").appName("cloudprofiler-maxrate")
+                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+    query = None
+    try:
+        target, query = start_source_query(spark, out, workers=args.workers,
+                                           max_spool_bytes=args.max_spool_bytes, handler=args.handler,
+                                           bucket=args.bucket, senders=args.senders)
+        console.print(f"built-in query: cloudprofiler source -> YSB join -> sink ({args.handler}) in {out}")
+        result, trial, attempts = find_max_rate(target, **opts)
+        _report(result, attempts, trial, args, console)
+    finally:
+        if query is not None and query.isActive:
+            query.stop()
+        spark.stop()
+    return 0 if result.max_rate is not None else 1
