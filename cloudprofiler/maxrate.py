@@ -57,8 +57,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tolerance", type=float, default=0.05, help="bisect: stop within this fraction (0.05)")
     p.add_argument("--max-steps", type=int, default=20, help="at most this many judged trials (20)")
     p.add_argument("--duration", type=float, default=5.0, help="seconds per trial (default 5)")
-    p.add_argument("--grace", type=float, default=2.0,
-                   help="seconds after the generator stops for the sink to commit the rest (default 2)")
+    p.add_argument("--grace", type=float,
+                   help="seconds after the generator stops for the sink to commit the rest "
+                        "(default: the warm-up's landing time + 0.5 s)")
     p.add_argument("--retries", type=int, default=1,
                    help="re-run a failed trial this many times; it fails only if every run fails (default 1)")
     p.add_argument("--latency-slope", type=float,
@@ -85,7 +86,7 @@ def _check(args: argparse.Namespace) -> None:
         raise CommandError(f"--increment {args.increment}: expected 0 < tuples/s <= 1e9")
     if not 0 < args.tolerance < 1:
         raise CommandError(f"--tolerance {args.tolerance}: expected a fraction in (0, 1)")
-    if not 0 < args.duration <= 3600 or not 0 <= args.grace <= 600:
+    if not 0 < args.duration <= 3600 or args.grace is not None and not 0 <= args.grace <= 600:
         raise CommandError("--duration must be in (0, 3600] and --grace in [0, 600] seconds")
     if not 0 <= args.retries <= 5 or not 1 <= args.max_steps <= 200:
         raise CommandError("--retries must be 0..5 and --max-steps 1..200")
@@ -121,7 +122,7 @@ def confirming(trial: Trial, retries: int, latency_slope_limit: float | None,
 
 def find_max_rate(target: Target, method: str = "bisect", start: float = 20_000,
                   increment: float | None = None, max_rate: float = math.inf, tolerance: float = 0.05,
-                  max_steps: int = 20, duration: float = 5.0, grace: float = 2.0, retries: int = 1,
+                  max_steps: int = 20, duration: float = 5.0, grace: float | None = None, retries: int = 1,
                   latency_slope_limit: float | None = None, warm_up: bool = True,
                   progress: Callable[[Step], None] | None = None) -> tuple[SearchResult, PipelineTrial,
                                                                            list[Step]]:
@@ -132,9 +133,10 @@ def find_max_rate(target: Target, method: str = "bisect", start: float = 20_000,
     :func:`cloudprofiler.pipeline_trial.user_target` (a query running elsewhere).
     """
     trial = PipelineTrial(target, duration=duration, grace=grace, latency=latency_slope_limit is not None)
-    if warm_up:
-        # the first micro-batches start Python workers and JIT-compile parsers: not part of any trial
-        trial.warm_up(min(start, 10_000), duration=2.0)
+    if warm_up or grace is None:
+        # the first micro-batches start Python workers and JIT-compile parsers: not part of any trial;
+        # an automatic grace period is the warm-up's landing time plus a margin
+        trial.warm_up(min(start / 2, 10_000), duration=2.0)
     attempts: list[Step] = []
     run = confirming(trial, retries, latency_slope_limit, attempts, progress)
     if method == "linear":
@@ -223,7 +225,8 @@ def plot_ingestion(sink: str | Path, history: list[dict[str, Any]], path: str | 
 
 def _report(result: SearchResult, attempts: list[Step], trial: PipelineTrial, args: argparse.Namespace,
             console: Any) -> None:
-    console.print(step_table(attempts, f"maxrate: {result.method} search, {args.duration:g} s per trial"))
+    console.print(step_table(attempts, f"maxrate: {result.method} search, {args.duration:g} s per trial, "
+                                       f"grace {trial.grace:.1f} s"))
     found = "none" if result.max_rate is None else f"{result.max_rate:,.0f} tuples/s"
     console.print(f"maximum sustainable rate: [bold]{found}[/bold] ({result.stopped_because})")
     if result.generator_cap is not None:

@@ -176,35 +176,51 @@ class PipelineTrial:
 
     target: Target
     duration: float = 5.0
-    grace: float = 3.0
+    grace: float | None = 3.0  # None: the warm-up's landing time + grace_margin
+    grace_margin: float = 0.5
     drain_timeout: float = 60.0
     latency: bool = False
     history: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.counter = SinkCounter(self.target.sink)
+        self.landing_s: float | None = None
+        self._landed_at = 0.0
 
     def _check_alive(self) -> None:
         why = self.target.alive()
         if why:
             raise TrialError(f"the query under test stopped: {why}")
 
-    def warm_up(self, rate: float, duration: float = 2.0, tries: int = 3) -> None:
-        """Offer short, unjudged loads until one lands within the grace period.
+    def warm_up(self, rate: float, duration: float = 2.0, tries: int = 4, landings: int = 2) -> None:
+        """Offer short, unjudged loads until ``landings`` of them land within the grace period.
 
         The first micro-batches start Python workers and JIT-compile parsers; that
-        is not the pipeline's sustained behaviour and belongs to no trial.
+        is not the pipeline's sustained behaviour and belongs to no trial. With
+        ``grace`` None (automatic), the grace period becomes the longest landing
+        time seen (generator stop to the last tuple committed) plus ``grace_margin``.
         """
-        saved = self.duration
+        saved, saved_grace = self.duration, self.grace
         self.duration = duration
+        if self.grace is None:
+            self.grace = self.drain_timeout
+        landed: list[float] = []
         try:
             for _ in range(tries):
-                summary, senders, received, _t = self._offer_and_count(rate, grace=self.grace)
+                summary, senders, received, t_offered = self._offer_and_count(rate, grace=self.grace)
                 self._drain(senders, int(summary["emitted"]))
                 if received >= int(summary["emitted"]):
-                    return
+                    landed.append(self._landed_at - t_offered)
+                    if len(landed) >= landings:
+                        break
+                else:
+                    landed.clear()
         finally:
             self.duration = saved
+            self.grace = saved_grace
+        self.landing_s = max(landed[-landings:]) if landed else None
+        if self.grace is None:
+            self.grace = (self.landing_s if self.landing_s is not None else 3.0) + self.grace_margin
 
     def _offer_and_count(self, rate: float, grace: float) -> tuple[dict[str, Any], set[int], int, float]:
         self._check_alive()
@@ -218,6 +234,7 @@ class PipelineTrial:
             self.counter.poll()
             received = self.counter.received(senders)
             if received >= emitted or time.time() >= deadline:
+                self._landed_at = time.time()
                 return summary, senders, received, t_offered
             self._check_alive()
             time.sleep(0.05)
@@ -247,6 +264,8 @@ class PipelineTrial:
         import native_tsc
 
         t_start, tsc_start = time.time(), native_tsc.now()
+        if self.grace is None:
+            raise ValueError("an automatic grace period needs warm_up() first")
         summary, senders, received, t_offered = self._offer_and_count(rate, self.grace)
         tsc_offered = native_tsc.now()
         t_judged = time.time()
@@ -260,7 +279,7 @@ class PipelineTrial:
             "rate": rate, "t_start": t_start, "t_offered": t_offered, "t_judged": t_judged,
             "tsc_start": tsc_start, "tsc_offered": tsc_offered, "node": native_tsc.domain_id(),
             "t_drained": time.time(), "senders": sorted(senders), "received_after_drain": drained,
-            "latency_samples": samples, "lost_known": lost is not None,
+            "latency_samples": samples, "lost_known": lost is not None, "grace": self.grace,
             "max_lag_ms": summary.get("max_lag_ms"),
         })
         return Step(
@@ -292,7 +311,7 @@ def ysb_stateless(events: Any) -> Any:
         "tuple_id", "campaign_id", "event_type", "event_time", *keep)
 
 
-def throttle(df: Any, rows_per_second: float, state_dir: str | Path, burst_s: float = 0.3) -> Any:
+def throttle(df: Any, rows_per_second: float, state_dir: str | Path, burst_s: float = 0.2) -> Any:
     """``df`` through a stage that passes at most ``rows_per_second`` rows/s (a known capacity).
 
     A token bucket shared through a file (``flock``) across tasks and micro-batches:
@@ -318,8 +337,7 @@ def throttle(df: Any, rows_per_second: float, state_dir: str | Path, burst_s: fl
                 try:
                     raw = os.pread(fd, 8, 0)
                     free_at = struct.unpack("<d", raw)[0] if len(raw) == 8 else 0.0
-                    now = time.time()
-                    free_at = max(free_at, now - burst_s) + b.num_rows / cap
+                    free_at = max(free_at, time.time() - burst_s) + b.num_rows / cap
                     os.pwrite(fd, struct.pack("<d", free_at), 0)
                 finally:
                     fcntl.flock(fd, fcntl.LOCK_UN)

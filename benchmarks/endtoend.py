@@ -1,0 +1,328 @@
+"""End to end through Spark local[2]: the maximum sustainable rate of five ingestion paths, one run.
+
+Same machine, same SparkSession, same tuples (YSB ad events), same downstream
+(the YSB join with the campaigns table into the cloudprofiler sink with the
+null handler, which only counts), same search (bisection over constant-rate
+trials, ``cloudprofiler.maxrate.find_max_rate``):
+
+1. the cloudprofiler source: generator -> factory (Arrow) -> spool -> stream reader;
+2. the naive Python DataSource ``cp_naive_zmq``: the same generator, JSON parsed row by row in ``read``;
+3. Spark's ``socket`` source + ``from_json``: NDJSON lines offered over a local TCP connection;
+4. Spark's JSON file source: NDJSON files dropped into a directory at the offered rate;
+5. Spark's ``rate-micro-batch`` source into the same sink: rows per second processed with no payload
+   and nothing to parse (the ceiling, for context; it never drops, so no search).
+
+Offers of (3) and (4) follow the generator's rules: a fixed schedule per bucket, a send the
+receiver cannot take is a counted drop (socket), and an offer that falls behind its schedule
+is generator-bound. Writes benchmarks/results/endtoend.json.
+
+    python benchmarks/endtoend.py [--duration 5] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+from cloudprofiler.maxrate import find_max_rate  # noqa: E402
+from cloudprofiler.pipeline_trial import (  # noqa: E402
+    SENDER_SHIFT,
+    Target,
+    generator_offer,
+    start_source_query,
+    ysb_stateless,
+)
+from cp_source.workloads import YSB_FIELDS, ysb_rows  # noqa: E402
+
+BUCKET = 1000
+JSON_SCHEMA = ", ".join(f"{f} STRING" for f in YSB_FIELDS) + ", tuple_id BIGINT, event_ms BIGINT"
+
+
+def _prefixes(n: int = 4096) -> list[bytes]:
+    """Serialized YSB rows without their closing brace: a line is prefix + ids + '}'."""
+    return [orjson.dumps(r)[:-1] for r in ysb_rows(n, seed=7)]
+
+
+class LineOffer:
+    """Offers NDJSON lines with tuple ids at an exact rate through ``emit(bucket_bytes) -> bool``."""
+
+    def __init__(self, emit: Any) -> None:
+        self.emit = emit
+        self.prefixes = _prefixes()
+
+    def __call__(self, rate: float, duration: float) -> dict[str, Any]:
+        sender = random.SystemRandom().randrange(1, 1 << 23)
+        base = sender << SENDER_SHIFT
+        total = round(rate * duration)
+        per = BUCKET / rate
+        emitted = dropped = 0
+        max_lag = 0.0
+        pre = self.prefixes
+        t0 = time.perf_counter()
+        k = 0
+        n = 0
+        while n < total:
+            due = t0 + k * per
+            now = time.perf_counter()
+            if due > now:
+                time.sleep(max(0.0, due - now - 0.0002))
+                while time.perf_counter() < due:
+                    pass
+            else:
+                max_lag = max(max_lag, now - due)
+            cnt = min(BUCKET, total - n)
+            ms = int(time.time() * 1000)
+            lines = b"".join(b'%s,"tuple_id":%d,"event_ms":%d}\n' % (pre[(n + i) % len(pre)], base + n + i,
+                                                                         ms) for i in range(cnt))
+            if self.emit(lines):
+                emitted += cnt
+            else:
+                dropped += cnt
+            n += cnt
+            k += 1
+        elapsed = max(time.perf_counter() - t0, duration)
+        achieved = total / elapsed
+        bound = achieved < 0.99 * rate or max_lag > 0.1 * duration
+        return {"emitted": emitted, "dropped": dropped, "achieved_rate": achieved, "generator_bound": bound,
+                "max_lag_ms": max_lag * 1e3, "senders": [{"id": sender}]}
+
+
+class SocketServer:
+    """A TCP server Spark's socket source connects to; a send the kernel cannot take is a drop."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.conn: socket.socket | None = None
+        self._t = threading.Thread(target=self._accept, daemon=True)
+        self._t.start()
+
+    def _accept(self) -> None:
+        self.conn, _ = self.listener.accept()
+        self.conn.setblocking(False)
+
+    def emit(self, data: bytes) -> bool:
+        if self.conn is None:
+            raise RuntimeError("Spark's socket source has not connected")
+        try:
+            sent = self.conn.send(data)
+        except BlockingIOError:
+            return False  # the receiver's buffer is full: the bucket is dropped, as with ZeroMQ
+        view = memoryview(data)[sent:]
+        while view:  # never split a line: finish a bucket that has started
+            try:
+                sent = self.conn.send(view)
+                view = view[sent:]
+            except BlockingIOError:
+                time.sleep(0.0002)
+        return True
+
+    def close(self) -> None:
+        for s in (self.conn, self.listener):
+            if s is not None:
+                s.close()
+
+
+class FileDropper:
+    """Writes each bucket as an NDJSON file into ``dest`` (written beside it, then renamed in)."""
+
+    def __init__(self, dest: Path) -> None:
+        self.dest = dest
+        self.tmp = dest.parent / (dest.name + "-tmp")
+        dest.mkdir(parents=True, exist_ok=True)
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        self.n = 0
+
+    def emit(self, data: bytes) -> bool:
+        self.n += 1
+        name = f"part-{self.n:09d}.json"
+        (self.tmp / name).write_bytes(data)
+        os.rename(self.tmp / name, self.dest / name)
+        return True
+
+
+def _from_json(df: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    parsed = df.select(F.from_json("value", JSON_SCHEMA).alias("j")).select("j.*")
+    return parsed.withColumn("event_time", F.timestamp_millis("event_ms")).drop("event_ms")
+
+
+def _start(df: Any, work: Path) -> tuple[str, Any]:
+    sink = work / "records"
+    q = (df.writeStream.format("cloudprofiler").option("path", str(sink)).option("handler", "null")
+         .option("checkpointLocation", str(work / "ck")).start())
+    return str(sink), q
+
+
+def _alive(q: Any) -> Any:
+    return lambda: None if q.isActive else f"{q.exception() or 'stopped'}"
+
+
+def build(name: str, spark: Any, work: Path) -> tuple[Target, Any, Any]:
+    """Start system ``name``'s query; return its target, the query and a cleanup function."""
+    work.mkdir(parents=True)
+    if name == "cloudprofiler source":
+        target, q = start_source_query(spark, work, max_spool_bytes=256 << 20, handler="null")
+        return target, q, lambda: None
+    if name == "naive Python source":
+        from cp_source.naive_source import NaiveZmqDataSource
+
+        spark.dataSource.register(NaiveZmqDataSource)
+        state = work / "naive.json"
+        df = spark.readStream.format("cp_naive_zmq").option("stateFile", str(state)).load()
+        sink, q = _start(ysb_stateless(df), work)
+        deadline = time.monotonic() + 120
+        while not state.exists():
+            if time.monotonic() > deadline or not q.isActive:
+                raise RuntimeError(f"naive source did not start: {q.exception()}")
+            time.sleep(0.1)
+        endpoint = json.loads(state.read_text())["endpoint"]
+        return Target(sink, generator_offer(endpoint, bucket=BUCKET), alive=_alive(q), label=name), q, \
+            lambda: None
+    if name == "Spark socket + from_json":
+        server = SocketServer()
+        df = spark.readStream.format("socket").option("host", "127.0.0.1").option("port", server.port).load()
+        sink, q = _start(ysb_stateless(_from_json(df)), work)
+        deadline = time.monotonic() + 120
+        while server.conn is None:
+            if time.monotonic() > deadline or not q.isActive:
+                raise RuntimeError(f"socket source did not connect: {q.exception()}")
+            time.sleep(0.1)
+        return Target(sink, LineOffer(server.emit), alive=_alive(q), label=name), q, server.close
+    if name == "Spark JSON files":
+        from pyspark.sql import functions as F
+
+        dropper = FileDropper(work / "in")
+        df = spark.readStream.schema(JSON_SCHEMA).json(str(work / "in"))
+        df = df.withColumn("event_time", F.timestamp_millis("event_ms")).drop("event_ms")
+        sink, q = _start(ysb_stateless(df), work)
+        return Target(sink, LineOffer(dropper.emit), alive=_alive(q), label=name), q, lambda: None
+    raise ValueError(name)
+
+
+def rate_ceiling(spark: Any, work: Path, seconds: float) -> dict[str, Any]:
+    """Rows/s Spark's rate-micro-batch source pushes into the same sink (no payload, never drops)."""
+    import numpy as np
+
+    import native_tsc
+    from cp_sink.records import read_counts
+
+    work.mkdir(parents=True)
+    df = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 2_000_000)
+          .option("numPartitions", 2).load().selectExpr("value AS tuple_id"))
+    sink, q = _start(df, work)
+    time.sleep(seconds)
+    q.stop()
+    c = read_counts(sink)
+    per_batch = c.group_by(["batch_id"]).aggregate([("seen", "sum"), ("first_tsc_sink", "min"),
+                                                    ("last_tsc_sink", "max")]).sort_by("batch_id")
+    seen = per_batch["seen_sum"].to_numpy()[1:]  # the first batch starts the Python workers
+    t = (per_batch["last_tsc_sink_max"].to_numpy()[-1] - per_batch["last_tsc_sink_max"].to_numpy()[0])
+    rate = float(np.sum(seen) / (t / native_tsc.frequency_hz())) if t > 0 else 0.0
+    return {"max_rate": rate, "rows": int(np.sum(seen)), "batches": int(len(seen)),
+            "stopped_because": f"ceiling: {len(seen)} micro-batches of 2,000,000 rows after the first"}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=float, default=5.0, help="seconds per trial (default 5)")
+    ap.add_argument("--grace", type=float, default=2.5, help="seconds for the sink to catch up (default 2.5)")
+    ap.add_argument("--tolerance", type=float, default=0.1, help="bisection stops within this (default 0.1)")
+    ap.add_argument("--max-steps", type=int, default=9)
+    ap.add_argument("--only", help="comma-separated subset of systems (default: all)")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "endtoend.json"))
+    args = ap.parse_args()
+
+    from pyspark.sql import SparkSession
+    from rich.console import Console
+    from rich.table import Table
+
+    import cloudprofiler
+
+    console = Console()
+    load0 = os.getloadavg()[0]
+    spark = (SparkSession.builder.master("local[2]").appName("cloudprofiler-endtoend")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "2g").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    cloudprofiler.register(spark)
+    systems = [("cloudprofiler source", 40_000), ("naive Python source", 5_000),
+               ("Spark socket + from_json", 10_000), ("Spark JSON files", 10_000)]
+    if args.only:
+        keep = {s.strip() for s in args.only.split(",")}
+        systems = [s for s in systems if s[0] in keep or s[0].split()[0] in keep]
+    results: dict[str, Any] = {}
+    work = Path(tempfile.mkdtemp(prefix="cp-endtoend-"))
+    try:
+        for i, (name, start) in enumerate(systems):
+            console.rule(name)
+            target, q, cleanup = build(name, spark, work / f"s{i}")
+            try:
+                def progress(s: Any) -> None:
+                    console.print(f"  {s.rate:>12,.0f}/s: emitted {s.emitted:,} dropped {s.dropped:,} "
+                                  f"received {s.received:,} -> {s.verdict}")
+
+                res, _trial, attempts = find_max_rate(
+                    target, method="bisect", start=start, tolerance=args.tolerance, max_steps=args.max_steps,
+                    duration=args.duration, grace=args.grace, retries=1, progress=progress)
+                results[name] = {"max_rate": res.max_rate, "stopped_because": res.stopped_because,
+                                 "generator_cap": res.generator_cap,
+                                 "attempts": [a.__dict__ for a in attempts]}
+            finally:
+                if q.isActive:
+                    q.stop()
+                cleanup()
+        if not args.only or "rate" in args.only:
+            console.rule("Spark rate source (ceiling)")
+            results["Spark rate source (no payload)"] = rate_ceiling(spark, work / "rate", 15.0)
+    finally:
+        spark.stop()
+
+    table = Table(title="Maximum sustainable rate, Spark local[2], YSB join -> cloudprofiler sink (null)")
+    table.add_column("ingestion path")
+    table.add_column("tuples/s", justify="right")
+    table.add_column("cloudprofiler source / this", justify="right")
+    table.add_column("how the search ended")
+    ours = (results.get("cloudprofiler source") or {}).get("max_rate")
+    for name, r in results.items():
+        mr = r["max_rate"]
+        ratio = f"{ours / mr:.2f}" if ours and mr else "-"
+        table.add_row(name, "none" if mr is None else f"{mr:,.0f}", ratio, r["stopped_because"])
+    console.print(f"load average at start: {load0:.1f} on {os.cpu_count()} cores; "
+                  f"{args.duration:g} s trials, grace {args.grace:g} s, bisection to {args.tolerance:.0%}")
+    console.print(table)
+    naive = (results.get("naive Python source") or {}).get("max_rate")
+    spark_best = max([(results.get(k) or {}).get("max_rate") or 0
+                      for k in ("Spark socket + from_json", "Spark JSON files")] or [0])
+    goals = {}
+    if ours and naive:
+        goals["vs naive (goal >= 5x)"] = ours / naive
+    if ours and spark_best:
+        goals["vs better of socket and files (goal >= 1.5x)"] = ours / spark_best
+    for k, v in goals.items():
+        console.print(f"{k}: {v:.2f}x -> {'met' if v >= (5 if 'naive' in k else 1.5) else 'NOT met'}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"load_average_start": load0, "duration": args.duration,
+                                          "grace": args.grace, "tolerance": args.tolerance,
+                                          "results": results, "ratios": goals}, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
