@@ -7,7 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pyarrow.parquet as pq
 import pytest
+
+from cp_sink.records import read_records
+from native_tsc.domain import VirtualDomain, parse_virtual
 
 # the installed console script's entry point (python -m would load cli.py twice, as __main__ too)
 CLI = [sys.executable, "-c", "import sys; from cloudprofiler.cli import main; sys.exit(main())"]
@@ -16,10 +21,11 @@ CLI = [sys.executable, "-c", "import sys; from cloudprofiler.cli import main; sy
 @pytest.mark.long
 def test_demo_prints_consistent_totals(tmp_path: Path) -> None:
     summary = tmp_path / "summary.json"
+    out = tmp_path / "demo"
     run = subprocess.run(
-        [*CLI, "demo", "--duration", "3", "--rate", "20000",
-         "--out", str(tmp_path / "demo"), "--summary", str(summary)],
-        capture_output=True, text=True, timeout=240,
+        [*CLI, "demo", "--duration", "3", "--rate", "20000", "--simulate-nodes", "2",
+         "--out", str(out), "--summary", str(summary)],
+        capture_output=True, text=True, timeout=300,
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     t = json.loads(summary.read_text())
@@ -33,6 +39,44 @@ def test_demo_prints_consistent_totals(tmp_path: Path) -> None:
         line = next(ln for ln in run.stdout.splitlines() if label in ln)
         assert f"{value:,}" in line
     assert "every emitted tuple read once" in run.stdout
+    _check_latencies_against_truth(out, t)
+
+
+def _real_tsc(values: np.ndarray, nodes: np.ndarray, virtual: dict[str, VirtualDomain]) -> np.ndarray:
+    """Undo each simulated node's transform: the real TSC reading, to within one cycle."""
+    real = values.astype(np.float64)
+    for name, v in virtual.items():
+        sel = nodes == name
+        real[sel] = (values[sel] - v.offset) / v.rate()
+    return real
+
+
+def _check_latencies_against_truth(out: Path, t: dict) -> None:
+    """Every translated duration of the demo lies within its bound of the true one."""
+    virtual = {v.domain: v for v in map(parse_virtual, t["simulated_nodes"])}
+    assert set(virtual) == {"sim-node1", "sim-node2"}
+    lat = pq.read_table(out / "latency.parquet").to_pandas()
+    records = read_records(out / "records").to_pandas().set_index("tuple_id")
+    lm = t["latency_query"]
+    assert lm["records"] == lm["unique_records"] == lm["published"] == lm["emitted"] - lm["lost_in_transit"]
+    windows = pq.read_table(out / "windows").to_pandas().drop_duplicates("tuple_id").set_index("tuple_id")
+    checked = set()
+    for (a, b), g in lat.groupby(["from_point", "to_point"]):
+        src = windows if b == "window" else records
+        rows = src.loc[g["tuple_id"].to_numpy()]
+        ya = _real_tsc(rows[f"cp_tsc_{a}"].to_numpy(), rows[f"cp_node_{a}"].to_numpy(), virtual)
+        yb = _real_tsc(rows[f"cp_tsc_{b}"].to_numpy(), rows[f"cp_node_{b}"].to_numpy(), virtual)
+        truth = yb - ya
+        err = np.abs(g["duration_cycles"].to_numpy() - truth)
+        assert np.all(err <= g["bound_cycles"].to_numpy() + 2), (a, b)
+        expected = lm["records"] if b != "window" else t["window_campaign_counts"]
+        assert len(g) >= expected if b == "window" else len(g) == expected
+        checked.add((a, b))
+        # Stamps from a simulated node are translated with a positive bound; same-node ones exactly.
+        cross = rows[f"cp_node_{a}"].to_numpy() != rows[f"cp_node_{b}"].to_numpy()
+        assert np.all(g["bound_cycles"].to_numpy()[cross] > 0)
+    assert checked == {("gen", "source"), ("source", "sink"), ("gen", "sink"), ("gen", "window")}
+    assert (out / "latency.png").stat().st_size > 0 and (out / "timeline.png").stat().st_size > 0
 
 
 def test_demo_rejects_bad_arguments() -> None:
