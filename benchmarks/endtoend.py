@@ -242,7 +242,8 @@ def rate_ceiling(spark: Any, work: Path, seconds: float) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per trial (default 5)")
-    ap.add_argument("--grace", type=float, default=2.5, help="seconds for the sink to catch up (default 2.5)")
+    ap.add_argument("--grace", type=float,
+                    help="seconds for the sink to catch up (default: warm-up landing time + 0.5 s)")
     ap.add_argument("--tolerance", type=float, default=0.1, help="bisection stops within this (default 0.1)")
     ap.add_argument("--max-steps", type=int, default=9)
     ap.add_argument("--only", help="comma-separated subset of systems (default: all)")
@@ -304,8 +305,9 @@ def main() -> int:
         mr = r["max_rate"]
         ratio = f"{ours / mr:.2f}" if ours and mr else "-"
         table.add_row(name, "none" if mr is None else f"{mr:,.0f}", ratio, r["stopped_because"])
+    grace = "automatic" if args.grace is None else f"{args.grace:g} s"
     console.print(f"load average at start: {load0:.1f} on {os.cpu_count()} cores; "
-                  f"{args.duration:g} s trials, grace {args.grace:g} s, bisection to {args.tolerance:.0%}")
+                  f"{args.duration:g} s trials, grace {grace}, bisection to {args.tolerance:.0%}")
     console.print(table)
     naive = (results.get("naive Python source") or {}).get("max_rate")
     spark_best = max([(results.get(k) or {}).get("max_rate") or 0

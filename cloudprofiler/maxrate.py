@@ -59,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, default=5.0, help="seconds per trial (default 5)")
     p.add_argument("--grace", type=float,
                    help="seconds after the generator stops for the sink to commit the rest "
-                        "(default: the warm-up's landing time + 0.5 s)")
+                        "(default: the warm-up's landing time + 0.25 s)")
     p.add_argument("--retries", type=int, default=1,
                    help="re-run a failed trial this many times; it fails only if every run fails (default 1)")
     p.add_argument("--latency-slope", type=float,

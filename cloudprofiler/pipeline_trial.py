@@ -177,7 +177,7 @@ class PipelineTrial:
     target: Target
     duration: float = 5.0
     grace: float | None = 3.0  # None: the warm-up's landing time + grace_margin
-    grace_margin: float = 0.5
+    grace_margin: float = 0.25
     drain_timeout: float = 60.0
     latency: bool = False
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -192,13 +192,14 @@ class PipelineTrial:
         if why:
             raise TrialError(f"the query under test stopped: {why}")
 
-    def warm_up(self, rate: float, duration: float = 2.0, tries: int = 4, landings: int = 2) -> None:
+    def warm_up(self, rate: float, duration: float = 2.0, tries: int = 6, landings: int = 3) -> None:
         """Offer short, unjudged loads until ``landings`` of them land within the grace period.
 
         The first micro-batches start Python workers and JIT-compile parsers; that
         is not the pipeline's sustained behaviour and belongs to no trial. With
-        ``grace`` None (automatic), the grace period becomes the longest landing
-        time seen (generator stop to the last tuple committed) plus ``grace_margin``.
+        ``grace`` None (automatic), the grace period becomes the median landing time
+        (generator stop to the last tuple committed) of the last ``landings`` warm-ups
+        plus ``grace_margin``; the first ones, still warming up, land late.
         """
         saved, saved_grace = self.duration, self.grace
         self.duration = duration
@@ -218,7 +219,7 @@ class PipelineTrial:
         finally:
             self.duration = saved
             self.grace = saved_grace
-        self.landing_s = max(landed[-landings:]) if landed else None
+        self.landing_s = float(np.median(landed[-landings:])) if landed else None
         if self.grace is None:
             self.grace = (self.landing_s if self.landing_s is not None else 3.0) + self.grace_margin
 
