@@ -30,15 +30,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#include <x86intrin.h>
-#define CP_X86 1
-#elif defined(__aarch64__)
-#define CP_ARM64 1
-#else
-#error "native_tsc._probe supports x86-64 and arm64"
-#endif
+#include "tsc_counter.h"
 
 #define PKT_SIZE 32
 #define PKT_MAGIC 0x42525043u /* "CPRB" little-endian */
@@ -48,43 +40,6 @@
 #define MAX_PROBES 1000000
 #define ROW_FIELDS 5 /* seq, c_i (raw), c_j (responder domain), c_k (raw), ns_i */
 
-static const __int128 E12 = (__int128)1000000000000LL;
-
-#ifdef CP_X86
-static int have_rdtscp = 0;
-#endif
-
-static inline uint64_t raw_read(void) {
-#ifdef CP_X86
-    if (have_rdtscp) {
-        unsigned int aux;
-        return __rdtscp(&aux);
-    }
-    _mm_lfence();
-    return __rdtsc();
-#else
-    uint64_t v;
-    __asm__ __volatile__("isb; mrs %0, cntvct_el0" : "=r"(v)::"memory");
-    return v;
-#endif
-}
-
-static inline int64_t floor_div_e12(__int128 num) {
-    __int128 q = num / E12;
-    if ((num % E12) != 0 && num < 0) {
-        q -= 1;
-    }
-    return (int64_t)q;
-}
-
-/* The same transform as native_tsc._tsc: offset + t + floor(t * skew_e12 / 1e12). */
-static inline int64_t apply_transform(uint64_t raw, int on, int64_t skew_e12, int64_t offset) {
-    int64_t t = (int64_t)raw;
-    if (!on) {
-        return t;
-    }
-    return offset + t + floor_div_e12((__int128)t * skew_e12);
-}
 
 typedef struct {
     uint32_t magic;
@@ -111,7 +66,7 @@ static PyObject *probe_transform(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "LpLL", &raw, &on, &skew_e12, &offset)) {
         return NULL;
     }
-    return PyLong_FromLongLong(apply_transform((uint64_t)raw, on, skew_e12, offset));
+    return PyLong_FromLongLong(cp_transform((uint64_t)raw, on, skew_e12, offset));
 }
 
 /*
@@ -176,7 +131,7 @@ static PyObject *probe_respond(PyObject *self, PyObject *args) {
         struct sockaddr_in src;
         socklen_t slen = sizeof(src);
         ssize_t n = recvfrom(fd, buf, sizeof(buf), MSG_DONTWAIT, (struct sockaddr *)&src, &slen);
-        uint64_t c_j = raw_read();
+        uint64_t c_j = cp_raw_read();
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNREFUSED) {
                 continue;
@@ -195,7 +150,7 @@ static PyObject *probe_respond(PyObject *self, PyObject *args) {
             continue;
         }
         p.type = TYPE_REPLY;
-        p.stamp = apply_transform(c_j, on, skew_e12, offset);
+        p.stamp = cp_transform(c_j, on, skew_e12, offset);
         /* A failed reply is a lost probe for the initiator; keep serving. */
         sendto(fd, &p, PKT_SIZE, 0, (struct sockaddr *)&src, slen);
         served++;
@@ -264,7 +219,7 @@ static PyObject *probe_initiate(PyObject *self, PyObject *args) {
         req.seq = (uint32_t)s;
         req.probe_id = probe_id;
         int64_t ns_i = mono_raw_ns();
-        uint64_t c_i = raw_read();
+        uint64_t c_i = cp_raw_read();
         if (sendto(fd, &req, PKT_SIZE, 0, (struct sockaddr *)&dst, sizeof(dst)) != PKT_SIZE) {
             if (errno == EINTR || errno == ECONNREFUSED || errno == EAGAIN) {
                 lost++;
@@ -298,7 +253,7 @@ static PyObject *probe_initiate(PyObject *self, PyObject *args) {
             struct sockaddr_in src;
             socklen_t slen = sizeof(src);
             ssize_t n = recvfrom(fd, buf, sizeof(buf), MSG_DONTWAIT, (struct sockaddr *)&src, &slen);
-            uint64_t c_k = raw_read();
+            uint64_t c_k = cp_raw_read();
             if (n < 0) {
                 if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNREFUSED) {
                     continue;
@@ -368,12 +323,7 @@ PyMODINIT_FUNC PyInit__probe(void) {
     if (m == NULL) {
         return NULL;
     }
-#ifdef CP_X86
-    unsigned int eax, ebx, ecx, edx;
-    if (__get_cpuid(0x80000001, &eax, &ebx, &ecx, &edx)) {
-        have_rdtscp = (edx >> 27) & 1;
-    }
-#endif
+    cp_detect_rdtscp();
     PyModule_AddIntConstant(m, "PACKET_SIZE", PKT_SIZE);
     PyModule_AddIntConstant(m, "MAX_PROBES", MAX_PROBES);
     PyModule_AddIntConstant(m, "ROW_FIELDS", ROW_FIELDS);

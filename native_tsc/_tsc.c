@@ -1,13 +1,9 @@
 /*
  * native_tsc._tsc: read the CPU timestamp counter from Python.
  *
- * x86-64: rdtscp (falls back to lfence;rdtsc when the CPU lacks rdtscp).
- * arm64:  isb; mrs CNTVCT_EL0.
- *
- * A process may carry a virtual TSC domain: every read returns
- * offset + t + floor(t * skew_e12 / 1e12), computed in 128-bit integers so
- * the transform is exact. It exists to test cross-node translation on one
- * machine against known ground truth.
+ * The counter read and the transform live in tsc_counter.h. A process may
+ * carry a virtual TSC domain (a known affine transform of the real counter):
+ * it exists to test cross-node translation on one machine against ground truth.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -15,43 +11,16 @@
 #include <time.h>
 #include <sched.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#include <x86intrin.h>
-#define CP_X86 1
-#elif defined(__aarch64__)
-#define CP_ARM64 1
-#else
-#error "native_tsc supports x86-64 and arm64; use native_tsc.tsc_fallback elsewhere"
-#endif
+#include "tsc_counter.h"
 
 static int virtual_on = 0;
 static int64_t virtual_offset = 0;
 static int64_t virtual_skew_e12 = 0;
-static const __int128 E12 = (__int128)1000000000000LL;
 
-#ifdef CP_X86
-static int have_rdtscp = 0;
-#endif
-
-static inline uint64_t raw_read(void) {
-#ifdef CP_X86
-    if (have_rdtscp) {
-        unsigned int aux;
-        return __rdtscp(&aux);
-    }
-    _mm_lfence();
-    return __rdtsc();
-#else
-    uint64_t v;
-    __asm__ __volatile__("isb; mrs %0, cntvct_el0" : "=r"(v)::"memory");
-    return v;
-#endif
-}
 
 static inline uint64_t raw_read_cpu(unsigned int *cpu) {
 #ifdef CP_X86
-    if (have_rdtscp) {
+    if (cp_have_rdtscp) {
         unsigned int aux;
         uint64_t t = __rdtscp(&aux);
         /* Linux stores (numa node << 12) | cpu in TSC_AUX. */
@@ -61,27 +30,15 @@ static inline uint64_t raw_read_cpu(unsigned int *cpu) {
 #endif
     int c = sched_getcpu();
     *cpu = c < 0 ? 0 : (unsigned int)c;
-    return raw_read();
-}
-
-static inline int64_t floor_div_e12(__int128 num) {
-    __int128 q = num / E12;
-    if ((num % E12) != 0 && num < 0) {
-        q -= 1;
-    }
-    return (int64_t)q;
+    return cp_raw_read();
 }
 
 static inline int64_t transform(uint64_t raw) {
-    int64_t t = (int64_t)raw;
-    if (!virtual_on) {
-        return t;
-    }
-    return virtual_offset + t + floor_div_e12((__int128)t * virtual_skew_e12);
+    return cp_transform(raw, virtual_on, virtual_skew_e12, virtual_offset);
 }
 
 static PyObject *tsc_now(PyObject *self, PyObject *unused) {
-    return PyLong_FromLongLong(transform(raw_read()));
+    return PyLong_FromLongLong(transform(cp_raw_read()));
 }
 
 static PyObject *tsc_now_cpu(PyObject *self, PyObject *unused) {
@@ -91,14 +48,14 @@ static PyObject *tsc_now_cpu(PyObject *self, PyObject *unused) {
 }
 
 static PyObject *tsc_raw(PyObject *self, PyObject *unused) {
-    return PyLong_FromUnsignedLongLong(raw_read());
+    return PyLong_FromUnsignedLongLong(cp_raw_read());
 }
 
 static PyObject *tsc_clock_pair(PyObject *self, PyObject *unused) {
     struct timespec ts;
-    uint64_t a = raw_read();
+    uint64_t a = cp_raw_read();
     clock_gettime(CLOCK_MONOTONIC_RAW, &ts);
-    uint64_t b = raw_read();
+    uint64_t b = cp_raw_read();
     uint64_t mid = a + (b - a) / 2;
     long long ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
     return Py_BuildValue("(LLL)", (long long)transform(mid), ns, (long long)(b - a));
@@ -192,12 +149,9 @@ PyMODINIT_FUNC PyInit__tsc(void) {
     if (m == NULL) {
         return NULL;
     }
+    cp_detect_rdtscp();
 #ifdef CP_X86
-    unsigned int eax, ebx, ecx, edx;
-    if (__get_cpuid(0x80000001, &eax, &ebx, &ecx, &edx)) {
-        have_rdtscp = (edx >> 27) & 1;
-    }
-    PyModule_AddStringConstant(m, "BACKEND", have_rdtscp ? "rdtscp" : "lfence-rdtsc");
+    PyModule_AddStringConstant(m, "BACKEND", cp_have_rdtscp ? "rdtscp" : "lfence-rdtsc");
 #else
     PyModule_AddStringConstant(m, "BACKEND", "cntvct");
 #endif
