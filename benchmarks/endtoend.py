@@ -16,7 +16,8 @@ Offers of (3) and (4) follow the generator's rules: a fixed schedule per bucket,
 receiver cannot take is a counted drop (socket), and an offer that falls behind its schedule
 is generator-bound. Writes benchmarks/results/endtoend.json.
 
-    python benchmarks/endtoend.py [--duration 5] [--quick]
+    python benchmarks/endtoend.py [--duration 5] [--only cloudprofiler,naive]
+    python benchmarks/endtoend.py --show benchmarks/results/endtoend.json   # re-print a saved run
 """
 
 from __future__ import annotations
@@ -239,6 +240,40 @@ def rate_ceiling(spark: Any, work: Path, seconds: float) -> dict[str, Any]:
             "stopped_because": f"ceiling: {len(seen)} micro-batches of 2,000,000 rows after the first"}
 
 
+def report(results: dict[str, Any], load0: float, duration: float, grace: float | None,
+           tolerance: float) -> dict[str, float]:
+    """Print the comparison table and the goals; return the ratios."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 130))
+    table = Table(title="Maximum sustainable rate, Spark local[2], YSB join -> cloudprofiler sink (null)")
+    table.add_column("ingestion path")
+    table.add_column("tuples/s", justify="right")
+    table.add_column("cloudprofiler / this", justify="right")
+    table.add_column("how the search ended")
+    ours = (results.get("cloudprofiler source") or {}).get("max_rate")
+    for name, r in results.items():
+        mr = r["max_rate"]
+        ratio = f"{ours / mr:.2f}" if ours and mr else "-"
+        table.add_row(name, "none" if mr is None else f"{mr:,.0f}", ratio, r["stopped_because"])
+    g = "automatic" if grace is None else f"{grace:g} s"
+    console.print(f"load average at start: {load0:.1f} on {os.cpu_count()} cores; "
+                  f"{duration:g} s trials, grace {g}, bisection to {tolerance:.0%}")
+    console.print(table)
+    naive = (results.get("naive Python source") or {}).get("max_rate")
+    spark_best = max((results.get(k) or {}).get("max_rate") or 0
+                     for k in ("Spark socket + from_json", "Spark JSON files"))
+    goals: dict[str, float] = {}
+    if ours and naive:
+        goals["vs naive (goal >= 5x)"] = ours / naive
+    if ours and spark_best:
+        goals["vs better of socket and files (goal >= 1.5x)"] = ours / spark_best
+    for k, v in goals.items():
+        console.print(f"{k}: {v:.2f}x -> {'met' if v >= (5 if 'naive' in k else 1.5) else 'NOT met'}")
+    return goals
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per trial (default 5)")
@@ -248,11 +283,15 @@ def main() -> int:
     ap.add_argument("--max-steps", type=int, default=9)
     ap.add_argument("--only", help="comma-separated subset of systems (default: all)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "endtoend.json"))
+    ap.add_argument("--show", metavar="JSON", help="print the table of a saved result and exit")
     args = ap.parse_args()
+    if args.show:
+        doc = json.loads(Path(args.show).read_text())
+        report(doc["results"], doc["load_average_start"], doc["duration"], doc["grace"], doc["tolerance"])
+        return 0
 
     from pyspark.sql import SparkSession
     from rich.console import Console
-    from rich.table import Table
 
     import cloudprofiler
 
@@ -295,30 +334,7 @@ def main() -> int:
     finally:
         spark.stop()
 
-    table = Table(title="Maximum sustainable rate, Spark local[2], YSB join -> cloudprofiler sink (null)")
-    table.add_column("ingestion path")
-    table.add_column("tuples/s", justify="right")
-    table.add_column("cloudprofiler source / this", justify="right")
-    table.add_column("how the search ended")
-    ours = (results.get("cloudprofiler source") or {}).get("max_rate")
-    for name, r in results.items():
-        mr = r["max_rate"]
-        ratio = f"{ours / mr:.2f}" if ours and mr else "-"
-        table.add_row(name, "none" if mr is None else f"{mr:,.0f}", ratio, r["stopped_because"])
-    grace = "automatic" if args.grace is None else f"{args.grace:g} s"
-    console.print(f"load average at start: {load0:.1f} on {os.cpu_count()} cores; "
-                  f"{args.duration:g} s trials, grace {grace}, bisection to {args.tolerance:.0%}")
-    console.print(table)
-    naive = (results.get("naive Python source") or {}).get("max_rate")
-    spark_best = max([(results.get(k) or {}).get("max_rate") or 0
-                      for k in ("Spark socket + from_json", "Spark JSON files")] or [0])
-    goals = {}
-    if ours and naive:
-        goals["vs naive (goal >= 5x)"] = ours / naive
-    if ours and spark_best:
-        goals["vs better of socket and files (goal >= 1.5x)"] = ours / spark_best
-    for k, v in goals.items():
-        console.print(f"{k}: {v:.2f}x -> {'met' if v >= (5 if 'naive' in k else 1.5) else 'NOT met'}")
+    goals = report(results, load0, args.duration, args.grace, args.tolerance)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"load_average_start": load0, "duration": args.duration,
                                           "grace": args.grace, "tolerance": args.tolerance,
