@@ -250,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
 
     from cloudprofiler.pipeline_trial import start_source_query, user_target
 
-    console = Console()
+    console = Console(width=max(Console().width, 110))  # the step table needs ~100 columns
 
     def progress(step: Step) -> None:
         colour = PROGRESS_COLOURS.get(step.verdict, "red")
