@@ -3,6 +3,7 @@
 Layout under the spool root::
 
     committed.json            committed offsets {"w0": 12, ...} (written by Spool.commit)
+    planned.json              offsets the stream reader has put into a micro-batch (Spool.mark_planned)
     w0/                       one directory per factory worker
       lock                    held (flock) by the worker process that writes here
       seg-000000000012.arrow  a published segment (Arrow IPC file); *.tmp are unpublished
@@ -104,17 +105,36 @@ def _read_ndjson(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _read_offsets(path: Path) -> dict[str, int]:
+    with contextlib.suppress(FileNotFoundError, orjson.JSONDecodeError):
+        return {str(k): int(v) for k, v in orjson.loads(path.read_bytes()).items()}
+    return {}
+
+
 def spool_bytes(root: str | os.PathLike) -> int:
-    """Bytes of published, uncommitted segments (the quantity the spool bound limits)."""
+    """Bytes of segments no micro-batch has taken yet (the quantity the spool bound limits).
+
+    Segments the reader has already put into a micro-batch do not count: Spark
+    commits a batch (and so frees its segments) only when it plans the next batch
+    with data, so counting them could pause the factory for good. The disk held is
+    therefore at most the bound plus the batch in flight.
+    """
+    planned = _read_offsets(Path(root) / "planned.json")
     total = 0
     with contextlib.suppress(FileNotFoundError):
         for wd in os.scandir(root):
             if wd.is_dir() and WORKER_RE.match(wd.name):
+                taken = planned.get(wd.name, -1)
                 with contextlib.suppress(FileNotFoundError):
                     for e in os.scandir(wd.path):
-                        if e.name.startswith("seg-"):  # tmp files count too: they are about to publish
-                            with contextlib.suppress(FileNotFoundError):
-                                total += e.stat().st_size
+                        if not e.name.startswith("seg-"):
+                            continue
+                        m = SEG_RE.match(e.name)
+                        if m and int(m.group(1)) <= taken:
+                            continue
+                        # tmp files count too: they are about to publish
+                        with contextlib.suppress(FileNotFoundError):
+                            total += e.stat().st_size
     return total
 
 
@@ -298,6 +318,26 @@ class Spool:
             saved = orjson.loads((self.root / "committed.json").read_bytes())
             out.update({k: int(v) for k, v in saved.items()})
         return out
+
+    def planned(self) -> dict[str, int]:
+        """Offsets the stream reader has put into a micro-batch, per worker (-1 when none)."""
+        out = {w: -1 for w in self.workers()}
+        out.update(_read_offsets(self.root / "planned.json"))
+        return out
+
+    def mark_planned(self, offsets: dict[str, int]) -> None:
+        """Record that a micro-batch reads up to ``offsets`` (never moving one back); see spool_bytes."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / "commit.lock", "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            cur = _read_offsets(self.root / "planned.json")
+            merged = dict(cur)
+            for w, n in offsets.items():
+                if not WORKER_RE.match(w):
+                    raise ValueError(f"invalid worker name {w!r}")
+                merged[w] = max(int(n), cur.get(w, -1))
+            if merged != cur:
+                _write_atomic(self.root / "planned.json", orjson.dumps(merged))
 
     def commit(self, offsets: dict[str, int]) -> None:
         """Record offsets as committed (never moving one back) and delete the segments they cover."""

@@ -346,6 +346,9 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         workers = self._workers(start, end)
         begin, stop = _offset(workers, start), _offset(workers, end)
         server = state["server"].endpoint if state["server"] is not None else None
+        # Taken segments no longer count against the spool bound, so a full spool cannot stall
+        # the query waiting for a commit that only a next batch would bring.
+        spool.mark_planned({w: stop[w] for w in workers})
         parts: list[SegmentRange] = []
         for w in workers:
             if stop[w] <= begin[w]:

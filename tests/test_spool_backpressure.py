@@ -1,0 +1,74 @@
+"""A full spool is backpressure, never a stall: the query keeps going and every tuple is accounted for."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+from conftest import wait_for
+from ingest_truth import assert_exactly_once, expected_ids, output_ids, spool_drained
+
+from cp_source.generator import run_generator
+from cp_source.spool import Spool, spool_bytes
+
+
+def _end_offset(query: Any) -> dict[str, int] | None:
+    prog = query.lastProgress
+    if not prog or not prog["sources"]:
+        return None
+    end = prog["sources"][0]["endOffset"]
+    return json.loads(end) if isinstance(end, str) else end
+
+
+def test_segments_taken_by_a_batch_do_not_count_against_the_bound(tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    (spool / "w0").mkdir(parents=True)
+    for n in range(3):
+        (spool / "w0" / f"seg-{n:012d}.arrow").write_bytes(b"x" * 1000)
+    (spool / "w0" / "seg-000000000003.arrow.tmp").write_bytes(b"x" * 10)
+    assert spool_bytes(spool) == 3010
+    Spool(spool).mark_planned({"w0": 1})
+    assert spool_bytes(spool) == 1010
+    Spool(spool).mark_planned({"w0": 0})  # never moves back
+    assert Spool(spool).planned() == {"w0": 1}
+    assert spool_bytes(spool) == 1010
+
+
+def test_full_spool_with_no_admission_limit_does_not_stall(spark, tmp_path: Path) -> None:
+    """Each batch takes everything published, which fills the spool bound on its own.
+
+    Spark commits a batch only when it plans the next one with data; if the taken
+    segments still counted against the bound, the factory would pause for good and
+    no next batch would ever come.
+    """
+    import cloudprofiler
+
+    cloudprofiler.register(spark)
+    spool = tmp_path / "spool"
+    bound = 3 << 20  # about 12k YSB rows: far less than the load below
+    df = (spark.readStream.format("cloudprofiler").option("endpoint", "tcp://127.0.0.1:0")
+          .option("spool", str(spool)).option("workers", "1").option("maxSpoolBytes", str(bound))
+          .load().select("tuple_id"))
+    out = tmp_path / "out"
+    query = (df.writeStream.format("parquet").option("path", str(out))
+             .option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(processingTime="200 milliseconds").start())
+    try:
+        state_file = spool / "_reader.json"
+        wait_for(state_file.exists, 120, "the embedded factory to start")
+        endpoint = orjson.loads(state_file.read_bytes())["factory_endpoint"]
+        summary = run_generator(endpoint, rate=100_000, duration=3.0, bucket=1000)
+        assert summary["eos_delivered"]
+        wait_for(lambda: spool_drained(spool, summary), 90, "the factory to publish everything")
+        latest = Spool(spool).latest()
+        wait_for(lambda: _end_offset(query) == latest, 120, f"the query to reach {latest} (a stall?)")
+        assert query.exception() is None
+    finally:
+        query.stop()
+    stats = Spool(spool).stats()
+    want, counts = expected_ids(summary, stats)
+    got = output_ids(spark, out)
+    assert_exactly_once(got, want)
+    assert len(got) + summary["dropped"] + counts["lost"] == summary["offered"] == 300_000
