@@ -164,45 +164,34 @@ class _Nodes:
 
 
 def _sync_phase(server: str | None, phase: str, rounds: int, out: Path, expect: int) -> dict[str, Any]:
+    if server is None:
+        # One TSC domain: a phase with no pairs to probe, only the domain's frequency.
+        import native_tsc
+        from cp_sync.sync_table import write_sync
+
+        write_sync(out, phase, [], {native_tsc.domain_id(): native_tsc.frequency_hz()})
+        return {"phase": phase, "pairs": [], "failures": []}
     from cp_sync.coordinator import run_phase
 
-    if server is None:
-        return {"phase": phase, "pairs": [], "failures": []}
     r = run_phase(server, phase, rounds, out, expect=expect, wait_s=30.0)
     if r["failures"]:
         raise CommandError(f"sync {phase}: {'; '.join(r['failures'])}")
     return r
 
 
-def _latency_rows(records: Path, windows: Path, sync_dir: Path, hz_real: float) -> tuple[Any, Any, dict]:
-    """Translate every pair of points the demo reports; returns the output table, summary rows, facts."""
-    import numpy as np
+def _latencies(records: Path, windows: Path, sync_dir: Path, reference: str) -> tuple[Any, list, dict]:
+    """Every pair of points the demo reports, translated into ``reference``: table, summary rows, facts."""
     import pyarrow as pa
 
-    from cp_sync.sync_table import probes_table, read_sync
-    from cp_sync.translate import read_points, reference_hz, translate_points
+    from cloudprofiler.latency_report import DEFAULT_PAIRS, latency_report
 
-    if any(sync_dir.glob("*.parquet")):
-        sync, reported = read_sync(sync_dir)
-    else:  # one TSC domain: nothing to relate
-        empty = [np.zeros(0, np.int64)] * 4
-        sync, reported = probes_table("before", "-", "-", *empty, np.zeros(0, np.int32)), {}
-    import native_tsc
-
-    reference = native_tsc.domain_id()
-    hz, hz_source = (reference_hz(sync, reference, reported) if reported else (hz_real, "calibrated"))
-    parts = []
-    for src, (a, b) in (
-        (records, ("gen", "source")),
-        (records, ("source", "sink")),
-        (records, ("gen", "sink")),
-        (windows, ("gen", "window")),
-    ):
-        points = read_points(str(src), a, b)
-        out, _ = translate_points(points, sync, a, b, reference, hz, ("minrtt",))
-        parts.append(out)
-    out = pa.concat_tables(parts)
-    return out, reference, {"reference": reference, "frequency_hz": hz, "frequency_source": hz_source}
+    rows, facts, out = latency_report(records, sync_dir, DEFAULT_PAIRS, reference=reference)
+    wrows, wfacts, wout = latency_report(windows, sync_dir, (("gen", "window", "windowed output"),),
+                                         reference=reference)
+    missing = facts["missing"] | wfacts["missing"]
+    if missing or out is None or wout is None:
+        raise CommandError(f"latencies could not be translated: {missing}")
+    return pa.concat_tables([out, wout]), rows + wrows, facts
 
 
 def _timeline_plot(out: Any, path: Path) -> None:
@@ -410,9 +399,10 @@ def run(args: argparse.Namespace) -> int:
         import pyarrow.compute as pc
 
         n_records, n_unique = len(ids), pc.count_distinct(ids).as_py()
-        lat, reference, facts = _latency_rows(records, windows_dir, sync_dir, native_tsc.frequency_hz())
+        reference = native_tsc.domain_id()
+        lat, rows, facts = _latencies(records, windows_dir, sync_dir, reference)
 
-    from cp_sync.report import plot, summarize
+    from cp_sync.report import plot
 
     summary = summaries["windows"]
     sl = summaries["latency"]
@@ -478,17 +468,13 @@ def run(args: argparse.Namespace) -> int:
                  + (" (generator-bound run)" if summary["generator_bound"] else ""))
     console.print(rate_note)
 
-    rows = summarize(lat)
     totals["latency"] = rows
-    names = {("gen", "source"): "generator -> source", ("source", "sink"): "source -> sink",
-             ("gen", "sink"): "end to end (generator -> sink)",
-             ("gen", "window"): "windowed output (latest tuple's generator -> window count out)"}
     where = "simulated nodes " + ", ".join(v.domain for v in nodes.virtual) if nodes.virtual else "one node"
     lt = Table(title=f"latency in ms, reference TSC domain {reference} ({where})")
     for c in ("path", "scenario", "count", "p50", "p90", "p99", "max", "bound median", "bound max"):
         lt.add_column(c, justify="left" if c in ("path", "scenario") else "right")
     for r in rows:
-        lt.add_row(names[(r["from_point"], r["to_point"])], r["scenario"], f"{r['count']:,}",
+        lt.add_row(f"{r['label']} ({r['from_point']} -> {r['to_point']})", r["scenario"], f"{r['count']:,}",
                    *(f"{r[k] / 1e3:.3f}" for k in ("p50_us", "p90_us", "p99_us", "max_us",
                                                      "bound_median_us", "bound_max_us")))
     Console(width=max(console.width, 150)).print(lt)

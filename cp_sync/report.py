@@ -57,7 +57,7 @@ def plot(out: pa.Table, path: str) -> None:
     for key, g in _groups(out):
         lats.append(g["duration_ns"].to_numpy() / 1e3)
         bnds.append(g["bound_ns"].to_numpy() / 1e3)
-        labels.append(f"{key['method']} {key['scenario']}")
+        labels.append(f"{key['from_point']}->{key['to_point']}\n{key['method']} {key['scenario']}")
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(min(16.0, 5.0 + 0.9 * len(labels)), 5.0))
     ax1.boxplot(lats, tick_labels=labels, showfliers=False)
     ax1.set_ylabel("latency (us)")
