@@ -36,7 +36,8 @@ def throttled(spark: Any, tmp_path: Path) -> Iterator[Any]:
 @pytest.mark.timeout(400)
 def test_maxrate_finds_throttled_capacity(throttled: Any, tmp_path: Path) -> None:
     result, trial, attempts = find_max_rate(throttled, method="bisect", start=CAPACITY * 0.9, tolerance=0.08,
-                                            duration=10.0, grace=None, retries=1, max_steps=10, progress=print)
+                                            duration=10.0, grace=None, retries=1, max_steps=10,
+                                            progress=print)
     print("grace", trial.grace, "landing", trial.landing_s)
     assert result.max_rate is not None, result.stopped_because
     assert abs(result.max_rate - CAPACITY) <= 0.10 * CAPACITY, (result.max_rate, result.stopped_because)
