@@ -88,8 +88,10 @@ class LineOffer:
                 max_lag = max(max_lag, now - due)
             cnt = min(BUCKET, total - n)
             ms = int(time.time() * 1000)
-            lines = b"".join(b'%s,"tuple_id":%d,"event_ms":%d}\n' % (pre[(n + i) % len(pre)], base + n + i,
-                                                                         ms) for i in range(cnt))
+            lines = b"".join(
+                b'%s,"tuple_id":%d,"event_ms":%d}\n' % (pre[(n + i) % len(pre)], base + n + i, ms)
+                for i in range(cnt)
+            )
             if self.emit(lines):
                 emitted += cnt
             else:
@@ -99,8 +101,14 @@ class LineOffer:
         elapsed = max(time.perf_counter() - t0, duration)
         achieved = total / elapsed
         bound = achieved < 0.99 * rate or max_lag > 0.1 * duration
-        return {"emitted": emitted, "dropped": dropped, "achieved_rate": achieved, "generator_bound": bound,
-                "max_lag_ms": max_lag * 1e3, "senders": [{"id": sender}]}
+        return {
+            "emitted": emitted,
+            "dropped": dropped,
+            "achieved_rate": achieved,
+            "generator_bound": bound,
+            "max_lag_ms": max_lag * 1e3,
+            "senders": [{"id": sender}],
+        }
 
 
 class SocketServer:
@@ -166,8 +174,13 @@ def _from_json(df: Any) -> Any:
 
 def _start(df: Any, work: Path) -> tuple[str, Any]:
     sink = work / "records"
-    q = (df.writeStream.format("cloudprofiler").option("path", str(sink)).option("handler", "null")
-         .option("checkpointLocation", str(work / "ck")).start())
+    q = (
+        df.writeStream.format("cloudprofiler")
+        .option("path", str(sink))
+        .option("handler", "null")
+        .option("checkpointLocation", str(work / "ck"))
+        .start()
+    )
     return str(sink), q
 
 
@@ -194,8 +207,11 @@ def build(name: str, spark: Any, work: Path) -> tuple[Target, Any, Any]:
                 raise RuntimeError(f"naive source did not start: {q.exception()}")
             time.sleep(0.1)
         endpoint = json.loads(state.read_text())["endpoint"]
-        return Target(sink, generator_offer(endpoint, bucket=BUCKET), alive=_alive(q), label=name), q, \
-            lambda: None
+        return (
+            Target(sink, generator_offer(endpoint, bucket=BUCKET), alive=_alive(q), label=name),
+            q,
+            lambda: None,
+        )
     if name == "Spark socket + from_json":
         server = SocketServer()
         df = spark.readStream.format("socket").option("host", "127.0.0.1").option("port", server.port).load()
@@ -225,23 +241,36 @@ def rate_ceiling(spark: Any, work: Path, seconds: float) -> dict[str, Any]:
     from cp_sink.records import read_counts
 
     work.mkdir(parents=True)
-    df = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 2_000_000)
-          .option("numPartitions", 2).load().selectExpr("value AS tuple_id"))
+    df = (
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", 2_000_000)
+        .option("numPartitions", 2)
+        .load()
+        .selectExpr("value AS tuple_id")
+    )
     sink, q = _start(df, work)
     time.sleep(seconds)
     q.stop()
     c = read_counts(sink)
-    per_batch = c.group_by(["batch_id"]).aggregate([("seen", "sum"), ("first_tsc_sink", "min"),
-                                                    ("last_tsc_sink", "max")]).sort_by("batch_id")
+    per_batch = (
+        c.group_by(["batch_id"])
+        .aggregate([("seen", "sum"), ("first_tsc_sink", "min"), ("last_tsc_sink", "max")])
+        .sort_by("batch_id")
+    )
     seen = per_batch["seen_sum"].to_numpy()[1:]  # the first batch starts the Python workers
-    t = (per_batch["last_tsc_sink_max"].to_numpy()[-1] - per_batch["last_tsc_sink_max"].to_numpy()[0])
+    t = per_batch["last_tsc_sink_max"].to_numpy()[-1] - per_batch["last_tsc_sink_max"].to_numpy()[0]
     rate = float(np.sum(seen) / (t / native_tsc.frequency_hz())) if t > 0 else 0.0
-    return {"max_rate": rate, "rows": int(np.sum(seen)), "batches": int(len(seen)),
-            "stopped_because": f"ceiling: {len(seen)} micro-batches of 2,000,000 rows after the first"}
+    return {
+        "max_rate": rate,
+        "rows": int(np.sum(seen)),
+        "batches": int(len(seen)),
+        "stopped_because": f"ceiling: {len(seen)} micro-batches of 2,000,000 rows after the first",
+    }
 
 
-def report(results: dict[str, Any], load0: float, duration: float, grace: float | None,
-           tolerance: float) -> dict[str, float]:
+def report(
+    results: dict[str, Any], load0: float, duration: float, grace: float | None, tolerance: float
+) -> dict[str, float]:
     """Print the comparison table and the goals; return the ratios."""
     from rich.console import Console
     from rich.table import Table
@@ -258,12 +287,15 @@ def report(results: dict[str, Any], load0: float, duration: float, grace: float 
         ratio = f"{ours / mr:.2f}" if ours and mr else "-"
         table.add_row(name, "none" if mr is None else f"{mr:,.0f}", ratio, r["stopped_because"])
     g = "automatic" if grace is None else f"{grace:g} s"
-    console.print(f"load average at start: {load0:.1f} on {os.cpu_count()} cores; "
-                  f"{duration:g} s trials, grace {g}, bisection to {tolerance:.0%}")
+    console.print(
+        f"load average at start: {load0:.1f} on {os.cpu_count()} cores; "
+        f"{duration:g} s trials, grace {g}, bisection to {tolerance:.0%}"
+    )
     console.print(table)
     naive = (results.get("naive Python source") or {}).get("max_rate")
-    spark_best = max((results.get(k) or {}).get("max_rate") or 0
-                     for k in ("Spark socket + from_json", "Spark JSON files"))
+    spark_best = max(
+        (results.get(k) or {}).get("max_rate") or 0 for k in ("Spark socket + from_json", "Spark JSON files")
+    )
     goals: dict[str, float] = {}
     if ours and naive:
         goals["vs naive (goal >= 5x)"] = ours / naive
@@ -277,8 +309,9 @@ def report(results: dict[str, Any], load0: float, duration: float, grace: float 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per trial (default 5)")
-    ap.add_argument("--grace", type=float,
-                    help="seconds for the sink to catch up (default: warm-up landing time + 0.5 s)")
+    ap.add_argument(
+        "--grace", type=float, help="seconds for the sink to catch up (default: warm-up landing time + 0.5 s)"
+    )
     ap.add_argument("--tolerance", type=float, default=0.1, help="bisection stops within this (default 0.1)")
     ap.add_argument("--max-steps", type=int, default=9)
     ap.add_argument("--only", help="comma-separated subset of systems (default: all)")
@@ -297,13 +330,23 @@ def main() -> int:
 
     console = Console()
     load0 = os.getloadavg()[0]
-    spark = (SparkSession.builder.master("local[2]").appName("cloudprofiler-endtoend")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "2g").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("cloudprofiler-endtoend")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     cloudprofiler.register(spark)
-    systems = [("cloudprofiler source", 40_000), ("naive Python source", 5_000),
-               ("Spark socket + from_json", 10_000), ("Spark JSON files", 10_000)]
+    systems = [
+        ("cloudprofiler source", 40_000),
+        ("naive Python source", 5_000),
+        ("Spark socket + from_json", 10_000),
+        ("Spark JSON files", 10_000),
+    ]
     if args.only:
         keep = {s.strip() for s in args.only.split(",")}
         systems = [s for s in systems if s[0] in keep or s[0].split()[0] in keep]
@@ -314,16 +357,30 @@ def main() -> int:
             console.rule(name)
             target, q, cleanup = build(name, spark, work / f"s{i}")
             try:
+
                 def progress(s: Any) -> None:
-                    console.print(f"  {s.rate:>12,.0f}/s: emitted {s.emitted:,} dropped {s.dropped:,} "
-                                  f"received {s.received:,} -> {s.verdict}")
+                    console.print(
+                        f"  {s.rate:>12,.0f}/s: emitted {s.emitted:,} dropped {s.dropped:,} "
+                        f"received {s.received:,} -> {s.verdict}"
+                    )
 
                 res, _trial, attempts = find_max_rate(
-                    target, method="bisect", start=start, tolerance=args.tolerance, max_steps=args.max_steps,
-                    duration=args.duration, grace=args.grace, retries=1, progress=progress)
-                results[name] = {"max_rate": res.max_rate, "stopped_because": res.stopped_because,
-                                 "generator_cap": res.generator_cap,
-                                 "attempts": [a.__dict__ for a in attempts]}
+                    target,
+                    method="bisect",
+                    start=start,
+                    tolerance=args.tolerance,
+                    max_steps=args.max_steps,
+                    duration=args.duration,
+                    grace=args.grace,
+                    retries=1,
+                    progress=progress,
+                )
+                results[name] = {
+                    "max_rate": res.max_rate,
+                    "stopped_because": res.stopped_because,
+                    "generator_cap": res.generator_cap,
+                    "attempts": [a.__dict__ for a in attempts],
+                }
             finally:
                 if q.isActive:
                     q.stop()
@@ -336,9 +393,20 @@ def main() -> int:
 
     goals = report(results, load0, args.duration, args.grace, args.tolerance)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"load_average_start": load0, "duration": args.duration,
-                                          "grace": args.grace, "tolerance": args.tolerance,
-                                          "results": results, "ratios": goals}, indent=2, default=str))
+    Path(args.out).write_text(
+        json.dumps(
+            {
+                "load_average_start": load0,
+                "duration": args.duration,
+                "grace": args.grace,
+                "tolerance": args.tolerance,
+                "results": results,
+                "ratios": goals,
+            },
+            indent=2,
+            default=str,
+        )
+    )
     return 0
 
 

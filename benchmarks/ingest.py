@@ -36,13 +36,13 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cp_source import bucket as bk  # noqa: E402
-from cp_source.factory import FactoryWorker, WorkerConfig, start_factory  # noqa: E402
-from cp_source.generator import build_payloads, run_generator  # noqa: E402
-from cp_source.parse_json import parse_arrow_json, parse_naive_rows, parse_orjson  # noqa: E402
-from cp_source.parse_ysb import StringRowParser  # noqa: E402
-from cp_source.spool import Spool  # noqa: E402
-from cp_source.workloads import ysb_fields  # noqa: E402
+from cp_source import bucket as bk
+from cp_source.factory import FactoryWorker, WorkerConfig, start_factory
+from cp_source.generator import build_payloads, run_generator
+from cp_source.parse_json import parse_arrow_json, parse_naive_rows, parse_orjson
+from cp_source.parse_ysb import StringRowParser
+from cp_source.spool import Spool
+from cp_source.workloads import ysb_fields
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ingest.json"
 GOAL_GENERATOR = 5e6
@@ -86,10 +86,17 @@ def bench_generator(rate: float, duration: float, bucket: int, transport: str) -
     received = q.get(timeout=60)
     p.join(30)
     return {
-        "transport": transport, "bucket": bucket, "target_rate": rate, "elapsed_s": s["elapsed_s"],
-        "generator_bound": s["generator_bound"], "max_lag_ms": s["max_lag_ms"],
-        "emitted": s["emitted"], "dropped": s["dropped"], "received": received,
-        "emitted_per_s": s["emitted"] / s["elapsed_s"], "offered_per_s": s["achieved_rate"],
+        "transport": transport,
+        "bucket": bucket,
+        "target_rate": rate,
+        "elapsed_s": s["elapsed_s"],
+        "generator_bound": s["generator_bound"],
+        "max_lag_ms": s["max_lag_ms"],
+        "emitted": s["emitted"],
+        "dropped": s["dropped"],
+        "received": received,
+        "emitted_per_s": s["emitted"] / s["elapsed_s"],
+        "offered_per_s": s["achieved_rate"],
         "emitted_per_cpu_s": s["emitted"] / cpu if cpu else 0.0,
     }
 
@@ -135,8 +142,9 @@ def bench_parsers(bucket: int, seconds: float) -> dict[str, float]:
                 w.flush()
                 Spool(d).commit(Spool(d).latest())  # keep the disk footprint small
 
-        out["factory worker path (numba, stamp, segment write)"] = _cpu_rate(worker_path, pays, bucket,
-                                                                             seconds)
+        out["factory worker path (numba, stamp, segment write)"] = _cpu_rate(
+            worker_path, pays, bucket, seconds
+        )
         w.close()
     return out
 
@@ -147,8 +155,9 @@ def _proc_cpu(pid: int) -> float:
     return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def bench_factory(workers: int, rate: float, duration: float, bucket: int,
-                  parser: str = "auto") -> dict[str, Any]:
+def bench_factory(
+    workers: int, rate: float, duration: float, bucket: int, parser: str = "auto"
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d:
         f = start_factory("tcp://127.0.0.1:0", d, workers=workers, max_spool_bytes=64 << 30, parser=parser)
         done = threading.Event()
@@ -173,10 +182,16 @@ def bench_factory(workers: int, rate: float, duration: float, bucket: int,
             f.stop()
     rows = st["rows"]
     return {
-        "workers": workers, "parser": parser, "offered": s["offered"], "emitted": s["emitted"],
+        "workers": workers,
+        "parser": parser,
+        "offered": s["offered"],
+        "emitted": s["emitted"],
         "dropped": s["dropped"],
-        "published": rows, "lost_in_transit": st["lost_in_transit_total"], "elapsed_s": s["elapsed_s"],
-        "published_per_s": rows / s["elapsed_s"], "per_worker_cpu_s": rows / cpu if cpu else 0.0,
+        "published": rows,
+        "lost_in_transit": st["lost_in_transit_total"],
+        "elapsed_s": s["elapsed_s"],
+        "published_per_s": rows / s["elapsed_s"],
+        "per_worker_cpu_s": rows / cpu if cpu else 0.0,
         "worker_cpu_s": cpu,
     }
 
@@ -196,14 +211,28 @@ def main(argv: list[str] | None = None) -> int:
         g["sustained"] = g["dropped"] == 0 and not g["generator_bound"]
     results["generator"] = gen
     t = Table(title="Generator, one sender process, TCP to a draining receiver")
-    for c in ("bucket", "target tuples/s", "achieved (offered)", "emitted/s", "dropped", "generator-bound",
-              "sustained"):
+    for c in (
+        "bucket",
+        "target tuples/s",
+        "achieved (offered)",
+        "emitted/s",
+        "dropped",
+        "generator-bound",
+        "sustained",
+    ):
         t.add_column(c, justify="right")
     for g in gen:
-        t.add_row(str(g["bucket"]), f"{g['target_rate'] / 1e6:.1f} M", f"{g['offered_per_s'] / 1e6:.2f} M",
-                  f"{g['emitted_per_s'] / 1e6:.2f} M", f"{g['dropped']:,}", str(g["generator_bound"]),
-                  "yes" if g["sustained"] else "no")
+        t.add_row(
+            str(g["bucket"]),
+            f"{g['target_rate'] / 1e6:.1f} M",
+            f"{g['offered_per_s'] / 1e6:.2f} M",
+            f"{g['emitted_per_s'] / 1e6:.2f} M",
+            f"{g['dropped']:,}",
+            str(g["generator_bound"]),
+            "yes" if g["sustained"] else "no",
+        )
     console.print(t)
+
     def highest(ok: str) -> float:
         """Per bucket size the highest rate before the first failing one; the best bucket size."""
         out = 0.0
@@ -217,9 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     on_schedule, best = highest("schedule"), highest("sustained")
     results["generator_max_on_schedule"] = on_schedule
     results["generator_max_sustained"] = best
-    console.print(f"highest rate one sender offered on schedule (within 1%, not generator-bound): "
-                  f"{on_schedule / 1e6:.1f} M tuples/s (goal 5 M: "
-                  f"{'met' if on_schedule >= GOAL_GENERATOR else 'not met'})")
+    console.print(
+        f"highest rate one sender offered on schedule (within 1%, not generator-bound): "
+        f"{on_schedule / 1e6:.1f} M tuples/s (goal 5 M: "
+        f"{'met' if on_schedule >= GOAL_GENERATOR else 'not met'})"
+    )
     console.print(f"highest rate also taken without a single drop: {best / 1e6:.1f} M tuples/s")
 
     parsers = bench_parsers(1000, secs)
@@ -237,26 +268,45 @@ def main(argv: list[str] | None = None) -> int:
     fac = [bench_factory(w, 4e6, max(secs, 1.0) * 1.5, 2000, parser=p) for w, p in runs]
     results["factory"] = fac
     t = Table(title="Factory with real ZeroMQ (generator offers 4 M/s, YSB, buckets of 2000)")
-    for c in ("worker parser", "workers", "published tuples/s", "per worker CPU-s", "offered", "dropped",
-              "lost in transit"):
+    for c in (
+        "worker parser",
+        "workers",
+        "published tuples/s",
+        "per worker CPU-s",
+        "offered",
+        "dropped",
+        "lost in transit",
+    ):
         t.add_column(c, justify="right")
     for r in fac:
-        t.add_row(r["parser"], str(r["workers"]), f"{r['published_per_s'] / 1e6:.2f} M",
-                  f"{r['per_worker_cpu_s'] / 1e6:.2f} M", f"{r['offered']:,}",
-                  f"{r['dropped']:,}", str(r["lost_in_transit"]))
+        t.add_row(
+            r["parser"],
+            str(r["workers"]),
+            f"{r['published_per_s'] / 1e6:.2f} M",
+            f"{r['per_worker_cpu_s'] / 1e6:.2f} M",
+            f"{r['offered']:,}",
+            f"{r['dropped']:,}",
+            str(r["lost_in_transit"]),
+        )
     console.print(t)
     numba_gain = parsers["numba YSB parser"] / base
-    console.print(f"numba parser / generic orjson-to-Arrow: {numba_gain:.2f}x; "
-                  f"naive / generic: {parsers['naive: per-row orjson into Python rows'] / base:.2f}x")
+    console.print(
+        f"numba parser / generic orjson-to-Arrow: {numba_gain:.2f}x; "
+        f"naive / generic: {parsers['naive: per-row orjson into Python rows'] / base:.2f}x"
+    )
     one, two, generic = fac[3], fac[4], fac[1]
-    console.print(f"factory, numba / generic orjson-to-Arrow worker (per worker CPU-s): "
-                  f"{one['per_worker_cpu_s'] / generic['per_worker_cpu_s']:.2f}x; "
-                  f"2 workers / 1 worker (published tuples/s): "
-                  f"{two['published_per_s'] / one['published_per_s']:.2f}x on {os.cpu_count()} cores "
-                  f"shared with the generator")
+    console.print(
+        f"factory, numba / generic orjson-to-Arrow worker (per worker CPU-s): "
+        f"{one['per_worker_cpu_s'] / generic['per_worker_cpu_s']:.2f}x; "
+        f"2 workers / 1 worker (published tuples/s): "
+        f"{two['published_per_s'] / one['published_per_s']:.2f}x on {os.cpu_count()} cores "
+        f"shared with the generator"
+    )
     results["load_avg_end"] = os.getloadavg()
-    console.print(f"host: {os.cpu_count()} CPUs, load average {results['load_avg'][0]:.1f} at start, "
-                  f"{results['load_avg_end'][0]:.1f} at end (figures are depressed accordingly)")
+    console.print(
+        f"host: {os.cpu_count()} CPUs, load average {results['load_avg'][0]:.1f} at start, "
+        f"{results['load_avg_end'][0]:.1f} at end (figures are depressed accordingly)"
+    )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
     return 0

@@ -49,8 +49,12 @@ def _responder(kind: str) -> tuple[subprocess.Popen, int]:
         "c-spin": ("probe", "Responder", "spin_us=2000"),
         "py": ("pyprobe", "PyResponder", ""),
     }[kind]
-    p = subprocess.Popen([sys.executable, "-c", _RESPONDER.format(mod=mod, cls=cls, kw=kw)],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", _RESPONDER.format(mod=mod, cls=cls, kw=kw)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert p.stdout is not None
     return p, int(p.stdout.readline())
 
@@ -65,12 +69,21 @@ def probe_rtts(n: int, hz: float) -> dict[str, dict[str, float]]:
     """Round trips (us) of n probes per variant against a responder process."""
     out = {}
     for label, kind, run in (
-        ("C initiator + C responder (blocking)", "c",
-         lambda port: initiate("127.0.0.1", port, n, gap_us=20).rtt),
-        ("C initiator + C responder (spins 2 ms after each answer)", "c-spin",
-         lambda port: initiate("127.0.0.1", port, n, gap_us=20).rtt),
-        ("Python loop + Python responder", "py",
-         lambda port: (lambda d: d["c_k"] - d["c_i"])(py_initiate("127.0.0.1", port, n))),
+        (
+            "C initiator + C responder (blocking)",
+            "c",
+            lambda port: initiate("127.0.0.1", port, n, gap_us=20).rtt,
+        ),
+        (
+            "C initiator + C responder (spins 2 ms after each answer)",
+            "c-spin",
+            lambda port: initiate("127.0.0.1", port, n, gap_us=20).rtt,
+        ),
+        (
+            "Python loop + Python responder",
+            "py",
+            lambda port: (lambda d: d["c_k"] - d["c_i"])(py_initiate("127.0.0.1", port, n)),
+        ),
     ):
         p, port = _responder(kind)
         try:
@@ -78,8 +91,12 @@ def probe_rtts(n: int, hz: float) -> dict[str, dict[str, float]]:
             rtt = run(port) / hz * 1e6
         finally:
             _stop(p)
-        out[label] = {"probes": len(rtt), "min_us": float(rtt.min()), "p50_us": float(np.median(rtt)),
-                      "p99_us": float(np.percentile(rtt, 99))}
+        out[label] = {
+            "probes": len(rtt),
+            "min_us": float(rtt.min()),
+            "p50_us": float(np.median(rtt)),
+            "p99_us": float(np.percentile(rtt, 99)),
+        }
     return out
 
 
@@ -113,13 +130,21 @@ def _timed(fn) -> float:
 
 def bounds_side_by_side(rounds: int, gap_s: float) -> dict:
     """Three agent processes under virtual domains: this method's bounds, return-trip's and NTP's (us)."""
-    virt = [make_virtual("bench-a", "35", 10**13), make_virtual("bench-b", "-120", -(10**13)),
-            make_virtual("bench-c", "240", 5 * 10**14)]
+    virt = [
+        make_virtual("bench-a", "35", 10**13),
+        make_virtual("bench-b", "-120", -(10**13)),
+        make_virtual("bench-c", "240", 5 * 10**14),
+    ]
     hz = native_tsc.clock.real_hz()
     with tempfile.TemporaryDirectory() as tmp, Coordinator("127.0.0.1:0") as coord:
-        procs = [subprocess.Popen([sys.executable, "-m", "cloudprofiler.cli", "sync", "agent", "--server",
-                                   coord.address], env=dict(os.environ, CP_TSC_VIRTUAL=v.spec()),
-                                  stdout=subprocess.DEVNULL) for v in virt]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "cloudprofiler.cli", "sync", "agent", "--server", coord.address],
+                env=dict(os.environ, CP_TSC_VIRTUAL=v.spec()),
+                stdout=subprocess.DEVNULL,
+            )
+            for v in virt
+        ]
         try:
             run_phase(coord.address, "before", rounds, tmp, expect=3, wait_s=60)
             raw = native_tsc.clock.raw
@@ -161,12 +186,19 @@ def bounds_side_by_side(rounds: int, gap_s: float) -> dict:
             }
     rt_est, rt_bound = probe_returntrip(table, ref.domain, virt[1].domain)
     del rt_est
-    half_min = {k: min(v for v in (r.e_before, r.e_after)) / hz * 1e6
-                for k, r in ((d.domain, tr.relation(d.domain, ref.domain, "minrtt")) for d in virt[1:])}
+    half_min = {
+        k: min(v for v in (r.e_before, r.e_after)) / hz * 1e6
+        for k, r in ((d.domain, tr.relation(d.domain, ref.domain, "minrtt")) for d in virt[1:])
+    }
     nb, why = ntp_bound()
-    return {"scenarios": res, "returntrip_median_us": float(np.median(rt_bound) / hz * 1e6),
-            "returntrip_max_us": float(rt_bound.max() / hz * 1e6), "e_us": half_min,
-            "ntp_us": None if nb is None else nb.bound_s * 1e6 * 2, "ntp_note": why}
+    return {
+        "scenarios": res,
+        "returntrip_median_us": float(np.median(rt_bound) / hz * 1e6),
+        "returntrip_max_us": float(rt_bound.max() / hz * 1e6),
+        "e_us": half_min,
+        "ntp_us": None if nb is None else nb.bound_s * 1e6 * 2,
+        "ntp_note": why,
+    }
 
 
 def main() -> None:
@@ -194,8 +226,10 @@ def main() -> None:
     ratio_min = rtts[py_key]["min_us"] / rtts[c_key]["min_us"]
     ratio_p50 = rtts[py_key]["p50_us"] / rtts[c_key]["p50_us"]
     ratio_blocking = rtts[py_key]["min_us"] / rtts[blocking_key]["min_us"]
-    print(f"Python / C MinRTT (agent's default responder): {ratio_min:.2f}x; median: {ratio_p50:.2f}x; "
-          f"against the blocking responder: {ratio_blocking:.2f}x")
+    print(
+        f"Python / C MinRTT (agent's default responder): {ratio_min:.2f}x; median: {ratio_p50:.2f}x; "
+        f"against the blocking responder: {ratio_blocking:.2f}x"
+    )
 
     rates = translation_rate(args.records)
     t = Table(title=f"Translation, {args.records:,} records, mixed scenarios, one core")
@@ -229,11 +263,19 @@ def main() -> None:
     }
     for k, ok in goals.items():
         print(f"goal {k}: {'met' if ok else 'NOT met'}")
-    out = {"benchmark": "sync", "machine": platform.node(), "cpu_hz": hz, "load": os.getloadavg()[0],
-           "probes": rtts,
-           "python_over_c_min": ratio_min, "python_over_c_p50": ratio_p50,
-           "python_over_c_blocking_min": ratio_blocking,
-           "translation_records_per_s": rates, "bounds": b, "goals": goals}
+    out = {
+        "benchmark": "sync",
+        "machine": platform.node(),
+        "cpu_hz": hz,
+        "load": os.getloadavg()[0],
+        "probes": rtts,
+        "python_over_c_min": ratio_min,
+        "python_over_c_p50": ratio_p50,
+        "python_over_c_blocking_min": ratio_blocking,
+        "translation_records_per_s": rates,
+        "bounds": b,
+        "goals": goals,
+    }
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
 

@@ -54,8 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         if e.name and module_name.startswith(e.name):
-            print(f"cloudprofiler {ns.command}: not available in this build ({module_name} is missing)",
-                  file=sys.stderr)
+            print(
+                f"cloudprofiler {ns.command}: not available in this build ({module_name} is missing)",
+                file=sys.stderr,
+            )
             return 2
         raise
     parser = argparse.ArgumentParser(

@@ -56,8 +56,12 @@ CLI = [sys.executable, "-c", "import sys; from cloudprofiler.cli import main; sy
 WINDOW = "10 seconds"
 WATERMARK = "30 seconds"
 # Simulated nodes: (skew ppm, offset cycles) of each virtual TSC domain.
-SIM_CLOCKS = [("85.5", 700_000_000_000_000), ("-142", -300_000_000_000_000), ("230", 50_000_000_000_000),
-              ("-37.25", 900_000_000_000_000)]
+SIM_CLOCKS = [
+    ("85.5", 700_000_000_000_000),
+    ("-142", -300_000_000_000_000),
+    ("230", 50_000_000_000_000),
+    ("-37.25", 900_000_000_000_000),
+]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,9 +70,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=float, default=50_000, help="tuples per second offered (default 50000)")
     p.add_argument("--workers", type=int, default=2, help="factory worker processes (default 2)")
     p.add_argument("--bucket", type=int, default=1000, help="tuples per bucket (default 1000)")
-    p.add_argument("--simulate-nodes", type=int, default=0, metavar="K",
-                   help="run the generators and factories under K virtual TSC domains (1 to 4; default 0: "
-                        "everything on this node's real TSC)")
+    p.add_argument(
+        "--simulate-nodes",
+        type=int,
+        default=0,
+        metavar="K",
+        help="run the generators and factories under K virtual TSC domains (1 to 4; default 0: "
+        "everything on this node's real TSC)",
+    )
     p.add_argument("--rounds", type=int, default=100, help="probes per pair and sync phase (default 100)")
     p.add_argument("--out", help="directory for spools, checkpoints, records and plots (default: a temp dir)")
     p.add_argument("--summary", help="also write the totals as JSON to this file")
@@ -104,9 +113,12 @@ def _drained(spool: Path, senders: list[str]) -> bool:
     stats = Spool(spool).stats()
     if set(senders) - set(stats["end_of_stream"]):
         return False
-    return all(w.get("pending_rows") == 0 and not w.get("paused")
-               and w.get("updated_wall", 0) - w.get("last_recv_wall", 0) >= 0.5
-               for w in stats["per_worker"].values())
+    return all(
+        w.get("pending_rows") == 0
+        and not w.get("paused")
+        and w.get("updated_wall", 0) - w.get("last_recv_wall", 0) >= 0.5
+        for w in stats["per_worker"].values()
+    )
 
 
 def _end_offset(query: Any) -> dict[str, int] | None:
@@ -152,8 +164,9 @@ class _Nodes:
     def __init__(self, k: int) -> None:
         from native_tsc.domain import make_virtual
 
-        self.virtual = [make_virtual(f"sim-node{i + 1}", skew, off) for i, (skew, off) in
-                        enumerate(SIM_CLOCKS[:k])]
+        self.virtual = [
+            make_virtual(f"sim-node{i + 1}", skew, off) for i, (skew, off) in enumerate(SIM_CLOCKS[:k])
+        ]
 
     def env(self, part: str) -> dict[str, str]:
         """CP_TSC_VIRTUAL for ``part`` (generator or factory); empty on the real TSC."""
@@ -186,8 +199,9 @@ def _latencies(records: Path, windows: Path, sync_dir: Path, reference: str) -> 
     from cloudprofiler.latency_report import DEFAULT_PAIRS, latency_report
 
     rows, facts, out = latency_report(records, sync_dir, DEFAULT_PAIRS, reference=reference)
-    wrows, wfacts, wout = latency_report(windows, sync_dir, (("gen", "window", "windowed output"),),
-                                         reference=reference)
+    wrows, wfacts, wout = latency_report(
+        windows, sync_dir, (("gen", "window", "windowed output"),), reference=reference
+    )
     missing = facts["missing"] | wfacts["missing"]
     if missing or out is None or wout is None:
         raise CommandError(f"latencies could not be translated: {missing}")
@@ -249,11 +263,15 @@ def run(args: argparse.Namespace) -> int:
 
         procs = _Processes()
         stack.callback(procs.close)
-        spark = (SparkSession.builder.master("local[2]").appName("cloudprofiler-demo")
-                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.shuffle.partitions", "2")
-                 .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-                 .getOrCreate())
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("cloudprofiler-demo")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+            .getOrCreate()
+        )
         stack.callback(spark.stop)
         spark.sparkContext.setLogLevel("ERROR")
 
@@ -273,9 +291,12 @@ def run(args: argparse.Namespace) -> int:
             t.start()
             stack.callback(agent.stop)
             for v in nodes.virtual:
-                procs.start([*CLI, "sync", "agent", "--server", sync_server],
-                            {"CP_TSC_VIRTUAL": v.spec()}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                procs.start(
+                    [*CLI, "sync", "agent", "--server", sync_server],
+                    {"CP_TSC_VIRTUAL": v.spec()},
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
         expect = len(nodes.virtual) + 1
         status.update("sync: before")
         sync_before = _sync_phase(sync_server, "before", args.rounds, sync_dir, expect)
@@ -284,14 +305,29 @@ def run(args: argparse.Namespace) -> int:
         campaigns = F.broadcast(spark.createDataFrame(campaigns_table().to_pandas()))
 
         def source(name: str) -> Any:
-            reader = (spark.readStream.format("cloudprofiler").option("spool", str(spools[name]))
-                      .option("workers", str(args.workers)))
+            reader = (
+                spark.readStream.format("cloudprofiler")
+                .option("spool", str(spools[name]))
+                .option("workers", str(args.workers))
+            )
             if nodes.virtual:
                 # A factory on a simulated node: an external process under its virtual TSC domain.
                 endpoint = f"tcp://127.0.0.1:{_free_port()}"
-                procs.start([*CLI, "factory", "--endpoint", endpoint, "--spool", str(spools[name]),
-                             "--workers", str(args.workers)], nodes.env("factory"),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                procs.start(
+                    [
+                        *CLI,
+                        "factory",
+                        "--endpoint",
+                        endpoint,
+                        "--spool",
+                        str(spools[name]),
+                        "--workers",
+                        str(args.workers),
+                    ],
+                    nodes.env("factory"),
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
                 reader = reader.option("factory", "external").option("endpoint", endpoint)
             else:
                 reader = reader.option("endpoint", "tcp://127.0.0.1:0")
@@ -304,29 +340,48 @@ def run(args: argparse.Namespace) -> int:
         stamps = [c for c in events.columns if c.startswith("cp_")]
         queries["latency"] = (
             stamp(events.select("tuple_id", "campaign_id", *stamps), "join")
-            .writeStream.format("cloudprofiler").option("path", str(records)).option("handler", "id")
+            .writeStream.format("cloudprofiler")
+            .option("path", str(records))
+            .option("handler", "id")
             .option("checkpointLocation", str(out / "checkpoint-latency"))
-            .trigger(processingTime="500 milliseconds").start())
+            .trigger(processingTime="500 milliseconds")
+            .start()
+        )
 
-        windows = (source("windows").filter(F.col("event_type") == "view").join(campaigns, "ad_id")
-                   .withWatermark("event_time", WATERMARK)
-                   .groupBy(F.window("event_time", WINDOW), "campaign_id")
-                   .agg(F.count("*").alias("views"), F.max("tuple_id").alias("tuple_id"),
-                        # the stamps of the window's latest tuple, for the windowed-output latency
-                        F.max_by("cp_tsc_gen", "tuple_id").alias("cp_tsc_gen"),
-                        F.max_by("cp_node_gen", "tuple_id").alias("cp_node_gen")))
+        windows = (
+            source("windows")
+            .filter(F.col("event_type") == "view")
+            .join(campaigns, "ad_id")
+            .withWatermark("event_time", WATERMARK)
+            .groupBy(F.window("event_time", WINDOW), "campaign_id")
+            .agg(
+                F.count("*").alias("views"),
+                F.max("tuple_id").alias("tuple_id"),
+                # the stamps of the window's latest tuple, for the windowed-output latency
+                F.max_by("cp_tsc_gen", "tuple_id").alias("cp_tsc_gen"),
+                F.max_by("cp_node_gen", "tuple_id").alias("cp_node_gen"),
+            )
+        )
         node = native_tsc.domain_id()
 
         def write_updates(batch: Any, batch_id: int) -> None:
             # update mode: each batch carries the new counts of the windows it touched; stamped
             # when Spark hands them out
-            (batch.withColumn("batch_id", F.lit(batch_id))
-             .withColumn("cp_tsc_window", F.lit(native_tsc.now())).withColumn("cp_node_window", F.lit(node))
-             .write.mode("append").parquet(str(windows_dir)))
+            (
+                batch.withColumn("batch_id", F.lit(batch_id))
+                .withColumn("cp_tsc_window", F.lit(native_tsc.now()))
+                .withColumn("cp_node_window", F.lit(node))
+                .write.mode("append")
+                .parquet(str(windows_dir))
+            )
 
-        queries["windows"] = (windows.writeStream.outputMode("update").foreachBatch(write_updates)
-                              .option("checkpointLocation", str(out / "checkpoint"))
-                              .trigger(processingTime="500 milliseconds").start())
+        queries["windows"] = (
+            windows.writeStream.outputMode("update")
+            .foreachBatch(write_updates)
+            .option("checkpointLocation", str(out / "checkpoint"))
+            .trigger(processingTime="500 milliseconds")
+            .start()
+        )
         for q in queries.values():
             stack.callback(lambda q=q: q.isActive and q.stop())
 
@@ -334,8 +389,11 @@ def run(args: argparse.Namespace) -> int:
         for name, spool in spools.items():
             state = spool / "_reader.json"
             q = queries[name]
-            _wait(lambda state=state, q=q: state.exists() or not q.isActive, deadline,
-                  f"the {name} query's factory")
+            _wait(
+                lambda state=state, q=q: state.exists() or not q.isActive,
+                deadline,
+                f"the {name} query's factory",
+            )
             if not q.isActive:
                 raise CommandError(f"the {name} query stopped: {q.exception()}")
             endpoints[name] = json.loads(state.read_text())["factory_endpoint"]
@@ -344,10 +402,25 @@ def run(args: argparse.Namespace) -> int:
         gens = {}
         for name, endpoint in endpoints.items():
             gens[name] = procs.start(
-                [*CLI, "generate", "--endpoint", endpoint, "--rate", str(args.rate),
-                 "--duration", str(args.duration), "--bucket", str(args.bucket),
-                 "--summary", str(out / f"generator-{name}.json")],
-                nodes.env("generator"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                [
+                    *CLI,
+                    "generate",
+                    "--endpoint",
+                    endpoint,
+                    "--rate",
+                    str(args.rate),
+                    "--duration",
+                    str(args.duration),
+                    "--bucket",
+                    str(args.bucket),
+                    "--summary",
+                    str(out / f"generator-{name}.json"),
+                ],
+                nodes.env("generator"),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
         summaries = {}
         for name, gen in gens.items():
             _, err = gen.communicate(timeout=max(1.0, deadline - time.monotonic()))
@@ -359,8 +432,11 @@ def run(args: argparse.Namespace) -> int:
         status.update("waiting for the factories and the queries to catch up")
         for name, spool in spools.items():
             senders = [str(s["id"]) for s in summaries[name]["senders"]]
-            _wait(lambda spool=spool, senders=senders: _drained(spool, senders), deadline,
-                  f"the {name} factory to publish everything")
+            _wait(
+                lambda spool=spool, senders=senders: _drained(spool, senders),
+                deadline,
+                f"the {name} factory to publish everything",
+            )
         latest = Spool(spools["windows"]).latest()
         qw = queries["windows"]
         _wait(lambda: _end_offset(qw) == latest or not qw.isActive, deadline, "the windows query")
@@ -422,9 +498,12 @@ def run(args: argparse.Namespace) -> int:
         "window_campaign_counts": window_keys,
         "views_counted": views_counted,
         "latency_query": {
-            "emitted": sl["emitted"], "dropped": sl["dropped"],
-            "lost_in_transit": stats_l["lost_in_transit_total"], "published": stats_l["rows"],
-            "records": n_records, "unique_records": n_unique,
+            "emitted": sl["emitted"],
+            "dropped": sl["dropped"],
+            "lost_in_transit": stats_l["lost_in_transit_total"],
+            "published": stats_l["rows"],
+            "records": n_records,
+            "unique_records": n_unique,
         },
         "simulated_nodes": [v.spec() for v in nodes.virtual],
         "reference_domain": reference,
@@ -434,10 +513,10 @@ def run(args: argparse.Namespace) -> int:
         "out": str(out),
     }
     # Every emitted tuple was read once by the windows query and is in the latency query's sink once.
-    totals["consistent"] = (totals["rows_read"] == totals["published"]
-                            == totals["emitted"] - totals["lost_in_transit"]
-                            and n_records == n_unique == stats_l["rows"]
-                            == sl["emitted"] - stats_l["lost_in_transit_total"])
+    totals["consistent"] = (
+        totals["rows_read"] == totals["published"] == totals["emitted"] - totals["lost_in_transit"]
+        and n_records == n_unique == stats_l["rows"] == sl["emitted"] - stats_l["lost_in_transit_total"]
+    )
     sustained = not summary["generator_bound"] and summary["dropped"] == 0 and sl["dropped"] == 0
     totals["sustained"] = sustained
 
@@ -462,10 +541,12 @@ def run(args: argparse.Namespace) -> int:
     for k, v in labels:
         table.add_row(k, v)
     console.print(table)
-    rate_note = (f"sustained {args.rate:,.0f} tuples/s into each query with no drop"
-                 if sustained else
-                 f"did NOT sustain {args.rate:,.0f} tuples/s: dropped {summary['dropped'] + sl['dropped']:,}"
-                 + (" (generator-bound run)" if summary["generator_bound"] else ""))
+    rate_note = (
+        f"sustained {args.rate:,.0f} tuples/s into each query with no drop"
+        if sustained
+        else f"did NOT sustain {args.rate:,.0f} tuples/s: dropped {summary['dropped'] + sl['dropped']:,}"
+        + (" (generator-bound run)" if summary["generator_bound"] else "")
+    )
     console.print(rate_note)
 
     totals["latency"] = rows
@@ -474,9 +555,15 @@ def run(args: argparse.Namespace) -> int:
     for c in ("path", "scenario", "count", "p50", "p90", "p99", "max", "bound median", "bound max"):
         lt.add_column(c, justify="left" if c in ("path", "scenario") else "right")
     for r in rows:
-        lt.add_row(f"{r['label']} ({r['from_point']} -> {r['to_point']})", r["scenario"], f"{r['count']:,}",
-                   *(f"{r[k] / 1e3:.3f}" for k in ("p50_us", "p90_us", "p99_us", "max_us",
-                                                     "bound_median_us", "bound_max_us")))
+        lt.add_row(
+            f"{r['label']} ({r['from_point']} -> {r['to_point']})",
+            r["scenario"],
+            f"{r['count']:,}",
+            *(
+                f"{r[k] / 1e3:.3f}"
+                for k in ("p50_us", "p90_us", "p99_us", "max_us", "bound_median_us", "bound_max_us")
+            ),
+        )
     Console(width=max(console.width, 150)).print(lt)
     import pyarrow.parquet as pq
 

@@ -21,10 +21,13 @@ DEFAULT_PAIRS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def latency_report(records: str | Path, sync: str | Path,
-                   pairs: tuple[tuple[str, str, str], ...] = DEFAULT_PAIRS, method: str = "minrtt",
-                   reference: str | None = None
-                   ) -> tuple[list[dict[str, Any]], dict[str, Any], pa.Table | None]:
+def latency_report(
+    records: str | Path,
+    sync: str | Path,
+    pairs: tuple[tuple[str, str, str], ...] = DEFAULT_PAIRS,
+    method: str = "minrtt",
+    reference: str | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any], pa.Table | None]:
     """Summary rows (one per pair and scenario), facts, and all translated rows (for plots).
 
     ``reference`` defaults to the domain of the end-to-end pair's end stamps, so
@@ -53,8 +56,9 @@ def latency_report(records: str | Path, sync: str | Path,
     return rows, facts, (pa.concat_tables(outs) if outs else None)
 
 
-def latency_table(rows: list[dict[str, Any]],
-                  title: str = "latency (us), translated with MinRTT bounds") -> Any:
+def latency_table(
+    rows: list[dict[str, Any]], title: str = "latency (us), translated with MinRTT bounds"
+) -> Any:
     """A rich table of :func:`latency_report` rows."""
     from rich.table import Table
 
@@ -62,9 +66,16 @@ def latency_table(rows: list[dict[str, Any]],
     for c in ("path", "points", "scenario", "count", "p50", "p90", "p99", "max", "bound med", "bound max"):
         t.add_column(c, justify="left" if c in ("path", "points", "scenario") else "right")
     for r in rows:
-        t.add_row(r["label"], f"{r['from_point']}->{r['to_point']}", r["scenario"], f"{r['count']:,}",
-                  *(f"{r[k]:,.1f}" for k in ("p50_us", "p90_us", "p99_us", "max_us", "bound_median_us",
-                                              "bound_max_us")))
+        t.add_row(
+            r["label"],
+            f"{r['from_point']}->{r['to_point']}",
+            r["scenario"],
+            f"{r['count']:,}",
+            *(
+                f"{r[k]:,.1f}"
+                for k in ("p50_us", "p90_us", "p99_us", "max_us", "bound_median_us", "bound_max_us")
+            ),
+        )
     return t
 
 

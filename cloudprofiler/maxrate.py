@@ -57,23 +57,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tolerance", type=float, default=0.05, help="bisect: stop within this fraction (0.05)")
     p.add_argument("--max-steps", type=int, default=20, help="at most this many judged trials (20)")
     p.add_argument("--duration", type=float, default=5.0, help="seconds per trial (default 5)")
-    p.add_argument("--grace", type=float,
-                   help="seconds after the generator stops for the sink to commit the rest "
-                        "(default: the warm-up's landing time + 0.25 s)")
-    p.add_argument("--retries", type=int, default=1,
-                   help="re-run a failed trial this many times; it fails only if every run fails (default 1)")
-    p.add_argument("--latency-slope", type=float,
-                   help="fail a trial whose gen->sink latency grows faster than this (s per s), e.g. 0.05")
+    p.add_argument(
+        "--grace",
+        type=float,
+        help="seconds after the generator stops for the sink to commit the rest "
+        "(default: the warm-up's landing time + 0.25 s)",
+    )
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=1,
+        help="re-run a failed trial this many times; it fails only if every run fails (default 1)",
+    )
+    p.add_argument(
+        "--latency-slope",
+        type=float,
+        help="fail a trial whose gen->sink latency grows faster than this (s per s), e.g. 0.05",
+    )
     p.add_argument("--bucket", type=int, default=1000, help="tuples per generator bucket (default 1000)")
     p.add_argument("--senders", type=int, default=1, help="generator processes (default 1)")
     p.add_argument("--sink", help="sink path of a running query to measure (default: start the built-in one)")
     p.add_argument("--spool", help="the running query's spool (transit-loss counts and its factory endpoint)")
     p.add_argument("--endpoint", help="the running query's factory endpoint (default: read from --spool)")
     p.add_argument("--workers", type=int, default=2, help="built-in query: factory workers (default 2)")
-    p.add_argument("--max-spool-bytes", type=int, default=64 << 20,
-                   help="built-in query: spool bound in bytes (default 64 MiB)")
-    p.add_argument("--handler", default="xoy",
-                   help="built-in query: sink handler (default xoy; pc, null, id)")
+    p.add_argument(
+        "--max-spool-bytes",
+        type=int,
+        default=64 << 20,
+        help="built-in query: spool bound in bytes (default 64 MiB)",
+    )
+    p.add_argument(
+        "--handler", default="xoy", help="built-in query: sink handler (default xoy; pc, null, id)"
+    )
     p.add_argument("--out", help="built-in query: work directory (default: a temp dir)")
     p.add_argument("--json", help="write the result (every step) as JSON here")
     p.add_argument("--plot", help="write the ingestion rate over time (PNG) here")
@@ -98,8 +113,13 @@ def _check(args: argparse.Namespace) -> None:
         raise CommandError("--sink needs --spool (or --endpoint) of the query's source")
 
 
-def confirming(trial: Trial, retries: int, latency_slope_limit: float | None,
-               attempts: list[Step], progress: Callable[[Step], None] | None = None) -> Trial:
+def confirming(
+    trial: Trial,
+    retries: int,
+    latency_slope_limit: float | None,
+    attempts: list[Step],
+    progress: Callable[[Step], None] | None = None,
+) -> Trial:
     """A trial that re-runs a failure up to ``retries`` times; every run is kept in ``attempts``.
 
     On a shared machine a single slow micro-batch can fail a trial the
@@ -120,12 +140,21 @@ def confirming(trial: Trial, retries: int, latency_slope_limit: float | None,
     return run
 
 
-def find_max_rate(target: Target, method: str = "bisect", start: float = 20_000,
-                  increment: float | None = None, max_rate: float = math.inf, tolerance: float = 0.05,
-                  max_steps: int = 20, duration: float = 5.0, grace: float | None = None, retries: int = 1,
-                  latency_slope_limit: float | None = None, warm_up: bool = True,
-                  progress: Callable[[Step], None] | None = None) -> tuple[SearchResult, PipelineTrial,
-                                                                           list[Step]]:
+def find_max_rate(
+    target: Target,
+    method: str = "bisect",
+    start: float = 20_000,
+    increment: float | None = None,
+    max_rate: float = math.inf,
+    tolerance: float = 0.05,
+    max_steps: int = 20,
+    duration: float = 5.0,
+    grace: float | None = None,
+    retries: int = 1,
+    latency_slope_limit: float | None = None,
+    warm_up: bool = True,
+    progress: Callable[[Step], None] | None = None,
+) -> tuple[SearchResult, PipelineTrial, list[Step]]:
     """Search the maximum sustainable rate of ``target``; return the result, the trial and every attempt.
 
     ``target`` comes from :func:`cloudprofiler.pipeline_trial.start_source_query`
@@ -140,11 +169,23 @@ def find_max_rate(target: Target, method: str = "bisect", start: float = 20_000,
     attempts: list[Step] = []
     run = confirming(trial, retries, latency_slope_limit, attempts, progress)
     if method == "linear":
-        result = linear_search(run, start, increment or start, max_rate=max_rate, max_steps=max_steps,
-                               latency_slope_limit=latency_slope_limit)
+        result = linear_search(
+            run,
+            start,
+            increment or start,
+            max_rate=max_rate,
+            max_steps=max_steps,
+            latency_slope_limit=latency_slope_limit,
+        )
     elif method == "bisect":
-        result = bisect_search(run, start, tolerance=tolerance, max_rate=max_rate, max_steps=max_steps,
-                               latency_slope_limit=latency_slope_limit)
+        result = bisect_search(
+            run,
+            start,
+            tolerance=tolerance,
+            max_rate=max_rate,
+            max_steps=max_steps,
+            latency_slope_limit=latency_slope_limit,
+        )
     else:
         raise ValueError(f"method {method!r}: expected bisect or linear")
     return result, trial, attempts
@@ -161,8 +202,17 @@ def step_table(attempts: list[Step], title: str) -> Any:
     for i, s in enumerate(attempts, 1):
         slope = "-" if s.latency_slope is None else f"{s.latency_slope:+.3f}"
         colour = PROGRESS_COLOURS.get(s.verdict, "red")
-        t.add_row(str(i), f"{s.rate:,.0f}", f"{s.achieved_rate:,.0f}", f"{s.emitted:,}", f"{s.dropped:,}",
-                  f"{s.lost:,}", f"{s.received:,}", slope, f"[{colour}]{s.verdict}[/{colour}]")
+        t.add_row(
+            str(i),
+            f"{s.rate:,.0f}",
+            f"{s.achieved_rate:,.0f}",
+            f"{s.emitted:,}",
+            f"{s.dropped:,}",
+            f"{s.lost:,}",
+            f"{s.received:,}",
+            slope,
+            f"[{colour}]{s.verdict}[/{colour}]",
+        )
     return t
 
 
@@ -188,8 +238,9 @@ def plot_ingestion(sink: str | Path, history: list[dict[str, Any]], path: str | 
     fig, ax = plt.subplots(figsize=(9, 4))
     if periods.num_rows:
         source = "pc handler periods"
-        g = periods.group_by(["period"]).aggregate([("count", "sum"), ("period_cycles", "max"),
-                                                    ("period_ms", "max")])
+        g = periods.group_by(["period"]).aggregate(
+            [("count", "sum"), ("period_cycles", "max"), ("period_ms", "max")]
+        )
         per = g["period"].to_numpy()
         order = np.argsort(per)
         cycles = g["period_cycles_max"].to_numpy()[order]
@@ -223,15 +274,22 @@ def plot_ingestion(sink: str | Path, history: list[dict[str, Any]], path: str | 
     return source
 
 
-def _report(result: SearchResult, attempts: list[Step], trial: PipelineTrial, args: argparse.Namespace,
-            console: Any) -> None:
-    console.print(step_table(attempts, f"maxrate: {result.method} search, {args.duration:g} s per trial, "
-                                       f"grace {trial.grace:.1f} s"))
+def _report(
+    result: SearchResult, attempts: list[Step], trial: PipelineTrial, args: argparse.Namespace, console: Any
+) -> None:
+    console.print(
+        step_table(
+            attempts,
+            f"maxrate: {result.method} search, {args.duration:g} s per trial, grace {trial.grace:.1f} s",
+        )
+    )
     found = "none" if result.max_rate is None else f"{result.max_rate:,.0f} tuples/s"
     console.print(f"maximum sustainable rate: [bold]{found}[/bold] ({result.stopped_because})")
     if result.generator_cap is not None:
-        console.print(f"[yellow]the generator could not offer {result.generator_cap:,.0f} tuples/s here: "
-                      "rates above it were not tested[/yellow]")
+        console.print(
+            f"[yellow]the generator could not offer {result.generator_cap:,.0f} tuples/s here: "
+            "rates above it were not tested[/yellow]"
+        )
     if args.json:
         doc = result.to_json()
         doc["attempts"] = [s.__dict__ for s in attempts]
@@ -254,13 +312,25 @@ def run(args: argparse.Namespace) -> int:
 
     def progress(step: Step) -> None:
         colour = PROGRESS_COLOURS.get(step.verdict, "red")
-        console.print(f"  {step.rate:>12,.0f} tuples/s: emitted {step.emitted:,}, "
-                      f"dropped {step.dropped:,}, lost {step.lost:,}, received {step.received:,} "
-                      f"-> [{colour}]{step.verdict}[/{colour}]")
+        console.print(
+            f"  {step.rate:>12,.0f} tuples/s: emitted {step.emitted:,}, "
+            f"dropped {step.dropped:,}, lost {step.lost:,}, received {step.received:,} "
+            f"-> [{colour}]{step.verdict}[/{colour}]"
+        )
 
-    opts = dict(method=args.method, start=args.start, increment=args.increment, max_rate=args.max_rate,
-                tolerance=args.tolerance, max_steps=args.max_steps, duration=args.duration, grace=args.grace,
-                retries=args.retries, latency_slope_limit=args.latency_slope, progress=progress)
+    opts = dict(
+        method=args.method,
+        start=args.start,
+        increment=args.increment,
+        max_rate=args.max_rate,
+        tolerance=args.tolerance,
+        max_steps=args.max_steps,
+        duration=args.duration,
+        grace=args.grace,
+        retries=args.retries,
+        latency_slope_limit=args.latency_slope,
+        progress=progress,
+    )
     if args.sink:
         target = user_target(args.sink, args.spool, args.endpoint, args.bucket, args.senders)
         console.print(f"measuring the query that writes {args.sink}")
@@ -275,15 +345,26 @@ def run(args: argparse.Namespace) -> int:
     with console.status("starting Spark (local[2]) and the built-in query"):
         from pyspark.sql import SparkSession
 
-        spark = (SparkSession.builder.master("local[2]").appName("cloudprofiler-maxrate")
-                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("cloudprofiler-maxrate")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .getOrCreate()
+        )
         spark.sparkContext.setLogLevel("ERROR")
     query = None
     try:
-        target, query = start_source_query(spark, out, workers=args.workers,
-                                           max_spool_bytes=args.max_spool_bytes, handler=args.handler,
-                                           bucket=args.bucket, senders=args.senders)
+        target, query = start_source_query(
+            spark,
+            out,
+            workers=args.workers,
+            max_spool_bytes=args.max_spool_bytes,
+            handler=args.handler,
+            bucket=args.bucket,
+            senders=args.senders,
+        )
         console.print(f"built-in query: cloudprofiler source -> YSB join -> sink ({args.handler}) in {out}")
         result, trial, attempts = find_max_rate(target, **opts)
         _report(result, attempts, trial, args, console)

@@ -43,18 +43,40 @@ class TrialError(RuntimeError):
     """The trial could not be judged (the query died, or partitions mixed two trials)."""
 
 
-def generator_offer(endpoint: str, bucket: int = 1000, senders: int = 1, workload: str = "ysb",
-                    timeout: float = 600.0) -> Offer:
+def generator_offer(
+    endpoint: str, bucket: int = 1000, senders: int = 1, workload: str = "ysb", timeout: float = 600.0
+) -> Offer:
     """An offer function that runs ``cloudprofiler generate`` in its own process (fresh sender ids)."""
 
     def offer(rate: float, duration: float) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="cp-maxrate-") as tmp:
             summary = Path(tmp) / "gen.json"
-            cmd = [*CLI, "generate", "--endpoint", endpoint, "--rate", repr(float(rate)),
-                   "--duration", repr(float(duration)), "--bucket", str(bucket), "--senders", str(senders),
-                   "--workload", workload, "--summary", str(summary)]
-            done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                  timeout=timeout, check=False)
+            cmd = [
+                *CLI,
+                "generate",
+                "--endpoint",
+                endpoint,
+                "--rate",
+                repr(float(rate)),
+                "--duration",
+                repr(float(duration)),
+                "--bucket",
+                str(bucket),
+                "--senders",
+                str(senders),
+                "--workload",
+                workload,
+                "--summary",
+                str(summary),
+            ]
+            done = subprocess.run(
+                cmd,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
             if done.returncode != 0:
                 tail = done.stderr.strip().splitlines()[-1:] or ["(no message)"]
                 raise TrialError(f"generator failed: {tail[0]}")
@@ -81,8 +103,9 @@ class SinkCounter:
                 continue
             self._read.add(bid)
             t = pq.read_table(d / COUNTS_FILE, columns=["seen", "min_tuple_id", "max_tuple_id"])
-            for seen, lo, hi in zip(*(t[c].to_pylist() for c in ("seen", "min_tuple_id", "max_tuple_id")),
-                                    strict=True):
+            for seen, lo, hi in zip(
+                *(t[c].to_pylist() for c in ("seen", "min_tuple_id", "max_tuple_id")), strict=True
+            ):
                 if not seen:
                     continue
                 s_lo, s_hi = int(lo) >> SENDER_SHIFT, int(hi) >> SENDER_SHIFT
@@ -108,9 +131,12 @@ def factory_drained(spool: str | Path, senders: set[int], quiet: float = 0.5) ->
     stats = Spool(spool).stats()
     if any(str(s) not in stats["end_of_stream"] for s in senders):
         return False
-    return all(w.get("pending_rows") == 0 and not w.get("paused")
-               and w.get("updated_wall", 0) - w.get("last_recv_wall", 0) >= quiet
-               for w in stats["per_worker"].values())
+    return all(
+        w.get("pending_rows") == 0
+        and not w.get("paused")
+        and w.get("updated_wall", 0) - w.get("last_recv_wall", 0) >= quiet
+        for w in stats["per_worker"].values()
+    )
 
 
 def lost_in_transit(spool: str | Path, senders: set[int]) -> int | None:
@@ -276,18 +302,33 @@ class PipelineTrial:
         mixed = self.counter.mixed_with(senders)
         if mixed:
             raise TrialError(f"sink partitions mixed tuples of different trials: {mixed[:3]}")
-        self.history.append({
-            "rate": rate, "t_start": t_start, "t_offered": t_offered, "t_judged": t_judged,
-            "tsc_start": tsc_start, "tsc_offered": tsc_offered, "node": native_tsc.domain_id(),
-            "t_drained": time.time(), "senders": sorted(senders), "received_after_drain": drained,
-            "latency_samples": samples, "lost_known": lost is not None, "grace": self.grace,
-            "max_lag_ms": summary.get("max_lag_ms"),
-        })
+        self.history.append(
+            {
+                "rate": rate,
+                "t_start": t_start,
+                "t_offered": t_offered,
+                "t_judged": t_judged,
+                "tsc_start": tsc_start,
+                "tsc_offered": tsc_offered,
+                "node": native_tsc.domain_id(),
+                "t_drained": time.time(),
+                "senders": sorted(senders),
+                "received_after_drain": drained,
+                "latency_samples": samples,
+                "lost_known": lost is not None,
+                "grace": self.grace,
+                "max_lag_ms": summary.get("max_lag_ms"),
+            }
+        )
         return Step(
-            rate=rate, emitted=int(summary["emitted"]), dropped=int(summary["dropped"]),
-            lost=int(lost or 0), received=int(received),
+            rate=rate,
+            emitted=int(summary["emitted"]),
+            dropped=int(summary["dropped"]),
+            lost=int(lost or 0),
+            received=int(received),
             generator_bound=bool(summary["generator_bound"]),
-            achieved_rate=float(summary["achieved_rate"]), latency_slope=slope,
+            achieved_rate=float(summary["achieved_rate"]),
+            latency_slope=slope,
             duration=self.duration,
         )
 
@@ -309,7 +350,8 @@ def ysb_stateless(events: Any) -> Any:
     campaigns = spark.createDataFrame(campaigns_table().to_pandas())
     keep = [c for c in events.columns if c.startswith(("cp_tsc_", "cp_node_"))]
     return events.join(F.broadcast(campaigns), "ad_id").select(
-        "tuple_id", "campaign_id", "event_type", "event_time", *keep)
+        "tuple_id", "campaign_id", "event_type", "event_time", *keep
+    )
 
 
 def throttle(df: Any, rows_per_second: float, state_dir: str | Path, burst_s: float = 0.2) -> Any:
@@ -352,10 +394,18 @@ def throttle(df: Any, rows_per_second: float, state_dir: str | Path, burst_s: fl
     return df.mapInArrow(fn, df.schema)
 
 
-def start_source_query(spark: Any, workdir: str | Path, transform: Callable[[Any], Any] | None = None,
-                       workers: int = 2, max_spool_bytes: int = 32 << 20, handler: str = "xoy",
-                       bucket: int = 1000, senders: int = 1, trigger: str | None = None,
-                       timeout: float = 120.0) -> tuple[Target, Any]:
+def start_source_query(
+    spark: Any,
+    workdir: str | Path,
+    transform: Callable[[Any], Any] | None = None,
+    workers: int = 2,
+    max_spool_bytes: int = 32 << 20,
+    handler: str = "xoy",
+    bucket: int = 1000,
+    senders: int = 1,
+    trigger: str | None = None,
+    timeout: float = 120.0,
+) -> tuple[Target, Any]:
     """Start the cloudprofiler source (embedded factory) -> ``transform`` -> cloudprofiler sink.
 
     ``transform`` defaults to :func:`ysb_stateless`. The spool is bounded by
@@ -370,16 +420,24 @@ def start_source_query(spark: Any, workdir: str | Path, transform: Callable[[Any
     work.mkdir(parents=True, exist_ok=True)
     spool, sink, ckpt = work / "spool", work / "records", work / "checkpoint"
     cloudprofiler.register(spark)
-    events = (spark.readStream.format("cloudprofiler").option("endpoint", "tcp://127.0.0.1:0")
-              .option("spool", str(spool)).option("workers", str(workers))
-              .option("maxSpoolBytes", str(max_spool_bytes))
-              # a micro-batch's segments are committed only when the next batch starts: keep a batch
-              # well below the spool bound, or a full spool could wait for a commit that never comes
-              .option("maxRecordsPerTrigger", str(max(1000, max_spool_bytes // (3 * YSB_ROW_BYTES))))
-              .load())
+    events = (
+        spark.readStream.format("cloudprofiler")
+        .option("endpoint", "tcp://127.0.0.1:0")
+        .option("spool", str(spool))
+        .option("workers", str(workers))
+        .option("maxSpoolBytes", str(max_spool_bytes))
+        # a micro-batch's segments are committed only when the next batch starts: keep a batch
+        # well below the spool bound, or a full spool could wait for a commit that never comes
+        .option("maxRecordsPerTrigger", str(max(1000, max_spool_bytes // (3 * YSB_ROW_BYTES))))
+        .load()
+    )
     out = (transform or ysb_stateless)(events)
-    writer = (out.writeStream.format("cloudprofiler").option("path", str(sink)).option("handler", handler)
-              .option("checkpointLocation", str(ckpt)))
+    writer = (
+        out.writeStream.format("cloudprofiler")
+        .option("path", str(sink))
+        .option("handler", handler)
+        .option("checkpointLocation", str(ckpt))
+    )
     if trigger:
         writer = writer.trigger(processingTime=trigger)
     query = writer.start()
@@ -397,14 +455,25 @@ def start_source_query(spark: Any, workdir: str | Path, transform: Callable[[Any
     def alive() -> str | None:
         return None if query.isActive else f"{query.exception() or 'stopped'}"
 
-    target = Target(sink=str(sink), offer=generator_offer(endpoint, bucket=bucket, senders=senders),
-                    spool=str(spool), alive=alive, label="cloudprofiler source",
-                    extra={"endpoint": endpoint, "checkpoint": str(ckpt)})
+    target = Target(
+        sink=str(sink),
+        offer=generator_offer(endpoint, bucket=bucket, senders=senders),
+        spool=str(spool),
+        alive=alive,
+        label="cloudprofiler source",
+        extra={"endpoint": endpoint, "checkpoint": str(ckpt)},
+    )
     return target, query
 
 
-def user_target(sink: str | Path, spool: str | Path | None = None, endpoint: str | None = None,
-                bucket: int = 1000, senders: int = 1, workload: str = "ysb") -> Target:
+def user_target(
+    sink: str | Path,
+    spool: str | Path | None = None,
+    endpoint: str | None = None,
+    bucket: int = 1000,
+    senders: int = 1,
+    workload: str = "ysb",
+) -> Target:
     """A query someone else runs, identified by its cloudprofiler sink path.
 
     The generator sends to ``endpoint``, or to the factory endpoint the reader
@@ -421,5 +490,9 @@ def user_target(sink: str | Path, spool: str | Path | None = None, endpoint: str
         endpoint = json.loads(state.read_text())["factory_endpoint"]
     if not Path(sink).is_dir():
         raise ValueError(f"sink path {sink} is not a directory (has the query started?)")
-    return Target(sink=str(sink), offer=generator_offer(endpoint, bucket, senders, workload),
-                  spool=None if spool is None else str(spool), label=f"query writing {sink}")
+    return Target(
+        sink=str(sink),
+        offer=generator_offer(endpoint, bucket, senders, workload),
+        spool=None if spool is None else str(spool),
+        label=f"query writing {sink}",
+    )

@@ -81,8 +81,13 @@ class SearchResult:
 Trial = Callable[[float], Step]
 
 
-def _run(trial: Trial, rate: float, result: SearchResult, limit: float | None,
-         progress: Callable[[Step], None] | None) -> Verdict:
+def _run(
+    trial: Trial,
+    rate: float,
+    result: SearchResult,
+    limit: float | None,
+    progress: Callable[[Step], None] | None,
+) -> Verdict:
     step = trial(rate)
     verdict = step.judge(limit)
     result.steps.append(step)

@@ -114,8 +114,22 @@ def pack_header(h: Header) -> bytes:
         raise ValueError(f"domain id longer than 64 bytes: {h.domain!r}")
     if not 0 <= h.sender_id <= MAX_SENDER:
         raise ValueError(f"sender id {h.sender_id} out of range 0..{MAX_SENDER}")
-    return HEADER.pack(MAGIC, VERSION, h.codec, h.kind, 0, h.sender_id, h.seq, h.first_id, h.count,
-                       h.payload_len, h.tsc, h.wall_ns, len(dom), dom)
+    return HEADER.pack(
+        MAGIC,
+        VERSION,
+        h.codec,
+        h.kind,
+        0,
+        h.sender_id,
+        h.seq,
+        h.first_id,
+        h.count,
+        h.payload_len,
+        h.tsc,
+        h.wall_ns,
+        len(dom),
+        dom,
+    )
 
 
 class HeaderPacker:
@@ -129,21 +143,57 @@ class HeaderPacker:
             raise ValueError(f"domain id longer than 64 bytes: {domain!r}")
         self.buf = bytearray(HEADER.size)
 
-    def pack(self, kind: int, seq: int, first_id: int, count: int, payload_len: int, tsc: int,
-             wall_ns: int) -> bytearray:
-        HEADER.pack_into(self.buf, 0, MAGIC, VERSION, self.codec, kind, 0, self.sender_id, seq, first_id,
-                         count, payload_len, tsc, wall_ns, len(self.domain), self.domain)
+    def pack(
+        self, kind: int, seq: int, first_id: int, count: int, payload_len: int, tsc: int, wall_ns: int
+    ) -> bytearray:
+        HEADER.pack_into(
+            self.buf,
+            0,
+            MAGIC,
+            VERSION,
+            self.codec,
+            kind,
+            0,
+            self.sender_id,
+            seq,
+            first_id,
+            count,
+            payload_len,
+            tsc,
+            wall_ns,
+            len(self.domain),
+            self.domain,
+        )
         return self.buf
 
 
-def parse_header(frame: bytes | memoryview, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 max_tuples: int = DEFAULT_MAX_TUPLES) -> Header:
+def parse_header(
+    frame: bytes | memoryview,
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    max_tuples: int = DEFAULT_MAX_TUPLES,
+) -> Header:
     """Parse and validate a header frame; raise BucketError naming the reason."""
     if len(frame) != HEADER.size:
-        raise BucketError("truncated_header" if len(frame) < HEADER.size else "bad_header",
-                          f"header frame is {len(frame)} bytes, expected {HEADER.size}")
-    (magic, version, codec, kind, flags, sender_id, seq, first_id, count, payload_len, tsc, wall_ns,
-     dom_len, dom) = HEADER.unpack(frame)
+        raise BucketError(
+            "truncated_header" if len(frame) < HEADER.size else "bad_header",
+            f"header frame is {len(frame)} bytes, expected {HEADER.size}",
+        )
+    (
+        magic,
+        version,
+        codec,
+        kind,
+        flags,
+        sender_id,
+        seq,
+        first_id,
+        count,
+        payload_len,
+        tsc,
+        wall_ns,
+        dom_len,
+        dom,
+    ) = HEADER.unpack(frame)
     if magic != MAGIC:
         raise BucketError("bad_magic", f"magic {magic!r}")
     if version != VERSION:
@@ -161,10 +211,14 @@ def parse_header(frame: bytes | memoryview, max_frame_bytes: int = DEFAULT_MAX_F
     h = Header(kind, sender_id, seq, first_id, count, payload_len, tsc, wall_ns, domain, codec)
     if kind == KIND_DATA:
         if count == 0 or count > max_tuples:
-            raise BucketError("oversized" if count else "count_mismatch",
-                              f"tuple count {count} outside 1..{max_tuples}")
-        if first_id < 0 or (first_id >> SEQ_BITS) != sender_id or \
-                (first_id & (MAX_TUPLES_PER_SENDER - 1)) + count > MAX_TUPLES_PER_SENDER:
+            raise BucketError(
+                "oversized" if count else "count_mismatch", f"tuple count {count} outside 1..{max_tuples}"
+            )
+        if (
+            first_id < 0
+            or (first_id >> SEQ_BITS) != sender_id
+            or (first_id & (MAX_TUPLES_PER_SENDER - 1)) + count > MAX_TUPLES_PER_SENDER
+        ):
             raise BucketError("bad_header", f"tuple ids {first_id}+{count} are not sender {sender_id}'s")
         if payload_len > max_frame_bytes:
             raise BucketError("oversized", f"declared payload {payload_len} > {max_frame_bytes} bytes", h)
@@ -173,8 +227,9 @@ def parse_header(frame: bytes | memoryview, max_frame_bytes: int = DEFAULT_MAX_F
     return h
 
 
-def check_frames(frames: list[Any], max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 max_tuples: int = DEFAULT_MAX_TUPLES) -> Header:
+def check_frames(
+    frames: list[Any], max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, max_tuples: int = DEFAULT_MAX_TUPLES
+) -> Header:
     """Validate a received message's framing and header; the payload is checked by the parser."""
     if not frames:
         raise BucketError("frame_count", "empty message")
@@ -185,8 +240,9 @@ def check_frames(frames: list[Any], max_frame_bytes: int = DEFAULT_MAX_FRAME_BYT
     if len(frames[1]) > max_frame_bytes:
         raise BucketError("oversized", f"payload frame {len(frames[1])} > {max_frame_bytes} bytes", known)
     if h.payload_len != len(frames[1]):
-        raise BucketError("length_mismatch", f"header says {h.payload_len} bytes, frame has {len(frames[1])}",
-                          known)
+        raise BucketError(
+            "length_mismatch", f"header says {h.payload_len} bytes, frame has {len(frames[1])}", known
+        )
     return h
 
 
@@ -203,11 +259,16 @@ class EndOfStream:
     dropped_ranges: list[list[int]]  # [first_id, count] of every dropped bucket, merged
 
     def to_json(self) -> bytes:
-        return orjson.dumps({
-            "first_tuple_id": self.first_tuple_id, "next_tuple_id": self.next_tuple_id,
-            "buckets_sent": self.buckets_sent, "emitted": self.emitted, "dropped": self.dropped,
-            "dropped_ranges": self.dropped_ranges,
-        })
+        return orjson.dumps(
+            {
+                "first_tuple_id": self.first_tuple_id,
+                "next_tuple_id": self.next_tuple_id,
+                "buckets_sent": self.buckets_sent,
+                "emitted": self.emitted,
+                "dropped": self.dropped,
+                "dropped_ranges": self.dropped_ranges,
+            }
+        )
 
 
 def parse_eos(h: Header, payload: bytes | memoryview) -> EndOfStream:
@@ -228,8 +289,11 @@ def parse_eos(h: Header, payload: bytes | memoryview) -> EndOfStream:
     lo = h.sender_id << SEQ_BITS
     hi = lo + MAX_TUPLES_PER_SENDER
     ok = lo <= first <= nxt <= hi and min(sent, emitted, dropped) >= 0 and emitted + dropped == nxt - first
-    ok = ok and sum(c for _, c in ranges) == dropped and all(first <= a and a + c <= nxt and c > 0
-                                                             for a, c in ranges)
+    ok = (
+        ok
+        and sum(c for _, c in ranges) == dropped
+        and all(first <= a and a + c <= nxt and c > 0 for a, c in ranges)
+    )
     if not ok:
         raise BucketError("bad_control", "end-of-stream totals are inconsistent")
     return EndOfStream(h.sender_id, first, nxt, sent, emitted, dropped, ranges)

@@ -27,8 +27,9 @@ _FRAME = struct.Struct("<II")
 class DeadLetterWriter:
     """Appends rejected messages to one file, bounded in size."""
 
-    def __init__(self, path: str | os.PathLike, max_bytes: int = 256 << 20,
-                 keep_bytes: int = 64 << 10) -> None:
+    def __init__(
+        self, path: str | os.PathLike, max_bytes: int = 256 << 20, keep_bytes: int = 64 << 10
+    ) -> None:
         self.path = os.fspath(path)
         self.max_bytes = max_bytes
         self.keep_bytes = keep_bytes
@@ -67,9 +68,9 @@ def read_dead_letters(path: str | os.PathLike) -> Iterator[tuple[str, list[tuple
     except FileNotFoundError:
         return
     pos = 0
-    while pos + 5 <= len(data) and data[pos:pos + 4] == REC_MAGIC:
+    while pos + 5 <= len(data) and data[pos : pos + 4] == REC_MAGIC:
         rlen = data[pos + 4]
-        reason = data[pos + 5:pos + 5 + rlen].decode("ascii", "replace")
+        reason = data[pos + 5 : pos + 5 + rlen].decode("ascii", "replace")
         pos += 5 + rlen
         if pos + 4 > len(data):
             return
@@ -83,6 +84,6 @@ def read_dead_letters(path: str | os.PathLike) -> Iterator[tuple[str, list[tuple
             pos += 8
             if pos + stored > len(data):
                 return
-            frames.append((orig, data[pos:pos + stored]))
+            frames.append((orig, data[pos : pos + stored]))
             pos += stored
         yield reason, frames

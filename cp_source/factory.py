@@ -92,10 +92,12 @@ def make_accumulator(workload: Workload, parser: str = "auto") -> Any:
     if parser == "orjson":
         return BatchAccumulator(lambda p, c: parse_json.parse_orjson(p, fields, c), fields)
     if parser == "naive":
+
         def naive(p: bytes | memoryview, c: int) -> pa.RecordBatch:
             rows = parse_json.parse_naive_rows(p, fields, c)
-            return pa.RecordBatch.from_pylist([dict(zip(fields.names, r, strict=True)) for r in rows],
-                                              schema=fields)
+            return pa.RecordBatch.from_pylist(
+                [dict(zip(fields.names, r, strict=True)) for r in rows], schema=fields
+            )
 
         return BatchAccumulator(naive, fields)
     return BatchAccumulator(lambda p, c: parse_json.parse_arrow_json(p, fields, c), fields)
@@ -209,11 +211,18 @@ class FactoryWorker:
                 self._reject(e.reason, frames)
                 return
             self.flush()  # this worker's data of the sender is published before its totals
-            self.writer.record_eos({"sender_id": eos.sender_id, "first_tuple_id": eos.first_tuple_id,
-                                    "next_tuple_id": eos.next_tuple_id, "buckets_sent": eos.buckets_sent,
-                                    "emitted": eos.emitted, "dropped": eos.dropped,
-                                    "dropped_ranges": bk.merge_ranges(eos.dropped_ranges),
-                                    "domain": h.domain})
+            self.writer.record_eos(
+                {
+                    "sender_id": eos.sender_id,
+                    "first_tuple_id": eos.first_tuple_id,
+                    "next_tuple_id": eos.next_tuple_id,
+                    "buckets_sent": eos.buckets_sent,
+                    "emitted": eos.emitted,
+                    "dropped": eos.dropped,
+                    "dropped_ranges": bk.merge_ranges(eos.dropped_ranges),
+                    "domain": h.domain,
+                }
+            )
             self.counters["eos"] += 1
             return
         if h.seq <= self.max_seq.get(h.sender_id, -1):
@@ -245,8 +254,9 @@ class FactoryWorker:
         event_ms = m[:, 5] // 1_000_000
         payload = self.acc.take()
         cols = list(payload.columns) + [
-            pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n,
-                                  [None, pa.py_buffer(np.repeat(event_ms * 1000, counts))]),
+            pa.Array.from_buffers(
+                pa.timestamp("us", tz="UTC"), n, [None, pa.py_buffer(np.repeat(event_ms * 1000, counts))]
+            ),
             pa.array(tuple_ids),
             pa.array(np.repeat(m[:, 0].astype(np.int32), counts)),
             pa.array(np.repeat(m[:, 4], counts)),
@@ -255,20 +265,34 @@ class FactoryWorker:
             _repeat_strings([self.domain], counts),
         ]
         table = pa.Table.from_arrays(cols, schema=self.schema)
-        self.writer.publish(table, m[:, :4], int(event_ms.min()), int(event_ms.max()),
-                            int(tuple_ids.min()), int(tuple_ids.max()))
+        self.writer.publish(
+            table,
+            m[:, :4],
+            int(event_ms.min()),
+            int(event_ms.max()),
+            int(tuple_ids.min()),
+            int(tuple_ids.max()),
+        )
         self.pending = False
         self.meta.clear()
         self.gen_domains.clear()
         self.pending_rows = 0
 
     def write_stats(self, ready: bool = True) -> None:
-        self.writer.write_stats({
-            **self.counters, "worker": self.cfg.worker, "pid": os.getpid(), "ready": ready,
-            "pending_rows": self.pending_rows, "paused": self.paused,
-            "last_recv_wall": self.last_recv_wall, "updated_wall": time.time(),
-            "next_segment": self.writer.next_number, "deadletters_skipped": self.dead.skipped,
-        })
+        self.writer.write_stats(
+            {
+                **self.counters,
+                "worker": self.cfg.worker,
+                "pid": os.getpid(),
+                "ready": ready,
+                "pending_rows": self.pending_rows,
+                "paused": self.paused,
+                "last_recv_wall": self.last_recv_wall,
+                "updated_wall": time.time(),
+                "next_segment": self.writer.next_number,
+                "deadletters_skipped": self.dead.skipped,
+            }
+        )
 
     # -- main loop ----------------------------------------------------------------------------
     def run(self) -> None:
@@ -304,8 +328,9 @@ class FactoryWorker:
                                 break
                             self.last_recv_wall = time.time()
                             self.handle([f.buffer for f in frames])
-                    if self.pending and (self.pending_rows >= self.cfg.flush_rows
-                                         or time.monotonic() - self.oldest >= flush_s):
+                    if self.pending and (
+                        self.pending_rows >= self.cfg.flush_rows or time.monotonic() - self.oldest >= flush_s
+                    ):
                         before = self.writer.next_number
                         self.flush()
                         if self.writer.next_number != before:
@@ -328,9 +353,20 @@ class FactoryWorker:
 def worker_main(argv: list[str] | None = None) -> int:
     """Entry point of a worker process (``python -m cp_source.factory ...``)."""
     p = argparse.ArgumentParser(prog="cp_source.factory")
-    for name, typ in (("backend", str), ("spool", str), ("worker", str), ("workload", str), ("schema", str),
-                      ("max-spool-bytes", int), ("flush-rows", int), ("flush-ms", int),
-                      ("max-frame-bytes", int), ("max-tuples", int), ("parent-pid", int), ("parser", str)):
+    for name, typ in (
+        ("backend", str),
+        ("spool", str),
+        ("worker", str),
+        ("workload", str),
+        ("schema", str),
+        ("max-spool-bytes", int),
+        ("flush-rows", int),
+        ("flush-ms", int),
+        ("max-frame-bytes", int),
+        ("max-tuples", int),
+        ("parent-pid", int),
+        ("parser", str),
+    ):
         p.add_argument(f"--{name}", type=typ)
     p.add_argument("--fsync", action="store_true")
     a = p.parse_args(argv)
@@ -349,8 +385,15 @@ def worker_main(argv: list[str] | None = None) -> int:
 class FactoryHandle:
     """A running factory: the proxy thread and its worker processes."""
 
-    def __init__(self, endpoint: str, spool: str, workers: int, worker_args: list[str],
-                 max_spool_bytes: int, max_frame_bytes: int) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        spool: str,
+        workers: int,
+        worker_args: list[str],
+        max_spool_bytes: int,
+        max_frame_bytes: int,
+    ) -> None:
         if workers < 1 or workers > 256:
             raise ValueError(f"workers must be 1..256, got {workers}")
         self.spool = str(spool)
@@ -385,8 +428,9 @@ class FactoryHandle:
         self._ctl.bind(self._ctl_addr)
         ctl_peer = self._ctx.socket(zmq.PAIR)
         ctl_peer.connect(self._ctl_addr)
-        self._proxy = threading.Thread(target=self._run_proxy, args=(ctl_peer,), name="cp-factory-proxy",
-                                       daemon=True)
+        self._proxy = threading.Thread(
+            target=self._run_proxy, args=(ctl_peer,), name="cp-factory-proxy", daemon=True
+        )
         self._proxy.start()
         self._worker_args = worker_args
         self._procs: list[subprocess.Popen] = [self._spawn(i) for i in range(workers)]
@@ -405,8 +449,20 @@ class FactoryHandle:
         env = dict(os.environ)
         env["PYTHONPATH"] = _REPO_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env.setdefault("NUMBA_NUM_THREADS", "1")
-        cmd = [sys.executable, "-m", "cp_source.factory", "--backend", self.backend, "--spool", self.spool,
-               "--worker", f"w{i}", "--parent-pid", str(os.getpid()), *self._worker_args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "cp_source.factory",
+            "--backend",
+            self.backend,
+            "--spool",
+            self.spool,
+            "--worker",
+            f"w{i}",
+            "--parent-pid",
+            str(os.getpid()),
+            *self._worker_args,
+        ]
         return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
 
     def worker_pids(self) -> list[int]:
@@ -465,9 +521,15 @@ class FactoryHandle:
             ok = True
             for i, p in enumerate(self._procs):
                 s = self._worker_stats(i)
-                ok = ok and p.poll() is None and s.get("pid") == p.pid and s.get("pending_rows") == 0 \
-                    and not s.get("paused") and s.get("updated_wall", 0) >= since \
+                ok = (
+                    ok
+                    and p.poll() is None
+                    and s.get("pid") == p.pid
+                    and s.get("pending_rows") == 0
+                    and not s.get("paused")
+                    and s.get("updated_wall", 0) >= since
                     and s.get("updated_wall", 0) - s.get("last_recv_wall", 0) >= quiet
+                )
             if ok:
                 return True
             time.sleep(0.05)
@@ -506,20 +568,43 @@ class FactoryHandle:
         self.stop()
 
 
-def start_factory(endpoint: str, spool: str | os.PathLike, workers: int = 2, workload: str = "ysb",
-                  schema: str | None = None, max_spool_bytes: int = 2 << 30,
-                  flush_rows: int = DEFAULT_FLUSH_ROWS, flush_ms: int = DEFAULT_FLUSH_MS,
-                  max_frame_bytes: int = bk.DEFAULT_MAX_FRAME_BYTES, max_tuples: int = bk.DEFAULT_MAX_TUPLES,
-                  fsync: bool = False, wait: bool = True, parser: str = "auto") -> FactoryHandle:
+def start_factory(
+    endpoint: str,
+    spool: str | os.PathLike,
+    workers: int = 2,
+    workload: str = "ysb",
+    schema: str | None = None,
+    max_spool_bytes: int = 2 << 30,
+    flush_rows: int = DEFAULT_FLUSH_ROWS,
+    flush_ms: int = DEFAULT_FLUSH_MS,
+    max_frame_bytes: int = bk.DEFAULT_MAX_FRAME_BYTES,
+    max_tuples: int = bk.DEFAULT_MAX_TUPLES,
+    fsync: bool = False,
+    wait: bool = True,
+    parser: str = "auto",
+) -> FactoryHandle:
     """Start a factory bound at ``endpoint`` (``tcp://127.0.0.1:0`` or ``:*`` picks a free port)."""
     w = resolve(workload, schema)  # fail early on a bad workload, schema or parser
     if parser not in PARSERS or (parser == "numba" and not all(pa.types.is_string(f.type) for f in w.fields)):
         raise ValueError(f"parser {parser!r} cannot parse the {w.name} workload; expected one of {PARSERS}")
     if max_spool_bytes <= 0 or flush_rows <= 0 or flush_ms <= 0 or max_frame_bytes <= 0 or max_tuples <= 0:
         raise ValueError("spool bound, flush rows/ms, max frame bytes and max tuples must be positive")
-    args = ["--workload", workload, "--max-spool-bytes", str(max_spool_bytes),
-            "--flush-rows", str(flush_rows), "--flush-ms", str(flush_ms),
-            "--max-frame-bytes", str(max_frame_bytes), "--max-tuples", str(max_tuples), "--parser", parser]
+    args = [
+        "--workload",
+        workload,
+        "--max-spool-bytes",
+        str(max_spool_bytes),
+        "--flush-rows",
+        str(flush_rows),
+        "--flush-ms",
+        str(flush_ms),
+        "--max-frame-bytes",
+        str(max_frame_bytes),
+        "--max-tuples",
+        str(max_tuples),
+        "--parser",
+        parser,
+    ]
     if schema:
         args += ["--schema", schema]
     if fsync:

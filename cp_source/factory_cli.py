@@ -36,19 +36,30 @@ def parse_size(s: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--endpoint", default="tcp://127.0.0.1:5555",
-                        help="where to bind (default tcp://127.0.0.1:5555; port 0 or * picks a free one)")
+    parser.add_argument(
+        "--endpoint",
+        default="tcp://127.0.0.1:5555",
+        help="where to bind (default tcp://127.0.0.1:5555; port 0 or * picks a free one)",
+    )
     parser.add_argument("--spool", required=True, help="spool directory")
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--workload", default="ysb", help="ysb (default) or file (needs --schema)")
     parser.add_argument("--schema", default=None, help="Spark DDL of the file workload's fields")
-    parser.add_argument("--max-spool-bytes", type=parse_size, default="2G",
-                        help="spool bound; when full the factory stops receiving (default 2G)")
+    parser.add_argument(
+        "--max-spool-bytes",
+        type=parse_size,
+        default="2G",
+        help="spool bound; when full the factory stops receiving (default 2G)",
+    )
     parser.add_argument("--flush-rows", type=int, default=50_000, help="publish a segment every N rows")
     parser.add_argument("--flush-ms", type=int, default=200, help="... or every N milliseconds")
     parser.add_argument("--max-frame-bytes", type=parse_size, default="64M", help="largest accepted payload")
-    parser.add_argument("--parser", default="auto", choices=PARSERS,
-                        help="payload parser (default auto: the fastest correct one; others for comparison)")
+    parser.add_argument(
+        "--parser",
+        default="auto",
+        choices=PARSERS,
+        help="payload parser (default auto: the fastest correct one; others for comparison)",
+    )
     parser.add_argument("--fsync", action="store_true", help="fsync each segment before publishing it")
     parser.add_argument("--duration", type=float, default=None, help="stop after N seconds (default: run)")
 
@@ -57,10 +68,19 @@ def run(args: argparse.Namespace) -> int:
     from cp_source.factory import start_factory
 
     workload = "file:" if args.workload == "file" else args.workload
-    handle = start_factory(args.endpoint, args.spool, workers=args.workers, workload=workload,
-                           schema=args.schema, max_spool_bytes=args.max_spool_bytes,
-                           flush_rows=args.flush_rows, flush_ms=args.flush_ms,
-                           max_frame_bytes=args.max_frame_bytes, fsync=args.fsync, parser=args.parser)
+    handle = start_factory(
+        args.endpoint,
+        args.spool,
+        workers=args.workers,
+        workload=workload,
+        schema=args.schema,
+        max_spool_bytes=args.max_spool_bytes,
+        flush_rows=args.flush_rows,
+        flush_ms=args.flush_ms,
+        max_frame_bytes=args.max_frame_bytes,
+        fsync=args.fsync,
+        parser=args.parser,
+    )
     print(f"factory listening on {handle.endpoint}, {args.workers} workers, spool {args.spool}", flush=True)
     end = time.monotonic() + args.duration if args.duration else float("inf")
     view = handle.spool_view()
@@ -71,9 +91,12 @@ def run(args: argparse.Namespace) -> int:
                 print("a factory worker exited; stopping", flush=True)
                 return 1
             st = view.stats()
-            print(f"rows {st['rows']:,}  segments {sum(n + 1 for n in st['latest'].values())}  "
-                  f"spool {st['used_bytes'] / 2**20:,.1f} MiB  dead letters {st['deadletters_total']}  "
-                  f"lost in transit {st['lost_in_transit_total']}", flush=True)
+            print(
+                f"rows {st['rows']:,}  segments {sum(n + 1 for n in st['latest'].values())}  "
+                f"spool {st['used_bytes'] / 2**20:,.1f} MiB  dead letters {st['deadletters_total']}  "
+                f"lost in transit {st['lost_in_transit_total']}",
+                flush=True,
+            )
     finally:
         handle.stop()
     return 0

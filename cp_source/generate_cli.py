@@ -38,16 +38,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--senders", type=int, default=1, help="sender processes sharing the rate")
     parser.add_argument("--bucket", type=int, default=1000, help="tuples per bucket (default 1000)")
     parser.add_argument("--workload", default="ysb", help="ysb (default) or file:PATH (NDJSON to replay)")
-    parser.add_argument("--sender-base", type=int, default=None,
-                        help="first sender id (default: a fresh random one per run)")
+    parser.add_argument(
+        "--sender-base", type=int, default=None, help="first sender id (default: a fresh random one per run)"
+    )
     parser.add_argument("--summary", type=Path, default=None, help="also write the JSON summary to this file")
 
 
 def run(args: argparse.Namespace) -> int:
     from cp_source.generator import run_generator
 
-    summary = run_generator(args.endpoint, args.rate, args.duration, senders=args.senders, bucket=args.bucket,
-                            workload=args.workload, sender_base=args.sender_base)
+    summary = run_generator(
+        args.endpoint,
+        args.rate,
+        args.duration,
+        senders=args.senders,
+        bucket=args.bucket,
+        workload=args.workload,
+        sender_base=args.sender_base,
+    )
     data = orjson.dumps(summary, option=orjson.OPT_INDENT_2)
     if args.summary:
         args.summary.write_bytes(data + b"\n")
@@ -55,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     brief["senders"] = [{k: v for k, v in s.items() if k != "dropped_ranges"} for s in summary["senders"]]
     sys.stdout.write(orjson.dumps(brief, option=orjson.OPT_INDENT_2).decode() + "\n")
     if summary["generator_bound"]:
-        print("warning: the generator fell behind its schedule (generator_bound): this run is invalid",
-              file=sys.stderr)
+        print(
+            "warning: the generator fell behind its schedule (generator_bound): this run is invalid",
+            file=sys.stderr,
+        )
     return 0

@@ -64,7 +64,7 @@ def build_payloads(workload: str, bucket: int, seed: int = 0, pool: int | None =
         lines = [src[i % len(src)] for i in range(bucket * n_pool)]
     else:
         raise ValueError(f"unknown workload {workload!r}: expected ysb or file:PATH")
-    return [b"\n".join(lines[k * bucket:(k + 1) * bucket]) + b"\n" for k in range(n_pool)]
+    return [b"\n".join(lines[k * bucket : (k + 1) * bucket]) + b"\n" for k in range(n_pool)]
 
 
 def _partial(payload: bytes, rows: int) -> bytes:
@@ -75,8 +75,17 @@ def _partial(payload: bytes, rows: int) -> bytes:
     return payload[:pos]
 
 
-def run_sender(endpoint: str, sender_id: int, rate: float, tuples: int, bucket: int, workload: str,
-               barrier: Any = None, hwm: int | None = None, seed: int | None = None) -> dict[str, Any]:
+def run_sender(
+    endpoint: str,
+    sender_id: int,
+    rate: float,
+    tuples: int,
+    bucket: int,
+    workload: str,
+    barrier: Any = None,
+    hwm: int | None = None,
+    seed: int | None = None,
+) -> dict[str, Any]:
     """One sender: offer ``tuples`` tuples at ``rate`` tuples/s; return its counters."""
     pool = build_payloads(workload, bucket, seed=sender_id if seed is None else seed)
     domain = native_tsc.domain_id()
@@ -94,8 +103,9 @@ def run_sender(endpoint: str, sender_id: int, rate: float, tuples: int, bucket: 
     except zmq.ZMQError as e:
         sock.close(0)
         ctx.term()
-        raise ValueError(f"invalid endpoint {endpoint!r}: {e.strerror} "
-                         "(expected e.g. tcp://127.0.0.1:5555)") from None
+        raise ValueError(
+            f"invalid endpoint {endpoint!r}: {e.strerror} (expected e.g. tcp://127.0.0.1:5555)"
+        ) from None
     first = bk.tuple_id(sender_id, 0)
     out: dict[str, Any] = {"id": sender_id, "first_tuple_id": first}
     try:
@@ -104,8 +114,9 @@ def run_sender(endpoint: str, sender_id: int, rate: float, tuples: int, bucket: 
         try:
             sock.send_multipart([bytes(hello), b""])
         except zmq.Again:
-            raise ConnectionError(f"no factory accepted a connection at {endpoint} "
-                                  f"within {CONTROL_TIMEOUT_MS / 1000:.0f}s") from None
+            raise ConnectionError(
+                f"no factory accepted a connection at {endpoint} within {CONTROL_TIMEOUT_MS / 1000:.0f}s"
+            ) from None
         n_buckets = math.ceil(tuples / bucket)
         last_rows = tuples - (n_buckets - 1) * bucket if n_buckets else 0
         partial = _partial(pool[(n_buckets - 1) % len(pool)], last_rows) if 0 < last_rows < bucket else b""
@@ -165,12 +176,21 @@ def run_sender(endpoint: str, sender_id: int, rate: float, tuples: int, bucket: 
             eos_ok = True
         except zmq.Again:
             eos_ok = False
-        out.update({
-            "next_tuple_id": next_id, "emitted": emitted, "dropped": dropped, "dropped_ranges": ranges,
-            "buckets_sent": seq, "elapsed_s": elapsed,
-            "achieved_rate": (emitted + dropped) / elapsed if elapsed else 0.0,
-            "target_rate": rate, "max_lag_ms": max_lag / 1e6, "eos_delivered": eos_ok, "aborted": aborted,
-        })
+        out.update(
+            {
+                "next_tuple_id": next_id,
+                "emitted": emitted,
+                "dropped": dropped,
+                "dropped_ranges": ranges,
+                "buckets_sent": seq,
+                "elapsed_s": elapsed,
+                "achieved_rate": (emitted + dropped) / elapsed if elapsed else 0.0,
+                "target_rate": rate,
+                "max_lag_ms": max_lag / 1e6,
+                "eos_delivered": eos_ok,
+                "aborted": aborted,
+            }
+        )
         return out
     finally:
         sock.close()  # lingers up to CONTROL_TIMEOUT_MS so queued buckets and end-of-stream go out
@@ -184,8 +204,9 @@ def _check_endpoint(endpoint: str) -> None:
     try:
         s.connect(endpoint)
     except zmq.ZMQError as e:
-        raise ValueError(f"invalid endpoint {endpoint!r}: {e.strerror} "
-                         "(expected e.g. tcp://127.0.0.1:5555)") from None
+        raise ValueError(
+            f"invalid endpoint {endpoint!r}: {e.strerror} (expected e.g. tcp://127.0.0.1:5555)"
+        ) from None
     finally:
         s.close(0)
         ctx.term()
@@ -200,9 +221,16 @@ def _sender_proc(q: Any, barrier: Any, args: tuple, hwm: int | None) -> None:
             barrier.abort()
 
 
-def run_generator(endpoint: str, rate: float, duration: float, senders: int = 1, bucket: int = 1000,
-                  workload: str = "ysb", sender_base: int | None = None,
-                  hwm: int | None = None) -> dict[str, Any]:
+def run_generator(
+    endpoint: str,
+    rate: float,
+    duration: float,
+    senders: int = 1,
+    bucket: int = 1000,
+    workload: str = "ysb",
+    sender_base: int | None = None,
+    hwm: int | None = None,
+) -> dict[str, Any]:
     """Offer ``rate`` tuples/s for ``duration`` s from ``senders`` processes; return the JSON summary."""
     if not rate > 0 or not math.isfinite(rate):
         raise ValueError(f"rate must be a positive number of tuples/s, got {rate}")
@@ -250,9 +278,20 @@ def run_generator(endpoint: str, rate: float, duration: float, senders: int = 1,
     aborted = any(r["aborted"] for r in results)
     bound = aborted or achieved < (1 - RATE_TOLERANCE) * rate or max_lag / 1e3 > LAG_TOLERANCE * duration
     return {
-        "emitted": emitted, "dropped": dropped, "offered": emitted + dropped, "target_rate": rate,
-        "achieved_rate": achieved, "generator_bound": bound, "duration": duration, "elapsed_s": elapsed,
-        "max_lag_ms": max_lag, "bucket": bucket, "workload": workload, "endpoint": endpoint,
-        "sender_base": base, "aborted": aborted, "eos_delivered": all(r["eos_delivered"] for r in results),
+        "emitted": emitted,
+        "dropped": dropped,
+        "offered": emitted + dropped,
+        "target_rate": rate,
+        "achieved_rate": achieved,
+        "generator_bound": bound,
+        "duration": duration,
+        "elapsed_s": elapsed,
+        "max_lag_ms": max_lag,
+        "bucket": bucket,
+        "workload": workload,
+        "endpoint": endpoint,
+        "sender_base": base,
+        "aborted": aborted,
+        "eos_delivered": all(r["eos_delivered"] for r in results),
         "senders": results,
     }

@@ -32,9 +32,11 @@ from pyspark.sql.types import StructType
 
 from cp_source.workloads import YSB_FIELDS
 
-SCHEMA = (", ".join(f"{f} STRING" for f in YSB_FIELDS)
-          + ", event_time TIMESTAMP, tuple_id BIGINT, sender_id INT, cp_tsc_gen BIGINT, cp_node_gen STRING,"
-          " cp_tsc_source BIGINT, cp_node_source STRING")
+SCHEMA = (
+    ", ".join(f"{f} STRING" for f in YSB_FIELDS)
+    + ", event_time TIMESTAMP, tuple_id BIGINT, sender_id INT, cp_tsc_gen BIGINT, cp_node_gen STRING,"
+    " cp_tsc_source BIGINT, cp_node_source STRING"
+)
 DEFAULT_MAX_ROWS = 1_000_000
 RCV_HWM = 16  # as the factory's front socket: a slow reader fills the queues back to the generator
 UTC = dt.UTC
@@ -98,8 +100,9 @@ class NaiveZmqReader(DataSourceStreamReader):
                 import orjson
 
                 tmp = Path(self.state_file + ".tmp")
-                tmp.write_bytes(orjson.dumps({"endpoint": s.getsockopt_string(zmq.LAST_ENDPOINT),
-                                              "pid": os.getpid()}))
+                tmp.write_bytes(
+                    orjson.dumps({"endpoint": s.getsockopt_string(zmq.LAST_ENDPOINT), "pid": os.getpid()})
+                )
                 tmp.rename(self.state_file)
         return self._sock
 
@@ -158,9 +161,23 @@ class NaiveZmqReader(DataSourceStreamReader):
             try:
                 for i, line in enumerate(payload.splitlines()):
                     d = orjson.loads(line)  # the per-row parse this baseline stands for
-                    rows.append((d["user_id"], d["page_id"], d["ad_id"], d["ad_type"], d["event_type"],
-                                 d["ip_address"], event_time, first_id + i, sender, gen_tsc, domain,
-                                 tsc, node))
+                    rows.append(
+                        (
+                            d["user_id"],
+                            d["page_id"],
+                            d["ad_id"],
+                            d["ad_type"],
+                            d["event_type"],
+                            d["ip_address"],
+                            event_time,
+                            first_id + i,
+                            sender,
+                            gen_tsc,
+                            domain,
+                            tsc,
+                            node,
+                        )
+                    )
             except (orjson.JSONDecodeError, KeyError, TypeError):
                 continue  # a malformed bucket is skipped whole
             yield from rows

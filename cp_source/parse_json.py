@@ -46,8 +46,9 @@ def parse_arrow_json(payload: bytes | memoryview, fields: pa.Schema, count: int)
         t = pajson.read_json(
             io.BytesIO(data),
             read_options=pajson.ReadOptions(use_threads=False, block_size=max(1 << 16, len(data) + 1)),
-            parse_options=pajson.ParseOptions(explicit_schema=fields, unexpected_field_behavior="ignore",
-                                              newlines_in_values=False),
+            parse_options=pajson.ParseOptions(
+                explicit_schema=fields, unexpected_field_behavior="ignore", newlines_in_values=False
+            ),
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         raise BucketError("bad_json", str(e).splitlines()[0][:200]) from None

@@ -162,9 +162,12 @@ class StringRowParser:
         data = np.empty((nf, len(buf)), dtype=np.uint8)  # a value never outgrows its payload
         if _parse(buf, self._keys, self._key_off, count, offsets, data, np.zeros(nf, np.int64), 0) != count:
             return None
-        arrays = [pa.StringArray.from_buffers(count, pa.py_buffer(offsets[k]),
-                                              pa.py_buffer(data[k, : offsets[k, count]]))
-                  for k in range(nf)]
+        arrays = [
+            pa.StringArray.from_buffers(
+                count, pa.py_buffer(offsets[k]), pa.py_buffer(data[k, : offsets[k, count]])
+            )
+            for k in range(nf)
+        ]
         return pa.RecordBatch.from_arrays(arrays, schema=self.fields)
 
     def check(self, payload: bytes | memoryview, count: int) -> None:
@@ -218,8 +221,9 @@ class StringRowAccumulator:
         self.parser.check(payload, count)
         buf = np.frombuffer(payload, dtype=np.uint8)
         self._room(count, len(buf))
-        got = _parse(buf, self.parser._keys, self.parser._key_off, count, self.offsets, self.data, self.pos,
-                     self.rows)
+        got = _parse(
+            buf, self.parser._keys, self.parser._key_off, count, self.offsets, self.data, self.pos, self.rows
+        )
         if got == count:
             last = self.pieces[-1] if self.pieces else None
             if isinstance(last, tuple) and last[1] == self.rows:
@@ -233,10 +237,15 @@ class StringRowAccumulator:
         self.pieces.append(parse_orjson(payload, self.fields, count))
 
     def _arena_batch(self, lo: int, hi: int) -> pa.RecordBatch:
-        arrays = [pa.StringArray.from_buffers(hi - lo, pa.py_buffer(self.offsets[k, : hi + 1]),
-                                              pa.py_buffer(self.data[k, : int(self.offsets[k, hi])]),
-                                              offset=lo)
-                  for k in range(self.nf)]
+        arrays = [
+            pa.StringArray.from_buffers(
+                hi - lo,
+                pa.py_buffer(self.offsets[k, : hi + 1]),
+                pa.py_buffer(self.data[k, : int(self.offsets[k, hi])]),
+                offset=lo,
+            )
+            for k in range(self.nf)
+        ]
         return pa.RecordBatch.from_arrays(arrays, schema=self.fields)
 
     def take(self) -> pa.Table:

@@ -104,8 +104,14 @@ class SegmentServer:
         self.endpoint = f"tcp://{advertise_host}:{port}"
         self.bound = bound
         self._lock = threading.Lock()
-        self._counters = {"requests": 0, "segments_served": 0, "rows_served": 0, "bytes_served": 0,
-                          "rejected": 0, "missing": 0}
+        self._counters = {
+            "requests": 0,
+            "segments_served": 0,
+            "rows_served": 0,
+            "bytes_served": 0,
+            "rejected": 0,
+            "missing": 0,
+        }
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="cp-segment-server", daemon=True)
         self._thread.start()
@@ -208,8 +214,9 @@ def fetch_segment(
         deadline = time.monotonic() + timeout
         while not sock.poll(100):
             if time.monotonic() > deadline:
-                raise FetchError(f"no answer from segment server {endpoint} for {worker}/{number} "
-                                 f"within {timeout:.0f}s")
+                raise FetchError(
+                    f"no answer from segment server {endpoint} for {worker}/{number} within {timeout:.0f}s"
+                )
         frames = sock.recv_multipart()
     finally:
         sock.close(0)

@@ -141,8 +141,9 @@ def spool_bytes(root: str | os.PathLike) -> int:
 class SegmentWriter:
     """The writing side of one worker's spool directory (used by exactly one process, under flock)."""
 
-    def __init__(self, root: str | os.PathLike, worker: str, fsync: bool = False,
-                 lock_timeout: float = 0.0) -> None:
+    def __init__(
+        self, root: str | os.PathLike, worker: str, fsync: bool = False, lock_timeout: float = 0.0
+    ) -> None:
         if not WORKER_RE.match(worker):
             raise ValueError(f"invalid worker name {worker!r}: expected w<N>")
         self.root = Path(root)
@@ -159,8 +160,9 @@ class SegmentWriter:
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     self._lock.close()
-                    raise RuntimeError(f"spool directory {self.dir} is in use by another factory worker") \
-                        from None
+                    raise RuntimeError(
+                        f"spool directory {self.dir} is in use by another factory worker"
+                    ) from None
                 time.sleep(0.05)  # e.g. a previous worker still publishing on its way out
         self.next_number = self._recover()
         self._buckets = open(self.dir / "buckets.bin", "ab")  # noqa: SIM115
@@ -216,17 +218,25 @@ class SegmentWriter:
                     out[sender] = seq
         return out
 
-    def publish(self, table: pa.Table, buckets: np.ndarray, event_min: int, event_max: int,
-                id_min: int, id_max: int) -> SegmentInfo:
+    def publish(
+        self, table: pa.Table, buckets: np.ndarray, event_min: int, event_max: int, id_min: int, id_max: int
+    ) -> SegmentInfo:
         """Write one segment atomically. ``buckets``: int64 (n, 4) rows of sender, seq, first_id, count."""
         n = self.next_number
         path = self.dir / seg_name(n)
         recs = np.empty((len(buckets), REC_FIELDS), dtype="<i8")
         recs[:, 0] = n
         recs[:, 1:] = buckets
-        info = {"worker": self.worker, "number": n, "rows": table.num_rows, "nbytes": 0,
-                "tuple_id_min": id_min, "tuple_id_max": id_max,
-                "event_time_min": event_min, "event_time_max": event_max}
+        info = {
+            "worker": self.worker,
+            "number": n,
+            "rows": table.num_rows,
+            "nbytes": 0,
+            "tuple_id_min": id_min,
+            "tuple_id_max": id_max,
+            "event_time_min": event_min,
+            "event_time_max": event_max,
+        }
         meta = {"info": info, "buckets": recs.tolist()}
         tmp = path.with_name(path.name + ".tmp")
         schema = table.schema.with_metadata({META_KEY: orjson.dumps(meta)})

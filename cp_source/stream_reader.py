@@ -39,8 +39,20 @@ SERVER_STATS_FILE = "_segment_server.json"
 READER_STATE_FILE = "_reader.json"
 
 KNOWN_OPTIONS = {
-    "endpoint", "spool", "workers", "workload", "schema", "maxrecordspertrigger", "factory", "fetch",
-    "serverbind", "serverhost", "maxspoolbytes", "segmentsperpartition", "fetchtimeout", "path",
+    "endpoint",
+    "spool",
+    "workers",
+    "workload",
+    "schema",
+    "maxrecordspertrigger",
+    "factory",
+    "fetch",
+    "serverbind",
+    "serverhost",
+    "maxspoolbytes",
+    "segmentsperpartition",
+    "fetchtimeout",
+    "path",
 }
 
 
@@ -98,10 +110,12 @@ class ReaderOptions:
         opts = {str(k).lower(): str(v) for k, v in dict(options).items()}
         unknown = sorted(set(opts) - KNOWN_OPTIONS)
         if unknown and strict:
-            raise ValueError(f"unknown option(s) for format 'cloudprofiler': {', '.join(unknown)} "
-                             f"(known: endpoint, spool, workers, workload, schema, maxRecordsPerTrigger, "
-                             f"factory, fetch, serverBind, serverHost, maxSpoolBytes, "
-                             f"segmentsPerPartition, fetchTimeout)")
+            raise ValueError(
+                f"unknown option(s) for format 'cloudprofiler': {', '.join(unknown)} "
+                f"(known: endpoint, spool, workers, workload, schema, maxRecordsPerTrigger, "
+                f"factory, fetch, serverBind, serverHost, maxSpoolBytes, "
+                f"segmentsPerPartition, fetchTimeout)"
+            )
         endpoint = opts.get("endpoint", DEFAULT_ENDPOINT).strip()
         if not endpoint.startswith(("tcp://", "ipc://")):
             raise ValueError(f"option endpoint={endpoint!r}: expected tcp://HOST:PORT or ipc://PATH")
@@ -130,8 +144,9 @@ class ReaderOptions:
             workers=_int_option(opts, "workers", 2, 1, 64),
             workload=workload,
             schema_ddl=schema_ddl,
-            max_records=(None if max_records is None
-                         else _int_option(opts, "maxRecordsPerTrigger", 0, 1, 1 << 62)),
+            max_records=(
+                None if max_records is None else _int_option(opts, "maxRecordsPerTrigger", 0, 1, 1 << 62)
+            ),
             factory=_choice_option(opts, "factory", FACTORY_MODES),
             fetch=_choice_option(opts, "fetch", FETCH_MODES),
             server_bind=bind,
@@ -168,11 +183,19 @@ def _start_factory(opts: ReaderOptions) -> Any:
     from cp_source.factory import start_factory
 
     try:
-        return start_factory(opts.endpoint, opts.spool, workers=opts.workers, workload=opts.workload,
-                             schema=opts.schema_ddl, max_spool_bytes=opts.max_spool_bytes)
+        return start_factory(
+            opts.endpoint,
+            opts.spool,
+            workers=opts.workers,
+            workload=opts.workload,
+            schema=opts.schema_ddl,
+            max_spool_bytes=opts.max_spool_bytes,
+        )
     except (zmq.ZMQError, OSError) as e:
-        raise ValueError(f"option endpoint={opts.endpoint!r}: the embedded factory cannot start there ({e}); "
-                         f"is another factory or query using it?") from e
+        raise ValueError(
+            f"option endpoint={opts.endpoint!r}: the embedded factory cannot start there ({e}); "
+            f"is another factory or query using it?"
+        ) from e
 
 
 def _lookup_segment(spool: Any, worker: str, number: int) -> Any:
@@ -362,7 +385,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 )
             step = self.opts.segments_per_partition
             for i in range(0, len(segs), step):
-                chunk = [(s.number, s.path, s.rows) for s in segs[i:i + step]]
+                chunk = [(s.number, s.path, s.rows) for s in segs[i : i + step]]
                 parts.append(SegmentRange(w, chunk, server, self.opts.fetch, self.opts.fetch_timeout))
         return parts
 
@@ -401,12 +424,15 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                     from cp_source.segment_server import fetch_segment
 
                     ctx = ctx or zmq.Context()
-                    body = fetch_segment(partition.server, partition.worker, number,
-                                         timeout=partition.fetch_timeout, ctx=ctx)
+                    body = fetch_segment(
+                        partition.server, partition.worker, number, timeout=partition.fetch_timeout, ctx=ctx
+                    )
                     table = _read_bytes(body)
                 if table.num_rows != rows:
-                    raise RuntimeError(f"segment {partition.worker}/{number} has {table.num_rows} rows, "
-                                       f"its manifest says {rows}")
+                    raise RuntimeError(
+                        f"segment {partition.worker}/{number} has {table.num_rows} rows, "
+                        f"its manifest says {rows}"
+                    )
                 for batch in table.to_batches():
                     if batch.num_rows == 0:
                         continue

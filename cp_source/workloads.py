@@ -94,11 +94,23 @@ def ysb_rows(n: int, seed: int = 0) -> list[dict[str, str]]:
 
 # Spark DDL type names -> Arrow types as Spark's own Arrow conversion produces them.
 _DDL_TYPES = {
-    "string": pa.string(), "varchar": pa.string(), "char": pa.string(),
-    "boolean": pa.bool_(), "tinyint": pa.int8(), "byte": pa.int8(), "smallint": pa.int16(),
-    "short": pa.int16(), "int": pa.int32(), "integer": pa.int32(), "bigint": pa.int64(),
-    "long": pa.int64(), "float": pa.float32(), "real": pa.float32(), "double": pa.float64(),
-    "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"),
+    "string": pa.string(),
+    "varchar": pa.string(),
+    "char": pa.string(),
+    "boolean": pa.bool_(),
+    "tinyint": pa.int8(),
+    "byte": pa.int8(),
+    "smallint": pa.int16(),
+    "short": pa.int16(),
+    "int": pa.int32(),
+    "integer": pa.int32(),
+    "bigint": pa.int64(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "real": pa.float32(),
+    "double": pa.float64(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
 }
 _DDL_FIELD = re.compile(
     r"^\s*`?([A-Za-z_][A-Za-z0-9_]*)`?\s*:?\s+([A-Za-z]+)(\s*\(\s*\d+\s*\))?\s*(NOT\s+NULL)?\s*$",
@@ -117,8 +129,10 @@ def parse_ddl(ddl: str) -> pa.Schema:
             raise ValueError(f"cannot parse schema field {part.strip()!r}: expected 'name TYPE'")
         name, typ = m.group(1), m.group(2).lower()
         if typ not in _DDL_TYPES:
-            raise ValueError(f"unsupported type {m.group(2)!r} for field {name!r}; "
-                             f"supported: {', '.join(sorted(_DDL_TYPES))}")
+            raise ValueError(
+                f"unsupported type {m.group(2)!r} for field {name!r}; "
+                f"supported: {', '.join(sorted(_DDL_TYPES))}"
+            )
         if name in RESERVED:
             raise ValueError(f"field name {name!r} is reserved for a column the factory adds")
         if name in (f.name for f in fields):

@@ -22,8 +22,14 @@ from cp_sync.probe import Responder, initiate
 class Agent:
     """Registers with ``server`` and serves probe tasks until ``stop()``."""
 
-    def __init__(self, server: str, probe_bind: str = "127.0.0.1", probe_port: int = 0,
-                 advertise: str | None = None, heartbeat_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        server: str,
+        probe_bind: str = "127.0.0.1",
+        probe_port: int = 0,
+        advertise: str | None = None,
+        heartbeat_s: float = 1.0,
+    ) -> None:
         self.server = control.endpoint(server)
         self.domain = native_tsc.domain_id()
         self.hz = native_tsc.frequency_hz()
@@ -46,9 +52,17 @@ class Agent:
         self._stop.set()
 
     def _register(self, sock: zmq.Socket) -> None:
-        sock.send_multipart(control.pack({
-            "op": "register", "domain": self.domain, "hz": self.hz, "host": self.advertise, "port": self.port,
-        }))
+        sock.send_multipart(
+            control.pack(
+                {
+                    "op": "register",
+                    "domain": self.domain,
+                    "hz": self.hz,
+                    "host": self.advertise,
+                    "port": self.port,
+                }
+            )
+        )
 
     def run(self) -> None:
         """Serve until stop(); the responder runs for the whole time."""
@@ -90,8 +104,14 @@ class Agent:
             count = control.int_field(task, "count", 1, control.MAX_ROUNDS)
             timeout_ms = control.int_field(task, "timeout_ms", 1, 60_000)
             gap_us = control.int_field(task, "gap_us", 0, 1_000_000)
-            res = initiate(host, port, count, timeout_ms=timeout_ms, gap_us=gap_us,
-                           bind=None if host.startswith("127.") else "0.0.0.0")
+            res = initiate(
+                host,
+                port,
+                count,
+                timeout_ms=timeout_ms,
+                gap_us=gap_us,
+                bind=None if host.startswith("127.") else "0.0.0.0",
+            )
         except (ValueError, OSError) as e:
             return control.pack({"op": "result", "task": tid, "error": str(e)})
         rows = np.column_stack([res.seq, res.c_i, res.c_j, res.c_k, res.ns_i])

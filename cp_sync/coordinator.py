@@ -65,7 +65,7 @@ class Coordinator:
         self._ctx = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.ROUTER)
         control.configure(self._sock)
-        host, _, port = ep[len("tcp://"):].rpartition(":")
+        host, _, port = ep[len("tcp://") :].rpartition(":")
         if port in ("0", "*"):
             port_n = self._sock.bind_to_random_port(f"tcp://{host}")
             self.address = f"tcp://{host}:{port_n}"
@@ -124,16 +124,29 @@ class Coordinator:
                 hz = header.get("hz")
                 if not isinstance(hz, float | int) or not 0 < hz < 1e12:
                     raise ValueError("bad frequency")
-                self.agents[dom] = _AgentInfo(ident, dom, float(hz),
-                                              control.check_ipv4(control.str_field(header, "host", 64)),
-                                              control.int_field(header, "port", 1, 65535), time.monotonic())
+                self.agents[dom] = _AgentInfo(
+                    ident,
+                    dom,
+                    float(hz),
+                    control.check_ipv4(control.str_field(header, "host", 64)),
+                    control.int_field(header, "port", 1, 65535),
+                    time.monotonic(),
+                )
             elif op == "bye":
                 dom = header.get("domain")
                 if dom in self.agents and self.agents[dom].identity == ident:
                     del self.agents[dom]
             elif op == "agents":
-                self._send(ident, {"op": "agents", "agents": [
-                    {"domain": a.domain, "hz": a.hz, "host": a.host, "port": a.port} for a in self._live()]})
+                self._send(
+                    ident,
+                    {
+                        "op": "agents",
+                        "agents": [
+                            {"domain": a.domain, "hz": a.hz, "host": a.host, "port": a.port}
+                            for a in self._live()
+                        ],
+                    },
+                )
             elif op == "run":
                 self._start_run(ident, header)
             elif op == "result":
@@ -148,13 +161,17 @@ class Coordinator:
         live = self._live()
         if len(live) < 2:
             raise ValueError(f"a sync run needs at least 2 registered agents, {len(live)} registered")
-        run = _Run(client, check_phase(control.str_field(h, "phase", 32)),
-                   control.int_field(h, "rounds", 1, control.MAX_ROUNDS),
-                   control.int_field(h, "gap_us", 0, 1_000_000),
-                   control.int_field(h, "timeout_ms", 1, 60_000))
+        run = _Run(
+            client,
+            check_phase(control.str_field(h, "phase", 32)),
+            control.int_field(h, "rounds", 1, control.MAX_ROUNDS),
+            control.int_field(h, "gap_us", 0, 1_000_000),
+            control.int_field(h, "timeout_ms", 1, 60_000),
+        )
         run.tasks.extend((a.domain, b.domain) for a in live for b in live if a.domain != b.domain)
-        self._send(client, {"op": "started", "pairs": len(run.tasks),
-                            "domains": {a.domain: a.hz for a in live}})
+        self._send(
+            client, {"op": "started", "pairs": len(run.tasks), "domains": {a.domain: a.hz for a in live}}
+        )
         self._run = run
         self._next()
 
@@ -171,8 +188,18 @@ class Coordinator:
             # The task's deadline allows every probe its timeout plus the gaps, and a margin.
             budget = run.rounds * (run.gap_us / 1e6 + 0.002) + 5.0
             run.current = (tid, ini, resp, time.monotonic() + budget)
-            self._send(a.identity, {"op": "probe", "task": tid, "host": b.host, "port": b.port,
-                                    "count": run.rounds, "timeout_ms": run.timeout_ms, "gap_us": run.gap_us})
+            self._send(
+                a.identity,
+                {
+                    "op": "probe",
+                    "task": tid,
+                    "host": b.host,
+                    "port": b.port,
+                    "count": run.rounds,
+                    "timeout_ms": run.timeout_ms,
+                    "gap_us": run.gap_us,
+                },
+            )
             return
         self._send(run.client, {"op": "done", "phase": run.phase, "pairs": run.pairs, "failed": run.failed})
         self._run = None
@@ -195,8 +222,17 @@ class Coordinator:
             self._pair_failed(ini, resp, str(h.get("error", "no rows")))
         else:
             run.pairs += 1
-            self._send(run.client, {"op": "pair", "initiator": ini, "responder": resp,
-                                    "lost": h.get("lost", 0), "ignored": h.get("ignored", 0)}, rows)
+            self._send(
+                run.client,
+                {
+                    "op": "pair",
+                    "initiator": ini,
+                    "responder": resp,
+                    "lost": h.get("lost", 0),
+                    "ignored": h.get("ignored", 0),
+                },
+                rows,
+            )
         self._next()
 
     def _check_timeout(self) -> None:
@@ -239,9 +275,17 @@ class _client:
         self.sock.close(0)
 
 
-def run_phase(server: str, phase: str, rounds: int, out_dir: str | Path, expect: int = 2,
-              wait_s: float = 10.0, gap_us: int = 100, timeout_ms: int = 200,
-              progress: Any = None) -> dict[str, Any]:
+def run_phase(
+    server: str,
+    phase: str,
+    rounds: int,
+    out_dir: str | Path,
+    expect: int = 2,
+    wait_s: float = 10.0,
+    gap_us: int = 100,
+    timeout_ms: int = 200,
+    progress: Any = None,
+) -> dict[str, Any]:
     """Probe every ordered pair of registered agents and write the phase's sync table under ``out_dir``."""
     check_phase(phase)
     if not 1 <= rounds <= control.MAX_ROUNDS:
@@ -257,8 +301,11 @@ def run_phase(server: str, phase: str, rounds: int, out_dir: str | Path, expect:
         time.sleep(0.2)
     tables, pairs, failures = [], [], []
     with _client(server) as sock:
-        sock.send_multipart(control.pack({"op": "run", "phase": phase, "rounds": rounds,
-                                          "gap_us": gap_us, "timeout_ms": timeout_ms}))
+        sock.send_multipart(
+            control.pack(
+                {"op": "run", "phase": phase, "rounds": rounds, "gap_us": gap_us, "timeout_ms": timeout_ms}
+            )
+        )
         domains: dict[str, float] = {}
         while True:
             if not sock.poll(int((rounds * (gap_us / 1e6 + timeout_ms / 1e3) + 30) * 1000)):
@@ -275,12 +322,28 @@ def run_phase(server: str, phase: str, rounds: int, out_dir: str | Path, expect:
                 if rows is None:
                     failures.append(f"{h.get('initiator')} -> {h.get('responder')}: {h.get('error')}")
                 else:
-                    tables.append(probes_table(phase, str(h["initiator"]), str(h["responder"]),
-                                               rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4],
-                                               rows[:, 0].astype(np.int32)))
+                    tables.append(
+                        probes_table(
+                            phase,
+                            str(h["initiator"]),
+                            str(h["responder"]),
+                            rows[:, 1],
+                            rows[:, 2],
+                            rows[:, 3],
+                            rows[:, 4],
+                            rows[:, 0].astype(np.int32),
+                        )
+                    )
                     min_rtt = int((rows[:, 3] - rows[:, 1]).min()) if len(rows) else None
-                    pairs.append({"initiator": h["initiator"], "responder": h["responder"],
-                                  "probes": len(rows), "lost": h.get("lost", 0), "min_rtt_cycles": min_rtt})
+                    pairs.append(
+                        {
+                            "initiator": h["initiator"],
+                            "responder": h["responder"],
+                            "probes": len(rows),
+                            "lost": h.get("lost", 0),
+                            "min_rtt_cycles": min_rtt,
+                        }
+                    )
                 if progress is not None:
                     progress(len(pairs) + len(failures), None)
             elif op == "done":

@@ -34,8 +34,10 @@ class Constraints:
     sense: np.ndarray  # int8, +1 or -1
 
     @staticmethod
-    def from_probes(dst_init: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
-                    src_init: tuple[np.ndarray, np.ndarray, np.ndarray] | None) -> Constraints:
+    def from_probes(
+        dst_init: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
+        src_init: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
+    ) -> Constraints:
         """Constraints from probes initiated by dst (c_i, c_j, c_k with c_j in src) and by src."""
         xs, vs, ss = [], [], []
         if dst_init is not None:
@@ -50,8 +52,9 @@ class Constraints:
             ss += [-np.ones(len(i), np.int8), np.ones(len(i), np.int8)]
         if not xs:
             raise ValueError("no probes")
-        return Constraints(np.concatenate(xs).astype(np.int64), np.concatenate(vs).astype(np.int64),
-                           np.concatenate(ss))
+        return Constraints(
+            np.concatenate(xs).astype(np.int64), np.concatenate(vs).astype(np.int64), np.concatenate(ss)
+        )
 
 
 @dataclass(frozen=True)

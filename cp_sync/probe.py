@@ -147,6 +147,11 @@ def initiate(
     c_i = np.fromiter((tf(int(v)) for v in rows[:, 1]), dtype=np.int64, count=len(rows))
     c_k = np.fromiter((tf(int(v)) for v in rows[:, 3]), dtype=np.int64, count=len(rows))
     return ProbeResult(
-        seq=rows[:, 0].copy(), c_i=c_i, c_j=rows[:, 2].copy(), c_k=c_k, ns_i=rows[:, 4].copy(),
-        lost=int(lost), ignored=int(ignored),
+        seq=rows[:, 0].copy(),
+        c_i=c_i,
+        c_j=rows[:, 2].copy(),
+        c_k=c_k,
+        ns_i=rows[:, 4].copy(),
+        lost=int(lost),
+        ignored=int(ignored),
     )

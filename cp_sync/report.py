@@ -22,9 +22,18 @@ def summarize(out: pa.Table) -> list[dict[str, Any]]:
         lat = g["duration_ns"].to_numpy() / 1e3
         bnd = g["bound_ns"].to_numpy() / 1e3
         p50, p90, p99 = np.percentile(lat, [50, 90, 99])
-        rows.append(key | {"count": len(lat), "p50_us": p50, "p90_us": p90, "p99_us": p99,
-                           "max_us": float(lat.max()), "bound_median_us": float(np.median(bnd)),
-                           "bound_max_us": float(bnd.max())})
+        rows.append(
+            key
+            | {
+                "count": len(lat),
+                "p50_us": p50,
+                "p90_us": p90,
+                "p99_us": p99,
+                "max_us": float(lat.max()),
+                "bound_median_us": float(np.median(bnd)),
+                "bound_max_us": float(bnd.max()),
+            }
+        )
     return rows
 
 
@@ -34,13 +43,30 @@ def print_summary(rows: list[dict[str, Any]], title: str) -> None:
     from rich.table import Table
 
     t = Table(title=title)
-    for c in ("points", "method", "scenario", "count", "p50 us", "p90 us", "p99 us", "max us",
-              "bound med us", "bound max us"):
+    for c in (
+        "points",
+        "method",
+        "scenario",
+        "count",
+        "p50 us",
+        "p90 us",
+        "p99 us",
+        "max us",
+        "bound med us",
+        "bound max us",
+    ):
         t.add_column(c, justify="right" if "us" in c or c == "count" else "left")
     for r in rows:
-        t.add_row(f"{r['from_point']}->{r['to_point']}", r["method"], r["scenario"], f"{r['count']:,}",
-                  *(f"{r[k]:.3f}" for k in ("p50_us", "p90_us", "p99_us", "max_us", "bound_median_us",
-                                             "bound_max_us")))
+        t.add_row(
+            f"{r['from_point']}->{r['to_point']}",
+            r["method"],
+            r["scenario"],
+            f"{r['count']:,}",
+            *(
+                f"{r[k]:.3f}"
+                for k in ("p50_us", "p90_us", "p99_us", "max_us", "bound_median_us", "bound_max_us")
+            ),
+        )
     console = Console()
     # Wide enough for every column when the output is a file or a pipe (rich's default there is 80).
     Console(width=max(console.width, 150)).print(t)

@@ -68,8 +68,11 @@ def run(args: argparse.Namespace) -> int:
             # ValueError: one line from the CLI however it was started (also python -m cloudprofiler.cli).
             raise ValueError(str(e)) from None
         _stop_on_sigterm(agent.stop)
-        print(f"sync agent {agent.domain} ({native_tsc.BACKEND}, {agent.hz / 1e6:.3f} MHz) probes on "
-              f"{agent.advertise}:{agent.port}, coordinator {agent.server}", flush=True)
+        print(
+            f"sync agent {agent.domain} ({native_tsc.BACKEND}, {agent.hz / 1e6:.3f} MHz) probes on "
+            f"{agent.advertise}:{agent.port}, coordinator {agent.server}",
+            flush=True,
+        )
         try:
             agent.run()
         except KeyboardInterrupt:
@@ -82,8 +85,16 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True)
     with console.status("probing agent pairs ..."):
-        res = run_phase(args.server, args.phase, args.rounds, args.out, expect=args.expect, wait_s=args.wait,
-                        gap_us=args.gap_us, timeout_ms=args.timeout_ms)
+        res = run_phase(
+            args.server,
+            args.phase,
+            args.rounds,
+            args.out,
+            expect=args.expect,
+            wait_s=args.wait,
+            gap_us=args.gap_us,
+            timeout_ms=args.timeout_ms,
+        )
     t = Table(title=f"sync phase {res['phase']} -> {res['path']}")
     for col in ("initiator", "responder", "probes", "lost", "MinRTT (us)"):
         t.add_column(col)

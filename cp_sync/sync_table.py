@@ -37,8 +37,14 @@ MAX_ROWS_PER_PAIR = 1_000_000
 
 
 def probes_table(
-    phase: str, initiator: str, responder: str, c_i: np.ndarray, c_j: np.ndarray, c_k: np.ndarray,
-    ns_i: np.ndarray, rounds: np.ndarray | None = None,
+    phase: str,
+    initiator: str,
+    responder: str,
+    c_i: np.ndarray,
+    c_j: np.ndarray,
+    c_k: np.ndarray,
+    ns_i: np.ndarray,
+    rounds: np.ndarray | None = None,
 ) -> pa.Table:
     """One pair's probes as a table with the sync schema."""
     n = len(c_i)
@@ -57,8 +63,9 @@ def probes_table(
     )
 
 
-def write_sync(out_dir: str | Path, phase: str, tables: Iterable[pa.Table],
-               domains_hz: Mapping[str, float]) -> Path:
+def write_sync(
+    out_dir: str | Path, phase: str, tables: Iterable[pa.Table], domains_hz: Mapping[str, float]
+) -> Path:
     """Write one phase's probes to ``out_dir/sync-<phase>-<ns>.parquet`` atomically; returns the path."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -92,10 +99,23 @@ def read_sync(sync_dir: str | Path) -> tuple[pa.Table, dict[str, float]]:
 def minrtt(table: pa.Table) -> pa.Table:
     """The probe with the smallest round trip per (phase, initiator, responder), with ``rtt``."""
     t = table.append_column("rtt", pc.subtract(table["c_k"], table["c_i"]))
-    t = t.sort_by([("phase", "ascending"), ("initiator", "ascending"), ("responder", "ascending"),
-                   ("rtt", "ascending"), ("round", "ascending")])
-    keys = np.array([f"{p}\x00{a}\x00{b}" for p, a, b in zip(
-        t["phase"].to_pylist(), t["initiator"].to_pylist(), t["responder"].to_pylist(), strict=True)])
+    t = t.sort_by(
+        [
+            ("phase", "ascending"),
+            ("initiator", "ascending"),
+            ("responder", "ascending"),
+            ("rtt", "ascending"),
+            ("round", "ascending"),
+        ]
+    )
+    keys = np.array(
+        [
+            f"{p}\x00{a}\x00{b}"
+            for p, a, b in zip(
+                t["phase"].to_pylist(), t["initiator"].to_pylist(), t["responder"].to_pylist(), strict=True
+            )
+        ]
+    )
     first = np.ones(len(keys), dtype=bool)
     first[1:] = keys[1:] != keys[:-1]
     return t.filter(pa.array(first))

@@ -140,8 +140,9 @@ def _mul_range(alo, ahi, blo, bhi):
 
 
 @njit(cache=True)
-def _translate_kernel(ys, ye, sc, ec, n_end, kind, rel_a, rel_b, alpha, rate, nv, x0, c0, bmin, bmax,
-                      eps, mid, half):
+def _translate_kernel(
+    ys, ye, sc, ec, n_end, kind, rel_a, rel_b, alpha, rate, nv, x0, c0, bmin, bmax, eps, mid, half
+):
     for n in range(ys.shape[0]):
         g = sc[n] * n_end + ec[n]
         k = kind[g]
@@ -254,8 +255,9 @@ class Translator:
         g, r = self.relation(s, e, method), self.relation(e, ref, method)
         return (K_SKIP if g is None or r is None else K_TWO), scen, g, r
 
-    def translate(self, ys: np.ndarray, ds: Any, ye: np.ndarray, de: Any,
-                  methods: tuple[str, ...] = METHODS) -> list[Translation]:
+    def translate(
+        self, ys: np.ndarray, ds: Any, ye: np.ndarray, de: Any, methods: tuple[str, ...] = METHODS
+    ) -> list[Translation]:
         """Durations end - start in reference cycles, per method; ds/de are domain ids per record."""
         ys = np.ascontiguousarray(ys, np.int64)
         ye = np.ascontiguousarray(ye, np.int64)
@@ -281,8 +283,26 @@ class Translator:
                             arr[g] = packed.index(rel)
             alpha, rate, nv, x0, c0, bmin, bmax = _pack(packed)
             mid, half = np.empty(len(ys)), np.empty(len(ys))
-            _translate_kernel(ys, ye, s_codes, e_codes, len(e_names), kind, rel_a, rel_b, alpha, rate, nv,
-                              x0, c0, bmin, bmax, _EPS, mid, half)
+            _translate_kernel(
+                ys,
+                ye,
+                s_codes,
+                e_codes,
+                len(e_names),
+                kind,
+                rel_a,
+                rel_b,
+                alpha,
+                rate,
+                nv,
+                x0,
+                c0,
+                bmin,
+                bmax,
+                _EPS,
+                mid,
+                half,
+            )
             rec_group = s_codes.astype(np.int64) * len(e_names) + e_codes
             rec_scen = scen[rec_group]
             if np.any(kind == K_SKIP) and np.any(skipped := kind[rec_group] == K_SKIP):
@@ -333,8 +353,11 @@ def _record_files(root: Path) -> list[Path]:
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(("_", ".")))
-        out += [Path(dirpath) / f for f in sorted(filenames)
-                if f.endswith(".parquet") and not f.startswith(("_", "."))]
+        out += [
+            Path(dirpath) / f
+            for f in sorted(filenames)
+            if f.endswith(".parquet") and not f.startswith(("_", "."))
+        ]
     return out
 
 
@@ -349,8 +372,13 @@ def read_points(records_dir: str, from_point: str, to_point: str) -> pa.Table:
     root = Path(records_dir)
     if not root.is_dir():
         raise ValueError(f"records directory {records_dir!r} does not exist")
-    cols = ["tuple_id", f"cp_tsc_{from_point}", f"cp_node_{from_point}", f"cp_tsc_{to_point}",
-            f"cp_node_{to_point}"]
+    cols = [
+        "tuple_id",
+        f"cp_tsc_{from_point}",
+        f"cp_node_{from_point}",
+        f"cp_tsc_{to_point}",
+        f"cp_node_{to_point}",
+    ]
     files, seen = [], set()
     for f in _record_files(root):
         names = pq.read_schema(f).names
@@ -362,17 +390,26 @@ def read_points(records_dir: str, from_point: str, to_point: str) -> pa.Table:
         raise ValueError(f"no record files (Parquet with tuple_id) under {records_dir!r}")
     if not files:
         missing = [c for c in cols if c not in seen]
-        raise ValueError(f"records in {records_dir!r} lack {', '.join(missing) or 'both points together'} "
-                         f"(stamp points present: {_points(sorted(seen))})")
-    schema = pa.schema([("tuple_id", pa.int64()), (cols[1], pa.int64()), (cols[2], pa.string()),
-                        (cols[3], pa.int64()), (cols[4], pa.string())])
+        raise ValueError(
+            f"records in {records_dir!r} lack {', '.join(missing) or 'both points together'} "
+            f"(stamp points present: {_points(sorted(seen))})"
+        )
+    schema = pa.schema(
+        [
+            ("tuple_id", pa.int64()),
+            (cols[1], pa.int64()),
+            (cols[2], pa.string()),
+            (cols[3], pa.int64()),
+            (cols[4], pa.string()),
+        ]
+    )
     t = pds.dataset(files, format="parquet", schema=schema).to_table(columns=cols)
     valid = pc.and_(pc.is_valid(t[cols[1]]), pc.is_valid(t[cols[3]]))
     return t.filter(valid)
 
 
 def _points(names: list[str]) -> str:
-    pts = [n[len("cp_tsc_"):] for n in names if n.startswith("cp_tsc_")]
+    pts = [n[len("cp_tsc_") :] for n in names if n.startswith("cp_tsc_")]
     return ", ".join(pts) or "none"
 
 
@@ -384,8 +421,15 @@ def default_reference(points: pa.Table, to_point: str) -> str:
     return str(max(counts, key=lambda c: (c["counts"], c["values"]))["values"])
 
 
-def translate_points(points: pa.Table, sync: pa.Table, from_point: str, to_point: str, reference: str,
-                     hz: float, methods: tuple[str, ...] = METHODS) -> tuple[pa.Table, Translator]:
+def translate_points(
+    points: pa.Table,
+    sync: pa.Table,
+    from_point: str,
+    to_point: str,
+    reference: str,
+    hz: float,
+    methods: tuple[str, ...] = METHODS,
+) -> tuple[pa.Table, Translator]:
     """The output table: one row per record and method with duration and bound in cycles and ns."""
     ys = points[f"cp_tsc_{from_point}"].to_numpy()
     ye = points[f"cp_tsc_{to_point}"].to_numpy()
@@ -397,26 +441,37 @@ def translate_points(points: pa.Table, sync: pa.Table, from_point: str, to_point
     for res in tr.translate(ys, ds_, ye, de, methods):
         idx = pa.array(res.index)
         n = len(res.index)
-        parts.append(pa.table({
-            "tuple_id": points["tuple_id"].take(idx),
-            "from_point": pa.array([from_point] * n, pa.string()),
-            "to_point": pa.array([to_point] * n, pa.string()),
-            "from_domain": points[f"cp_node_{from_point}"].take(idx),
-            "to_domain": points[f"cp_node_{to_point}"].take(idx),
-            "reference": pa.array([reference] * n, pa.string()),
-            "method": pa.array([res.method] * n, pa.string()),
-            "scenario": pa.DictionaryArray.from_arrays(pa.array(res.scenario), scen_dict).cast(pa.string()),
-            "duration_cycles": pa.array(res.duration),
-            "bound_cycles": pa.array(res.bound),
-            "duration_ns": pa.array(res.duration * (1e9 / hz)),
-            "bound_ns": pa.array(res.bound * (1e9 / hz)),
-        }))
+        parts.append(
+            pa.table(
+                {
+                    "tuple_id": points["tuple_id"].take(idx),
+                    "from_point": pa.array([from_point] * n, pa.string()),
+                    "to_point": pa.array([to_point] * n, pa.string()),
+                    "from_domain": points[f"cp_node_{from_point}"].take(idx),
+                    "to_domain": points[f"cp_node_{to_point}"].take(idx),
+                    "reference": pa.array([reference] * n, pa.string()),
+                    "method": pa.array([res.method] * n, pa.string()),
+                    "scenario": pa.DictionaryArray.from_arrays(pa.array(res.scenario), scen_dict).cast(
+                        pa.string()
+                    ),
+                    "duration_cycles": pa.array(res.duration),
+                    "bound_cycles": pa.array(res.bound),
+                    "duration_ns": pa.array(res.duration * (1e9 / hz)),
+                    "bound_ns": pa.array(res.bound * (1e9 / hz)),
+                }
+            )
+        )
     return pa.concat_tables(parts), tr
 
 
-def translate_records(records_dir: str, sync_dir: str, from_point: str, to_point: str,
-                      reference: str | None = None, methods: tuple[str, ...] = METHODS
-                      ) -> tuple[pa.Table, dict[str, Any]]:
+def translate_records(
+    records_dir: str,
+    sync_dir: str,
+    from_point: str,
+    to_point: str,
+    reference: str | None = None,
+    methods: tuple[str, ...] = METHODS,
+) -> tuple[pa.Table, dict[str, Any]]:
     """Read records and sync tables, translate, and return the output table and facts about the run.
 
     Facts: reference, frequency_hz and its source, and the relations refused (hull crossings).

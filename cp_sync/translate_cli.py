@@ -30,8 +30,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="output Parquet file")
     p.add_argument("--plot", help="write a latency and error-bound plot (PNG)")
     p.add_argument("--method", default="minrtt,hull,naive", help="comma list of minrtt, hull, naive")
-    p.add_argument("--compare", action="store_true",
-                   help="also print the return-trip bound (same probes) and NTP's (chrony) to compare")
+    p.add_argument(
+        "--compare",
+        action="store_true",
+        help="also print the return-trip bound (same probes) and NTP's (chrony) to compare",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,13 +51,17 @@ def run(args: argparse.Namespace) -> int:
     for name in (args.from_point, args.to_point):
         if not name.replace("_", "").isalnum():
             raise ValueError(f"invalid stamp point {name!r}")
-    out, facts = translate_records(args.records, args.sync, args.from_point, args.to_point, args.reference,
-                                   methods)
+    out, facts = translate_records(
+        args.records, args.sync, args.from_point, args.to_point, args.reference, methods
+    )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(out, args.out, compression="zstd")
     hz = facts["frequency_hz"]
-    print_summary(summarize(out), f"{args.from_point} -> {args.to_point}, reference {facts['reference']}, "
-                                  f"{hz / 1e6:.3f} MHz ({facts['frequency_source']})")
+    print_summary(
+        summarize(out),
+        f"{args.from_point} -> {args.to_point}, reference {facts['reference']}, "
+        f"{hz / 1e6:.3f} MHz ({facts['frequency_source']})",
+    )
     for pair, why in facts["refused"].items():
         print(f"relation {pair} refused: {why}", file=sys.stderr)
     if args.compare:
@@ -79,11 +86,15 @@ def _compare(sync_dir: str, reference: str, hz: float) -> None:
     for other in sorted({r["responder"] for r in best if r["initiator"] == reference}):
         _, bound = probe_returntrip(sync, reference, other)
         e = min(r["rtt"] for r in best if r["initiator"] == reference and r["responder"] == other) / 2
-        print(f"{reference} -> {other}: MinRTT e {e / hz * 1e6:.3f} us; return-trip bound median "
-              f"{np.median(bound) / hz * 1e6:.3f} us, max {bound.max() / hz * 1e6:.3f} us")
+        print(
+            f"{reference} -> {other}: MinRTT e {e / hz * 1e6:.3f} us; return-trip bound median "
+            f"{np.median(bound) / hz * 1e6:.3f} us, max {bound.max() / hz * 1e6:.3f} us"
+        )
     nb, why = ntp_bound()
     if nb is None:
         print(why)
     else:
-        print(f"NTP ({why}): {nb.bound_s * 1e6:.1f} us per node, {2 * nb.bound_s * 1e6:.1f} us for a latency "
-              "between two such nodes")
+        print(
+            f"NTP ({why}): {nb.bound_s * 1e6:.1f} us per node, {2 * nb.bound_s * 1e6:.1f} us for a latency "
+            "between two such nodes"
+        )

@@ -34,9 +34,7 @@ def host_domain_id() -> str:
 def check_domain_id(domain: str) -> str:
     """Return ``domain`` if it is a valid id, else raise ValueError naming the problem."""
     if not isinstance(domain, str) or not _ID_RE.match(domain):
-        raise ValueError(
-            f"invalid TSC domain id {domain!r}: use 1-64 characters from A-Z a-z 0-9 . _ @ + -"
-        )
+        raise ValueError(f"invalid TSC domain id {domain!r}: use 1-64 characters from A-Z a-z 0-9 . _ @ + -")
     return domain
 
 
@@ -90,9 +88,7 @@ def parse_virtual(spec: str) -> VirtualDomain:
     """Parse ``<domain-id>:<skew-ppm>:<offset-cycles>``."""
     parts = spec.rsplit(":", 2)
     if len(parts) != 3:
-        raise ValueError(
-            f"invalid {ENV_VIRTUAL}={spec!r}: expected <domain-id>:<skew-ppm>:<offset-cycles>"
-        )
+        raise ValueError(f"invalid {ENV_VIRTUAL}={spec!r}: expected <domain-id>:<skew-ppm>:<offset-cycles>")
     domain, skew, offset = parts
     try:
         off = int(offset)

@@ -54,7 +54,10 @@ def _spawn(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
     out = open(log, "wb")  # noqa: SIM115 - the JVM owns it until teardown
     return subprocess.Popen(
         [os.path.join(SPARK_HOME, "bin", "spark-class"), *args],
-        stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
     )
 
 
@@ -86,25 +89,53 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 @contextmanager
-def standalone_cluster(logs: Path, workers: int = 2, cores: int = 1, memory: str = "1g",
-                       timeout: float = 60.0) -> Iterator[Cluster]:
+def standalone_cluster(
+    logs: Path, workers: int = 2, cores: int = 1, memory: str = "1g", timeout: float = 60.0
+) -> Iterator[Cluster]:
     """Start a master and ``workers`` workers; yield the cluster; stop them all."""
     logs.mkdir(parents=True, exist_ok=True)
     env = cluster_env(logs)
     cluster = Cluster("", logs)
     try:
         master_log = logs / "master.log"
-        master = _spawn(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                         "--port", "0", "--webui-port", "0"], master_log, env)
+        master = _spawn(
+            [
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--webui-port",
+                "0",
+            ],
+            master_log,
+            env,
+        )
         cluster.procs.append(master)
         cluster.master_url = _wait_log(master_log, MASTER_URL, master, timeout).group(1)
         started = []
         for i in range(workers):
             log = logs / f"worker{i}.log"
-            proc = _spawn(["org.apache.spark.deploy.worker.Worker", cluster.master_url,
-                           "--host", "127.0.0.1", "--port", "0", "--webui-port", "0",
-                           "--cores", str(cores), "--memory", memory,
-                           "--work-dir", str(logs / f"work{i}")], log, env)
+            proc = _spawn(
+                [
+                    "org.apache.spark.deploy.worker.Worker",
+                    cluster.master_url,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    "0",
+                    "--webui-port",
+                    "0",
+                    "--cores",
+                    str(cores),
+                    "--memory",
+                    memory,
+                    "--work-dir",
+                    str(logs / f"work{i}"),
+                ],
+                log,
+                env,
+            )
             cluster.procs.append(proc)
             started.append((log, proc))
         for log, proc in started:

@@ -52,11 +52,16 @@ def main() -> int:
 
     opts = dict(kv.split("=", 1) for kv in args.opt)
     df = (
-        spark.readStream.format("cloudprofiler").options(**opts).load()
+        spark.readStream.format("cloudprofiler")
+        .options(**opts)
+        .load()
         .select("tuple_id", "sender_id", "cp_tsc_source", "cp_node_source", "cp_node_factory")
     )
-    writer = (df.writeStream.format("parquet").option("path", args.out)
-              .option("checkpointLocation", args.checkpoint))
+    writer = (
+        df.writeStream.format("parquet")
+        .option("path", args.out)
+        .option("checkpointLocation", args.checkpoint)
+    )
     if args.trigger == "available-now":
         query = writer.trigger(availableNow=True).start()
     else:

@@ -15,7 +15,7 @@ def _ranges_mask(lo: int, hi: int, ranges: list[list[int]]) -> np.ndarray:
     for first, count in ranges:
         a, b = max(first, lo), min(first + count, hi)
         if a < b:
-            mask[a - lo:b - lo] = True
+            mask[a - lo : b - lo] = True
     return mask
 
 

@@ -38,8 +38,12 @@ def invert(v: VirtualDomain, c: int) -> int:
 
 
 def synth_probes(
-    domains: list[VirtualDomain], phases: dict[str, int], rounds: int, rng: np.random.Generator,
-    fwd_cycles: tuple[int, int] = (8_000, 40_000), back_cycles: tuple[int, int] = (8_000, 40_000),
+    domains: list[VirtualDomain],
+    phases: dict[str, int],
+    rounds: int,
+    rng: np.random.Generator,
+    fwd_cycles: tuple[int, int] = (8_000, 40_000),
+    back_cycles: tuple[int, int] = (8_000, 40_000),
 ) -> pa.Table:
     """Probes between every ordered pair, each phase from a raw instant, random one-way delays."""
     tabs = []
@@ -57,8 +61,9 @@ def synth_probes(
                 rk = rj + back
                 t = int(rk[-1]) + 100_000
                 ns = (ri // 2.6).astype(np.int64)
-                tabs.append(probes_table(phase, a.domain, b.domain, stamp(a, ri), stamp(b, rj),
-                                         stamp(a, rk), ns))
+                tabs.append(
+                    probes_table(phase, a.domain, b.domain, stamp(a, ri), stamp(b, rj), stamp(a, rk), ns)
+                )
     return pa.concat_tables(tabs)
 
 

@@ -9,8 +9,17 @@ from cp_source import bucket as bk
 
 
 def _header(**kw: object) -> bk.Header:
-    base = dict(kind=bk.KIND_DATA, sender_id=7, seq=3, first_id=bk.tuple_id(7, 1000), count=10,
-                payload_len=5, tsc=123456789, wall_ns=1_700_000_000_000_000_000, domain="node-a@1234abcd")
+    base = dict(
+        kind=bk.KIND_DATA,
+        sender_id=7,
+        seq=3,
+        first_id=bk.tuple_id(7, 1000),
+        count=10,
+        payload_len=5,
+        tsc=123456789,
+        wall_ns=1_700_000_000_000_000_000,
+        domain="node-a@1234abcd",
+    )
     base.update(kw)
     return bk.Header(**base)  # type: ignore[arg-type]
 
@@ -61,8 +70,10 @@ def test_every_rejection_reason() -> None:
     assert _reason([huge, b"12345"], max_frame_bytes=1 << 20) == "oversized"
     # ids that do not belong to the sender, or run past its id space
     assert _reason([bk.pack_header(_header(first_id=bk.tuple_id(8, 0))), b"12345"]) == "bad_header"
-    assert _reason([bk.pack_header(_header(first_id=bk.tuple_id(7, bk.MAX_TUPLES_PER_SENDER - 5))),
-                    b"12345"]) == "bad_header"
+    assert (
+        _reason([bk.pack_header(_header(first_id=bk.tuple_id(7, bk.MAX_TUPLES_PER_SENDER - 5))), b"12345"])
+        == "bad_header"
+    )
     # control messages carry no tuples
     assert _reason([bk.pack_header(_header(kind=bk.KIND_HEARTBEAT, count=1)), b"12345"]) == "bad_control"
     assert set(bk.REASONS) >= {"frame_count", "truncated_header", "bad_magic", "oversized", "bad_json"}
@@ -99,13 +110,22 @@ def test_end_of_stream_round_trip_and_validation() -> None:
         bk.parse_eos(h, b"{not json")
     with pytest.raises(bk.BucketError, match="bad_control"):
         bk.parse_eos(h, orjson.dumps({"first_tuple_id": 1}))
-    too_many = {"first_tuple_id": first, "next_tuple_id": first + 200_002, "buckets_sent": 0, "emitted": 0,
-                "dropped": 200_002, "dropped_ranges": [[first + 2 * i, 2] for i in range(100_001)]}
+    too_many = {
+        "first_tuple_id": first,
+        "next_tuple_id": first + 200_002,
+        "buckets_sent": 0,
+        "emitted": 0,
+        "dropped": 200_002,
+        "dropped_ranges": [[first + 2 * i, 2] for i in range(100_001)],
+    }
     with pytest.raises(bk.BucketError, match="bad_control"):
         bk.parse_eos(h, orjson.dumps(too_many))
 
 
 def test_merge_ranges() -> None:
-    assert bk.merge_ranges([[10, 5], [0, 5], [5, 5], [30, 1], [31, 2], [40, 3], [41, 1]]) == \
-        [[0, 15], [30, 3], [40, 3]]
+    assert bk.merge_ranges([[10, 5], [0, 5], [5, 5], [30, 1], [31, 2], [40, 3], [41, 1]]) == [
+        [0, 15],
+        [30, 3],
+        [40, 3],
+    ]
     assert bk.merge_ranges([]) == []

@@ -23,8 +23,11 @@ FIELDS = ysb_fields()
 PARSER = StringRowParser(FIELDS)
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-values = st.one_of(st.text(max_size=40), st.text(alphabet="abc-0123 .", max_size=12),
-                   st.sampled_from(["", "view", "banner", 'q"uote', "back\\slash", "\u00e9\u4e2d\U0001f600"]))
+values = st.one_of(
+    st.text(max_size=40),
+    st.text(alphabet="abc-0123 .", max_size=12),
+    st.sampled_from(["", "view", "banner", 'q"uote', "back\\slash", "\u00e9\u4e2d\U0001f600"]),
+)
 rows = st.lists(st.fixed_dictionaries({k: values for k in YSB_FIELDS}), min_size=1, max_size=30)
 spaces = st.sampled_from(["", " ", "\t", "  \r"])
 
@@ -60,8 +63,11 @@ def test_good_payloads_parse_to_exactly_their_values(case: tuple[list[dict[str, 
 @SETTINGS
 @given(st.binary(max_size=400), st.integers(1, 50))
 def test_arbitrary_bytes_never_crash_a_parser(payload: bytes, count: int) -> None:
-    for parse in (PARSER, lambda p, c: parse_orjson(p, FIELDS, c),
-                  lambda p, c: parse_arrow_json(p, parse_ddl("a STRING, n BIGINT, x DOUBLE"), c)):
+    for parse in (
+        PARSER,
+        lambda p, c: parse_orjson(p, FIELDS, c),
+        lambda p, c: parse_arrow_json(p, parse_ddl("a STRING, n BIGINT, x DOUBLE"), c),
+    ):
         try:
             out = parse(payload, count)
         except bk.BucketError as e:
@@ -73,7 +79,8 @@ def test_arbitrary_bytes_never_crash_a_parser(payload: bytes, count: int) -> Non
 @SETTINGS
 @given(encoded(), st.integers(0, 10_000))
 def test_truncated_or_miscounted_payloads_are_rejected(
-        case: tuple[list[dict[str, str]], bytes], k: int) -> None:
+    case: tuple[list[dict[str, str]], bytes], k: int
+) -> None:
     rs, payload = case
     body = payload.rstrip(b" \n")
     cut = 1 + k % (len(body) - 1)  # strictly inside the last row or earlier: never a complete payload
@@ -88,8 +95,18 @@ def test_truncated_or_miscounted_payloads_are_rejected(
 
 SENDER = 77
 DOMAIN = "fuzz@00000000"
-MUTATIONS = ("truncate_header", "magic", "version", "kind", "count", "payload_cut", "length", "frames",
-             "oversized", "garbage")
+MUTATIONS = (
+    "truncate_header",
+    "magic",
+    "version",
+    "kind",
+    "count",
+    "payload_cut",
+    "length",
+    "frames",
+    "oversized",
+    "garbage",
+)
 
 
 @st.composite
@@ -129,8 +146,10 @@ def message_stream(draw: st.DrawFn) -> list[tuple[str, list[bytes], list[dict[st
             frames[1] = payload + b" " * (1 << 16)
             frames[0] = bytes(pk.pack(bk.KIND_DATA, seq, nid, len(rs), len(frames[1]), 5, 6))
         elif kind == "garbage":
-            frames = [draw(st.binary(min_size=1, max_size=200).filter(lambda b: not b.startswith(bk.MAGIC))),
-                      payload]
+            frames = [
+                draw(st.binary(min_size=1, max_size=200).filter(lambda b: not b.startswith(bk.MAGIC))),
+                payload,
+            ]
         out.append((kind, frames, rs))
         nid += len(rs)
     return out
@@ -139,10 +158,12 @@ def message_stream(draw: st.DrawFn) -> list[tuple[str, list[bytes], list[dict[st
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(message_stream())
 def test_every_bad_message_is_counted_and_dead_lettered_and_every_good_one_delivered(
-        stream: list[tuple[str, list[bytes], list[dict[str, str]]]]) -> None:
+    stream: list[tuple[str, list[bytes], list[dict[str, str]]]],
+) -> None:
     with tempfile.TemporaryDirectory() as d:
-        w = FactoryWorker(WorkerConfig(backend="tcp://127.0.0.1:1", spool=d, worker="w0",
-                                       max_frame_bytes=1 << 16))
+        w = FactoryWorker(
+            WorkerConfig(backend="tcp://127.0.0.1:1", spool=d, worker="w0", max_frame_bytes=1 << 16)
+        )
         try:
             for _, frames, _ in stream:
                 w.handle(frames)
@@ -167,7 +188,8 @@ def test_every_bad_message_is_counted_and_dead_lettered_and_every_good_one_deliv
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(encoded(), min_size=1, max_size=6), st.integers(1, 64), st.integers(1, 4096))
 def test_accumulator_keeps_order_across_fast_and_fallback_buckets_and_growth(
-        cases: list[tuple[list[dict[str, str]], bytes]], rows0: int, bytes0: int) -> None:
+    cases: list[tuple[list[dict[str, str]], bytes]], rows0: int, bytes0: int
+) -> None:
     acc = StringRowAccumulator(FIELDS, rows=rows0, nbytes=bytes0)  # tiny buffers: growth is exercised
     for _ in range(2):  # a second round reuses the buffers after take()
         expected = []

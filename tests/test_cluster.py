@@ -32,10 +32,28 @@ def test_network_fetch_on_standalone_cluster(spark, tmp_path: Path) -> None:
     logs = tmp_path / "cluster"
     out = tmp_path / "out"
     with standalone_cluster(logs, workers=2, cores=1, memory="1g") as cluster:
-        cmd = [sys.executable, DRIVER_JOB, "--master", cluster.master_url, "--trigger", "available-now",
-               "--checkpoint", str(tmp_path / "ckpt"), "--out", str(out), "--max-seconds", "120",
-               "--opt", f"spool={spool}", "--opt", "factory=external", "--opt", "fetch=network",
-               "--opt", "segmentsPerPartition=1"]
+        cmd = [
+            sys.executable,
+            DRIVER_JOB,
+            "--master",
+            cluster.master_url,
+            "--trigger",
+            "available-now",
+            "--checkpoint",
+            str(tmp_path / "ckpt"),
+            "--out",
+            str(out),
+            "--max-seconds",
+            "120",
+            "--opt",
+            f"spool={spool}",
+            "--opt",
+            "factory=external",
+            "--opt",
+            "fetch=network",
+            "--opt",
+            "segmentsPerPartition=1",
+        ]
         job = subprocess.run(cmd, env=cluster_env(logs), capture_output=True, text=True, timeout=180)
         assert job.returncode == 0, job.stderr[-4000:]
         # the tasks ran in executor JVMs that the two workers launched for this application

@@ -23,9 +23,23 @@ def test_demo_prints_consistent_totals(tmp_path: Path) -> None:
     summary = tmp_path / "summary.json"
     out = tmp_path / "demo"
     run = subprocess.run(
-        [*CLI, "demo", "--duration", "3", "--rate", "20000", "--simulate-nodes", "2",
-         "--out", str(out), "--summary", str(summary)],
-        capture_output=True, text=True, timeout=300,
+        [
+            *CLI,
+            "demo",
+            "--duration",
+            "3",
+            "--rate",
+            "20000",
+            "--simulate-nodes",
+            "2",
+            "--out",
+            str(out),
+            "--summary",
+            str(summary),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     t = json.loads(summary.read_text())
@@ -34,8 +48,12 @@ def test_demo_prints_consistent_totals(tmp_path: Path) -> None:
     assert t["consistent"] is True
     assert t["windows"] >= 1 and t["window_campaign_counts"] >= t["windows"]
     assert 0 < t["views_counted"] < t["rows_read"]
-    for label, value in (("emitted", t["emitted"]), ("rows read by Spark", t["rows_read"]),
-                         ("lost in transit", t["lost_in_transit"]), ("views counted", t["views_counted"])):
+    for label, value in (
+        ("emitted", t["emitted"]),
+        ("rows read by Spark", t["rows_read"]),
+        ("lost in transit", t["lost_in_transit"]),
+        ("views counted", t["views_counted"]),
+    ):
         line = next(ln for ln in run.stdout.splitlines() if label in ln)
         assert f"{value:,}" in line
     assert "every emitted tuple read once" in run.stdout
@@ -80,8 +98,8 @@ def _check_latencies_against_truth(out: Path, t: dict) -> None:
 
 
 def test_demo_rejects_bad_arguments() -> None:
-    run = subprocess.run([*CLI, "demo", "--duration", "-1"],
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run([*CLI, "demo", "--duration", "-1"], capture_output=True, text=True, timeout=60)
     assert run.returncode == 2
-    assert run.stderr.strip().splitlines() == ["cloudprofiler demo: error: --duration -1.0: expected 0 < "
-                                               "seconds <= 3600"]
+    assert run.stderr.strip().splitlines() == [
+        "cloudprofiler demo: error: --duration -1.0: expected 0 < seconds <= 3600"
+    ]

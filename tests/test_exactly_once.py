@@ -47,9 +47,13 @@ def test_embedded_factory_run_is_exactly_once(spark, tmp_path: Path) -> None:
         .select("tuple_id", "cp_tsc_factory", "cp_tsc_source")
     )
     out = tmp_path / "out"
-    query = (df.writeStream.format("parquet").option("path", str(out))
-             .option("checkpointLocation", str(tmp_path / "ckpt"))
-             .trigger(processingTime="300 milliseconds").start())
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="300 milliseconds")
+        .start()
+    )
     try:
         state_file = spool / "_reader.json"
         wait_for(state_file.exists, 120, "the embedded factory to start")

@@ -49,8 +49,9 @@ def expected_ids(summary: dict[str, Any], lost: dict[str, list[list[int]]] | Non
     keep = []
     for s in summary["senders"]:
         all_ids = np.arange(s["first_tuple_id"], s["next_tuple_id"], dtype=np.int64)
-        gone = np.concatenate([ranges_to_ids(s["dropped_ranges"]),
-                               ranges_to_ids((lost or {}).get(str(s["id"]), []))])
+        gone = np.concatenate(
+            [ranges_to_ids(s["dropped_ranges"]), ranges_to_ids((lost or {}).get(str(s["id"]), []))]
+        )
         keep.append(np.setdiff1d(all_ids, gone, assume_unique=False))
     return np.sort(np.concatenate(keep))
 
@@ -130,7 +131,8 @@ def test_every_emitted_id_arrives_exactly_once(factory: Callable[..., FactoryHan
 
 
 def test_sigkill_of_a_worker_then_restart_loses_exactly_the_counted_gap(
-        factory: Callable[..., FactoryHandle], generator_threads: Callable[..., GeneratorThread]) -> None:
+    factory: Callable[..., FactoryHandle], generator_threads: Callable[..., GeneratorThread]
+) -> None:
     f = factory(workers=2, flush_ms=300)
     sp = f.spool_view()
     gen = generator_threads(f.endpoint, rate=60_000, duration=4.0, bucket=500)
@@ -162,7 +164,8 @@ def _send(sock: zmq.Socket, frames: list[bytes]) -> None:
 
 
 def test_malformed_input_is_counted_and_dead_lettered_while_good_data_flows(
-        factory: Callable[..., FactoryHandle]) -> None:
+    factory: Callable[..., FactoryHandle],
+) -> None:
     f = factory(workers=1, max_frame_bytes=1 << 18, flush_ms=50)
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUSH)
@@ -237,7 +240,8 @@ def test_malformed_input_is_counted_and_dead_lettered_while_good_data_flows(
 
 
 def test_a_full_spool_turns_into_counted_generator_drops(
-        factory: Callable[..., FactoryHandle], generator_threads: Callable[..., GeneratorThread]) -> None:
+    factory: Callable[..., FactoryHandle], generator_threads: Callable[..., GeneratorThread]
+) -> None:
     f = factory(workers=1, max_spool_bytes=400_000, flush_ms=50)
     sp = f.spool_view()
     gen = generator_threads(f.endpoint, rate=50_000, duration=2.0, bucket=500)
@@ -257,8 +261,9 @@ def test_a_full_spool_turns_into_counted_generator_drops(
     np.testing.assert_array_equal(np.sort(ids), expected_ids(s))
 
 
-def test_file_workload_replays_ndjson_with_a_ddl_schema(factory: Callable[..., FactoryHandle],
-                                                        tmp_path: Path) -> None:
+def test_file_workload_replays_ndjson_with_a_ddl_schema(
+    factory: Callable[..., FactoryHandle], tmp_path: Path
+) -> None:
     src = tmp_path / "events.ndjson"
     lines = [{"name": f"item-{i}", "price": i * 0.5, "qty": i, "extra": "ignored"} for i in range(7)]
     src.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
@@ -269,8 +274,9 @@ def test_file_workload_replays_ndjson_with_a_ddl_schema(factory: Callable[..., F
     assert sp.stats()["deadletters_total"] == 0
     parts = [read_segment(seg.path) for seg in sp.segments("w0", -1, sp.latest()["w0"])]
     rows = [r for t in parts for r in t.select(["tuple_id", "name", "price", "qty"]).to_pylist()]
-    np.testing.assert_array_equal(np.sort([r["tuple_id"] for r in rows]),
-                                  expected_ids(s, sp.stats()["lost_in_transit"]))
+    np.testing.assert_array_equal(
+        np.sort([r["tuple_id"] for r in rows]), expected_ids(s, sp.stats()["lost_in_transit"])
+    )
     first = s["senders"][0]["first_tuple_id"]
     pool_rows = len(build_payloads(f"file:{src}", 100)) * 100
     for r in rows:  # every tuple is one line of the file; the first pool of buckets replays it in order

@@ -39,7 +39,8 @@ def _check_accounting(summary: dict) -> None:
 
 
 def test_achieved_rate_is_within_one_percent_at_a_sustainable_rate(
-        factory: Callable[..., FactoryHandle]) -> None:
+    factory: Callable[..., FactoryHandle],
+) -> None:
     f = factory(workers=1)
     s = run_generator(f.endpoint, rate=200_000, duration=2.0, bucket=1000)
     assert s["offered"] == 400_000
@@ -51,7 +52,8 @@ def test_achieved_rate_is_within_one_percent_at_a_sustainable_rate(
 
 
 def test_asking_far_more_than_it_can_offer_is_flagged_generator_bound(
-        factory: Callable[..., FactoryHandle]) -> None:
+    factory: Callable[..., FactoryHandle],
+) -> None:
     f = factory(workers=1)
     s = run_generator(f.endpoint, rate=2e9, duration=0.2, bucket=1000)
     assert s["generator_bound"] is True
@@ -62,9 +64,29 @@ def test_asking_far_more_than_it_can_offer_is_flagged_generator_bound(
 def test_generate_command_writes_the_summary(factory: Callable[..., FactoryHandle], tmp_path: Path) -> None:
     f = factory(workers=1)
     out = tmp_path / "run.json"
-    r = subprocess.run([sys.executable, "-m", "cloudprofiler.cli", "generate", "--endpoint", f.endpoint,
-                        "--rate", "20000", "--duration", "0.5", "--bucket", "500", "--sender-base", "4242",
-                        "--summary", str(out)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cloudprofiler.cli",
+            "generate",
+            "--endpoint",
+            f.endpoint,
+            "--rate",
+            "20000",
+            "--duration",
+            "0.5",
+            "--bucket",
+            "500",
+            "--sender-base",
+            "4242",
+            "--summary",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     s = orjson.loads(out.read_bytes())
     assert s["offered"] == 10_000 and s["senders"][0]["id"] == 4242
@@ -73,8 +95,23 @@ def test_generate_command_writes_the_summary(factory: Callable[..., FactoryHandl
 
 
 def test_bad_arguments_are_one_line_errors() -> None:
-    r = subprocess.run([sys.executable, "-m", "cloudprofiler.cli", "generate", "--rate", "100",
-                        "--duration", "1", "--workload", "tpch"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cloudprofiler.cli",
+            "generate",
+            "--rate",
+            "100",
+            "--duration",
+            "1",
+            "--workload",
+            "tpch",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "unknown workload" in r.stderr and "Traceback" not in r.stderr
     with pytest.raises(ValueError, match="rate"):
         run_generator("tcp://127.0.0.1:1", rate=0, duration=1)
@@ -82,8 +119,9 @@ def test_bad_arguments_are_one_line_errors() -> None:
         run_generator("tcp://127.0.0.1:1", rate=10, duration=1, sender_base=bk.MAX_SENDER + 1)
 
 
-def test_bad_or_busy_endpoints_are_clear_errors(factory: Callable[..., FactoryHandle],
-                                                tmp_path: Path) -> None:
+def test_bad_or_busy_endpoints_are_clear_errors(
+    factory: Callable[..., FactoryHandle], tmp_path: Path
+) -> None:
     with pytest.raises(ValueError, match="invalid endpoint"):
         run_generator("foo", rate=10, duration=1)
     f = factory(workers=1)

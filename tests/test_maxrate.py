@@ -26,8 +26,13 @@ CAPACITY = 10_000.0  # rows/s the throttled stage lets through; well below this 
 def throttled(spark: Any, tmp_path: Path) -> Iterator[Any]:
     """The cloudprofiler source -> YSB join -> a stage capped at CAPACITY rows/s -> the sink."""
     target, query = start_source_query(
-        spark, tmp_path / "q", transform=lambda ev: throttle(ysb_stateless(ev), CAPACITY, tmp_path / "thr"),
-        max_spool_bytes=32 << 20, bucket=500, handler="id")
+        spark,
+        tmp_path / "q",
+        transform=lambda ev: throttle(ysb_stateless(ev), CAPACITY, tmp_path / "thr"),
+        max_spool_bytes=32 << 20,
+        bucket=500,
+        handler="id",
+    )
     yield target
     query.stop()
 
@@ -35,9 +40,17 @@ def throttled(spark: Any, tmp_path: Path) -> Iterator[Any]:
 @pytest.mark.long
 @pytest.mark.timeout(400)
 def test_maxrate_finds_throttled_capacity(throttled: Any, tmp_path: Path) -> None:
-    result, trial, attempts = find_max_rate(throttled, method="bisect", start=CAPACITY * 0.9, tolerance=0.08,
-                                            duration=10.0, grace=None, retries=1, max_steps=10,
-                                            progress=print)
+    result, trial, attempts = find_max_rate(
+        throttled,
+        method="bisect",
+        start=CAPACITY * 0.9,
+        tolerance=0.08,
+        duration=10.0,
+        grace=None,
+        retries=1,
+        max_steps=10,
+        progress=print,
+    )
     print("grace", trial.grace, "landing", trial.landing_s)
     assert result.max_rate is not None, result.stopped_because
     assert abs(result.max_rate - CAPACITY) <= 0.10 * CAPACITY, (result.max_rate, result.stopped_because)
@@ -71,8 +84,13 @@ def test_sink_counter_attributes_by_sender(spark: Any, tmp_path: Path) -> None:
     stream = spark.readStream.schema("tuple_id long").parquet(str(tmp_path / "in"))
     from conftest import run_available_now
 
-    run_available_now(stream.repartition(2, F.shiftright("tuple_id", 39)), "cloudprofiler",
-                      str(tmp_path / "ck"), str(tmp_path / "sink"), options={"handler": "null"})
+    run_available_now(
+        stream.repartition(2, F.shiftright("tuple_id", 39)),
+        "cloudprofiler",
+        str(tmp_path / "ck"),
+        str(tmp_path / "sink"),
+        options={"handler": "null"},
+    )
     c = SinkCounter(tmp_path / "sink")
     c.poll()
     assert c.received({5}) == 300 and c.received({9}) == 200 and c.received({5, 9}) == 500

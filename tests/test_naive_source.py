@@ -22,8 +22,13 @@ def test_naive_source_delivers_every_tuple_once(spark: Any, tmp_path: Path) -> N
     state = tmp_path / "naive.json"
     df = spark.readStream.format("cp_naive_zmq").option("stateFile", str(state)).load()
     sink = tmp_path / "records"
-    query = (df.writeStream.format("cloudprofiler").option("path", str(sink)).option("handler", "id")
-             .option("checkpointLocation", str(tmp_path / "ck")).start())
+    query = (
+        df.writeStream.format("cloudprofiler")
+        .option("path", str(sink))
+        .option("handler", "id")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
     try:
         wait_for(lambda: state.exists() or not query.isActive, 60, "the naive reader to bind")
         endpoint = json.loads(state.read_text())["endpoint"]

@@ -141,7 +141,10 @@ def test_virtual_domain_across_processes(backend: str) -> None:
     v = parse_virtual(spec)
     child = subprocess.Popen(
         [sys.executable, "-c", _CHILD.format(mod=backend)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
     )
     try:
         before = mod.raw()
@@ -185,7 +188,9 @@ def test_make_virtual_rejects_non_integer_offset() -> None:
 def test_domain_id_is_stable_across_processes() -> None:
     out = subprocess.run(
         [sys.executable, "-c", "import native_tsc; print(native_tsc.domain_id())"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     assert out == native_tsc.domain_id() == native_tsc.host_domain_id()
     assert out.isprintable() and len(out) <= 64
@@ -194,7 +199,9 @@ def test_domain_id_is_stable_across_processes() -> None:
 def test_tsc_command_reports_backend() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "cloudprofiler.cli", "tsc", "--json"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     facts = orjson.loads(out)
     assert facts["backend"] == native_tsc.BACKEND

@@ -59,15 +59,28 @@ def netns():
             _ip("-n", name, "link", "set", "lo", "up")
         for side, net in (("a", 1), ("b", 2)):
             inner, outer = f"v{side}{tag}", f"m{side}{tag}"
-            _ip("link", "add", inner, "netns", ns[side], "type", "veth",
-                "peer", "name", outer, "netns", ns["m"])
+            _ip(
+                "link",
+                "add",
+                inner,
+                "netns",
+                ns[side],
+                "type",
+                "veth",
+                "peer",
+                "name",
+                outer,
+                "netns",
+                ns["m"],
+            )
             _ip("-n", ns[side], "addr", "add", f"10.201.{net}.2/24", "dev", inner)
             _ip("-n", ns["m"], "addr", "add", f"10.201.{net}.1/24", "dev", outer)
             _ip("-n", ns[side], "link", "set", inner, "up")
             _ip("-n", ns["m"], "link", "set", outer, "up")
             _ip("-n", ns[side], "route", "add", "default", "via", f"10.201.{net}.1")
-        subprocess.run(["ip", "netns", "exec", ns["m"], "sysctl", "-qw", "net.ipv4.ip_forward=1"],
-                       check=True, timeout=30)
+        subprocess.run(
+            ["ip", "netns", "exec", ns["m"], "sysctl", "-qw", "net.ipv4.ip_forward=1"], check=True, timeout=30
+        )
         yield ns
     finally:
         for name in created:
@@ -79,8 +92,12 @@ class _Procs:
         self.procs: list[subprocess.Popen] = []
 
     def start(self, ns: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
-        p = subprocess.Popen(["ip", "netns", "exec", ns, *args], env=dict(os.environ, **(env or {})),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        p = subprocess.Popen(
+            ["ip", "netns", "exec", ns, *args],
+            env=dict(os.environ, **(env or {})),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.procs.append(p)
         return p
 
@@ -97,9 +114,34 @@ class _Procs:
 
 
 def _sync_run(ns: str, phase: str, out: Path) -> None:
-    r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-m", "cloudprofiler.cli", "sync", "run",
-                        "--server", COORD, "--phase", phase, "--rounds", "100", "--out", str(out),
-                        "--expect", "2", "--wait", "60"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            sys.executable,
+            "-m",
+            "cloudprofiler.cli",
+            "sync",
+            "run",
+            "--server",
+            COORD,
+            "--phase",
+            phase,
+            "--rounds",
+            "100",
+            "--out",
+            str(out),
+            "--expect",
+            "2",
+            "--wait",
+            "60",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
 
 
@@ -109,13 +151,41 @@ def _run(ns: dict[str, str], delay_us: int, tmp: Path) -> dict:
     py = [sys.executable, "-m", "cloudprofiler.cli"]
     try:
         procs.start(ns["m"], [*py, "sync", "serve", "--bind", COORD])
-        procs.start(ns["m"], [sys.executable, str(HELPERS), "--listen", "10.201.1.1:7102",
-                              "--target", "10.201.2.2:7002", "--delay-us", str(delay_us)])
-        procs.start(ns["a"], [*py, "sync", "agent", "--server", COORD, "--probe-bind", "10.201.1.2",
-                              "--probe-port", "7001"], {"CP_TSC_VIRTUAL": A_V.spec()})
-        procs.start(ns["b"], [*py, "sync", "agent", "--server", COORD, "--probe-bind", "10.201.2.2",
-                              "--probe-port", "7002", "--advertise", "10.201.1.1:7102"],
-                    {"CP_TSC_VIRTUAL": B_V.spec()})
+        procs.start(
+            ns["m"],
+            [
+                sys.executable,
+                str(HELPERS),
+                "--listen",
+                "10.201.1.1:7102",
+                "--target",
+                "10.201.2.2:7002",
+                "--delay-us",
+                str(delay_us),
+            ],
+        )
+        procs.start(
+            ns["a"],
+            [*py, "sync", "agent", "--server", COORD, "--probe-bind", "10.201.1.2", "--probe-port", "7001"],
+            {"CP_TSC_VIRTUAL": A_V.spec()},
+        )
+        procs.start(
+            ns["b"],
+            [
+                *py,
+                "sync",
+                "agent",
+                "--server",
+                COORD,
+                "--probe-bind",
+                "10.201.2.2",
+                "--probe-port",
+                "7002",
+                "--advertise",
+                "10.201.1.1:7102",
+            ],
+            {"CP_TSC_VIRTUAL": B_V.spec()},
+        )
         sync = tmp / f"sync-{delay_us}"
         _sync_run(ns["m"], "before", sync)
         raw = native_tsc.clock.raw
@@ -139,15 +209,43 @@ def _run(ns: dict[str, str], delay_us: int, tmp: Path) -> dict:
     names = np.array([d.domain for d in doms])
     rec = tmp / f"records-{delay_us}"
     rec.mkdir()
-    pq.write_table(pa.table({"tuple_id": np.arange(n, dtype=np.int64), "cp_tsc_gen": ys,
-                             "cp_node_gen": names[si], "cp_tsc_sink": ye, "cp_node_sink": names[ei]}),
-                   rec / "part-0.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "tuple_id": np.arange(n, dtype=np.int64),
+                "cp_tsc_gen": ys,
+                "cp_node_gen": names[si],
+                "cp_tsc_sink": ye,
+                "cp_node_sink": names[ei],
+            }
+        ),
+        rec / "part-0.parquet",
+    )
     out = tmp / f"lat-{delay_us}.parquet"
-    assert main(["translate", "--records", str(rec), "--sync", str(sync), "--from", "gen", "--to", "sink",
-                 "--reference", A_V.domain, "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "translate",
+                "--records",
+                str(rec),
+                "--sync",
+                str(sync),
+                "--from",
+                "gen",
+                "--to",
+                "sink",
+                "--reference",
+                A_V.domain,
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     table, _ = read_sync(sync)
-    own = table.filter(pc.and_(pc.equal(table["initiator"], A_V.domain),
-                               pc.equal(table["responder"], B_V.domain)))
+    own = table.filter(
+        pc.and_(pc.equal(table["initiator"], A_V.domain), pc.equal(table["responder"], B_V.domain))
+    )
     rtt = pc.subtract(own["c_k"], own["c_i"]).to_numpy()
     phase = np.array(own["phase"].to_pylist())
     return {
@@ -177,10 +275,12 @@ def test_asymmetric_delay_widens_the_bound_and_it_holds(netns, tmp_path) -> None
     # microseconds high, hence the margins.
     widening = slow["e"] - base["e"]  # per phase
     assert np.all((half - 40e-6 * hz <= widening) & (widening <= half + 150e-6 * hz))
+
     # The MinRTT midpoint is off by about half the asymmetry, and the stated bound covers it.
     def s2(r, method):
-        sub = r["out"].filter(pc.and_(pc.equal(r["out"]["method"], method),
-                                      pc.equal(r["out"]["scenario"], "reference-node")))
+        sub = r["out"].filter(
+            pc.and_(pc.equal(r["out"]["method"], method), pc.equal(r["out"]["scenario"], "reference-node"))
+        )
         ids = np.array(sub["tuple_id"].to_pylist())
         return np.abs(sub["duration_cycles"].to_numpy() - r["truth"][ids]), sub["bound_cycles"].to_numpy()
 

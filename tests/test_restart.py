@@ -54,11 +54,29 @@ class GeneratorThread(threading.Thread):
         return self.summary
 
 
-def _driver(tmp_path: Path, spool: Path, trigger: str, progress: Path | None = None,
-            max_records: int | None = None) -> list[str]:
-    cmd = [sys.executable, DRIVER_JOB, "--master", "local[2]", "--checkpoint", str(tmp_path / "ckpt"),
-           "--out", str(tmp_path / "out"), "--trigger", trigger, "--interval", "1 second",
-           "--max-seconds", "150", "--opt", f"spool={spool}", "--opt", "factory=external"]
+def _driver(
+    tmp_path: Path, spool: Path, trigger: str, progress: Path | None = None, max_records: int | None = None
+) -> list[str]:
+    cmd = [
+        sys.executable,
+        DRIVER_JOB,
+        "--master",
+        "local[2]",
+        "--checkpoint",
+        str(tmp_path / "ckpt"),
+        "--out",
+        str(tmp_path / "out"),
+        "--trigger",
+        trigger,
+        "--interval",
+        "1 second",
+        "--max-seconds",
+        "150",
+        "--opt",
+        f"spool={spool}",
+        "--opt",
+        "factory=external",
+    ]
     if max_records is not None:
         cmd += ["--opt", f"maxRecordsPerTrigger={max_records}"]
     if progress is not None:
@@ -78,18 +96,28 @@ def test_driver_killed_hard_and_restarted(spark, tmp_path: Path, factory: Factor
     spool = Path(factory.spool)
     progress = tmp_path / "progress.json"
     # at most 2,000 rows a second: the first driver cannot finish before it is killed
-    driver = subprocess.Popen(_driver(tmp_path, spool, "processing", progress, 2000), start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    driver = subprocess.Popen(
+        _driver(tmp_path, spool, "processing", progress, 2000),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     gen = None
     try:
         # the driver's source must be running before tuples flow, so the kill lands mid-stream
-        wait_for(lambda: driver.poll() is not None or (spool / "_reader.json").exists(), 120,
-                 "the driver's stream reader to start")
+        wait_for(
+            lambda: driver.poll() is not None or (spool / "_reader.json").exists(),
+            120,
+            "the driver's stream reader to start",
+        )
         assert driver.poll() is None, "the driver exited early"
         gen = GeneratorThread(factory.endpoint, rate=30_000, duration=2.0)
         gen.start()
-        wait_for(lambda: driver.poll() is not None or _progress(progress)["batches"] >= 2, 120,
-                 "two micro-batches in the first driver")
+        wait_for(
+            lambda: driver.poll() is not None or _progress(progress)["batches"] >= 2,
+            120,
+            "two micro-batches in the first driver",
+        )
         assert driver.poll() is None, "the driver exited early"
     finally:
         # a hard crash of the driver: the Python driver, its JVM and the source runner, all at once
@@ -105,8 +133,13 @@ def test_driver_killed_hard_and_restarted(spark, tmp_path: Path, factory: Factor
     import cloudprofiler
 
     cloudprofiler.register(spark)
-    df = (spark.readStream.format("cloudprofiler").option("spool", str(spool)).option("factory", "external")
-          .load().select("tuple_id", "sender_id", "cp_tsc_source", "cp_node_source", "cp_node_factory"))
+    df = (
+        spark.readStream.format("cloudprofiler")
+        .option("spool", str(spool))
+        .option("factory", "external")
+        .load()
+        .select("tuple_id", "sender_id", "cp_tsc_source", "cp_node_source", "cp_node_factory")
+    )
     run_available_now(df, "parquet", str(tmp_path / "ckpt"), str(tmp_path / "out"))
     want, counts = expected_ids(summary, Spool(spool).stats())
     assert counts["offered"] == 60_000
@@ -121,13 +154,24 @@ def test_factory_worker_sigkilled_and_restarted(spark, tmp_path: Path, factory: 
     spool = Path(factory.spool)
 
     def source() -> Any:
-        return (spark.readStream.format("cloudprofiler").option("spool", str(spool))
-                .option("factory", "external").option("maxRecordsPerTrigger", "20000").load()
-                .select("tuple_id"))
+        return (
+            spark.readStream.format("cloudprofiler")
+            .option("spool", str(spool))
+            .option("factory", "external")
+            .option("maxRecordsPerTrigger", "20000")
+            .load()
+            .select("tuple_id")
+        )
 
     ckpt, out = str(tmp_path / "ckpt"), str(tmp_path / "out")
-    query = (source().writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
-             .trigger(processingTime="300 milliseconds").start())
+    query = (
+        source()
+        .writeStream.format("parquet")
+        .option("path", out)
+        .option("checkpointLocation", ckpt)
+        .trigger(processingTime="300 milliseconds")
+        .start()
+    )
     try:
         gen = GeneratorThread(factory.endpoint, rate=40_000, duration=3.0)
         gen.start()

@@ -128,8 +128,17 @@ def test_gap_detection_over_the_union_of_workers(tmp_path: Path) -> None:
     _publish(w1, [sent(1)])
     _publish(w1, [sent(5)])
     w0.record_rejected(*sent(4))
-    w0.record_eos({"sender_id": S, "first_tuple_id": FIRST, "next_tuple_id": FIRST + 100, "buckets_sent": 8,
-                   "emitted": 80, "dropped": 20, "dropped_ranges": [[FIRST + 40, 20]]})
+    w0.record_eos(
+        {
+            "sender_id": S,
+            "first_tuple_id": FIRST,
+            "next_tuple_id": FIRST + 100,
+            "buckets_sent": 8,
+            "emitted": 80,
+            "dropped": 20,
+            "dropped_ranges": [[FIRST + 40, 20]],
+        }
+    )
     st = Spool(tmp_path).stats()
     assert st["lost_buckets"] == {str(S): 3}
     assert st["lost_in_transit"] == {str(S): [[FIRST + 30, 10], [FIRST + 80, 20]]}
@@ -156,8 +165,9 @@ CRASH_POINTS = ["before_rename", "after_rename", "after_bucket_records", "torn_m
 
 
 @pytest.mark.parametrize("crash", CRASH_POINTS)
-def test_a_crash_at_any_step_of_publication_recovers_without_loss_or_duplicates(tmp_path: Path,
-                                                                                 crash: str) -> None:
+def test_a_crash_at_any_step_of_publication_recovers_without_loss_or_duplicates(
+    tmp_path: Path, crash: str
+) -> None:
     w = SegmentWriter(tmp_path, "w0")
     for seq in range(3):
         _publish(w, [_bucket(seq)])

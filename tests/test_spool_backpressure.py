@@ -48,13 +48,23 @@ def test_full_spool_with_no_admission_limit_does_not_stall(spark, tmp_path: Path
     cloudprofiler.register(spark)
     spool = tmp_path / "spool"
     bound = 3 << 20  # about 12k YSB rows: far less than the load below
-    df = (spark.readStream.format("cloudprofiler").option("endpoint", "tcp://127.0.0.1:0")
-          .option("spool", str(spool)).option("workers", "1").option("maxSpoolBytes", str(bound))
-          .load().select("tuple_id"))
+    df = (
+        spark.readStream.format("cloudprofiler")
+        .option("endpoint", "tcp://127.0.0.1:0")
+        .option("spool", str(spool))
+        .option("workers", "1")
+        .option("maxSpoolBytes", str(bound))
+        .load()
+        .select("tuple_id")
+    )
     out = tmp_path / "out"
-    query = (df.writeStream.format("parquet").option("path", str(out))
-             .option("checkpointLocation", str(tmp_path / "ckpt"))
-             .trigger(processingTime="200 milliseconds").start())
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
     try:
         state_file = spool / "_reader.json"
         wait_for(state_file.exists, 120, "the embedded factory to start")

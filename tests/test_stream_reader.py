@@ -56,8 +56,17 @@ def test_options_are_case_insensitive_and_defaulted() -> None:
 
 def test_schema_has_segment_columns_and_source_stamps() -> None:
     names = source_schema(ReaderOptions.parse({})).fieldNames()
-    for col in ("ad_id", "event_type", "event_time", "tuple_id", "sender_id", "cp_tsc_gen", "cp_node_gen",
-                "cp_tsc_factory", "cp_node_factory"):
+    for col in (
+        "ad_id",
+        "event_type",
+        "event_time",
+        "tuple_id",
+        "sender_id",
+        "cp_tsc_gen",
+        "cp_node_gen",
+        "cp_tsc_factory",
+        "cp_node_factory",
+    ):
         assert col in names
     assert names[-2:] == ["cp_tsc_source", "cp_node_source"]
     ddl = ReaderOptions.parse({"workload": "file:/data/x.ndjson", "schema": "name STRING, price DOUBLE"})
@@ -90,10 +99,24 @@ def test_bad_requests_are_rejected(raw: bytes) -> None:
         validate_request(raw)
 
 
-@given(st.one_of(st.binary(max_size=600), st.builds(orjson.dumps, st.dictionaries(
-    st.sampled_from(["op", "worker", "number", "x"]),
-    st.one_of(st.text(max_size=20), st.integers(-(2**63), 2**63 - 1), st.floats(), st.booleans(),
-              st.none())))))
+@given(
+    st.one_of(
+        st.binary(max_size=600),
+        st.builds(
+            orjson.dumps,
+            st.dictionaries(
+                st.sampled_from(["op", "worker", "number", "x"]),
+                st.one_of(
+                    st.text(max_size=20),
+                    st.integers(-(2**63), 2**63 - 1),
+                    st.floats(),
+                    st.booleans(),
+                    st.none(),
+                ),
+            ),
+        ),
+    )
+)
 @settings(max_examples=300, deadline=None)
 def test_request_parser_never_crashes(raw: bytes) -> None:
     try:
@@ -171,8 +194,12 @@ def test_server_bound_to_all_interfaces_advertises_the_given_host(tmp_path: Path
     p = root / "w0-0.arrow"
     _write_ipc(p, pa.table({"tuple_id": [1, 2, 3]}))
     ref = SegmentRef(str(p), 3, p.stat().st_size)
-    server = SegmentServer(lambda w, n: ref if (w, n) == ("w0", 0) else None, root,
-                           bind="tcp://0.0.0.0:0", advertise_host="127.0.0.1")
+    server = SegmentServer(
+        lambda w, n: ref if (w, n) == ("w0", 0) else None,
+        root,
+        bind="tcp://0.0.0.0:0",
+        advertise_host="127.0.0.1",
+    )
     try:
         assert server.bound.startswith("tcp://0.0.0.0:")
         assert server.endpoint == "tcp://127.0.0.1:" + server.bound.rsplit(":", 1)[1]
@@ -206,8 +233,9 @@ def _segment_table(first_id: int, n: int) -> pa.Table:
     cols = {f: pa.array([r[f] for r in rows], pa.string()) for f in rows[0]}
     ids = pa.array(range(first_id, first_id + n), pa.int64())
     cols.update(
-        event_time=pa.array([1_700_000_000_000_000 + i * 1000 for i in range(n)],
-                            pa.timestamp("us", tz="UTC")),
+        event_time=pa.array(
+            [1_700_000_000_000_000 + i * 1000 for i in range(n)], pa.timestamp("us", tz="UTC")
+        ),
         tuple_id=ids,
         sender_id=pa.array([0] * n, pa.int32()),
         cp_tsc_gen=ids,
@@ -251,8 +279,9 @@ def _source(spark, spool: Path, **options: str):
     import cloudprofiler
 
     cloudprofiler.register(spark)
-    reader = (spark.readStream.format("cloudprofiler").option("spool", str(spool))
-              .option("factory", "external"))
+    reader = (
+        spark.readStream.format("cloudprofiler").option("spool", str(spool)).option("factory", "external")
+    )
     for k, v in options.items():
         reader = reader.option(k, v)
     return reader.load()
@@ -297,8 +326,12 @@ def test_admission_control_admits_whole_segments_interleaved(spark, tmp_path: Pa
     ids = fill_spool(spool, {"w0": [10, 20, 10], "w1": [5, 5]})
     df = _source(spark, spool, maxRecordsPerTrigger="25", fetch="local")
     out = tmp_path / "out"
-    writer = (df.writeStream.format("parquet").option("checkpointLocation", str(tmp_path / "ckpt"))
-              .option("path", str(out)).trigger(availableNow=True))
+    writer = (
+        df.writeStream.format("parquet")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .option("path", str(out))
+        .trigger(availableNow=True)
+    )
     query = writer.start()
     await_query(query, 120)
     progress = [p for p in query.recentProgress if p["numInputRows"]]
@@ -335,13 +368,17 @@ def test_file_workload_with_a_ddl_schema(spark, tmp_path: Path) -> None:
     from cp_source.spool import Spool
 
     data = tmp_path / "events.ndjson"
-    data.write_text("".join(orjson.dumps({"name": f"item{i}", "price": i * 0.5, "qty": i}).decode() + "\n"
-                            for i in range(7)))
+    data.write_text(
+        "".join(
+            orjson.dumps({"name": f"item{i}", "price": i * 0.5, "qty": i}).decode() + "\n" for i in range(7)
+        )
+    )
     ddl = "name STRING, price DOUBLE, qty BIGINT"
     spool = tmp_path / "spool"
     with start_factory("tcp://127.0.0.1:0", spool, workers=1, workload="file", schema=ddl) as factory:
-        summary = run_generator(factory.endpoint, rate=5_000, duration=1.0, bucket=100,
-                                workload=f"file:{data}")
+        summary = run_generator(
+            factory.endpoint, rate=5_000, duration=1.0, bucket=100, workload=f"file:{data}"
+        )
         assert factory.wait_drained(30)
     df = _source(spark, spool, workload=f"file:{data}", schema=ddl)
     assert [f.simpleString() for f in df.schema.fields[:3]] == ["name:string", "price:double", "qty:bigint"]
@@ -364,8 +401,12 @@ def test_embedded_factory_on_a_busy_endpoint_names_the_option(spark, tmp_path: P
     holder.setsockopt(zmq.LINGER, 0)
     port = holder.bind_to_random_port("tcp://127.0.0.1")
     try:
-        df = (spark.readStream.format("cloudprofiler").option("endpoint", f"tcp://127.0.0.1:{port}")
-              .option("spool", str(tmp_path / "spool")).load())
+        df = (
+            spark.readStream.format("cloudprofiler")
+            .option("endpoint", f"tcp://127.0.0.1:{port}")
+            .option("spool", str(tmp_path / "spool"))
+            .load()
+        )
         with pytest.raises(Exception, match="option endpoint="):
             run_available_now(df, "parquet", str(tmp_path / "ckpt"), str(tmp_path / "out"), timeout=120)
     finally:

@@ -35,7 +35,9 @@ def cluster():
         subprocess.Popen(
             [sys.executable, "-m", "cloudprofiler.cli", "sync", "agent", "--server", coord.address],
             env=dict(os.environ, CP_TSC_VIRTUAL=v.spec()),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         for v in VIRTUAL
     ]
@@ -66,8 +68,27 @@ def _collect_events(seconds: float) -> np.ndarray:
 
 def test_three_virtual_domains_on_loopback(cluster, tmp_path, capsys) -> None:
     sync = tmp_path / "sync"
-    assert main(["sync", "run", "--server", cluster.address, "--phase", "before", "--rounds", "100",
-                 "--out", str(sync), "--expect", "3", "--wait", "60"]) == 0
+    assert (
+        main(
+            [
+                "sync",
+                "run",
+                "--server",
+                cluster.address,
+                "--phase",
+                "before",
+                "--rounds",
+                "100",
+                "--out",
+                str(sync),
+                "--expect",
+                "3",
+                "--wait",
+                "60",
+            ]
+        )
+        == 0
+    )
     assert "vnode-b" in capsys.readouterr().out
     agents = list_agents(cluster.address)
     assert sorted(a["domain"] for a in agents) == ["vnode-a", "vnode-b", "vnode-c"]
@@ -107,11 +128,39 @@ def test_three_virtual_domains_on_loopback(cluster, tmp_path, capsys) -> None:
     ids = np.arange(n, dtype=np.int64) + (7 << 40)
     rec = tmp_path / "records"
     rec.mkdir()
-    pq.write_table(pa.table({"tuple_id": ids, "cp_tsc_source": ys, "cp_node_source": names[si],
-                             "cp_tsc_sink": ye, "cp_node_sink": names[ei]}), rec / "part-0.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "tuple_id": ids,
+                "cp_tsc_source": ys,
+                "cp_node_source": names[si],
+                "cp_tsc_sink": ye,
+                "cp_node_sink": names[ei],
+            }
+        ),
+        rec / "part-0.parquet",
+    )
     out = tmp_path / "lat.parquet"
-    assert main(["translate", "--records", str(rec), "--sync", str(sync), "--from", "source", "--to", "sink",
-                 "--reference", ref.domain, "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "translate",
+                "--records",
+                str(rec),
+                "--sync",
+                str(sync),
+                "--from",
+                "source",
+                "--to",
+                "sink",
+                "--reference",
+                ref.domain,
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     got = pq.read_table(out)
     truth_by_id = dict(zip(ids.tolist(), truth.tolist(), strict=True))
     bounds = {}
@@ -137,8 +186,10 @@ def test_three_virtual_domains_on_loopback(cluster, tmp_path, capsys) -> None:
     assert np.all(bnd[scen == "reference"] < 0.01)
     # Scenario 1 costs 2 d/D e: below e whenever the duration is short next to the time between phases.
     ref_probes = table.filter(pc.equal(table["initiator"], ref.domain))
-    gap = (pc.min(ref_probes.filter(pc.equal(ref_probes["phase"], "after"))["c_i"]).as_py()
-           - pc.max(ref_probes.filter(pc.equal(ref_probes["phase"], "before"))["c_k"]).as_py())
+    gap = (
+        pc.min(ref_probes.filter(pc.equal(ref_probes["phase"], "after"))["c_i"]).as_py()
+        - pc.max(ref_probes.filter(pc.equal(ref_probes["phase"], "before"))["c_k"]).as_py()
+    )
     short = (scen == "same-node") & (np.abs(truth) < gap / 4)
     assert short.sum() > 50
     assert np.all(bnd[short] < e_min)
@@ -166,8 +217,20 @@ def test_sync_run_errors_are_one_line(tmp_path, capsys) -> None:
         rc = main(["sync", "run", "--server", coord.address, "--phase", "bad phase!", "--out", str(tmp_path)])
         assert rc == 2
         assert "invalid phase" in capsys.readouterr().err
-        rc = main(["sync", "run", "--server", coord.address, "--phase", "p", "--out", str(tmp_path),
-                   "--wait", "0.3"])
+        rc = main(
+            [
+                "sync",
+                "run",
+                "--server",
+                coord.address,
+                "--phase",
+                "p",
+                "--out",
+                str(tmp_path),
+                "--wait",
+                "0.3",
+            ]
+        )
         assert rc == 2
         assert "0 agents registered" in capsys.readouterr().err
 

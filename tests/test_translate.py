@@ -89,16 +89,18 @@ def test_two_point_bound_is_the_papers_formula() -> None:
     j = best["c_j"].to_numpy()
     tr = Translator(table, ref.domain)
     y = np.linspace(j[0], j[1], 50).astype(np.int64)
-    (res,) = tr.translate(np.full(50, ref.apply(T0)), np.array([ref.domain] * 50), y,
-                          np.array([x.domain] * 50), ("minrtt",))
+    (res,) = tr.translate(
+        np.full(50, ref.apply(T0)), np.array([ref.domain] * 50), y, np.array([x.domain] * 50), ("minrtt",)
+    )
     lam = (y[res.index] - j[0]) / (j[1] - j[0])
     paper_e = (1 - lam) * rel.e_before + lam * rel.e_after
     # The paper's e, plus the counter quantisation: one cycle for the probe stamps, one for the record's.
     assert np.all((res.bound - paper_e >= 0) & (res.bound - paper_e <= 2.01))
     # Scenario 1: 2 d/D e for a duration d on the non-reference node.
     d = np.array([10**6, 10**7, 10**8], dtype=np.int64)
-    (s1,) = tr.translate(np.full(3, j[0]), np.array([x.domain] * 3), j[0] + d, np.array([x.domain] * 3),
-                         ("minrtt",))
+    (s1,) = tr.translate(
+        np.full(3, j[0]), np.array([x.domain] * 3), j[0] + d, np.array([x.domain] * 3), ("minrtt",)
+    )
     paper_s1 = d * (rel.e_before + rel.e_after) / rel.span_src
     assert np.all(np.abs(s1.bound - paper_s1) <= 2 + 1e-6 * d)
     assert abs(rel.rate - (1 + 0) / (1 + float(x.skew_ppm) * 1e-6)) < 1e-6
@@ -114,8 +116,13 @@ def test_two_point_bound_is_the_papers_formula() -> None:
 def test_bounds_hold_for_any_skew_offset_and_asymmetry(skews, offsets, asym, seed) -> None:
     doms = [make_virtual(f"d{i}", s, o) for i, (s, o) in enumerate(zip(skews, offsets, strict=True))]
     rng = np.random.default_rng(seed)
-    table = synth_probes(doms, {"before": T0 - 10**8, "after": T0 + SPAN + 10**8}, 20, rng,
-                         fwd_cycles=(8_000 + asym, 30_000 + asym))
+    table = synth_probes(
+        doms,
+        {"before": T0 - 10**8, "after": T0 + SPAN + 10**8},
+        20,
+        rng,
+        fwd_cycles=(8_000 + asym, 30_000 + asym),
+    )
     _check_all(table, doms, rng, n=500)
 
 
@@ -132,8 +139,12 @@ def test_crossing_hull_lines_are_detected() -> None:
     # The two-point method cannot see it (two probes always fit a line): that is what the hull adds.
     fit_relation(bad, "node-b", "ref-node", "minrtt")
     tr = Translator(bad, "ref-node")
-    out = tr.translate(np.array([1, 2]), np.array(["node-b", "ref-node"]), np.array([3, 4]),
-                       np.array(["ref-node", "ref-node"]))
+    out = tr.translate(
+        np.array([1, 2]),
+        np.array(["node-b", "ref-node"]),
+        np.array([3, 4]),
+        np.array(["ref-node", "ref-node"]),
+    )
     hull = next(t for t in out if t.method == "hull")
     assert hull.index.tolist() == [1]  # the record that needs node-b gets no hull row, not a wrong one
     assert ("node-b", "ref-node", "hull") in tr.violations
@@ -144,8 +155,17 @@ def test_crossing_hull_lines_are_detected() -> None:
 def _records(tmp_path, rng, n=3000):
     ys, ds, ye, de, truth = _events(rng, DOMAINS, n)
     ids = np.arange(10_000, 10_000 + n, dtype=np.int64)
-    t = pa.table({"tuple_id": ids, "cp_tsc_gen": ys, "cp_node_gen": ds, "cp_tsc_sink": ye, "cp_node_sink": de,
-                  "batch_id": np.zeros(n, np.int64), "partition": np.zeros(n, np.int32)})
+    t = pa.table(
+        {
+            "tuple_id": ids,
+            "cp_tsc_gen": ys,
+            "cp_node_gen": ds,
+            "cp_tsc_sink": ye,
+            "cp_node_sink": de,
+            "batch_id": np.zeros(n, np.int64),
+            "partition": np.zeros(n, np.int32),
+        }
+    )
     rec = tmp_path / "records"
     # The sink's layout: one directory per published batch, staging and counts files beside.
     second = t.slice(n // 2)
@@ -155,8 +175,10 @@ def _records(tmp_path, rng, n=3000):
     for b, part in ((0, t.slice(0, n // 2)), (1, second)):
         (rec / f"batch={b}").mkdir(parents=True)
         pq.write_table(part.drop_columns(["batch_id"]), rec / f"batch={b}" / "records-0.parquet")
-        pq.write_table(pa.table({"partition": [0], "period": [1], "count": [5]}),
-                       rec / f"batch={b}" / "periods-0.parquet")  # not records: no tuple_id
+        pq.write_table(
+            pa.table({"partition": [0], "period": [1], "count": [5]}),
+            rec / f"batch={b}" / "periods-0.parquet",
+        )  # not records: no tuple_id
         pq.write_table(pa.table({"seen": [n]}), rec / f"batch={b}" / "_counts.parquet")
     (rec / "_staging").mkdir()
     pq.write_table(t.slice(0, 5), rec / "_staging" / "records-9.parquet")  # uncommitted: must be ignored
@@ -168,12 +190,34 @@ def test_translate_command_end_to_end(tmp_path, capsys) -> None:
     table = synth_probes(DOMAINS, {"before": T0 - 10**8, "after": T0 + SPAN + 10**8}, 40, rng)
     sync = tmp_path / "sync"
     for phase in ("before", "after"):
-        write_sync(sync, phase, [table.filter(pc.equal(table["phase"], phase))],
-                   {d.domain: 2.6e9 * d.rate() for d in DOMAINS})
+        write_sync(
+            sync,
+            phase,
+            [table.filter(pc.equal(table["phase"], phase))],
+            {d.domain: 2.6e9 * d.rate() for d in DOMAINS},
+        )
     truth = _records(tmp_path, rng)
     out, png = tmp_path / "lat.parquet", tmp_path / "lat.png"
-    rc = main(["translate", "--records", str(tmp_path / "records"), "--sync", str(sync), "--from", "gen",
-               "--to", "sink", "--reference", "ref-node", "--out", str(out), "--plot", str(png), "--compare"])
+    rc = main(
+        [
+            "translate",
+            "--records",
+            str(tmp_path / "records"),
+            "--sync",
+            str(sync),
+            "--from",
+            "gen",
+            "--to",
+            "sink",
+            "--reference",
+            "ref-node",
+            "--out",
+            str(out),
+            "--plot",
+            str(png),
+            "--compare",
+        ]
+    )
     assert rc == 0
     got = pq.read_table(out)
     stdout = capsys.readouterr().out
@@ -191,21 +235,57 @@ def test_translate_command_end_to_end(tmp_path, capsys) -> None:
     f, source = reference_hz(synced, "ref-node", hz)
     ns = got["duration_ns"].to_numpy()
     assert np.allclose(ns, got["duration_cycles"].to_numpy() * 1e9 / f)
-    assert set(got.column_names) >= {"tuple_id", "duration_cycles", "bound_cycles", "duration_ns", "bound_ns",
-                                     "scenario", "method", "from_point", "to_point", "reference"}
+    assert set(got.column_names) >= {
+        "tuple_id",
+        "duration_cycles",
+        "bound_cycles",
+        "duration_ns",
+        "bound_ns",
+        "scenario",
+        "method",
+        "from_point",
+        "to_point",
+        "reference",
+    }
 
 
 def test_translate_command_errors_are_one_line(tmp_path, capsys) -> None:
     rng = np.random.default_rng(1)
     _records(tmp_path, rng, 10)
-    rc = main(["translate", "--records", str(tmp_path / "records"), "--sync", str(tmp_path / "nosync"),
-               "--from", "gen", "--to", "sink", "--out", str(tmp_path / "o.parquet")])
+    rc = main(
+        [
+            "translate",
+            "--records",
+            str(tmp_path / "records"),
+            "--sync",
+            str(tmp_path / "nosync"),
+            "--from",
+            "gen",
+            "--to",
+            "sink",
+            "--out",
+            str(tmp_path / "o.parquet"),
+        ]
+    )
     assert rc == 2
     err = capsys.readouterr().err
     assert "sync directory" in err and len(err.strip().splitlines()) == 1
     table = synth_probes(DOMAINS[:2], {"before": T0}, 5, rng)
     write_sync(tmp_path / "s1", "before", [table], {})
-    rc = main(["translate", "--records", str(tmp_path / "records"), "--sync", str(tmp_path / "s1"),
-               "--from", "gen", "--to", "factory", "--out", str(tmp_path / "o.parquet")])
+    rc = main(
+        [
+            "translate",
+            "--records",
+            str(tmp_path / "records"),
+            "--sync",
+            str(tmp_path / "s1"),
+            "--from",
+            "gen",
+            "--to",
+            "factory",
+            "--out",
+            str(tmp_path / "o.parquet"),
+        ]
+    )
     assert rc == 2
     assert "cp_tsc_factory" in capsys.readouterr().err

@@ -43,21 +43,44 @@ def test_ysb_rows_use_the_campaigns_ads_and_the_ysb_enums() -> None:
 
 def test_ysb_segment_schema_matches_what_spark_declares() -> None:
     s = wl.ysb_schema()
-    assert s.names == [*wl.YSB_FIELDS, "event_time", "tuple_id", "sender_id", "cp_tsc_gen", "cp_node_gen",
-                       "cp_tsc_factory", "cp_node_factory"]
+    assert s.names == [
+        *wl.YSB_FIELDS,
+        "event_time",
+        "tuple_id",
+        "sender_id",
+        "cp_tsc_gen",
+        "cp_node_gen",
+        "cp_tsc_factory",
+        "cp_node_factory",
+    ]
     assert s.field("event_time").type == pa.timestamp("us", tz="UTC")
     assert s.field("tuple_id").type == pa.int64() and s.field("sender_id").type == pa.int32()
     assert s.field("cp_tsc_gen").type == pa.int64() and s.field("cp_node_factory").type == pa.string()
 
 
 def test_parse_ddl() -> None:
-    s = wl.parse_ddl("name STRING, `price` DOUBLE, qty INT, big BIGINT, ok BOOLEAN, ts TIMESTAMP, d DATE, "
-                     "c VARCHAR(10) NOT NULL")
+    s = wl.parse_ddl(
+        "name STRING, `price` DOUBLE, qty INT, big BIGINT, ok BOOLEAN, ts TIMESTAMP, d DATE, "
+        "c VARCHAR(10) NOT NULL"
+    )
     assert s.names == ["name", "price", "qty", "big", "ok", "ts", "d", "c"]
-    assert [f.type for f in s] == [pa.string(), pa.float64(), pa.int32(), pa.int64(), pa.bool_(),
-                                   pa.timestamp("us", tz="UTC"), pa.date32(), pa.string()]
-    for bad, msg in [("", "empty"), ("name", "cannot parse"), ("a MAP", "unsupported"),
-                     ("tuple_id BIGINT", "reserved"), ("a INT, a INT", "duplicate")]:
+    assert [f.type for f in s] == [
+        pa.string(),
+        pa.float64(),
+        pa.int32(),
+        pa.int64(),
+        pa.bool_(),
+        pa.timestamp("us", tz="UTC"),
+        pa.date32(),
+        pa.string(),
+    ]
+    for bad, msg in [
+        ("", "empty"),
+        ("name", "cannot parse"),
+        ("a MAP", "unsupported"),
+        ("tuple_id BIGINT", "reserved"),
+        ("a INT, a INT", "duplicate"),
+    ]:
         with pytest.raises(ValueError, match=msg):
             wl.parse_ddl(bad)
 
