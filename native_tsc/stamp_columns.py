@@ -1,0 +1,51 @@
+"""Names of stamp columns: the one place that spells ``cp_tsc_<point>`` and ``cp_node_<point>``.
+
+A stamp point ``p`` adds two columns to a table: ``cp_tsc_p`` (int64 TSC
+reading) and ``cp_node_p`` (the TSC domain id the reading belongs to). Every
+package that writes or reads stamps builds the names here, so the generator,
+factory, reader, sink and translation cannot disagree on them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+TSC_PREFIX = "cp_tsc_"
+NODE_PREFIX = "cp_node_"
+_POINT_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
+# Points the product stamps itself, in pipeline order.
+GEN, FACTORY, SOURCE, SINK = "gen", "factory", "source", "sink"
+
+
+def check_point(point: str) -> str:
+    """A stamp point name: lower case letters, digits and underscores, starting with a letter."""
+    if not isinstance(point, str) or not _POINT_RE.match(point):
+        raise ValueError(f"invalid stamp point name {point!r}: use [a-z][a-z0-9_]*, at most 32 characters")
+    return point
+
+
+def tsc_column(point: str) -> str:
+    """``cp_tsc_<point>``: the int64 TSC column of a stamp point."""
+    return TSC_PREFIX + check_point(point)
+
+
+def node_column(point: str) -> str:
+    """``cp_node_<point>``: the TSC domain id column of a stamp point."""
+    return NODE_PREFIX + check_point(point)
+
+
+def stamp_columns(point: str) -> tuple[str, str]:
+    """The (TSC, domain id) column names of a stamp point."""
+    return tsc_column(point), node_column(point)
+
+
+def is_stamp_column(name: str) -> bool:
+    """True for ``cp_tsc_<point>`` and ``cp_node_<point>`` columns."""
+    return name.startswith(TSC_PREFIX) or name.startswith(NODE_PREFIX)
+
+
+def stamp_points(names: Iterable[str]) -> list[str]:
+    """The points whose TSC column is among ``names``, in the order the columns appear."""
+    return [n[len(TSC_PREFIX) :] for n in names if n.startswith(TSC_PREFIX)]
