@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 import native_tsc
-from native_tsc import _tsc, tsc_fallback
+from native_tsc import tsc_python
 
 
 def bare() -> None:
@@ -38,8 +38,7 @@ def main() -> None:
 
     g = {
         "now": native_tsc.now,
-        "raw": _tsc.raw,
-        "fallback_now": tsc_fallback.now,
+        "python_now": tsc_python.now,
         "bare": bare,
         "perf_counter_ns": time.perf_counter_ns,
         "monotonic_ns": time.monotonic_ns,
@@ -50,7 +49,7 @@ def main() -> None:
         f"native_tsc.now() ({native_tsc.BACKEND})": "now()",
         "time.perf_counter_ns()": "perf_counter_ns()",
         "time.monotonic_ns()": "monotonic_ns()",
-        "tsc_fallback.now()": "fallback_now()",
+        "tsc_python.now()": "python_now()",
     }
     ns = {name: measure(stmt, g, args.number, args.repeat) for name, stmt in rows.items()}
     now_key = f"native_tsc.now() ({native_tsc.BACKEND})"

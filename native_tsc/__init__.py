@@ -2,8 +2,13 @@
 
 ``now()`` reads the TSC through a C extension (rdtscp on x86-64,
 CNTVCT_EL0 on arm64). Where the extension is missing, or with
-``CP_TSC_BACKEND=fallback``, a pure-Python backend with the same API counts
-CLOCK_MONOTONIC_RAW nanoseconds instead; ``info()["backend"]`` says which.
+``CP_TSC_BACKEND=fallback``, its pure-Python twin ``tsc_python`` (the same
+``backend_api.ClockBackend`` API) counts CLOCK_MONOTONIC_RAW nanoseconds
+instead; ``info()["backend"]`` says which.
+
+``raw()`` and ``transform(raw)`` expose the untransformed counter and this
+process's virtual transform, for code that stamps raw values elsewhere (the C
+probe loops, wrapped by ``native_tsc.probe_loops``).
 
 ``CP_TSC_VIRTUAL="<domain-id>:<skew-ppm>:<offset-cycles>"`` gives the process
 a virtual TSC domain (a testing and simulation feature, see
@@ -14,16 +19,17 @@ from __future__ import annotations
 
 import os
 import warnings
-from types import ModuleType
+from decimal import Decimal
 from typing import Any
 
+from native_tsc.backend_api import ClockBackend
 from native_tsc.clock import Clock, apply_env
 from native_tsc.domain import ENV_VIRTUAL, VirtualDomain, host_domain_id, parse_virtual
 
 ENV_BACKEND = "CP_TSC_BACKEND"
 
 
-def _load_backend() -> ModuleType:
+def _load_backend() -> ClockBackend:
     choice = os.environ.get(ENV_BACKEND, "auto")
     if choice not in ("auto", "native", "fallback"):
         raise ValueError(f"invalid {ENV_BACKEND}={choice!r}: expected auto, native or fallback")
@@ -40,9 +46,9 @@ def _load_backend() -> ModuleType:
                 RuntimeWarning,
                 stacklevel=2,
             )
-    from native_tsc import tsc_fallback
+    from native_tsc import tsc_python
 
-    return tsc_fallback
+    return tsc_python
 
 
 clock = Clock(_load_backend())
@@ -52,6 +58,8 @@ BACKEND: str = clock.name
 now = clock.now
 now_cpu = clock.now_cpu
 clock_pair = clock.clock_pair
+raw = clock.raw
+transform = clock.transform
 
 
 def info() -> dict[str, Any]:
@@ -69,7 +77,7 @@ def frequency_hz() -> float:
     return clock.frequency_hz()
 
 
-def set_virtual(domain: str, skew_ppm: float | str, offset: int) -> VirtualDomain:
+def set_virtual(domain: str, skew_ppm: float | str | Decimal, offset: int) -> VirtualDomain:
     """Give this process a virtual TSC domain (testing and simulation only)."""
     return clock.set_virtual(domain, skew_ppm, offset)
 
@@ -83,6 +91,7 @@ __all__ = [
     "BACKEND",
     "ENV_VIRTUAL",
     "Clock",
+    "ClockBackend",
     "VirtualDomain",
     "clear_virtual",
     "clock",
@@ -94,5 +103,7 @@ __all__ = [
     "now",
     "now_cpu",
     "parse_virtual",
+    "raw",
     "set_virtual",
+    "transform",
 ]

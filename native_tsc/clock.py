@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import time
-from types import ModuleType
+from decimal import Decimal
 from typing import Any
 
+from native_tsc.backend_api import ClockBackend
 from native_tsc.domain import ENV_VIRTUAL, VirtualDomain, host_domain_id, make_virtual, parse_virtual
 
 _NS = 1_000_000_000
+NATIVE_BACKENDS = ("rdtscp", "lfence-rdtsc", "cntvct")  # names the C extension reports
 
 
 def _cpuinfo_flags() -> set[str]:
@@ -33,21 +35,22 @@ def _clocksource() -> str | None:
 
 
 class Clock:
-    """Timestamp reads and facts about one backend (the C extension or the fallback)."""
+    """Timestamp reads and facts about one backend (the C extension or its pure-Python twin)."""
 
-    def __init__(self, backend: ModuleType) -> None:
+    def __init__(self, backend: ClockBackend) -> None:
         self.backend = backend
         self.name: str = backend.BACKEND
         self.now = backend.now
         self.now_cpu = backend.now_cpu
         self.clock_pair = backend.clock_pair
         self.raw = backend.raw
+        self.transform = backend.transform
         self._virtual: VirtualDomain | None = None
         self._real_hz: float | None = None
         self._hz_source = ""
 
     # -- virtual domains -------------------------------------------------
-    def set_virtual(self, domain: str, skew_ppm: float | str, offset: int) -> VirtualDomain:
+    def set_virtual(self, domain: str, skew_ppm: float | str | Decimal, offset: int) -> VirtualDomain:
         """Make every read in this process ``offset + (1 + skew_ppm*1e-6) * tsc`` under ``domain``.
 
         A testing and simulation feature: it lets one machine stand in for
@@ -72,13 +75,23 @@ class Clock:
         """The virtual domain in force, if any."""
         return self._virtual
 
+    def transform_params(self) -> tuple[bool, int, int]:
+        """(virtual_on, skew_e12, offset) of the transform in force, for code that stamps in C."""
+        v = self._virtual
+        return (False, 0, 0) if v is None else (True, v.skew_e12, v.offset)
+
+    @property
+    def is_native(self) -> bool:
+        """True when the backend reads the CPU counter (the C extension), not CLOCK_MONOTONIC_RAW."""
+        return self.name in NATIVE_BACKENDS
+
     def domain_id(self) -> str:
         """The TSC domain id of the readings ``now()`` returns."""
         if self._virtual is not None:
             return self._virtual.domain
         base = host_domain_id()
-        # The fallback counts nanoseconds, a different counter from the TSC.
-        return base if self.name in ("rdtscp", "lfence-rdtsc", "cntvct") else base + ".mono"
+        # The pure-Python twin counts nanoseconds, a different counter from the TSC.
+        return base if self.is_native else base + ".mono"
 
     # -- frequency -------------------------------------------------------
     def calibrate(self, seconds: float = 0.05) -> float:

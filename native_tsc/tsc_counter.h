@@ -17,7 +17,7 @@
 #elif defined(__aarch64__)
 #define CP_ARM64 1
 #else
-#error "native_tsc supports x86-64 and arm64; use native_tsc.tsc_fallback elsewhere"
+#error "native_tsc supports x86-64 and arm64; use native_tsc.tsc_python elsewhere"
 #endif
 
 static const __int128 CP_E12 = (__int128)1000000000000LL;

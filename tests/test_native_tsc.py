@@ -12,11 +12,11 @@ import orjson
 import pytest
 
 import native_tsc
-from native_tsc import _tsc, tsc_fallback
+from native_tsc import _tsc, tsc_python
 from native_tsc.clock import Clock
 from native_tsc.domain import make_virtual, parse_virtual
 
-BACKENDS = [pytest.param(_tsc, id="native"), pytest.param(tsc_fallback, id="fallback")]
+BACKENDS = [pytest.param(_tsc, id="native"), pytest.param(tsc_python, id="fallback")]
 HAS_RDTSCP = "rdtscp" in Path("/proc/cpuinfo").read_text().split()
 
 
@@ -86,7 +86,7 @@ def test_info_fields(clock: Clock) -> None:
     if clock.backend is _tsc and HAS_RDTSCP:
         assert info["invariant_tsc_cpuid"] in (True, False)
         assert info["domain_id"] == native_tsc.host_domain_id()
-    if clock.backend is tsc_fallback:
+    if clock.backend is tsc_python:
         # A nanosecond counter is not the TSC: it must not claim the TSC's domain.
         assert info["domain_id"] != native_tsc.host_domain_id()
         assert info["frequency_hz"] == 1e9
@@ -122,6 +122,22 @@ def test_virtual_domain_in_process(clock: Clock) -> None:
     assert clock.virtual() is None
 
 
+def test_public_transform_and_raw_follow_the_virtual_domain() -> None:
+    try:
+        v = native_tsc.set_virtual("nodeT", "-42.5", 7 * 10**12)
+        for raw in (0, 1, 10**12 + 3, 2**55 + 17):
+            assert native_tsc.transform(raw) == v.apply(raw)
+        a = native_tsc.raw()
+        t = native_tsc.now()
+        b = native_tsc.raw()
+        assert v.apply(a) <= t <= v.apply(b)
+        assert native_tsc.clock.transform_params() == (True, v.skew_e12, v.offset)
+    finally:
+        native_tsc.clear_virtual()
+    assert native_tsc.transform(12345) == 12345
+    assert native_tsc.clock.transform_params() == (False, 0, 0)
+
+
 _CHILD = """
 import sys, native_tsc
 from native_tsc import {mod} as backend
@@ -131,13 +147,13 @@ print(t, native_tsc.domain_id(), native_tsc.BACKEND, flush=True)
 """
 
 
-@pytest.mark.parametrize("backend", ["_tsc", "tsc_fallback"])
+@pytest.mark.parametrize("backend", ["_tsc", "tsc_python"])
 def test_virtual_domain_across_processes(backend: str) -> None:
     spec = "nodeC:-87.5:3000000000000"
     env = dict(os.environ, CP_TSC_VIRTUAL=spec)
-    if backend == "tsc_fallback":
+    if backend == "tsc_python":
         env["CP_TSC_BACKEND"] = "fallback"
-    mod = _tsc if backend == "_tsc" else tsc_fallback
+    mod = _tsc if backend == "_tsc" else tsc_python
     v = parse_virtual(spec)
     child = subprocess.Popen(
         [sys.executable, "-c", _CHILD.format(mod=backend)],

@@ -1,8 +1,9 @@
-"""Pure-Python backend with the same API as the C extension ``native_tsc._tsc``.
+"""The pure-Python twin of the C clock backend: the same API (``native_tsc.backend_api.ClockBackend``).
 
 It counts CLOCK_MONOTONIC_RAW nanoseconds, so its "TSC" runs at exactly
 1 GHz. It is used where the extension cannot be built or when
-``CP_TSC_BACKEND=fallback`` is set.
+``CP_TSC_BACKEND=fallback`` is set; its backend name stays
+``fallback-monotonic-raw``.
 """
 
 from __future__ import annotations
