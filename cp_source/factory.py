@@ -28,7 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ import native_tsc
 from cp_source import bucket as bk
 from cp_source.deadletter import DeadLetterWriter, read_dead_letters
 from cp_source.spool import SegmentWriter, Spool, spool_bytes
+from cp_source.spool_ledger import WorkerState
 from cp_source.workloads import Workload, resolve
 
 HWM = 4  # worker-side queues: small, so a full spool turns into backpressure quickly
@@ -296,7 +297,7 @@ class FactoryWorker:
 
     # -- main loop ----------------------------------------------------------------------------
     def run(self) -> None:
-        ctx = zmq.Context.instance()
+        ctx: zmq.SyncContext = zmq.Context.instance()
         sock = ctx.socket(zmq.PULL)
         sock.setsockopt(zmq.RCVHWM, HWM)
         sock.setsockopt(zmq.LINGER, 0)
@@ -509,28 +510,25 @@ class FactoryHandle:
                 raise TimeoutError(f"factory worker w{i} not ready after {timeout:.0f}s")
             time.sleep(0.02)
 
-    def wait_drained(self, timeout: float = 30.0, quiet: float = 0.5) -> bool:
-        """True once every worker has published all it received and received nothing for ``quiet`` s.
+    def wait_drained(
+        self, timeout: float = 30.0, quiet: float = 0.5, senders: Iterable[int] | None = None
+    ) -> bool:
+        """True once every worker runs and has published all it received (see ``Spool.drained``).
 
         Only worker reports written at least ``quiet`` s after this call began count, so a message
         already on its way when the call began is either received (and waited for) or not pending.
+        With ``senders``, their end-of-stream must have arrived too.
         """
         deadline = time.monotonic() + timeout
         since = time.time() + quiet
+        view = self.spool_view()
         while time.monotonic() < deadline:
-            ok = True
-            for i, p in enumerate(self._procs):
-                s = self._worker_stats(i)
-                ok = (
-                    ok
-                    and p.poll() is None
-                    and s.get("pid") == p.pid
-                    and s.get("pending_rows") == 0
-                    and not s.get("paused")
-                    and s.get("updated_wall", 0) >= since
-                    and s.get("updated_wall", 0) - s.get("last_recv_wall", 0) >= quiet
-                )
-            if ok:
+            states = view.worker_states()
+            ours = all(
+                p.poll() is None and states.get(f"w{i}", WorkerState(f"w{i}")).pid == p.pid
+                for i, p in enumerate(self._procs)
+            )
+            if ours and view.drained(senders, quiet, since_wall=since):
                 return True
             time.sleep(0.05)
         return False

@@ -92,9 +92,9 @@ def run(args: argparse.Namespace) -> int:
                 return 1
             st = view.stats()
             print(
-                f"rows {st['rows']:,}  segments {sum(n + 1 for n in st['latest'].values())}  "
-                f"spool {st['used_bytes'] / 2**20:,.1f} MiB  dead letters {st['deadletters_total']}  "
-                f"lost in transit {st['lost_in_transit_total']}",
+                f"rows {st.rows:,}  segments {sum(n + 1 for n in st.latest.values())}  "
+                f"spool {st.used_bytes / 2**20:,.1f} MiB  dead letters {st.deadletters_total}  "
+                f"lost in transit {st.lost_in_transit_total}",
                 flush=True,
             )
     finally:

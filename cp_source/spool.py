@@ -29,6 +29,7 @@ import fcntl
 import os
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -37,12 +38,19 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from cp_source.bucket import merge_ranges
+from cp_source.spool_ledger import (
+    REC_BYTES,
+    REC_FIELDS,
+    SpoolStats,
+    WorkerState,
+    read_end_of_stream,
+    read_ledger,
+    read_records,
+    workers_drained,
+)
 
 SEG_RE = re.compile(r"^seg-(\d{12})\.arrow$")
 WORKER_RE = re.compile(r"^w(\d+)$")
-REC_FIELDS = 5  # segment, sender, seq, first_id, count
-REC_BYTES = REC_FIELDS * 8
 META_KEY = b"cp_segment"
 
 
@@ -83,35 +91,13 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _read_records(path: Path) -> np.ndarray:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return np.empty((0, REC_FIELDS), dtype=np.int64)
-    usable = len(raw) - len(raw) % REC_BYTES  # a record cut by a crash is ignored
-    return np.frombuffer(raw[:usable], dtype="<i8").reshape(-1, REC_FIELDS)
-
-
-def _read_ndjson(path: Path) -> list[dict[str, Any]]:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in raw.split(b"\n"):
-        if line:
-            with contextlib.suppress(orjson.JSONDecodeError):
-                out.append(orjson.loads(line))
-    return out
-
-
 def _read_offsets(path: Path) -> dict[str, int]:
     with contextlib.suppress(FileNotFoundError, orjson.JSONDecodeError):
         return {str(k): int(v) for k, v in orjson.loads(path.read_bytes()).items()}
     return {}
 
 
-def spool_bytes(root: str | os.PathLike) -> int:
+def spool_bytes(root: str | os.PathLike[str]) -> int:
     """Bytes of segments no micro-batch has taken yet (the quantity the spool bound limits).
 
     Segments the reader has already put into a micro-batch do not count: Spark
@@ -122,7 +108,7 @@ def spool_bytes(root: str | os.PathLike) -> int:
     planned = _read_offsets(Path(root) / "planned.json")
     total = 0
     with contextlib.suppress(FileNotFoundError):
-        for wd in os.scandir(root):
+        for wd in os.scandir(os.fspath(root)):
             if wd.is_dir() and WORKER_RE.match(wd.name):
                 taken = planned.get(wd.name, -1)
                 with contextlib.suppress(FileNotFoundError):
@@ -182,7 +168,7 @@ class SegmentWriter:
             if line:
                 last = max(last, int(orjson.loads(line)["number"]))
         recs_path = self.dir / "buckets.bin"
-        recs = _read_records(recs_path)
+        recs = read_records(recs_path)
         keep = int(np.searchsorted(recs[:, 0], last, side="right")) if len(recs) else 0
         if recs_path.exists() and recs_path.stat().st_size != keep * REC_BYTES:
             with open(recs_path, "r+b") as f:
@@ -212,7 +198,7 @@ class SegmentWriter:
     def max_seq_by_sender(self) -> dict[int, int]:
         """Highest bucket seq per sender already published or rejected here (replay protection)."""
         out: dict[int, int] = {}
-        for recs in (_read_records(self.dir / "buckets.bin"), _read_records(self.dir / "rejected.bin")):
+        for recs in (read_records(self.dir / "buckets.bin"), read_records(self.dir / "rejected.bin")):
             for sender, seq in zip(recs[:, 1].tolist(), recs[:, 2].tolist(), strict=True):
                 if seq > out.get(sender, -1):
                     out[sender] = seq
@@ -324,9 +310,7 @@ class Spool:
     def committed(self) -> dict[str, int]:
         """Committed offsets per worker (-1 when nothing was committed)."""
         out = {w: -1 for w in self.workers()}
-        with contextlib.suppress(FileNotFoundError):
-            saved = orjson.loads((self.root / "committed.json").read_bytes())
-            out.update({k: int(v) for k, v in saved.items()})
+        out.update(_read_offsets(self.root / "committed.json"))  # an empty or torn file reads as none
         return out
 
     def planned(self) -> dict[str, int]:
@@ -374,86 +358,33 @@ class Spool:
     def used_bytes(self) -> int:
         return spool_bytes(self.root)
 
-    def stats(self) -> dict[str, Any]:
-        """Counters over all workers, with per-sender gap detection over the union of their buckets.
+    def stats(self) -> SpoolStats:
+        """The ledger over all workers: published, rejected, dropped and lost tuples per sender.
 
-        ``lost_in_transit`` lists, per sender that sent end-of-stream, the exact tuple-id ranges
-        ([first_id, count]) that were neither published, rejected, nor dropped by the generator.
-        Senders without end-of-stream are reported under ``open_senders`` with their seq gaps so far.
+        ``lost_in_transit`` lists, per sender whose end-of-stream arrived, the exact
+        tuple-id ranges that were neither published, rejected, nor dropped by the
+        generator. Senders without end-of-stream are in ``open_senders`` with their
+        seq gaps so far.
         """
         workers = self.workers()
-        recs = [_read_records(self.root / w / "buckets.bin") for w in workers]
-        rej = [_read_records(self.root / w / "rejected.bin") for w in workers]
-        pub = np.concatenate(recs) if recs else np.empty((0, REC_FIELDS), np.int64)
-        bad = np.concatenate(rej) if rej else np.empty((0, REC_FIELDS), np.int64)
-        eos: dict[int, dict[str, Any]] = {}
-        for w in workers:
-            for d in _read_ndjson(self.root / w / "eos.ndjson"):
-                eos[int(d["sender_id"])] = d
-        dead: dict[str, int] = {}
-        per_worker = {}
-        for w in workers:
-            try:
-                s = orjson.loads((self.root / w / "stats.json").read_bytes())
-            except (FileNotFoundError, orjson.JSONDecodeError):
-                s = {}
-            per_worker[w] = s
-            for k, v in s.get("deadletters", {}).items():
-                dead[k] = dead.get(k, 0) + int(v)
-        senders = sorted(set(pub[:, 1].tolist()) | set(bad[:, 1].tolist()) | set(eos))
-        lost: dict[str, list[list[int]]] = {}
-        lost_buckets: dict[str, int] = {}
-        duplicates: dict[str, int] = {}
-        open_senders: dict[str, dict[str, int]] = {}
-        for s in senders:
-            mine = pub[pub[:, 1] == s]
-            theirs = bad[bad[:, 1] == s]
-            seqs = np.concatenate([mine[:, 2], theirs[:, 2]])
-            uniq = np.unique(seqs)
-            if len(uniq) != len(seqs):
-                duplicates[str(s)] = int(len(seqs) - len(uniq))
-            if s in eos:
-                e = eos[s]
-                sent = int(e["buckets_sent"])
-                lost_buckets[str(s)] = int(sent - np.count_nonzero(uniq < sent))
-                got = np.concatenate([mine[:, 3:5], theirs[:, 3:5]]).tolist()
-                covered = [[int(a), int(c)] for a, c in got]
-                covered += [list(r) for r in e["dropped_ranges"]]
-                lost[str(s)] = _complement(int(e["first_tuple_id"]), int(e["next_tuple_id"]), covered)
-            else:
-                top = int(uniq[-1]) + 1 if len(uniq) else 0
-                open_senders[str(s)] = {"seq_seen_max": top - 1, "seq_gaps": int(top - len(uniq))}
-        return {
-            "workers": workers,
-            "buckets": int(len(pub)),
-            "rows": int(pub[:, 4].sum()) if len(pub) else 0,
-            "rejected_buckets": int(len(bad)),
-            "rejected_ranges": merge_ranges([[int(a), int(c)] for a, c in bad[:, 3:5].tolist()]),
-            "deadletters": dead,
-            "deadletters_total": int(sum(dead.values())),
-            "lost_in_transit": lost,
-            "lost_in_transit_total": int(sum(c for r in lost.values() for _, c in r)),
-            "lost_buckets": lost_buckets,
-            "duplicate_buckets": duplicates,
-            "end_of_stream": {str(k): v for k, v in eos.items()},
-            "open_senders": open_senders,
-            "per_worker": per_worker,
-            "used_bytes": self.used_bytes(),
-            "committed": self.committed(),
-            "latest": self.latest(),
-        }
+        return read_ledger(self.root, workers, self.used_bytes(), self.committed(), self.latest())
 
+    def worker_states(self) -> dict[str, WorkerState]:
+        """Each worker's last report, without reading the bucket records (cheap enough to poll)."""
+        return {w: WorkerState.read(self.root, w) for w in self.workers()}
 
-def _complement(lo: int, hi: int, covered: list[list[int]]) -> list[list[int]]:
-    """Ranges [first, count] of [lo, hi) not covered by ``covered``."""
-    out = []
-    pos = lo
-    for a, c in merge_ranges(covered):
-        if a > pos:
-            out.append([pos, min(a, hi) - pos])
-        pos = max(pos, a + c)
-        if pos >= hi:
-            break
-    if pos < hi:
-        out.append([pos, hi - pos])
-    return [r for r in out if r[1] > 0]
+    def drained(
+        self, senders: Iterable[int] | None = None, quiet_s: float = 0.5, since_wall: float | None = None
+    ) -> bool:
+        """True once every given sender's end-of-stream arrived and every worker has published all it
+        received: live (reported within the last second), nothing pending, not paused, and quiet for
+        ``quiet_s`` before its report. ``since_wall``: only reports written after it count.
+
+        The one definition of "the factory has drained"; a dead worker is never drained.
+        """
+        states = self.worker_states()
+        if senders is not None:
+            eos = read_end_of_stream(self.root, states)
+            if any(int(s) not in eos for s in senders):
+                return False
+        return workers_drained(states.values(), quiet_s, since_wall)

@@ -32,11 +32,13 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from cp_source.reader_state import clear_reader_state, write_reader_state
+from native_tsc.stamp_columns import SOURCE, node_column, tsc_column
+
 FETCH_MODES = ("auto", "local", "network")
 FACTORY_MODES = ("embedded", "external")
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5555"
 SERVER_STATS_FILE = "_segment_server.json"
-READER_STATE_FILE = "_reader.json"
 
 KNOWN_OPTIONS = {
     "endpoint",
@@ -159,7 +161,7 @@ class ReaderOptions:
 
 # ---- the ingest core (workloads, spool, factory) as this reader uses it ---------------------------
 def source_schema(opts: ReaderOptions) -> StructType:
-    """The reader's output: the workload's segment columns plus ``cp_tsc_source`` and ``cp_node_source``."""
+    """The reader's output: the workload's segment columns plus the ``source`` stamp columns."""
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import LongType, StringType, StructField
 
@@ -167,7 +169,7 @@ def source_schema(opts: ReaderOptions) -> StructType:
 
     seg = resolve(opts.workload, opts.schema_ddl).schema
     fields = list(from_arrow_schema(seg).fields)
-    fields += [StructField("cp_tsc_source", LongType()), StructField("cp_node_source", StringType())]
+    fields += [StructField(tsc_column(SOURCE), LongType()), StructField(node_column(SOURCE), StringType())]
     return StructType(fields)
 
 
@@ -292,19 +294,13 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return state
 
     def _publish_state(self, state: dict[str, Any]) -> None:
-        """Write where the factory and segment server listen, for tools and tests (``_reader.json``)."""
-        import orjson
-
-        info = {
-            "pid": os.getpid(),
-            "factory": self.opts.factory,
-            "factory_endpoint": getattr(state["factory"], "endpoint", self.opts.endpoint),
-            "segment_server": state["server"].endpoint if state["server"] is not None else None,
-        }
-        path = Path(self.opts.spool) / READER_STATE_FILE
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(orjson.dumps(info))
-        os.replace(tmp, path)
+        """Record where the factory and segment server listen, for tools and tests (``_reader.json``)."""
+        state["reader_state"] = write_reader_state(
+            self.opts.spool,
+            factory=self.opts.factory,
+            factory_endpoint=getattr(state["factory"], "endpoint", self.opts.endpoint),
+            segment_server=state["server"].endpoint if state["server"] is not None else None,
+        )
 
     def _workers(self, *offsets: Mapping[str, int] | None) -> list[str]:
         spool = self._driver()["spool"]
@@ -401,6 +397,8 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             state["server"].stop()
         if state.get("factory") is not None:
             state["factory"].stop()
+        if state.get("reader_state") is not None:
+            clear_reader_state(self.opts.spool, state["reader_state"])
 
     # ---- executor side -----------------------------------------------------------------------
     def read(self, partition: SegmentRange) -> Iterator[Any]:  # type: ignore[override]
@@ -440,7 +438,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                     # One stamp per batch: the moment these rows are handed to Spark on this executor.
                     tsc = pa.repeat(pa.scalar(native_tsc.now(), pa.int64()), n)
                     cols = [*batch.columns, tsc, pa.repeat(node, n)]
-                    names = [*batch.schema.names, "cp_tsc_source", "cp_node_source"]
+                    names = [*batch.schema.names, tsc_column(SOURCE), node_column(SOURCE)]
                     out = pa.RecordBatch.from_arrays(cols, names=names)
                     yield out.select(target.names).cast(target)
         finally:

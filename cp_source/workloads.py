@@ -9,8 +9,8 @@
 
 Every segment carries, after the workload's fields, ``event_time`` (Spark
 TimestampType, i.e. Arrow ``timestamp[us, UTC]``, at millisecond precision),
-``tuple_id`` (int64), ``sender_id`` (int32) and the stamp columns
-``cp_tsc_gen``, ``cp_node_gen``, ``cp_tsc_factory``, ``cp_node_factory``.
+``tuple_id`` (int64), ``sender_id`` (int32) and the stamp columns of the
+``gen`` and ``factory`` points (see ``native_tsc.stamp_columns``).
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from pathlib import Path
 import orjson
 import pyarrow as pa
 
+from native_tsc.stamp_columns import FACTORY, GEN, SOURCE, node_column, stamp_columns, tsc_column
+
 AD_TYPES = ("banner", "modal", "sponsored-search", "mail", "mobile")
 EVENT_TYPES = ("view", "click", "purchase")
 YSB_FIELDS = ("user_id", "page_id", "ad_id", "ad_type", "event_type", "ip_address")
@@ -36,12 +38,12 @@ META_FIELDS = [
     EVENT_TIME,
     pa.field("tuple_id", pa.int64()),
     pa.field("sender_id", pa.int32()),
-    pa.field("cp_tsc_gen", pa.int64()),
-    pa.field("cp_node_gen", pa.string()),
-    pa.field("cp_tsc_factory", pa.int64()),
-    pa.field("cp_node_factory", pa.string()),
+    pa.field(tsc_column(GEN), pa.int64()),
+    pa.field(node_column(GEN), pa.string()),
+    pa.field(tsc_column(FACTORY), pa.int64()),
+    pa.field(node_column(FACTORY), pa.string()),
 ]
-RESERVED = {f.name for f in META_FIELDS} | {"cp_tsc_source", "cp_node_source"}
+RESERVED = {f.name for f in META_FIELDS} | set(stamp_columns(SOURCE))
 
 
 def ysb_fields() -> pa.Schema:

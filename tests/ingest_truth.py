@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from cp_source.spool import Spool
+from cp_source.spool_ledger import SpoolStats
+
+
+def spool_drained(spool: Path | str, summary: dict[str, Any]) -> bool:
+    """Every sender of a generator run has ended its stream and the factory has published everything."""
+    return Spool(spool).drained({int(s["id"]) for s in summary["senders"]})
 
 
 def _ranges_mask(lo: int, hi: int, ranges: list[list[int]]) -> np.ndarray:
@@ -19,10 +26,13 @@ def _ranges_mask(lo: int, hi: int, ranges: list[list[int]]) -> np.ndarray:
     return mask
 
 
-def expected_ids(summary: dict[str, Any], stats: dict[str, Any]) -> tuple[np.ndarray, dict[str, int]]:
+def expected_ids(
+    summary: dict[str, Any], stats: SpoolStats | None = None
+) -> tuple[np.ndarray, dict[str, int]]:
     """Offered ids minus generator drops, factory lost-in-transit and rejected ranges; and the counts.
 
-    ``summary`` is run_generator's result, ``stats`` the spool's ``Spool.stats()``.
+    ``summary`` is run_generator's result, ``stats`` the spool's ``Spool.stats()`` (None: no loss
+    or rejection counted).
     """
     keep_parts = []
     counts = {"offered": 0, "dropped": 0, "lost": 0, "rejected": 0}
@@ -30,8 +40,8 @@ def expected_ids(summary: dict[str, Any], stats: dict[str, Any]) -> tuple[np.nda
         lo, hi = int(s["first_tuple_id"]), int(s["next_tuple_id"])
         ids = np.arange(lo, hi, dtype=np.int64)
         dropped = _ranges_mask(lo, hi, s["dropped_ranges"])
-        lost = _ranges_mask(lo, hi, stats["lost_in_transit"].get(str(s["id"]), []))
-        rejected = _ranges_mask(lo, hi, stats["rejected_ranges"])
+        lost = _ranges_mask(lo, hi, stats.lost_in_transit.get(int(s["id"]), []) if stats else [])
+        rejected = _ranges_mask(lo, hi, stats.rejected_ranges if stats else [])
         assert not (dropped & lost).any(), "an id counted both as dropped and as lost"
         counts["offered"] += hi - lo
         counts["dropped"] += int(dropped.sum())
@@ -40,23 +50,6 @@ def expected_ids(summary: dict[str, Any], stats: dict[str, Any]) -> tuple[np.nda
         keep_parts.append(ids[~(dropped | lost | rejected)])
     assert counts["dropped"] == summary["dropped"]
     return np.sort(np.concatenate(keep_parts)) if keep_parts else np.empty(0, np.int64), counts
-
-
-def spool_drained(spool: Path | str, summary: dict[str, Any], quiet: float = 0.5) -> bool:
-    """True once every sender's end-of-stream arrived and every worker has published all it holds."""
-    from cp_source.spool import Spool
-
-    stats = Spool(spool).stats()
-    if {str(s["id"]) for s in summary["senders"]} - set(stats["end_of_stream"]):
-        return False
-    for w in stats["per_worker"].values():
-        if w.get("pending_rows") != 0 or w.get("paused"):
-            return False
-        if time.time() - w.get("updated_wall", 0) > 1.0:  # a dead worker stops updating
-            return False
-        if w.get("updated_wall", 0) - w.get("last_recv_wall", 0) < quiet:
-            return False
-    return True
 
 
 def output_ids(spark: Any, path: Path | str) -> np.ndarray:

@@ -174,15 +174,15 @@ def test_every_bad_message_is_counted_and_dead_lettered_and_every_good_one_deliv
         n_bad = sum(kind != "good" for kind, _, _ in stream)
         sp = Spool(d)
         st_ = sp.stats()
-        assert st_["deadletters_total"] == n_bad
-        assert set(st_["deadletters"]) <= set(bk.REASONS)
+        assert st_.deadletters_total == n_bad
+        assert set(st_.deadletters) <= set(bk.REASONS)
         letters = list(read_dead_letters(Path(d) / "w0" / "deadletter.bin"))
         assert len(letters) == n_bad
         got = []
         for seg in sp.segments("w0", -1, sp.latest()["w0"]):
             got += read_segment(seg.path).select(list(YSB_FIELDS)).to_pylist()
         assert got == good
-        assert st_["rows"] == len(good)
+        assert st_.rows == len(good)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any
 
-import orjson
 from conftest import wait_for
 from ingest_truth import assert_exactly_once, expected_ids, output_ids, spool_drained
 
+from cloudprofiler import wait_for_factory
+from cloudprofiler.spark_local import source_end_offset
 from cp_source.generator import run_generator
 from cp_source.spool import Spool
-
-
-def end_offset(query: Any) -> dict[str, int] | None:
-    """The end offset of the query's last finished batch."""
-    prog = query.lastProgress
-    if not prog or not prog["sources"]:
-        return None
-    end = prog["sources"][0]["endOffset"]
-    return json.loads(end) if isinstance(end, str) else end
 
 
 def _pid_alive(pid: int) -> bool:
@@ -55,17 +45,15 @@ def test_embedded_factory_run_is_exactly_once(spark, tmp_path: Path) -> None:
         .start()
     )
     try:
-        state_file = spool / "_reader.json"
-        wait_for(state_file.exists, 120, "the embedded factory to start")
-        state = orjson.loads(state_file.read_bytes())
-        assert state["factory"] == "embedded" and state["factory_endpoint"].startswith("tcp://127.0.0.1:")
-        summary = run_generator(state["factory_endpoint"], rate=40_000, duration=3.0, senders=2, bucket=500)
+        state = wait_for_factory(str(spool), query)
+        assert state.factory == "embedded" and state.factory_endpoint.startswith("tcp://127.0.0.1:")
+        summary = run_generator(state.factory_endpoint, rate=40_000, duration=3.0, senders=2, bucket=500)
         assert summary["eos_delivered"]
         wait_for(lambda: spool_drained(spool, summary), 60, "the factory to publish everything")
         latest = Spool(spool).latest()
-        wait_for(lambda: end_offset(query) == latest, 120, f"the query to reach {latest}")
+        wait_for(lambda: source_end_offset(query) == latest, 120, f"the query to reach {latest}")
         assert query.exception() is None
-        worker_pids = [w["pid"] for w in Spool(spool).stats()["per_worker"].values()]
+        worker_pids = [w.pid for w in Spool(spool).worker_states().values()]
     finally:
         query.stop()
     # stop() of the reader stopped the embedded factory's worker processes
@@ -74,7 +62,7 @@ def test_embedded_factory_run_is_exactly_once(spark, tmp_path: Path) -> None:
     stats = Spool(spool).stats()
     want, counts = expected_ids(summary, stats)
     assert counts["offered"] == summary["offered"] == 120_000
-    assert counts["rejected"] == 0 and stats["deadletters_total"] == 0
+    assert counts["rejected"] == 0 and stats.deadletters_total == 0
     got = output_ids(spark, out)
     assert_exactly_once(got, want)
     assert len(got) == summary["emitted"] - counts["lost"]

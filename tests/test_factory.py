@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 import zmq
 from conftest import wait_for
+from ingest_truth import expected_ids
 
 from cp_source import bucket as bk
 from cp_source.deadletter import read_dead_letters
@@ -36,24 +37,6 @@ def spool_ids(spool: Spool, commit: bool = False) -> np.ndarray:
     if commit:
         spool.commit(latest)
     return np.concatenate(parts)
-
-
-def ranges_to_ids(ranges: list[list[int]]) -> np.ndarray:
-    if not ranges:
-        return np.empty(0, dtype=np.int64)
-    return np.concatenate([np.arange(a, a + c, dtype=np.int64) for a, c in ranges])
-
-
-def expected_ids(summary: dict[str, Any], lost: dict[str, list[list[int]]] | None = None) -> np.ndarray:
-    """Every id the generator assigned, minus those it dropped and those the factory counted as lost."""
-    keep = []
-    for s in summary["senders"]:
-        all_ids = np.arange(s["first_tuple_id"], s["next_tuple_id"], dtype=np.int64)
-        gone = np.concatenate(
-            [ranges_to_ids(s["dropped_ranges"]), ranges_to_ids((lost or {}).get(str(s["id"]), []))]
-        )
-        keep.append(np.setdiff1d(all_ids, gone, assume_unique=False))
-    return np.sort(np.concatenate(keep))
 
 
 @pytest.fixture
@@ -118,10 +101,10 @@ def test_every_emitted_id_arrives_exactly_once(factory: Callable[..., FactoryHan
     st = sp.stats()
     ids = spool_ids(sp)
     assert len(ids) == len(np.unique(ids))  # no duplicates
-    np.testing.assert_array_equal(np.sort(ids), expected_ids(s, st["lost_in_transit"]))
-    assert st["lost_in_transit_total"] == 0 and st["deadletters_total"] == 0
-    assert st["rows"] == s["emitted"] == len(ids)
-    assert set(st["end_of_stream"]) == {str(x["id"]) for x in s["senders"]}
+    np.testing.assert_array_equal(np.sort(ids), expected_ids(s, st)[0])
+    assert st.lost_in_transit_total == 0 and st.deadletters_total == 0
+    assert st.rows == s["emitted"] == len(ids)
+    assert set(st.end_of_stream) == {int(x["id"]) for x in s["senders"]}
     # both workers took part, and the stamp columns are filled
     assert all(n >= 0 for n in sp.latest().values()) and len(sp.latest()) == 2
     seg = read_segment(sp.segments("w1", -1, 0)[0].path)
@@ -148,15 +131,15 @@ def test_sigkill_of_a_worker_then_restart_loses_exactly_the_counted_gap(
     ids = spool_ids(sp)
     assert len(ids) == len(np.unique(ids))
     # delivered == emitted - dropped - lost in transit, and the loss is exactly the reported ranges
-    np.testing.assert_array_equal(np.sort(ids), expected_ids(s, st["lost_in_transit"]))
-    sender = str(s["senders"][0]["id"])
-    assert st["lost_in_transit_total"] == sum(c for _, c in st["lost_in_transit"][sender])
-    assert st["lost_buckets"][sender] * 500 == st["lost_in_transit_total"]
+    np.testing.assert_array_equal(np.sort(ids), expected_ids(s, st)[0])
+    sender = int(s["senders"][0]["id"])
+    assert st.lost_in_transit_total == sum(c for _, c in st.lost_in_transit[sender])
+    assert st.lost_buckets[sender] * 500 == st.lost_in_transit_total
     # the restarted worker continued its numbering after its last published segment, and published more
     lines = [orjson.loads(x) for x in (Path(f.spool) / "w0" / "manifest.ndjson").read_bytes().splitlines()]
     assert [d["number"] for d in lines] == list(range(len(lines)))
     assert sp.latest()["w0"] > before
-    assert st["per_worker"]["w0"]["restarts"] == 1
+    assert st.per_worker["w0"].counters["restarts"] == 1
 
 
 def _send(sock: zmq.Socket, frames: list[bytes]) -> None:
@@ -222,14 +205,14 @@ def test_malformed_input_is_counted_and_dead_lettered_while_good_data_flows(
     assert f.wait_drained(30)
     sp = f.spool_view()
     st = sp.stats()
-    assert st["deadletters"] == expected
+    assert st.deadletters == expected
     ids = spool_ids(sp)
     np.testing.assert_array_equal(np.sort(ids), np.array(good_ids, dtype=np.int64))
     # buckets with a valid header but a bad payload are rejected ranges, not loss in transit
-    assert st["lost_in_transit"] == {str(sender): []}
+    assert st.lost_in_transit == {sender: []}
     # rejected with a trusted header: both count mismatches, both bad JSON, the length mismatch, the
     # oversized payload and both frame-count errors (their header was valid)
-    assert st["rejected_buckets"] == 8
+    assert st.rejected_buckets == 8
     letters = list(read_dead_letters(Path(f.spool) / "w0" / "deadletter.bin"))
     assert len(letters) == sum(expected.values())
     by_reason: dict[str, int] = {}
@@ -256,9 +239,9 @@ def test_a_full_spool_turns_into_counted_generator_drops(
     ids = np.concatenate(got)
     assert s["dropped"] > 0 and s["eos_delivered"]
     st = sp.stats()
-    assert st["lost_in_transit_total"] == 0
+    assert st.lost_in_transit_total == 0
     assert len(ids) == len(np.unique(ids)) == s["emitted"]
-    np.testing.assert_array_equal(np.sort(ids), expected_ids(s))
+    np.testing.assert_array_equal(np.sort(ids), expected_ids(s)[0])
 
 
 def test_file_workload_replays_ndjson_with_a_ddl_schema(
@@ -271,12 +254,10 @@ def test_file_workload_replays_ndjson_with_a_ddl_schema(
     s = run_generator(f.endpoint, rate=5000, duration=1.0, bucket=100, workload=f"file:{src}")
     assert f.wait_drained(30)
     sp = f.spool_view()
-    assert sp.stats()["deadletters_total"] == 0
+    assert sp.stats().deadletters_total == 0
     parts = [read_segment(seg.path) for seg in sp.segments("w0", -1, sp.latest()["w0"])]
     rows = [r for t in parts for r in t.select(["tuple_id", "name", "price", "qty"]).to_pylist()]
-    np.testing.assert_array_equal(
-        np.sort([r["tuple_id"] for r in rows]), expected_ids(s, sp.stats()["lost_in_transit"])
-    )
+    np.testing.assert_array_equal(np.sort([r["tuple_id"] for r in rows]), expected_ids(s, sp.stats())[0])
     first = s["senders"][0]["first_tuple_id"]
     pool_rows = len(build_payloads(f"file:{src}", 100)) * 100
     for r in rows:  # every tuple is one line of the file; the first pool of buckets replays it in order

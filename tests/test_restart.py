@@ -19,6 +19,7 @@ from ingest_truth import assert_exactly_once, expected_ids, output_ids, spool_dr
 
 from cp_source.factory import FactoryHandle, start_factory
 from cp_source.generator import run_generator
+from cp_source.reader_state import live_reader_state
 from cp_source.spool import Spool
 
 
@@ -106,7 +107,7 @@ def test_driver_killed_hard_and_restarted(spark, tmp_path: Path, factory: Factor
     try:
         # the driver's source must be running before tuples flow, so the kill lands mid-stream
         wait_for(
-            lambda: driver.poll() is not None or (spool / "_reader.json").exists(),
+            lambda: driver.poll() is not None or live_reader_state(spool) is not None,
             120,
             "the driver's stream reader to start",
         )
@@ -192,6 +193,6 @@ def test_factory_worker_sigkilled_and_restarted(spark, tmp_path: Path, factory: 
     want, counts = expected_ids(summary, stats)
     assert counts["offered"] == 120_000 and counts["rejected"] == 0
     # whatever the killed worker held is lost in transit, counted with its exact id ranges
-    assert stats["lost_in_transit_total"] == counts["lost"]
+    assert stats.lost_in_transit_total == counts["lost"]
     assert counts["offered"] - counts["dropped"] - counts["lost"] == len(want)
     assert_exactly_once(output_ids(spark, out), want)

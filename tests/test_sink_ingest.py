@@ -6,13 +6,10 @@ still hold each delivered tuple id exactly once.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -22,17 +19,11 @@ from ingest_truth import assert_exactly_once, expected_ids, spool_drained
 from cp_sink import read_counts, read_records, total_seen
 
 
-def _end_offset(query: Any) -> dict[str, int] | None:
-    prog = query.lastProgress
-    if not prog or not prog["sources"]:
-        return None
-    end = prog["sources"][0]["endOffset"]
-    return json.loads(end) if isinstance(end, str) else end
-
-
 @pytest.mark.long
 def test_ingest_to_sink_exactly_once_with_a_task_retry(spark, tmp_path: Path) -> None:
     import cloudprofiler
+    from cloudprofiler import wait_for_factory
+    from cloudprofiler.spark_local import source_end_offset
     from cp_source.generator import run_generator
     from cp_source.spool import Spool
 
@@ -77,14 +68,12 @@ def test_ingest_to_sink_exactly_once_with_a_task_retry(spark, tmp_path: Path) ->
         .start()
     )
     try:
-        state_file = spool / "_reader.json"
-        wait_for(state_file.exists, 120, "the embedded factory to start")
-        state = orjson.loads(state_file.read_bytes())
-        summary = run_generator(state["factory_endpoint"], rate=30_000, duration=3.0, senders=1, bucket=500)
+        state = wait_for_factory(str(spool), query)
+        summary = run_generator(state.factory_endpoint, rate=30_000, duration=3.0, senders=1, bucket=500)
         assert summary["eos_delivered"]
         wait_for(lambda: spool_drained(spool, summary), 60, "the factory to publish everything")
         latest = Spool(spool).latest()
-        wait_for(lambda: _end_offset(query) == latest, 120, f"the query to reach {latest}")
+        wait_for(lambda: source_end_offset(query) == latest, 120, f"the query to reach {latest}")
         assert query.exception() is None
     finally:
         query.stop()

@@ -19,23 +19,20 @@ from ingest_truth import assert_exactly_once, expected_ids
 
 from cp_sink import read_records, total_seen
 from cp_sink.records import published_batches
+from cp_source.reader_state import live_reader_state
 
 DRIVER = textwrap.dedent(
     """
     import sys
-    from pyspark.sql import SparkSession
-    import cloudprofiler
+    from cloudprofiler.spark_local import local_session
+    from native_tsc.stamp_columns import FACTORY, SOURCE, node_column, tsc_column
 
     out, checkpoint, spool, mode = sys.argv[1:5]
-    spark = (SparkSession.builder.master("local[2]").appName("sink-ingest-restart")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.driver.memory", "1g").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    cloudprofiler.register(spark)
+    spark = local_session("sink-ingest-restart", conf={"spark.driver.memory": "1g"})
     reader = spark.readStream.format("cloudprofiler").option("spool", spool).option("factory", "external")
     if mode == "run":  # small batches, so the kill lands mid-stream; the restart takes the rest at once
         reader = reader.option("maxRecordsPerTrigger", "4000")
-    df = reader.load().select("tuple_id", "cp_tsc_factory", "cp_tsc_source", "cp_node_source")
+    df = reader.load().select("tuple_id", tsc_column(FACTORY), tsc_column(SOURCE), node_column(SOURCE))
     w = (df.writeStream.format("cloudprofiler").option("path", out).option("checkpointLocation", checkpoint))
     trigger = {"availableNow": True} if mode == "finish" else {"processingTime": "300 milliseconds"}
     q = w.trigger(**trigger).start()
@@ -90,7 +87,7 @@ def test_ingest_into_sink_killed_and_restarted(tmp_path: Path, factory: Any) -> 
     gen = threading.Thread(target=generate, name="generator", daemon=True)
     try:
         wait_for(
-            lambda: driver.poll() is not None or (Path(factory.spool) / "_reader.json").exists(),
+            lambda: driver.poll() is not None or live_reader_state(factory.spool) is not None,
             120,
             "the driver's reader to start",
         )

@@ -111,7 +111,7 @@ def test_restart_removes_tmp_repairs_torn_appends_and_adopts_renamed_segments(tm
     _publish(w, [_bucket(3)])
     assert sp.latest() == {"w0": 3}
     st = sp.stats()
-    assert st["buckets"] == 4 and st["rows"] == 40 and st["duplicate_buckets"] == {}
+    assert st.buckets == 4 and st.rows == 40 and st.duplicate_buckets == {}
     assert w.max_seq_by_sender() == {S: 3}
     w.close()
 
@@ -140,16 +140,16 @@ def test_gap_detection_over_the_union_of_workers(tmp_path: Path) -> None:
         }
     )
     st = Spool(tmp_path).stats()
-    assert st["lost_buckets"] == {str(S): 3}
-    assert st["lost_in_transit"] == {str(S): [[FIRST + 30, 10], [FIRST + 80, 20]]}
-    assert st["lost_in_transit_total"] == 30
-    assert st["rejected_ranges"] == [[FIRST + 60, 10]]
-    assert st["buckets"] == 4 and st["rows"] == 40
-    assert st["end_of_stream"][str(S)]["emitted"] == 80
+    assert st.lost_buckets == {S: 3}
+    assert st.lost_in_transit == {S: [[FIRST + 30, 10], [FIRST + 80, 20]]}
+    assert st.lost_in_transit_total == 30
+    assert st.rejected_ranges == [[FIRST + 60, 10]]
+    assert st.buckets == 4 and st.rows == 40
+    assert st.end_of_stream[S]["emitted"] == 80
     # a sender without end-of-stream is open: only its seq gaps so far are known
     w1.record_rejected(9, 3, bk.tuple_id(9, 30), 10)
     st = Spool(tmp_path).stats()
-    assert st["open_senders"] == {"9": {"seq_seen_max": 3, "seq_gaps": 3}}
+    assert st.open_senders == {9: {"seq_seen_max": 3, "seq_gaps": 3}}
     w0.close()
     w1.close()
 
@@ -189,7 +189,7 @@ def test_a_crash_at_any_step_of_publication_recovers_without_loss_or_duplicates(
     sp = Spool(tmp_path)
     assert sp.latest() == {"w0": published - 1}
     st = sp.stats()
-    assert st["duplicate_buckets"] == {} and st["buckets"] == published and st["rows"] == 10 * published
+    assert st.duplicate_buckets == {} and st.buckets == published and st.rows == 10 * published
     _publish(w, [_bucket(3)])
     assert [s.number for s in sp.segments("w0", -1, 10)] == list(range(published + 1))
     segs = sp.segments("w0", -1, 10)

@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
-import orjson
 from conftest import wait_for
 from ingest_truth import assert_exactly_once, expected_ids, output_ids, spool_drained
 
+from cloudprofiler import wait_for_factory
+from cloudprofiler.spark_local import source_end_offset
 from cp_source.generator import run_generator
 from cp_source.spool import Spool, spool_bytes
-
-
-def _end_offset(query: Any) -> dict[str, int] | None:
-    prog = query.lastProgress
-    if not prog or not prog["sources"]:
-        return None
-    end = prog["sources"][0]["endOffset"]
-    return json.loads(end) if isinstance(end, str) else end
 
 
 def test_segments_taken_by_a_batch_do_not_count_against_the_bound(tmp_path: Path) -> None:
@@ -66,14 +57,12 @@ def test_full_spool_with_no_admission_limit_does_not_stall(spark, tmp_path: Path
         .start()
     )
     try:
-        state_file = spool / "_reader.json"
-        wait_for(state_file.exists, 120, "the embedded factory to start")
-        endpoint = orjson.loads(state_file.read_bytes())["factory_endpoint"]
+        endpoint = wait_for_factory(str(spool), query).factory_endpoint
         summary = run_generator(endpoint, rate=100_000, duration=3.0, bucket=1000)
         assert summary["eos_delivered"]
         wait_for(lambda: spool_drained(spool, summary), 90, "the factory to publish everything")
         latest = Spool(spool).latest()
-        wait_for(lambda: _end_offset(query) == latest, 120, f"the query to reach {latest} (a stall?)")
+        wait_for(lambda: source_end_offset(query) == latest, 120, f"the query to reach {latest} (a stall?)")
         assert query.exception() is None
     finally:
         query.stop()

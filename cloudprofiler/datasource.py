@@ -1,4 +1,7 @@
-"""The data source named "cloudprofiler": stream reader (cp_source) and stream writer (cp_sink).
+"""The data source named "cloudprofiler": the stream reader (cp_source) and stream writer (cp_sink).
+
+It lives here, beside ``register``, because it is the one class that ties ingest and egress
+together; cp_source and cp_sink do not know each other.
 
 Register it once per SparkSession with ``cloudprofiler.register(spark)``, then
 ``spark.readStream.format("cloudprofiler").option(...).load()``.

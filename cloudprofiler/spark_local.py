@@ -1,0 +1,68 @@
+"""One way to start a local SparkSession for the product's jobs, benchmarks and tests.
+
+The demo, maxrate, the benchmarks and the test suite all want the same
+thing: Spark on this machine with the UI off, few shuffle partitions (the data
+of one micro-batch is small), Python workers running this interpreter, and
+quiet logs. Differences (a master with task retries, more driver memory) are
+passed as arguments, not copied builders.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+DEFAULT_CONF: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.python.worker.reuse": "true",
+}
+
+
+def local_session(
+    app_name: str,
+    master: str = "local[2]",
+    conf: Mapping[str, str] | None = None,
+    log_level: str = "ERROR",
+    register: bool = True,
+) -> Any:
+    """A SparkSession on ``master`` with the product's defaults, ``conf`` on top.
+
+    ``local[N,F]`` retries a failed task F-1 times (tests use it). With
+    ``register`` the "cloudprofiler" data source is registered.
+    """
+    # Spark's Python workers must run the interpreter that has this package.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(log_level)
+    if register:
+        from cloudprofiler import register as register_source
+
+        register_source(spark)
+    return spark
+
+
+def source_end_offset(query: Any, source: int = 0) -> dict[str, int] | None:
+    """The end offset of a streaming query's ``source``-th source in its last progress, or None.
+
+    For the cloudprofiler source this is the per-worker segment number the last
+    micro-batch read up to; compare it with ``Spool.latest()`` to know the query
+    has read everything published.
+    """
+    prog = query.lastProgress
+    if not prog or len(prog["sources"]) <= source:
+        return None
+    end = prog["sources"][source]["endOffset"]
+    parsed = json.loads(end) if isinstance(end, str) else end
+    return parsed if isinstance(parsed, dict) else None
