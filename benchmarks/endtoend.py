@@ -41,13 +41,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from cloudprofiler.maxrate import find_max_rate  # noqa: E402
-from cloudprofiler.pipeline_trial import (  # noqa: E402
-    SENDER_SHIFT,
-    Target,
-    generator_offer,
-    start_source_query,
-    ysb_stateless,
-)
+from cloudprofiler.queries import Target, generator_offer, start_source_query, ysb_stateless  # noqa: E402
+from cp_source.bucket import tuple_id  # noqa: E402
 from cp_source.workloads import YSB_FIELDS, ysb_rows  # noqa: E402
 
 BUCKET = 1000
@@ -68,7 +63,7 @@ class LineOffer:
 
     def __call__(self, rate: float, duration: float) -> dict[str, Any]:
         sender = random.SystemRandom().randrange(1, 1 << 23)
-        base = sender << SENDER_SHIFT
+        base = tuple_id(sender, 0)
         total = round(rate * duration)
         per = BUCKET / rate
         emitted = dropped = 0
@@ -323,24 +318,13 @@ def main() -> int:
         report(doc["results"], doc["load_average_start"], doc["duration"], doc["grace"], doc["tolerance"])
         return 0
 
-    from pyspark.sql import SparkSession
     from rich.console import Console
 
-    import cloudprofiler
+    from cloudprofiler.spark_local import local_session
 
     console = Console()
     load0 = os.getloadavg()[0]
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("cloudprofiler-endtoend")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    cloudprofiler.register(spark)
+    spark = local_session("cloudprofiler-endtoend", conf={"spark.driver.memory": "2g"})
     systems = [
         ("cloudprofiler source", 40_000),
         ("naive Python source", 5_000),

@@ -34,24 +34,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
 
-    from pyspark.sql import SparkSession
-
-    import cloudprofiler
+    from cloudprofiler.spark_local import local_session
     from cp_sink import read_counts, total_seen
     from cp_sink.stamp import stamp
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("sink-overhead")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "2g")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    cloudprofiler.register(spark)
+    spark = local_session("sink-overhead", conf={"spark.driver.memory": "2g"})
     per_file = args.rows // args.files
     rows = per_file * args.files
     times: dict[str, list[float]] = {"id": [], "null": []}

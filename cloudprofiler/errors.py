@@ -3,3 +3,7 @@
 
 class CommandError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
+
+
+class TrialError(RuntimeError):
+    """A maxrate trial could not be judged (the query died, or sink partitions mixed two trials)."""

@@ -12,15 +12,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from cloudprofiler.errors import CommandError
-from cloudprofiler.pipeline_trial import PipelineTrial, Target
+from cloudprofiler.pipeline_trial import PipelineTrial
+from cloudprofiler.queries import Target
 from cloudprofiler.rate_search import SearchResult, Step, Trial, bisect_search, linear_search
 
 DESCRIPTION = """Find the maximum rate a streaming query sustains: constant-rate trials of
@@ -157,9 +156,9 @@ def find_max_rate(
 ) -> tuple[SearchResult, PipelineTrial, list[Step]]:
     """Search the maximum sustainable rate of ``target``; return the result, the trial and every attempt.
 
-    ``target`` comes from :func:`cloudprofiler.pipeline_trial.start_source_query`
+    ``target`` comes from :func:`cloudprofiler.queries.start_source_query`
     (a query this process starts on a SparkSession) or
-    :func:`cloudprofiler.pipeline_trial.user_target` (a query running elsewhere).
+    :func:`cloudprofiler.queries.user_target` (a query running elsewhere).
     """
     trial = PipelineTrial(target, duration=duration, grace=grace, latency=latency_slope_limit is not None)
     if warm_up or grace is None:
@@ -306,7 +305,7 @@ def run(args: argparse.Namespace) -> int:
     _check(args)
     from rich.console import Console
 
-    from cloudprofiler.pipeline_trial import start_source_query, user_target
+    from cloudprofiler.queries import start_source_query, user_target
 
     console = Console(width=max(Console().width, 110))  # the step table needs ~100 columns
 
@@ -341,19 +340,10 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="cloudprofiler-maxrate-"))
     if (out / "spool").exists() and any((out / "spool").iterdir()):
         raise CommandError(f"{out / 'spool'} already holds a spool: give an empty --out directory")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     with console.status("starting Spark (local[2]) and the built-in query"):
-        from pyspark.sql import SparkSession
+        from cloudprofiler.spark_local import local_session
 
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("cloudprofiler-maxrate")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = local_session("cloudprofiler-maxrate")
     query = None
     try:
         target, query = start_source_query(

@@ -11,13 +11,9 @@ import pytest
 
 from cloudprofiler.cli import main
 from cloudprofiler.maxrate import find_max_rate, plot_ingestion
-from cloudprofiler.pipeline_trial import (
-    PipelineTrial,
-    SinkCounter,
-    start_source_query,
-    throttle,
-    ysb_stateless,
-)
+from cloudprofiler.pipeline_trial import PipelineTrial
+from cloudprofiler.queries import start_source_query, throttle, ysb_stateless
+from cloudprofiler.sink_counter import SinkCounter
 
 CAPACITY = 10_000.0  # rows/s the throttled stage lets through; well below this machine's unthrottled query
 

@@ -1,0 +1,236 @@
+"""The queries and targets the demo, maxrate and the end-to-end benchmark measure.
+
+A :class:`Target` is a running query under test: where load goes in (an
+offer function) and where its cloudprofiler sink commits. Builders here start
+the product's own queries on a SparkSession (the cloudprofiler source, the
+YSB join, a throttle of known capacity) or describe a query someone else runs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cloudprofiler.cli_process import cli_argv
+from cloudprofiler.errors import TrialError
+from native_tsc.stamp_columns import is_stamp_column
+
+YSB_ROW_BYTES = 320  # a YSB row in a spool segment, stamps included (upper estimate)
+
+Offer = Callable[[float, float], dict[str, Any]]
+
+
+def generator_offer(
+    endpoint: str, bucket: int = 1000, senders: int = 1, workload: str = "ysb", timeout: float = 600.0
+) -> Offer:
+    """An offer function that runs ``cloudprofiler generate`` in its own process (fresh sender ids)."""
+
+    def offer(rate: float, duration: float) -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(prefix="cp-maxrate-") as tmp:
+            summary = Path(tmp) / "gen.json"
+            cmd = cli_argv(
+                "generate",
+                "--endpoint",
+                endpoint,
+                "--rate",
+                repr(float(rate)),
+                "--duration",
+                repr(float(duration)),
+                "--bucket",
+                str(bucket),
+                "--senders",
+                str(senders),
+                "--workload",
+                workload,
+                "--summary",
+                str(summary),
+            )
+            done = subprocess.run(
+                cmd,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+            if done.returncode != 0:
+                tail = done.stderr.strip().splitlines()[-1:] or ["(no message)"]
+                raise TrialError(f"generator failed: {tail[0]}")
+            return json.loads(summary.read_text())
+
+    return offer
+
+
+@dataclass
+class Target:
+    """A running query under test: where load goes in and where its sink commits."""
+
+    sink: str
+    offer: Offer
+    spool: str | None = None  # the factory's spool (transit loss accounting), if any
+    alive: Callable[[], str | None] = lambda: None  # returns why the query is dead, or None
+    label: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def ysb_stateless(events: Any) -> Any:
+    """The YSB query's per-tuple stages: join the campaigns table on ``ad_id`` (every ad has one).
+
+    No filter, so every emitted tuple reaches the sink and can be checked; the
+    windowed count of the full YSB query keeps no tuple ids.
+    """
+    from pyspark.sql import functions as F
+
+    from cp_source.workloads import campaigns_table
+
+    spark = events.sparkSession
+    campaigns = spark.createDataFrame(campaigns_table().to_pandas())
+    keep = [c for c in events.columns if is_stamp_column(c)]
+    return events.join(F.broadcast(campaigns), "ad_id").select(
+        "tuple_id", "campaign_id", "event_type", "event_time", *keep
+    )
+
+
+def throttle(df: Any, rows_per_second: float, state_dir: str | Path, burst_s: float = 0.2) -> Any:
+    """``df`` through a stage that passes at most ``rows_per_second`` rows/s (a known capacity).
+
+    A token bucket shared through a file (``flock``) across tasks and micro-batches:
+    each Arrow batch waits until the bucket has room for its rows. Up to ``burst_s``
+    seconds of unused capacity carry over, so the gaps between micro-batches do not
+    lower the long-run rate below the set one.
+    """
+    if not rows_per_second > 0:
+        raise ValueError(f"rows_per_second must be positive, got {rows_per_second}")
+    state = str(Path(state_dir) / "throttle.state")
+    Path(state_dir).mkdir(parents=True, exist_ok=True)
+    cap = float(rows_per_second)
+
+    def fn(batches: Any) -> Any:
+        import fcntl
+        import os
+        import struct
+
+        fd = os.open(state, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            for b in batches:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    raw = os.pread(fd, 8, 0)
+                    free_at = struct.unpack("<d", raw)[0] if len(raw) == 8 else 0.0
+                    free_at = max(free_at, time.time() - burst_s) + b.num_rows / cap
+                    os.pwrite(fd, struct.pack("<d", free_at), 0)
+                finally:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                wait = free_at - time.time()
+                if wait > 0:
+                    time.sleep(wait)
+                yield b
+        finally:
+            os.close(fd)
+
+    return df.mapInArrow(fn, df.schema)
+
+
+def start_source_query(
+    spark: Any,
+    workdir: str | Path,
+    transform: Callable[[Any], Any] | None = None,
+    workers: int = 2,
+    max_spool_bytes: int = 32 << 20,
+    handler: str = "xoy",
+    bucket: int = 1000,
+    senders: int = 1,
+    trigger: str | None = None,
+    timeout: float = 120.0,
+) -> tuple[Target, Any]:
+    """Start the cloudprofiler source (embedded factory) -> ``transform`` -> cloudprofiler sink.
+
+    ``transform`` defaults to :func:`ysb_stateless`. The spool is bounded by
+    ``max_spool_bytes`` (about a second of data is right): an overloaded query
+    fills it, the factory stops receiving and the generator counts drops within
+    the trial. Returns the target and the running query (stop it when done).
+    """
+    import cloudprofiler
+
+    work = Path(workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    spool, sink, ckpt = work / "spool", work / "records", work / "checkpoint"
+    cloudprofiler.register(spark)
+    events = (
+        spark.readStream.format("cloudprofiler")
+        .option("endpoint", "tcp://127.0.0.1:0")
+        .option("spool", str(spool))
+        .option("workers", str(workers))
+        .option("maxSpoolBytes", str(max_spool_bytes))
+        # a micro-batch's segments are committed only when the next batch starts: keep a batch
+        # well below the spool bound, or a full spool could wait for a commit that never comes
+        .option("maxRecordsPerTrigger", str(max(1000, max_spool_bytes // (3 * YSB_ROW_BYTES))))
+        .load()
+    )
+    out = (transform or ysb_stateless)(events)
+    writer = (
+        out.writeStream.format("cloudprofiler")
+        .option("path", str(sink))
+        .option("handler", handler)
+        .option("checkpointLocation", str(ckpt))
+    )
+    if trigger:
+        writer = writer.trigger(processingTime=trigger)
+    query = writer.start()
+    try:
+        endpoint = cloudprofiler.wait_for_factory(str(spool), query, timeout).factory_endpoint
+    except (RuntimeError, TimeoutError) as e:
+        query.stop()
+        raise TrialError(str(e)) from e
+
+    def alive() -> str | None:
+        return None if query.isActive else f"{query.exception() or 'stopped'}"
+
+    target = Target(
+        sink=str(sink),
+        offer=generator_offer(endpoint, bucket=bucket, senders=senders),
+        spool=str(spool),
+        alive=alive,
+        label="cloudprofiler source",
+        extra={"endpoint": endpoint, "checkpoint": str(ckpt)},
+    )
+    return target, query
+
+
+def user_target(
+    sink: str | Path,
+    spool: str | Path | None = None,
+    endpoint: str | None = None,
+    bucket: int = 1000,
+    senders: int = 1,
+    workload: str = "ysb",
+) -> Target:
+    """A query someone else runs, identified by its cloudprofiler sink path.
+
+    The generator sends to ``endpoint``, or to the factory endpoint the reader
+    recorded in the spool (``_reader.json``) when only ``spool`` is given; a
+    state file whose reader no longer runs is refused.
+    """
+    from cp_source.reader_state import live_reader_state
+
+    if endpoint is None:
+        if spool is None:
+            raise ValueError("give the factory endpoint or the spool of the query's source")
+        state = live_reader_state(spool)
+        if state is None:
+            raise ValueError(f"no running factory is recorded in spool {spool}: is the query running?")
+        endpoint = state.factory_endpoint
+    if not Path(sink).is_dir():
+        raise ValueError(f"sink path {sink} is not a directory (has the query started?)")
+    return Target(
+        sink=str(sink),
+        offer=generator_offer(endpoint, bucket, senders, workload),
+        spool=None if spool is None else str(spool),
+        label=f"query writing {sink}",
+    )

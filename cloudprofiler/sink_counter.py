@@ -1,0 +1,54 @@
+"""Tuples a cloudprofiler sink committed, per generator sender, read incrementally.
+
+The sink writes per-partition counts with the min and max tuple id of each
+partition (``cp_sink.records.COUNTS_FILE``), so any handler works, ``null``
+included. A tuple id carries its sender (``cp_source.bucket.sender_of``), so
+a partition whose min and max ids belong to one sender is attributed to it;
+one that spans two senders cannot be attributed and is reported as mixed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from cp_sink.records import COUNTS_FILE, published_batches
+from cp_source.bucket import sender_of
+
+
+class SinkCounter:
+    """Tuples the sink committed, per sender id, read incrementally from the published batches."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._read: set[int] = set()
+        self.per_sender: dict[int, int] = {}
+        self.mixed: list[tuple[int, int, int]] = []  # (batch, min sender, max sender)
+
+    def poll(self) -> None:
+        """Read the counts of batches published since the last poll."""
+        for bid, d in sorted(published_batches(self.path).items()):
+            if bid in self._read or not (d / COUNTS_FILE).exists():
+                continue
+            self._read.add(bid)
+            t = pq.read_table(d / COUNTS_FILE, columns=["seen", "min_tuple_id", "max_tuple_id"])
+            for seen, lo, hi in zip(
+                *(t[c].to_pylist() for c in ("seen", "min_tuple_id", "max_tuple_id")), strict=True
+            ):
+                if not seen:
+                    continue
+                s_lo, s_hi = sender_of(int(lo)), sender_of(int(hi))
+                if s_lo == s_hi:
+                    self.per_sender[s_lo] = self.per_sender.get(s_lo, 0) + int(seen)
+                else:
+                    self.mixed.append((bid, s_lo, s_hi))
+                    self.per_sender[-1] = self.per_sender.get(-1, 0) + int(seen)
+
+    def received(self, senders: set[int]) -> int:
+        """Committed tuples of these senders."""
+        return sum(self.per_sender.get(s, 0) for s in senders)
+
+    def mixed_with(self, senders: set[int]) -> list[tuple[int, int, int]]:
+        """Partitions whose id range spans one of these senders and another sender."""
+        return [m for m in self.mixed if m[1] in senders or m[2] in senders]
