@@ -60,6 +60,18 @@ class SinkCommitMessage(WriterCommitMessage):
     periods: list[tuple[str, int, int]] = field(default_factory=list)
 
 
+def _ours(messages: list[WriterCommitMessage | None]) -> list[SinkCommitMessage]:
+    """The tasks' messages (None for a task that sent none); anything else is a bug, not skipped."""
+    out = []
+    for m in messages:
+        if m is None:
+            continue
+        if not isinstance(m, SinkCommitMessage):
+            raise TypeError(f"unexpected commit message {type(m).__name__}")
+        out.append(m)
+    return out
+
+
 def _options(options: dict[str, str]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items()}
 
@@ -175,9 +187,9 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
             seen += n
             if first_id is None:
                 first_id, first_tsc = int(ids[0]), tsc
-                min_id, max_id = int(ids.min()), int(ids.max())
-            else:
-                min_id, max_id = min(min_id, int(ids.min())), max(max_id, int(ids.max()))
+            lo, hi = int(ids.min()), int(ids.max())
+            min_id = lo if min_id is None else min(min_id, lo)
+            max_id = hi if max_id is None else max(max_id, hi)
             last_id, last_tsc = int(ids[-1]), tsc
             if spec.name == "pc":
                 batch_tscs.append(tsc)
@@ -254,13 +266,13 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
 
     # ---- driver ----------------------------------------------------------------------------------
 
-    def commit(self, messages: list[SinkCommitMessage | None], batchId: int) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Publish the staged output of ``batchId`` atomically, once."""
         import pyarrow.parquet as pq
 
         root = Path(self.path)
         final = root / f"batch={batchId}"
-        msgs = [m for m in messages if m is not None]
+        msgs = _ours(messages)
         if final.exists():
             # Published before the restart that replays it: the replayed copy is dropped.
             self._remove_staging(msgs)
@@ -281,9 +293,9 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         self._remove_staging(msgs)
         self._sweep(batchId)
 
-    def abort(self, messages: list[SinkCommitMessage | None], batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Remove what the tasks of a failed micro-batch staged."""
-        self._remove_staging([m for m in messages if m is not None])
+        self._remove_staging(_ours(messages))
         self._sweep(batchId, include_current=True)
 
     @staticmethod

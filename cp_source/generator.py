@@ -170,9 +170,9 @@ def run_sender(
         elapsed = (max(end, ideal_end) - t0) / 1e9
         eos = bk.EndOfStream(sender_id, first, next_id, seq, emitted, dropped, ranges)
         body = eos.to_json()
-        hdr = bytes(packer.pack(bk.KIND_EOS, seq, 0, 0, len(body), native_tsc.now(), time.time_ns()))
+        eos_hdr = bytes(packer.pack(bk.KIND_EOS, seq, 0, 0, len(body), native_tsc.now(), time.time_ns()))
         try:
-            sock.send_multipart([hdr, body])
+            sock.send_multipart([eos_hdr, body])
             eos_ok = True
         except zmq.Again:
             eos_ok = False
@@ -212,7 +212,11 @@ def _check_endpoint(endpoint: str) -> None:
         ctx.term()
 
 
-def _sender_proc(q: Any, barrier: Any, args: tuple, hwm: int | None) -> None:
+# run_sender's leading positional arguments: endpoint, sender_id, rate, tuples, bucket, workload
+SenderJob = tuple[str, int, float, int, int, str]
+
+
+def _sender_proc(q: Any, barrier: Any, args: SenderJob, hwm: int | None) -> None:
     try:
         q.put(("ok", run_sender(*args, barrier=barrier, hwm=hwm)))
     except BaseException as e:  # reported to the parent, which raises
@@ -257,11 +261,14 @@ def run_generator(
         ctx = mp.get_context("spawn")
         q = ctx.Queue()
         barrier = ctx.Barrier(senders)
-        jobs = [(endpoint, base + i, per_rate, shares[i], bucket, workload) for i in range(senders)]
+        jobs: list[SenderJob] = [
+            (endpoint, base + i, per_rate, shares[i], bucket, workload) for i in range(senders)
+        ]
         procs = [ctx.Process(target=_sender_proc, args=(q, barrier, job, hwm)) for job in jobs]
         for p in procs:
             p.start()
-        results, errors = [], []
+        results = []
+        errors: list[str] = []
         for _ in procs:
             status, value = q.get()
             (results if status == "ok" else errors).append(value)

@@ -3,7 +3,9 @@
 This is the paper's unoptimised ingestion path, kept as the comparison for
 ``benchmarks/endtoend.py``: no factory, no spool, no Arrow. The driver-side
 reader binds a PULL socket; each time Spark asks for the latest offset it
-drains what has arrived (raw buckets, at most ``maxRowsPerRead`` rows), and
+drains what has arrived (raw buckets, at most ``maxRowsPerRead`` rows, the
+reader's default read limit; a trigger that asks for everything available
+drains until the socket is empty), and
 hands the buckets to the executors inside the partitions; ``read`` on the
 executor parses every line with ``orjson.loads`` and yields one Python tuple
 per row, which Spark then converts itself.
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
 from cp_source.workloads import YSB_FIELDS
@@ -88,7 +91,7 @@ class NaiveZmqReader(DataSourceStreamReader):
         if self._sock is None:
             import zmq
 
-            ctx = zmq.Context.instance()
+            ctx: zmq.SyncContext = zmq.Context.instance()
             s = ctx.socket(zmq.PULL)
             s.setsockopt(zmq.RCVHWM, RCV_HWM)
             s.setsockopt(zmq.LINGER, 0)
@@ -110,15 +113,24 @@ class NaiveZmqReader(DataSourceStreamReader):
         self._socket()
         return {"rows": 0}
 
-    def latestOffset(self) -> dict:
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_rows)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """Drain the socket: up to the limit's rows, or until it is empty (``ReadAllAvailable``).
+
+        ``start`` is not needed: the offset counts rows received, and buckets are kept only until
+        their batch commits.
+        """
         import zmq
 
         from cp_source.bucket import KIND_DATA, BucketError, parse_header
 
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         sock = self._socket()
         got: list[tuple[int, int, int, str, int, bytes]] = []
         rows = 0
-        while rows < self.max_rows:
+        while max_rows is None or rows < max_rows:
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:

@@ -212,9 +212,9 @@ class StringRowAccumulator:
         if need > self.data.shape[1]:
             if 2 * need > np.iinfo(np.int32).max:
                 raise BucketError("oversized", "segment buffers would exceed 2 GiB per column")
-            grown = np.empty((self.nf, 2 * need), dtype=np.uint8)
-            grown[:, : int(self.pos.max())] = self.data[:, : int(self.pos.max())]
-            self.data = grown
+            grown_data = np.empty((self.nf, 2 * need), dtype=np.uint8)
+            grown_data[:, : int(self.pos.max())] = self.data[:, : int(self.pos.max())]
+            self.data = grown_data
 
     def add(self, payload: bytes | memoryview, count: int) -> None:
         """Parse one payload of ``count`` rows; raise BucketError if it is invalid."""

@@ -96,7 +96,7 @@ class SegmentServer:
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES * 4)
         self._sock.bind(bind[:-2] + ":*" if bind.endswith(":0") else bind)
-        bound = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        bound = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         host, port = bound.rsplit(":", 1)
         host = host.removeprefix("tcp://")
         if advertise_host is None:
