@@ -74,9 +74,3 @@ def run_available_now(
         writer = writer.option("path", path)
     query = writer.trigger(availableNow=True).start()
     await_query(query, timeout)
-
-
-@pytest.fixture
-def stream_helpers() -> dict[str, Callable[..., Any]]:
-    """The helpers above, for tests that prefer a fixture to an import."""
-    return {"wait_for": wait_for, "await_query": await_query, "run_available_now": run_available_now}
