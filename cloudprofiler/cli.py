@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sync": ("cp_sync.sync_cli", "MinRTT probes between TSC domains (serve | agent | run)"),
     "translate": ("cp_sync.translate_cli", "turn records and sync tables into latencies with bounds"),
     "maxrate": ("cloudprofiler.maxrate", "find the maximum rate a pipeline sustains without loss"),
-    "config-server": ("cp_sink.config_server", "serve channel handler settings over ZeroMQ"),
+    "config-server": ("cp_sink.channels.config_server", "serve channel handler settings over ZeroMQ"),
     "tsc": ("native_tsc.tsc_cli", "show this machine's TSC backend, flags, frequency and read cost"),
 }
 

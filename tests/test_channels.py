@@ -16,15 +16,15 @@ from conftest import wait_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cp_sink.channel_files import (
-    encode_columns,
-    file_header,
-    narrow_deltas,
-    narrow_runs,
+from cp_sink.channels import (
+    CHANNEL_HANDLERS,
+    open_channel,
+    parse_channel_handler,
     read_channel,
     read_channel_bytes,
 )
-from cp_sink.channels import open_channel, parse_channel_handler
+from cp_sink.channels.files import encode_columns, file_header, narrow_deltas, narrow_runs
+from cp_sink.channels.registry import FAMILIES
 
 N = 20_000
 
@@ -96,6 +96,11 @@ def test_buffered_many_blocks_in_order(tmp_path) -> None:
                 ch.log(t)
     got = read_channel(path).records["tuple_id"].to_numpy()
     assert np.array_equal(got, ids)
+
+
+def test_every_handler_has_a_family() -> None:
+    assert set(FAMILIES) == set(CHANNEL_HANDLERS)
+    assert parse_channel_handler("ID") == ("identity", {})
 
 
 def test_bad_channel_settings(tmp_path) -> None:

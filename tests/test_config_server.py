@@ -9,9 +9,9 @@ import pytest
 import zmq
 
 from cloudprofiler.cli import main as cli_main
-from cp_sink.channel_files import read_channel
-from cp_sink.channels import open_channel
-from cp_sink.config_server import ENV_SERVER, MAX_MESSAGE, ConfigServer, HandlerTable, lookup, request
+from cp_sink.channels import open_channel, read_channel
+from cp_sink.channels.config_client import ENV_SERVER, MAX_MESSAGE, lookup, request
+from cp_sink.channels.config_server import ConfigServer, HandlerTable
 
 
 @pytest.fixture
@@ -63,7 +63,7 @@ def test_bad_requests_are_refused_and_the_server_keeps_serving(server) -> None:
     with pytest.raises(ValueError, match="channel name"):
         request(server.endpoint, {"op": "get", "channel": "x" * 500})
     # Not JSON at all.
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     s = ctx.socket(zmq.REQ)
     s.setsockopt(zmq.LINGER, 0)
     s.setsockopt(zmq.RCVTIMEO, 2000)
@@ -87,7 +87,7 @@ def test_cli_sets_and_gets(server, capsys) -> None:
 
 
 def test_unreachable_server_falls_back_to_the_code_handler(tmp_path, monkeypatch) -> None:
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     s = ctx.socket(zmq.REP)
     port = s.bind_to_random_port("tcp://127.0.0.1")
     s.close(0)  # a port nobody answers on

@@ -13,8 +13,8 @@ default; requests over 64 KiB are refused by ZeroMQ itself)::
 A table file (``--table``) holds ``{"default": {"handler": ...}, "channels":
 {name: {"handler": ..., <params>}}}``; it is read again whenever it changes on
 disk. A program opens channels with ``CP_CONFIG_SERVER=tcp://host:port`` set:
-each channel opened asks the server, so a change applies to the next channel
-opened, without redeploying the job.
+each channel opened asks the server (``config_client.lookup``), so a change
+applies to the next channel opened, without redeploying the job.
 """
 
 from __future__ import annotations
@@ -28,11 +28,10 @@ from typing import Any
 import orjson
 import zmq
 
-ENV_SERVER = "CP_CONFIG_SERVER"
-ENV_TIMEOUT = "CP_CONFIG_TIMEOUT"  # seconds a channel waits for the server before using its own handler
-LOOKUP_TIMEOUT_S = 2.0
+from cp_sink.channels.config_client import MAX_MESSAGE, request
+from cp_sink.channels.handler_spec import parse_channel_handler
+
 DEFAULT_BIND = "tcp://127.0.0.1:5590"
-MAX_MESSAGE = 1 << 16
 MAX_CHANNELS = 10_000
 MAX_NAME = 128
 
@@ -51,8 +50,6 @@ examples:
 
 
 def _check_setting(handler: Any, params: Any) -> dict[str, Any]:
-    from cp_sink.channels import parse_channel_handler
-
     if not isinstance(handler, str) or not isinstance(params, dict):
         raise ValueError("a setting needs a handler name and a params object")
     name, checked = parse_channel_handler(handler, params)
@@ -143,7 +140,7 @@ class ConfigServer:
 
     def __init__(self, table: HandlerTable, bind: str = "tcp://127.0.0.1:*") -> None:
         self.table = table
-        self.ctx = zmq.Context.instance()
+        self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.REP)
         self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
         self.sock.setsockopt(zmq.LINGER, 0)
@@ -185,39 +182,6 @@ class ConfigServer:
             self._thread.join(5)
         else:
             self.sock.close(0)
-
-
-def request(endpoint: str, req: dict[str, Any], timeout: float = 2.0) -> dict[str, Any]:
-    """Send one request to a config server and return its reply (ValueError if it refused)."""
-    ctx = zmq.Context.instance()
-    sock = ctx.socket(zmq.REQ)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
-    sock.setsockopt(zmq.RCVTIMEO, int(timeout * 1000))
-    sock.setsockopt(zmq.SNDTIMEO, int(timeout * 1000))
-    try:
-        sock.connect(endpoint)
-        sock.send(orjson.dumps(req))
-        try:
-            reply = orjson.loads(sock.recv())
-        except zmq.Again:
-            raise TimeoutError(f"no answer from {endpoint} in {timeout:g}s") from None
-    finally:
-        sock.close(0)
-    if not isinstance(reply, dict) or not reply.get("ok"):
-        raise ValueError(f"config server refused: {reply.get('error') if isinstance(reply, dict) else reply}")
-    return reply
-
-
-def lookup(endpoint: str, channel: str, timeout: float | None = None) -> tuple[str, dict[str, Any]]:
-    """The handler and parameters the server sets for ``channel``."""
-    if timeout is None:
-        timeout = float(os.environ.get(ENV_TIMEOUT, LOOKUP_TIMEOUT_S))
-    reply = request(endpoint, {"op": "get", "channel": channel}, timeout)
-    handler, params = reply.get("handler"), reply.get("params", {})
-    if not isinstance(handler, str) or not isinstance(params, dict):
-        raise ValueError("config server sent a malformed setting")
-    return handler, params
 
 
 def parse_assignment(text: str) -> tuple[str, str, dict[str, str]]:

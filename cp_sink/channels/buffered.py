@@ -1,0 +1,182 @@
+"""The buffered handlers: ``buffered`` keeps every pair, ``downsample`` and ``xoy`` keep a subset by id.
+
+``log()`` appends to two lists (list.append is the cheapest store CPython has: the TSC
+is already an int object, and lists grow with little copying); a drain thread moves
+what was logged into int64 arrays and hands full blocks to the compression threads
+of a ``BlockWriter``. Ids go first, so ``len(tscs)`` pairs are always complete.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import native_tsc
+from cp_sink.channels.block_writer import BlockWriter, Chunk
+from cp_sink.channels.channel import Channel
+from cp_sink.channels.exit_flush import enter_critical, leave_critical
+from cp_sink.handlers import HandlerSpec, parse_handler, selected_positions
+
+DRAIN_INTERVAL_S = 0.01
+MAX_BLOCK_AGE_S = 0.5  # a partly filled block goes to disk after this long
+
+
+def _is_int64(v: Any) -> bool:
+    return isinstance(v, int | np.integer) and -(1 << 63) <= int(v) < (1 << 63)
+
+
+class BufferedChannel(Channel):
+    """buffered: every pair, in blocks of ``block`` rows compressed in the background."""
+
+    def _start(self) -> None:
+        self._writer = BlockWriter(self._file, self.fmt)
+        self._ids: list[int] = []
+        self._tscs: list[int] = []
+        self._chunks: list[Chunk] = []
+        self._chunk_rows = 0
+        self._written = 0  # rows handed to the writer
+        self._bad_count = 0  # ids refused for not being int64
+        self._batch_seen = 0
+        self._block_lock = threading.Lock()
+        self._stop = threading.Event()
+        self.log = self._make_log(self._ids, self._tscs)
+        self.log_batch = self._log_batch
+        self._drainer = threading.Thread(target=self._drain_loop, name="cp-channel-drain", daemon=True)
+        self._drainer.start()
+
+    def _make_log(self, ids: list[int], tscs: list[int]) -> Callable[[int], None]:
+        now = native_tsc.now
+
+        def log(t: int) -> None:
+            ids.append(t)
+            tscs.append(now())
+
+        return log
+
+    def _select(self, ids: np.ndarray) -> np.ndarray:
+        """The ids of a batch this handler keeps (a copy: the caller may reuse its array)."""
+        return ids.copy()
+
+    def _seen(self) -> int:
+        return self._written + self._chunk_rows + len(self._tscs) + self._bad_count
+
+    def _log_batch(self, ids: Any) -> None:
+        ids = np.asarray(ids, dtype=np.int64)
+        tsc = native_tsc.now()
+        enter_critical()
+        try:
+            self._batch_seen += ids.shape[0]
+            ids = self._select(ids)
+            with self._block_lock:
+                self._take_buffer()  # pairs logged before this batch go first
+                self._chunks.append((tsc, ids))
+                self._chunk_rows += ids.shape[0]
+                if self._chunk_rows >= self.params["block"]:
+                    self._submit()
+        finally:
+            leave_critical()
+
+    def _drain_loop(self) -> None:
+        last_submit = time.monotonic()
+        while not self._stop.wait(DRAIN_INTERVAL_S):
+            with self._block_lock:
+                self._take_buffer()
+                full = self._chunk_rows >= self.params["block"]
+                if full or (self._chunk_rows and time.monotonic() - last_submit >= MAX_BLOCK_AGE_S):
+                    self._submit()
+                    last_submit = time.monotonic()
+
+    def _take_buffer(self) -> None:
+        # Copy then delete the first n items: log() may append meanwhile, only at the end.
+        ids, tscs = self._ids, self._tscs
+        n = len(tscs)
+        if not n:
+            return
+        head_ids, head_tscs = ids[:n], tscs[:n]
+        del ids[:n], tscs[:n]
+        try:
+            chunk = (np.fromiter(head_tscs, np.int64, n), np.fromiter(head_ids, np.int64, n))
+        except (OverflowError, TypeError, ValueError) as e:
+            # An id that is not an int64: close() raises it; the other pairs stay logged.
+            self._error = f"tuple ids must be int64 integers: {e}"
+            keep = [(t, i) for t, i in zip(head_tscs, head_ids, strict=True) if _is_int64(i)]
+            self._bad_count += n - len(keep)
+            n = len(keep)
+            chunk = (np.array([t for t, _ in keep], np.int64), np.array([i for _, i in keep], np.int64))
+        self._chunks.append(chunk)
+        self._chunk_rows += n
+
+    def _submit(self) -> None:
+        if self._chunks and self._writer is not None:
+            self._writer.submit_records(self._chunks)
+            self._written += self._chunk_rows
+        self._chunks, self._chunk_rows = [], 0
+
+    def stats(self) -> dict[str, Any]:
+        out = super().stats()
+        out["written"] = self._written + self._chunk_rows + len(self._tscs)
+        out["refused_ids"] = self._bad_count
+        return out
+
+    def _finish(self) -> None:
+        self._stop.set()
+        self._drainer.join()
+        with self._block_lock:
+            self._take_buffer()
+            self._submit()
+
+
+class _SelectingChannel(BufferedChannel):
+    """A buffered channel that keeps a subset by id, so it counts what it saw itself."""
+
+    def _start(self) -> None:
+        self._spec: HandlerSpec = parse_handler(self.handler, self.params)
+        self._log_seen: Callable[[], int] = lambda: 0  # replaced by _make_log
+        super()._start()
+
+    def _select(self, ids: np.ndarray) -> np.ndarray:
+        pos = selected_positions(self._spec, ids)
+        return ids.copy() if pos is None else ids[pos]
+
+    def _seen(self) -> int:
+        return self._log_seen() + self._batch_seen
+
+
+class DownsampleChannel(_SelectingChannel):
+    """downsample(n): pairs with ``t mod n == 0``, as the sink's handler keeps them."""
+
+    def _make_log(self, ids: list[int], tscs: list[int]) -> Callable[[int], None]:
+        now, n = native_tsc.now, self._spec.n
+        seen = 0
+
+        def log(t: int) -> None:
+            nonlocal seen
+            seen += 1
+            if t % n == 0:
+                ids.append(t)
+                tscs.append(now())
+
+        self._log_seen = lambda: seen
+        return log
+
+
+class XoYChannel(_SelectingChannel):
+    """xoy(x, y): pairs with ``t mod y < x``."""
+
+    def _make_log(self, ids: list[int], tscs: list[int]) -> Callable[[int], None]:
+        now, x, y = native_tsc.now, self._spec.x, self._spec.y
+        seen = 0
+
+        def log(t: int) -> None:
+            nonlocal seen
+            seen += 1
+            if t % y < x:
+                ids.append(t)
+                tscs.append(now())
+
+        self._log_seen = lambda: seen
+        return log

@@ -1,0 +1,50 @@
+"""The client side of the configuration server: one JSON request over ZeroMQ REQ, and ``lookup``.
+
+``open_channel`` asks ``lookup`` for a channel's handler when ``CP_CONFIG_SERVER`` is set.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import orjson
+import zmq
+
+ENV_SERVER = "CP_CONFIG_SERVER"
+ENV_TIMEOUT = "CP_CONFIG_TIMEOUT"  # seconds a channel waits for the server before using its own handler
+LOOKUP_TIMEOUT_S = 2.0
+MAX_MESSAGE = 1 << 16  # bytes; ZeroMQ drops larger messages on either side
+
+
+def request(endpoint: str, req: dict[str, Any], timeout: float = 2.0) -> dict[str, Any]:
+    """Send one request to a config server and return its reply (ValueError if it refused)."""
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+    sock = ctx.socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
+    sock.setsockopt(zmq.RCVTIMEO, int(timeout * 1000))
+    sock.setsockopt(zmq.SNDTIMEO, int(timeout * 1000))
+    try:
+        sock.connect(endpoint)
+        sock.send(orjson.dumps(req))
+        try:
+            reply = orjson.loads(sock.recv())
+        except zmq.Again:
+            raise TimeoutError(f"no answer from {endpoint} in {timeout:g}s") from None
+    finally:
+        sock.close(0)
+    if not isinstance(reply, dict) or not reply.get("ok"):
+        raise ValueError(f"config server refused: {reply.get('error') if isinstance(reply, dict) else reply}")
+    return reply
+
+
+def lookup(endpoint: str, channel: str, timeout: float | None = None) -> tuple[str, dict[str, Any]]:
+    """The handler and parameters the server sets for ``channel``."""
+    if timeout is None:
+        timeout = float(os.environ.get(ENV_TIMEOUT, LOOKUP_TIMEOUT_S))
+    reply = request(endpoint, {"op": "get", "channel": channel}, timeout)
+    handler, params = reply.get("handler"), reply.get("params", {})
+    if not isinstance(handler, str) or not isinstance(params, dict):
+        raise ValueError("config server sent a malformed setting")
+    return handler, params
