@@ -24,10 +24,9 @@ from rich.console import Console
 from rich.table import Table
 
 import native_tsc
+from cp_sync import probe, probe_python
 from cp_sync.coordinator import Coordinator, run_phase
 from cp_sync.ntp import ntp_bound
-from cp_sync.probe import initiate
-from cp_sync.pyprobe import py_initiate
 from cp_sync.returntrip import probe_returntrip
 from cp_sync.sync_table import read_sync
 from cp_sync.translate import METHODS, Translator
@@ -35,8 +34,8 @@ from native_tsc.domain import make_virtual
 
 _RESPONDER = """
 import sys
-from cp_sync.{mod} import {cls}
-r = {cls}({kw}).start()
+from cp_sync.{mod} import Responder
+r = Responder({kw}).start()
 print(r.address[1], flush=True)
 sys.stdin.read()
 r.close()
@@ -44,13 +43,13 @@ r.close()
 
 
 def _responder(kind: str) -> tuple[subprocess.Popen, int]:
-    mod, cls, kw = {
-        "c": ("probe", "Responder", "spin_us=0"),
-        "c-spin": ("probe", "Responder", "spin_us=2000"),
-        "py": ("pyprobe", "PyResponder", ""),
+    mod, kw = {
+        "c": ("probe", "spin_us=0"),
+        "c-spin": ("probe", "spin_us=2000"),
+        "py": ("probe_python", ""),
     }[kind]
     p = subprocess.Popen(
-        [sys.executable, "-c", _RESPONDER.format(mod=mod, cls=cls, kw=kw)],
+        [sys.executable, "-c", _RESPONDER.format(mod=mod, kw=kw)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -68,27 +67,15 @@ def _stop(p: subprocess.Popen) -> None:
 def probe_rtts(n: int, hz: float) -> dict[str, dict[str, float]]:
     """Round trips (us) of n probes per variant against a responder process."""
     out = {}
-    for label, kind, run in (
-        (
-            "C initiator + C responder (blocking)",
-            "c",
-            lambda port: initiate("127.0.0.1", port, n, gap_us=20).rtt,
-        ),
-        (
-            "C initiator + C responder (spins 2 ms after each answer)",
-            "c-spin",
-            lambda port: initiate("127.0.0.1", port, n, gap_us=20).rtt,
-        ),
-        (
-            "Python loop + Python responder",
-            "py",
-            lambda port: (lambda d: d["c_k"] - d["c_i"])(py_initiate("127.0.0.1", port, n)),
-        ),
+    for label, kind, loops in (
+        ("C initiator + C responder (blocking)", "c", probe),
+        ("C initiator + C responder (spins 2 ms after each answer)", "c-spin", probe),
+        ("Python loop + Python responder", "py", probe_python),
     ):
         p, port = _responder(kind)
         try:
-            run(port)  # warm-up
-            rtt = run(port) / hz * 1e6
+            loops.initiate("127.0.0.1", port, n, gap_us=20)  # warm-up
+            rtt = loops.initiate("127.0.0.1", port, n, gap_us=20).rtt / hz * 1e6
         finally:
             _stop(p)
         out[label] = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import zmq
@@ -51,7 +52,7 @@ class Agent:
         """Ask run() to return."""
         self._stop.set()
 
-    def _register(self, sock: zmq.Socket) -> None:
+    def _register(self, sock: zmq.Socket[bytes]) -> None:
         sock.send_multipart(
             control.pack(
                 {
@@ -66,7 +67,7 @@ class Agent:
 
     def run(self) -> None:
         """Serve until stop(); the responder runs for the whole time."""
-        ctx = zmq.Context.instance()
+        ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         sock = ctx.socket(zmq.DEALER)
         control.configure(sock)
         sock.connect(self.server)
@@ -93,7 +94,7 @@ class Agent:
             sock.close(0)
             self.responder.close()
 
-    def _probe(self, task: dict) -> list[bytes]:
+    def _probe(self, task: dict[str, Any]) -> list[bytes]:
         try:
             tid = control.int_field(task, "task", 0, 2**62)
         except ValueError:

@@ -62,7 +62,7 @@ class Coordinator:
 
     def __init__(self, bind: str = "127.0.0.1:0") -> None:
         ep = control.endpoint(bind)
-        self._ctx = zmq.Context.instance()
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.ROUTER)
         control.configure(self._sock)
         host, _, port = ep[len("tcp://") :].rpartition(":")
@@ -80,11 +80,13 @@ class Coordinator:
 
     # -- lifecycle -----------------------------------------------------
     def start(self) -> Coordinator:
+        """Serve from a daemon thread."""
         self._thread = threading.Thread(target=self.serve_forever, name="cp-sync-coordinator", daemon=True)
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """Ask the serving loop to return; join its thread when ``start`` made one."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5.0)
@@ -97,6 +99,7 @@ class Coordinator:
         self.stop()
 
     def serve_forever(self) -> None:
+        """Serve in the caller's thread until ``stop``; closes the socket on the way out."""
         try:
             while not self._stop.is_set():
                 if self._sock.poll(100):
@@ -133,9 +136,9 @@ class Coordinator:
                     time.monotonic(),
                 )
             elif op == "bye":
-                dom = header.get("domain")
-                if dom in self.agents and self.agents[dom].identity == ident:
-                    del self.agents[dom]
+                gone = header.get("domain")
+                if isinstance(gone, str) and gone in self.agents and self.agents[gone].identity == ident:
+                    del self.agents[gone]
             elif op == "agents":
                 self._send(
                     ident,
@@ -264,11 +267,12 @@ def list_agents(server: str, timeout_s: float = 5.0) -> list[dict[str, Any]]:
 
 class _client:
     def __init__(self, server: str) -> None:
-        self.sock = zmq.Context.instance().socket(zmq.DEALER)
+        ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+        self.sock = ctx.socket(zmq.DEALER)
         control.configure(self.sock)
         self.sock.connect(control.endpoint(server))
 
-    def __enter__(self) -> zmq.Socket:
+    def __enter__(self) -> zmq.Socket[bytes]:
         return self.sock
 
     def __exit__(self, *exc: object) -> None:

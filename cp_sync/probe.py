@@ -1,10 +1,10 @@
-"""MinRTT probes timed in C (native_tsc._probe): a UDP responder thread and an initiator call.
+"""MinRTT probes timed in C (``native_tsc.probe_loops``): a UDP responder thread and an initiator call.
 
 Each answered probe gives (c_i, c_j, c_k): c_i and c_k on the initiator, in its
-domain; c_j on the responder, in the responder's domain. The C loops stamp raw
-counter values; the initiator's are transformed here with this process's
-virtual transform (native_tsc's exact integer arithmetic), the responder's in C
-with the same transform before the reply leaves.
+domain; c_j on the responder, in the responder's domain. ``native_tsc.probe_loops``
+applies each side's virtual transform (the initiator's after the loop, the
+responder's in C before the reply leaves). The pure-Python twin with the same
+API is ``cp_sync.probe_python`` (``cp_sync.probe_api`` holds the shared Protocols).
 """
 
 from __future__ import annotations
@@ -14,56 +14,25 @@ import os
 import secrets
 import socket
 import threading
-from dataclasses import dataclass
-
-import numpy as np
 
 import native_tsc
+from cp_sync.probe_api import ProbeResult
+from native_tsc import probe_loops
 
-_FALLBACK_PREFIX = "fallback"
+LABEL = "c"
+
+__all__ = ["LABEL", "ProbeResult", "ProbeUnavailable", "Responder", "initiate", "require_c_backend"]
 
 
-class ProbeUnavailable(RuntimeError):
-    """The C probe loops need the C clock backend."""
+class ProbeUnavailable(probe_loops.ProbeLoopsUnavailable):
+    """The C probe loops cannot be used in this process (the pure-Python clock, or no extension)."""
 
 
 def require_c_backend() -> None:
-    """Refuse to probe on the fallback clock: its counter is not the one the C loops read."""
-    if native_tsc.BACKEND.startswith(_FALLBACK_PREFIX):
-        raise ProbeUnavailable(
-            f"C-timed probes need the native TSC backend, this process uses {native_tsc.BACKEND!r}; "
-            "use cp_sync.pyprobe (pure-Python probes, labelled as such) instead"
-        )
-
-
-def _c_probe():  # imported lazily so the fallback path never needs the extension
-    from native_tsc import _probe
-
-    return _probe
-
-
-def transform_params() -> tuple[bool, int, int]:
-    """(virtual_on, skew_e12, offset) of this process's clock, for the C responder."""
-    v = native_tsc.clock.virtual()
-    return (False, 0, 0) if v is None else (True, v.skew_e12, v.offset)
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    """Answered probes of one initiator -> responder run (int64 arrays, one entry per probe)."""
-
-    seq: np.ndarray
-    c_i: np.ndarray
-    c_j: np.ndarray
-    c_k: np.ndarray
-    ns_i: np.ndarray
-    lost: int
-    ignored: int
-
-    @property
-    def rtt(self) -> np.ndarray:
-        """Round trips in initiator cycles."""
-        return self.c_k - self.c_i
+    """Refuse to probe when the C loops cannot stamp this process's clock."""
+    why = probe_loops.unavailable_reason()
+    if why is not None:
+        raise ProbeUnavailable(f"{why}; use cp_sync.probe_python (pure-Python probes, labelled so) instead")
 
 
 class Responder:
@@ -88,14 +57,13 @@ class Responder:
         return host, port
 
     def start(self) -> Responder:
-        """Start answering in a daemon thread."""
-        on, skew, off = transform_params()
-        probe = _c_probe()
+        """Start answering in a daemon thread, in the virtual domain in force now."""
+        params = native_tsc.clock.transform_params()
 
         def loop() -> None:
             try:
-                self.served, self.ignored, _ = probe.respond(
-                    self._sock.fileno(), self._stop_r, -1, 0, on, skew, off, self.spin_us
+                self.served, self.ignored, _ = probe_loops.respond(
+                    self._sock.fileno(), self._stop_r, spin_us=self.spin_us, params=params
                 )
             except BaseException as e:  # kept for close() to re-raise in the owner's thread
                 self.error = e
@@ -134,24 +102,11 @@ def initiate(
 ) -> ProbeResult:
     """Send ``count`` probes to a responder and return the answered ones, stamps in their domains."""
     require_c_backend()
-    if not 1 <= count <= 1_000_000:
-        raise ValueError(f"probe count {count} out of range 1..1000000")
-    probe = _c_probe()
+    if not 1 <= count <= probe_loops.MAX_PROBES:
+        raise ValueError(f"probe count {count} out of range 1..{probe_loops.MAX_PROBES}")
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind((bind or ("127.0.0.1" if host.startswith("127.") else "0.0.0.0"), 0))
-        data, lost, ignored = probe.initiate(
+        rows, lost, ignored = probe_loops.initiate(
             s.fileno(), host, port, count, secrets.randbits(64), timeout_ms, gap_us, spin
         )
-    rows = np.frombuffer(data, dtype=np.int64).reshape(-1, probe.ROW_FIELDS)
-    tf = native_tsc.clock.backend.transform
-    c_i = np.fromiter((tf(int(v)) for v in rows[:, 1]), dtype=np.int64, count=len(rows))
-    c_k = np.fromiter((tf(int(v)) for v in rows[:, 3]), dtype=np.int64, count=len(rows))
-    return ProbeResult(
-        seq=rows[:, 0].copy(),
-        c_i=c_i,
-        c_j=rows[:, 2].copy(),
-        c_k=c_k,
-        ns_i=rows[:, 4].copy(),
-        lost=int(lost),
-        ignored=int(ignored),
-    )
+    return ProbeResult.from_rows(rows, lost, ignored)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from collections.abc import Callable
 
 DESCRIPTION = """MinRTT probe exchanges between TSC domains, written as sync tables (every probe kept).
 
@@ -43,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--timeout-ms", type=int, default=200, help="a probe is lost after this long")
 
 
-def _stop_on_sigterm(stop) -> None:
+def _stop_on_sigterm(stop: Callable[[], None]) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop())
 
 
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         from cp_sync.coordinator import Coordinator
 
         coord = Coordinator(args.bind)
-        _stop_on_sigterm(coord._stop.set)
+        _stop_on_sigterm(coord.stop)  # serve_forever runs in this thread: stop() only signals it
         print(f"sync coordinator listening on {coord.address}", flush=True)
         coord.serve_forever()
         return 0

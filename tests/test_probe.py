@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import native_tsc
+from cp_sync import probe_python
 from cp_sync.probe import Responder, initiate
-from cp_sync.pyprobe import PyResponder, py_initiate
-from native_tsc import _probe, _tsc
+from native_tsc import _probe, _tsc, probe_loops
 from native_tsc.domain import make_virtual
 
 PKT = struct.Struct("<IBBHIIQq")
@@ -42,6 +42,29 @@ def test_responder_transform_is_native_tsc_transform(raw: int, skew, offset: int
     finally:
         native_tsc.clock.clear_virtual()
     assert _probe.transform(raw, False, 5, 7) == raw
+    # The public wrapper gives the same, with explicit parameters or this process's own.
+    assert probe_loops.c_transform(raw, (True, v.skew_e12, v.offset)) == expected
+    assert probe_loops.c_transform(raw) == raw
+
+
+def test_probe_loops_constants_are_the_extensions() -> None:
+    assert (probe_loops.PACKET_SIZE, probe_loops.ROW_FIELDS, probe_loops.MAX_PROBES) == (
+        _probe.PACKET_SIZE,
+        _probe.ROW_FIELDS,
+        _probe.MAX_PROBES,
+    )
+    assert PKT.size == probe_loops.PACKET_SIZE
+    assert probe_loops.unavailable_reason() is None
+
+
+def test_c_transform_follows_the_virtual_domain() -> None:
+    v = native_tsc.set_virtual("ctx-virt", "-12.5", 3 * 10**14)
+    try:
+        assert probe_loops.transform_params() == (True, v.skew_e12, v.offset)
+        for raw in (0, 10**12, 2**50 + 3):
+            assert probe_loops.c_transform(raw) == native_tsc.transform(raw) == v.apply(raw)
+    finally:
+        native_tsc.clear_virtual()
 
 
 def test_every_probe_answered_in_order() -> None:
@@ -173,7 +196,7 @@ def test_fallback_backend_refuses_c_probes() -> None:
     )
     env = dict(os.environ, CP_TSC_BACKEND="fallback")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    assert "refused:" in r.stdout and "pyprobe" in r.stdout
+    assert "refused:" in r.stdout and "probe_python" in r.stdout
     cmd = [sys.executable, "-m", "cloudprofiler.cli", "sync", "agent", "--server", "127.0.0.1:9"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
@@ -181,18 +204,42 @@ def test_fallback_backend_refuses_c_probes() -> None:
 
 
 def test_python_probe_loop_same_wire_format() -> None:
-    with PyResponder() as r:
-        d = py_initiate(*r.address, 100)
-    assert len(d["c_i"]) == 100
-    assert np.all(d["c_i"] < d["c_j"]) and np.all(d["c_j"] < d["c_k"])
-    # The C initiator speaks to the Python responder too: one wire format.
-    with PyResponder() as r:
+    with probe_python.Responder() as r:
+        d = probe_python.initiate(*r.address, 100, gap_us=0)
+    assert d.seq.tolist() == list(range(100)) and d.lost == 0 and d.ignored == 0
+    assert np.all(d.c_i < d.c_j) and np.all(d.c_j < d.c_k)
+    assert np.all(np.diff(d.ns_i) > 0)
+    # The C initiator speaks to the Python responder and the Python initiator to the C one: one format.
+    with probe_python.Responder() as r:
         res = initiate(*r.address, 20, gap_us=0)
     assert sorted(res.seq.tolist()) == list(range(20))
+    with Responder() as r:
+        back = probe_python.initiate(*r.address, 20, gap_us=0, spin=True)
+    assert back.seq.tolist() == list(range(20)) and np.all(back.c_i < back.c_j)
 
 
-def test_bad_arguments() -> None:
+def test_python_probe_loop_ignores_forgeries_and_counts_losses() -> None:
+    sock, _, stop = _fake_responder("forge")
+    try:
+        res = probe_python.initiate(*sock.getsockname(), 20, gap_us=0, timeout_ms=1000)
+    finally:
+        stop.close()  # type: ignore[attr-defined]
+    assert res.seq.tolist() == list(range(20))
+    assert res.c_j.tolist() == [1000 + s for s in range(20)]
+    assert res.ignored == 5 * 20 and res.lost == 0
+    sock, _, stop = _fake_responder("silent")
+    try:
+        res = probe_python.initiate(*sock.getsockname(), 3, gap_us=0, timeout_ms=20)
+    finally:
+        stop.close()  # type: ignore[attr-defined]
+    assert res.lost == 3 and len(res.seq) == 0
+
+
+@pytest.mark.parametrize("loops", [initiate, probe_python.initiate], ids=["c", "python"])
+def test_bad_arguments(loops) -> None:
     with pytest.raises(ValueError):
-        initiate("localhost", 9, 1)
+        loops("localhost", 9, 1)
     with pytest.raises(ValueError):
-        initiate("127.0.0.1", 9, 0)
+        loops("127.0.0.1", 9, 0)
+    with pytest.raises(ValueError):
+        loops("127.0.0.1", 9, 1, timeout_ms=0)

@@ -1,0 +1,92 @@
+"""The probe API shared by the C-timed loops (``cp_sync.probe``) and their twin ``cp_sync.probe_python``.
+
+Both speak one wire format and return one result type, so a caller (the
+agent, the benchmark, a test) picks an implementation by module and nothing
+else changes. The Protocols are checked by mypy and at run time for both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """Answered probes of one initiator -> responder run (int64 arrays, one entry per probe).
+
+    c_i and c_k are the initiator's send and return stamps in its own domain, c_j the responder's
+    receipt stamp in the responder's domain, ns_i the initiator's CLOCK_MONOTONIC_RAW ns at send.
+    """
+
+    seq: np.ndarray
+    c_i: np.ndarray
+    c_j: np.ndarray
+    c_k: np.ndarray
+    ns_i: np.ndarray
+    lost: int
+    ignored: int
+
+    @property
+    def rtt(self) -> np.ndarray:
+        """Round trips in initiator cycles."""
+        return self.c_k - self.c_i
+
+    @staticmethod
+    def from_rows(rows: np.ndarray, lost: int, ignored: int) -> ProbeResult:
+        """From an int64 array of rows [seq, c_i, c_j, c_k, ns_i]."""
+        r = np.asarray(rows, dtype=np.int64).reshape(-1, 5)
+        seq, c_i, c_j, c_k, ns_i = (r[:, k].copy() for k in range(5))
+        return ProbeResult(seq, c_i, c_j, c_k, ns_i, int(lost), int(ignored))
+
+
+@runtime_checkable
+class ProbeResponder(Protocol):
+    """Answers probes on a UDP socket from a background thread between ``start()`` and ``close()``."""
+
+    served: int
+    ignored: int
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port) the responder listens on."""
+        ...
+
+    def start(self) -> ProbeResponder:
+        """Start answering; returns the responder."""
+        ...
+
+    def close(self) -> None:
+        """Stop answering and release the socket."""
+        ...
+
+    def __enter__(self) -> ProbeResponder: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+@runtime_checkable
+class ProbeLoops(Protocol):
+    """A probe implementation (a module): its label, its responder and its initiator."""
+
+    LABEL: str  # how results are labelled: "c" or "python"
+
+    # Capitalised because each module provides it as a class; a class is a callable returning a responder.
+    def Responder(self, bind: str = ..., port: int = ...) -> ProbeResponder:
+        """A responder bound to bind:port (0: any free port), not yet started."""
+        ...
+
+    def initiate(
+        self,
+        host: str,
+        port: int,
+        count: int,
+        timeout_ms: int = ...,
+        gap_us: int = ...,
+        spin: bool = ...,
+        bind: str | None = ...,
+    ) -> ProbeResult:
+        """Send ``count`` probes to the responder at host:port and return the answered ones."""
+        ...
