@@ -29,6 +29,7 @@ from cp_sync.coordinator import Coordinator, run_phase
 from cp_sync.ntp import ntp_bound
 from cp_sync.returntrip import probe_returntrip
 from cp_sync.sync_table import read_sync
+from cp_sync.synthetic import DOMAINS, synth_probes
 from cp_sync.translate import METHODS, Translator
 from native_tsc.domain import make_virtual
 
@@ -89,9 +90,6 @@ def probe_rtts(n: int, hz: float) -> dict[str, dict[str, float]]:
 
 def translation_rate(n: int) -> dict[str, float]:
     """Records/s per method on one core: synthetic probes between four virtual domains, mixed scenarios."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.sync_helpers import DOMAINS, synth_probes
-
     rng = np.random.default_rng(1)
     t0 = 10**13
     table = synth_probes(DOMAINS, {"before": t0, "after": t0 + 2_600_000_000}, 100, rng)

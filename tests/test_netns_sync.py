@@ -27,8 +27,8 @@ import pytest
 import native_tsc
 from cloudprofiler.cli import main
 from cp_sync.sync_table import read_sync
+from cp_sync.synthetic import stamp
 from native_tsc.domain import make_virtual
-from tests.sync_helpers import stamp
 
 pytestmark = [
     pytest.mark.netns,
@@ -38,7 +38,7 @@ pytestmark = [
 
 A_V = make_virtual("ns-node-a", "-75", 4_000_000_000_000)
 B_V = make_virtual("ns-node-b", "190.5", -8_000_000_000_000)
-HELPERS = Path(__file__).with_name("sync_helpers.py")
+RELAY = Path(__file__).with_name("delay_relay.py")  # run by path inside a namespace
 COORD = "10.201.1.1:5599"
 
 
@@ -155,7 +155,7 @@ def _run(ns: dict[str, str], delay_us: int, tmp: Path) -> dict:
             ns["m"],
             [
                 sys.executable,
-                str(HELPERS),
+                str(RELAY),
                 "--listen",
                 "10.201.1.1:7102",
                 "--target",

@@ -17,8 +17,8 @@ import native_tsc
 from cloudprofiler.cli import main
 from cp_sync.coordinator import Coordinator, list_agents, run_phase
 from cp_sync.sync_table import read_sync
+from cp_sync.synthetic import invert, stamp
 from native_tsc.domain import make_virtual
-from tests.sync_helpers import invert, stamp
 
 VIRTUAL = [
     make_virtual("vnode-a", "42.5", 7_000_000_000_000),

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from cloudprofiler.cli import main
 from cp_sync.hull import AssumptionViolated
 from cp_sync.sync_table import minrtt, read_sync, write_sync
+from cp_sync.synthetic import DOMAINS, stamp, synth_probes
 from cp_sync.translate import Translator, fit_relation, reference_hz
 from native_tsc.domain import make_virtual
-from tests.sync_helpers import DOMAINS, stamp, synth_probes
 
 T0 = 10**13
 SPAN = 2_600_000_000  # about a second between the phases

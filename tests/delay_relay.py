@@ -1,70 +1,13 @@
-"""Ground truth for sync tests: virtual domains over one shared raw counter.
+"""Test tooling run as a script: a UDP relay that delays one direction (see tests/test_netns_sync.py).
 
-A virtual domain is an exact affine transform of the raw TSC, so for any raw
-instant the reading every domain would have taken is known exactly.
+tests/test_netns_sync.py starts this file by path inside a network namespace,
+so it imports nothing from tests/. Synthetic probes with exact ground truth
+live in the package, ``cp_sync.synthetic``.
 """
 
 from __future__ import annotations
 
 import contextlib
-
-import numpy as np
-import pyarrow as pa
-
-from cp_sync.sync_table import probes_table
-from native_tsc.domain import VirtualDomain, make_virtual
-
-DOMAINS = [
-    make_virtual("ref-node", "0", 0),
-    make_virtual("node-b", "87.5", 3_000_000_000_000),
-    make_virtual("node-c", "-143.25", -5_000_000_000_000),
-    make_virtual("node-d", "310", 123_456_789_012),
-]
-
-
-def stamp(v: VirtualDomain, raw: np.ndarray) -> np.ndarray:
-    """Readings of domain ``v`` at raw counter values (exact, the same arithmetic as native_tsc)."""
-    return np.array([v.apply(int(t)) for t in raw], dtype=np.int64)
-
-
-def invert(v: VirtualDomain, c: int) -> int:
-    """The smallest raw counter value whose reading in domain ``v`` is ``c``."""
-    raw = int((c - v.offset) / v.rate())
-    while v.apply(raw) > c:
-        raw -= 1
-    while v.apply(raw + 1) <= c:
-        raw += 1
-    return raw
-
-
-def synth_probes(
-    domains: list[VirtualDomain],
-    phases: dict[str, int],
-    rounds: int,
-    rng: np.random.Generator,
-    fwd_cycles: tuple[int, int] = (8_000, 40_000),
-    back_cycles: tuple[int, int] = (8_000, 40_000),
-) -> pa.Table:
-    """Probes between every ordered pair, each phase from a raw instant, random one-way delays."""
-    tabs = []
-    for phase, start in phases.items():
-        t = start
-        for a in domains:
-            for b in domains:
-                if a is b:
-                    continue
-                fwd = rng.integers(*fwd_cycles, size=rounds)
-                back = rng.integers(*back_cycles, size=rounds)
-                gaps = rng.integers(50_000, 150_000, size=rounds)
-                ri = t + np.cumsum(gaps + fwd + back) - fwd - back
-                rj = ri + fwd
-                rk = rj + back
-                t = int(rk[-1]) + 100_000
-                ns = (ri // 2.6).astype(np.int64)
-                tabs.append(
-                    probes_table(phase, a.domain, b.domain, stamp(a, ri), stamp(b, rj), stamp(a, rk), ns)
-                )
-    return pa.concat_tables(tabs)
 
 
 def relay(listen: tuple[str, int], target: tuple[str, int], delay_us: int) -> None:
