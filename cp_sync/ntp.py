@@ -8,6 +8,7 @@ nodes inherits the sum of both nodes' bounds.
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import subprocess
@@ -30,6 +31,7 @@ class NtpBound:
 
     @property
     def bound_s(self) -> float:
+        """How far this node's wall clock may be from the reference time."""
         return abs(self.offset_s) + self.root_dispersion_s + self.root_delay_s / 2
 
 
@@ -42,7 +44,11 @@ def parse_tracking(text: str) -> NtpBound:
     sys_m, delay_m, disp_m = found["System time"], found["Root delay"], found["Root dispersion"]
     assert sys_m is not None and delay_m is not None and disp_m is not None
     off = float(sys_m.group(1)) * (1 if sys_m.group(2) == "fast" else -1)
-    return NtpBound(off, float(delay_m.group(1)), float(disp_m.group(1)))
+    delay, disp = float(delay_m.group(1)), float(disp_m.group(1))
+    # A bound built from a negative or non-finite figure would be no bound at all.
+    if not all(math.isfinite(v) for v in (off, delay, disp)) or delay < 0 or disp < 0:
+        raise ValueError(f"chronyc tracking gave figures that bound nothing: {off}, {delay}, {disp}")
+    return NtpBound(off, delay, disp)
 
 
 def ntp_bound(timeout_s: float = 5.0) -> tuple[NtpBound | None, str]:

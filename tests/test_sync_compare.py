@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import shutil
+import math
+import os
+from pathlib import Path
 
 import numpy as np
 import pyarrow.compute as pc
@@ -10,7 +12,7 @@ import pytest
 
 from cp_sync.ntp import ntp_bound, parse_tracking
 from cp_sync.returntrip import probe_returntrip
-from tests.sync_helpers import DOMAINS, invert, synth_probes
+from cp_sync.synthetic import DOMAINS, invert, synth_probes
 
 T0 = 10**13
 CHRONY = """Reference ID    : A9FEA97B (169.254.169.123)
@@ -57,11 +59,38 @@ def test_chrony_tracking_bound() -> None:
         parse_tracking(CHRONY.replace("Root delay", "Root something"))
 
 
-def test_ntp_here_is_measured_or_skipped_with_a_reason() -> None:
-    result, why = ntp_bound()
-    if result is None:
-        assert why.startswith("NTP comparison skipped: ")
-        if shutil.which("chronyc") is None:
-            assert "not installed" in why
-    else:
-        assert result.bound_s >= 0 and why == "chronyc tracking"
+def _fake_chronyc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, output: str, status: int) -> None:
+    """A ``chronyc`` first on PATH that prints ``output`` and exits with ``status``."""
+    (tmp_path / "tracking.txt").write_text(output)
+    exe = tmp_path / "chronyc"
+    exe.write_text(f"#!/bin/sh\ncat '{tmp_path / 'tracking.txt'}'\nexit {status}\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+def test_ntp_bound_from_chronyc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_chronyc(tmp_path, monkeypatch, CHRONY, 0)
+    nb, why = ntp_bound()
+    assert why == "chronyc tracking"
+    assert nb is not None and nb.bound_s == pytest.approx(362.5e-6)
+
+
+def test_ntp_refusals_say_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_chronyc(tmp_path, monkeypatch, "506 Cannot talk to daemon\n", 1)
+    nb, why = ntp_bound()
+    assert nb is None and why == "NTP comparison skipped: chronyd is not running (506 Cannot talk to daemon)"
+    _fake_chronyc(tmp_path, monkeypatch, CHRONY.replace("0.000150000", "-0.000150000"), 0)
+    nb, why = ntp_bound()
+    assert nb is None and "bound nothing" in why
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert ntp_bound() == (None, "NTP comparison skipped: chronyc is not installed (no chronyd on this node)")
+
+
+def test_ntp_on_this_node() -> None:
+    nb, why = ntp_bound()
+    if nb is None:
+        pytest.skip(why)
+    # chronyd runs here: its bound is a real, finite positive figure that covers the offset it reports.
+    assert why == "chronyc tracking"
+    assert 0 < nb.bound_s < 10 and math.isfinite(nb.bound_s)
+    assert nb.bound_s >= abs(nb.offset_s) + nb.root_delay_s / 2
