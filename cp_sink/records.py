@@ -22,9 +22,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from native_tsc.stamp_columns import SINK, node_column
+
 TUPLE_ID = "tuple_id"
-TSC_PREFIX = "cp_tsc_"
-NODE_PREFIX = "cp_node_"
 BATCH_DIR_RE = re.compile(r"^batch=(\d+)$")
 STAGING = "_staging"
 PUBLISHING = "_publishing"
@@ -44,7 +44,7 @@ COUNTS_SCHEMA = pa.schema(
         ("last_tuple_id", pa.int64()),
         ("min_tuple_id", pa.int64()),
         ("max_tuple_id", pa.int64()),
-        ("cp_node_sink", pa.string()),
+        (node_column(SINK), pa.string()),
         ("first_tsc_sink", pa.int64()),
         ("last_tsc_sink", pa.int64()),
     ]
@@ -53,18 +53,13 @@ COUNTS_SCHEMA = pa.schema(
 PERIODS_SCHEMA = pa.schema(
     [
         ("partition", pa.int32()),
-        ("cp_node_sink", pa.string()),
+        (node_column(SINK), pa.string()),
         ("period", pa.int64()),
         ("period_ms", pa.int64()),
         ("period_cycles", pa.float64()),
         ("count", pa.int64()),
     ]
 )
-
-
-def is_stamp_column(name: str) -> bool:
-    """True for ``cp_tsc_<point>`` and ``cp_node_<point>`` columns."""
-    return name.startswith(TSC_PREFIX) or name.startswith(NODE_PREFIX)
 
 
 def published_batches(path: str | os.PathLike[str]) -> dict[int, Path]:

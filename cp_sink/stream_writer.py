@@ -35,16 +35,14 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from cp_sink.records import (
     COUNTS_FILE,
     COUNTS_SCHEMA,
-    NODE_PREFIX,
     PERIODS_PREFIX,
     PERIODS_SCHEMA,
     PUBLISHING,
     RECORDS_PREFIX,
     STAGING,
-    TSC_PREFIX,
     TUPLE_ID,
-    is_stamp_column,
 )
+from native_tsc.stamp_columns import SINK, is_stamp_column, node_column, stamp_columns
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # set by Spark's micro-batch engine on every task
 ROWS_PER_ROW_GROUP = 1 << 18
@@ -151,7 +149,9 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
                 f"the query has {names}"
             )
         # Keep tuple id and stamps only; the sink stamp is added per batch.
-        self.keep = [self.id_column] + [n for n in names if is_stamp_column(n) and not n.endswith("_sink")]
+        self.keep = [self.id_column] + [
+            n for n in names if is_stamp_column(n) and n not in stamp_columns(SINK)
+        ]
         self.overwrite = overwrite
 
     # ---- executors -------------------------------------------------------------------------------
@@ -226,7 +226,7 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
             "last_tuple_id": last_id,
             "min_tuple_id": min_id,
             "max_tuple_id": max_id,
-            "cp_node_sink": node,
+            node_column(SINK): node,
             "first_tsc_sink": first_tsc,
             "last_tsc_sink": last_tsc,
         }
@@ -235,7 +235,7 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
             table = pa.table(
                 {
                     "partition": pa.array([partition] * len(periods), pa.int32()),
-                    "cp_node_sink": pa.array([node] * len(periods)),
+                    node_column(SINK): pa.array([node] * len(periods)),
                     "period": pa.array(list(periods), pa.int64()),
                     "period_ms": pa.array([spec.period_ms] * len(periods), pa.int64()),
                     "period_cycles": pa.array([period_cycles] * len(periods), pa.float64()),
@@ -261,7 +261,7 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
             pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([node])),
             pa.array(np.full(n, partition, np.int32)),
         ]
-        names += [f"{TSC_PREFIX}sink", f"{NODE_PREFIX}sink", "partition"]
+        names += [*stamp_columns(SINK), "partition"]
         return pa.RecordBatch.from_arrays(cols, names=names)
 
     # ---- driver ----------------------------------------------------------------------------------

@@ -34,11 +34,16 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
 from cp_source.workloads import YSB_FIELDS
+from native_tsc.stamp_columns import GEN, SOURCE, node_column, tsc_column
 
-SCHEMA = (
-    ", ".join(f"{f} STRING" for f in YSB_FIELDS)
-    + ", event_time TIMESTAMP, tuple_id BIGINT, sender_id INT, cp_tsc_gen BIGINT, cp_node_gen STRING,"
-    " cp_tsc_source BIGINT, cp_node_source STRING"
+SCHEMA = ", ".join(
+    [
+        *(f"{f} STRING" for f in YSB_FIELDS),
+        "event_time TIMESTAMP",
+        "tuple_id BIGINT",
+        "sender_id INT",
+        *(f"{tsc_column(p)} BIGINT, {node_column(p)} STRING" for p in (GEN, SOURCE)),
+    ]
 )
 DEFAULT_MAX_ROWS = 1_000_000
 RCV_HWM = 16  # as the factory's front socket: a slow reader fills the queues back to the generator

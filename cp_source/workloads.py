@@ -124,7 +124,7 @@ def parse_ddl(ddl: str) -> pa.Schema:
     """Parse a flat Spark DDL schema (``"a STRING, b BIGINT"``) into Arrow payload fields."""
     if not ddl or not ddl.strip():
         raise ValueError("empty schema: expected Spark DDL such as 'name STRING, price DOUBLE'")
-    fields = []
+    fields: list[pa.Field] = []
     for part in ddl.split(","):
         m = _DDL_FIELD.match(part)
         if not m:
