@@ -196,7 +196,7 @@ def _latencies(records: Path, windows: Path, sync_dir: Path, reference: str) -> 
     """Every pair of points the demo reports, translated into ``reference``: table, summary rows, facts."""
     import pyarrow as pa
 
-    from cloudprofiler.latency_report import DEFAULT_PAIRS, latency_report
+    from cp_sync.latency_report import DEFAULT_PAIRS, latency_report
 
     rows, facts, out = latency_report(records, sync_dir, DEFAULT_PAIRS, reference=reference)
     wrows, wfacts, wout = latency_report(

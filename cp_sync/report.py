@@ -1,11 +1,15 @@
-"""Summaries and plots of translated latencies."""
+"""Summaries, the latency table and plots of translated latencies."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import IO, Any, Literal
 
 import numpy as np
 import pyarrow as pa
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
 
 _KEYS = ["from_point", "to_point", "method", "scenario"]
 
@@ -37,39 +41,48 @@ def summarize(out: pa.Table) -> list[dict[str, Any]]:
     return rows
 
 
-def print_summary(rows: list[dict[str, Any]], title: str) -> None:
-    """A rich table of summarize()'s rows."""
-    from rich.console import Console
-    from rich.table import Table
+Unit = Literal["us", "ms"]
+_SCALE: dict[str, float] = {"us": 1.0, "ms": 1e-3}  # summarize() gives microseconds
+_FIGURES = ("p50_us", "p90_us", "p99_us", "max_us", "bound_median_us", "bound_max_us")
+_HEADS = ("p50", "p90", "p99", "max", "bound med", "bound max")
 
+
+def latency_table(rows: Sequence[Mapping[str, Any]], title: str, unit: Unit = "us") -> Table:
+    """The latency table: one line per summarize() row (latency_report's rows add a ``label``).
+
+    Columns: path (``label (from -> to)``, or ``from -> to`` without a label), method, scenario, count,
+    latency p50/p90/p99/max and the median and max error bound, in ``unit`` with 3 decimals.
+    """
+    if unit not in _SCALE:
+        raise ValueError(f"unit must be us or ms, got {unit!r}")
+    scale = _SCALE[unit]
     t = Table(title=title)
-    for c in (
-        "points",
-        "method",
-        "scenario",
-        "count",
-        "p50 us",
-        "p90 us",
-        "p99 us",
-        "max us",
-        "bound med us",
-        "bound max us",
-    ):
-        t.add_column(c, justify="right" if "us" in c or c == "count" else "left")
+    for c in ("path", "method", "scenario", "count", *(f"{h} {unit}" for h in _HEADS)):
+        t.add_column(c, justify="left" if c in ("path", "method", "scenario") else "right")
     for r in rows:
+        points = f"{r['from_point']} -> {r['to_point']}"
         t.add_row(
-            f"{r['from_point']}->{r['to_point']}",
-            r["method"],
-            r["scenario"],
+            f"{r['label']} ({points})" if r.get("label") else points,
+            str(r["method"]),
+            str(r["scenario"]),
             f"{r['count']:,}",
-            *(
-                f"{r[k]:.3f}"
-                for k in ("p50_us", "p90_us", "p99_us", "max_us", "bound_median_us", "bound_max_us")
-            ),
+            *(f"{r[k] * scale:,.3f}" for k in _FIGURES),
         )
-    console = Console()
-    # Wide enough for every column when the output is a file or a pipe (rich's default there is 80).
-    Console(width=max(console.width, 150)).print(t)
+    return t
+
+
+def print_table(table: Table, file: IO[str] | None = None) -> None:
+    """Print ``table`` at its full width, also when the output is a pipe or a file (rich's default is 80)."""
+    wide = Console(width=10_000)
+    need = Measurement.get(wide, wide.options, table).maximum
+    Console(file=file, width=max(Console(file=file).width, need)).print(table)
+
+
+def print_latency_table(
+    rows: Sequence[Mapping[str, Any]], title: str, unit: Unit = "us", file: IO[str] | None = None
+) -> None:
+    """``print_table(latency_table(rows, title, unit), file)``."""
+    print_table(latency_table(rows, title, unit), file)
 
 
 def plot(out: pa.Table, path: str) -> None:

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     """Translate, write, summarise."""
     import pyarrow.parquet as pq
 
-    from cp_sync.report import plot, print_summary, summarize
+    from cp_sync.report import latency_table, plot, print_table, summarize
     from cp_sync.translate import METHODS, translate_records
 
     methods = tuple(m.strip() for m in args.method.split(",") if m.strip())
@@ -57,11 +57,11 @@ def run(args: argparse.Namespace) -> int:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(out, args.out, compression="zstd")
     hz = facts["frequency_hz"]
-    print_summary(
-        summarize(out),
-        f"{args.from_point} -> {args.to_point}, reference {facts['reference']}, "
-        f"{hz / 1e6:.3f} MHz ({facts['frequency_source']})",
+    title = (
+        f"latency in us: {args.from_point} -> {args.to_point}, reference {facts['reference']}, "
+        f"{hz / 1e6:.3f} MHz ({facts['frequency_source']})"
     )
+    print_table(latency_table(summarize(out), title))
     for pair, why in facts["refused"].items():
         print(f"relation {pair} refused: {why}", file=sys.stderr)
     if args.compare:
