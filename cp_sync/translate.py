@@ -33,6 +33,7 @@ from numba import njit
 
 from cp_sync.hull import AssumptionViolated, Constraints, Polygon, feasible_polygon
 from cp_sync.sync_table import minrtt
+from native_tsc.stamp_columns import node_column, stamp_points, tsc_column
 
 METHODS = ("minrtt", "hull", "naive")
 SCENARIOS = {0: "reference", 1: "same-node", 2: "reference-node", 3: "two-nodes"}
@@ -374,10 +375,10 @@ def read_points(records_dir: str, from_point: str, to_point: str) -> pa.Table:
         raise ValueError(f"records directory {records_dir!r} does not exist")
     cols = [
         "tuple_id",
-        f"cp_tsc_{from_point}",
-        f"cp_node_{from_point}",
-        f"cp_tsc_{to_point}",
-        f"cp_node_{to_point}",
+        tsc_column(from_point),
+        node_column(from_point),
+        tsc_column(to_point),
+        node_column(to_point),
     ]
     files, seen = [], set()
     for f in _record_files(root):
@@ -409,13 +410,12 @@ def read_points(records_dir: str, from_point: str, to_point: str) -> pa.Table:
 
 
 def _points(names: list[str]) -> str:
-    pts = [n[len("cp_tsc_") :] for n in names if n.startswith("cp_tsc_")]
-    return ", ".join(pts) or "none"
+    return ", ".join(stamp_points(names)) or "none"
 
 
 def default_reference(points: pa.Table, to_point: str) -> str:
     """The domain most end stamps were taken in."""
-    counts = pc.value_counts(points[f"cp_node_{to_point}"]).to_pylist()
+    counts = pc.value_counts(points[node_column(to_point)]).to_pylist()
     if not counts:
         raise ValueError("no records to translate")
     return str(max(counts, key=lambda c: (c["counts"], c["values"]))["values"])
@@ -431,10 +431,10 @@ def translate_points(
     methods: tuple[str, ...] = METHODS,
 ) -> tuple[pa.Table, Translator]:
     """The output table: one row per record and method with duration and bound in cycles and ns."""
-    ys = points[f"cp_tsc_{from_point}"].to_numpy()
-    ye = points[f"cp_tsc_{to_point}"].to_numpy()
-    ds_ = points[f"cp_node_{from_point}"]
-    de = points[f"cp_node_{to_point}"]
+    ys = points[tsc_column(from_point)].to_numpy()
+    ye = points[tsc_column(to_point)].to_numpy()
+    ds_ = points[node_column(from_point)]
+    de = points[node_column(to_point)]
     tr = Translator(sync, reference)
     parts = []
     scen_dict = pa.array([SCENARIOS[k] for k in sorted(SCENARIOS)])
@@ -447,8 +447,8 @@ def translate_points(
                     "tuple_id": points["tuple_id"].take(idx),
                     "from_point": pa.array([from_point] * n, pa.string()),
                     "to_point": pa.array([to_point] * n, pa.string()),
-                    "from_domain": points[f"cp_node_{from_point}"].take(idx),
-                    "to_domain": points[f"cp_node_{to_point}"].take(idx),
+                    "from_domain": ds_.take(idx),
+                    "to_domain": de.take(idx),
                     "reference": pa.array([reference] * n, pa.string()),
                     "method": pa.array([res.method] * n, pa.string()),
                     "scenario": pa.DictionaryArray.from_arrays(pa.array(res.scenario), scen_dict).cast(

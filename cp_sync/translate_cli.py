@@ -43,14 +43,14 @@ def run(args: argparse.Namespace) -> int:
 
     from cp_sync.report import latency_table, plot, print_table, summarize
     from cp_sync.translate import METHODS, translate_records
+    from native_tsc.stamp_columns import check_point
 
     methods = tuple(m.strip() for m in args.method.split(",") if m.strip())
     bad = [m for m in methods if m not in METHODS]
     if bad or not methods:
         raise ValueError(f"unknown method {', '.join(bad) or '(none)'}: choose from {', '.join(METHODS)}")
     for name in (args.from_point, args.to_point):
-        if not name.replace("_", "").isalnum():
-            raise ValueError(f"invalid stamp point {name!r}")
+        check_point(name)
     out, facts = translate_records(
         args.records, args.sync, args.from_point, args.to_point, args.reference, methods
     )
