@@ -24,14 +24,17 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from cloudprofiler.cli_process import cli_argv
 from cloudprofiler.errors import CommandError
 
 DESCRIPTION = """Run the YSB pipeline on embedded defaults: local Spark (local[2], UI off), the
@@ -51,10 +54,6 @@ examples:
   cloudprofiler demo --out /tmp/ysb --summary /tmp/ysb/summary.json
 """
 
-# the console script's entry point (python -m would load cli.py a second time, as __main__)
-CLI = [sys.executable, "-c", "import sys; from cloudprofiler.cli import main; sys.exit(main())"]
-WINDOW = "10 seconds"
-WATERMARK = "30 seconds"
 # Simulated nodes: (skew ppm, offset cycles) of each virtual TSC domain.
 SIM_CLOCKS = [
     ("85.5", 700_000_000_000_000),
@@ -62,6 +61,7 @@ SIM_CLOCKS = [
     ("230", 50_000_000_000_000),
     ("-37.25", 900_000_000_000_000),
 ]
+QUERIES = ("latency", "windows")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -99,34 +99,16 @@ def _check(args: argparse.Namespace) -> None:
         raise CommandError(f"--rounds {args.rounds}: expected 2..10000")
 
 
-def _wait(predicate: Any, deadline: float, what: str) -> None:
+def _wait(predicate: Callable[[], bool], deadline: float, what: str) -> None:
     while not predicate():
         if time.monotonic() > deadline:
             raise CommandError(f"timed out waiting for {what}")
         time.sleep(0.2)
 
 
-def _drained(spool: Path, senders: list[str]) -> bool:
-    """Every sender's end-of-stream arrived and every factory worker has published what it holds."""
-    from cp_source.spool import Spool
-
-    stats = Spool(spool).stats()
-    if set(senders) - set(stats["end_of_stream"]):
-        return False
-    return all(
-        w.get("pending_rows") == 0
-        and not w.get("paused")
-        and w.get("updated_wall", 0) - w.get("last_recv_wall", 0) >= 0.5
-        for w in stats["per_worker"].values()
-    )
-
-
-def _end_offset(query: Any) -> dict[str, int] | None:
-    prog = query.lastProgress
-    if not prog or not prog["sources"]:
-        return None
-    end = prog["sources"][0]["endOffset"]
-    return json.loads(end) if isinstance(end, str) else end
+def _stop_query(query: Any) -> None:
+    if query.isActive:
+        query.stop()
 
 
 def _free_port() -> int:
@@ -176,402 +158,214 @@ class _Nodes:
         return {"CP_TSC_VIRTUAL": v.spec()}
 
 
-def _sync_phase(server: str | None, phase: str, rounds: int, out: Path, expect: int) -> dict[str, Any]:
-    if server is None:
-        # One TSC domain: a phase with no pairs to probe, only the domain's frequency.
-        import native_tsc
-        from cp_sync.sync_table import write_sync
+@dataclass
+class _Demo:
+    """One demo run: where things go, what runs, and what each step found."""
 
-        write_sync(out, phase, [], {native_tsc.domain_id(): native_tsc.frequency_hz()})
-        return {"phase": phase, "pairs": [], "failures": []}
-    from cp_sync.coordinator import run_phase
+    args: argparse.Namespace
+    out: Path
+    stack: ExitStack
+    status: Any
+    deadline: float
+    nodes: _Nodes
+    procs: _Processes = field(default_factory=_Processes)
+    sync_server: str | None = None
+    queries: dict[str, Any] = field(default_factory=dict)
+    summaries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    sync_pairs: dict[str, Any] = field(default_factory=dict)
 
-    r = run_phase(server, phase, rounds, out, expect=expect, wait_s=30.0)
-    if r["failures"]:
-        raise CommandError(f"sync {phase}: {'; '.join(r['failures'])}")
-    return r
+    @property
+    def spools(self) -> dict[str, Path]:
+        return {"windows": self.out / "spool", "latency": self.out / "spool-latency"}
+
+    @property
+    def records(self) -> Path:
+        return self.out / "records"
+
+    @property
+    def windows_dir(self) -> Path:
+        return self.out / "windows"
+
+    @property
+    def sync_dir(self) -> Path:
+        return self.out / "sync"
+
+    def start_sync(self) -> None:
+        """Sync agents: this process (Spark's driver and executors share this TSC) and one per sim node."""
+        if not self.nodes.virtual:
+            return
+        from cp_sync.agent import Agent
+        from cp_sync.coordinator import Coordinator
+
+        self.status.update("starting sync agents")
+        coord = Coordinator("127.0.0.1:0").start()
+        self.stack.callback(coord.stop)
+        self.sync_server = coord.address
+        agent = Agent(coord.address)
+        threading.Thread(target=agent.run, name="cp-demo-agent", daemon=True).start()
+        self.stack.callback(agent.stop)
+        for v in self.nodes.virtual:
+            self.procs.start(
+                cli_argv("sync", "agent", "--server", coord.address),
+                {"CP_TSC_VIRTUAL": v.spec()},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+
+    def sync_phase(self, phase: str) -> None:
+        self.status.update(f"sync: {phase}")
+        if self.sync_server is None:
+            # One TSC domain: a phase with no pairs to probe, only the domain's frequency.
+            import native_tsc
+            from cp_sync.sync_table import write_sync
+
+            write_sync(self.sync_dir, phase, [], {native_tsc.domain_id(): native_tsc.frequency_hz()})
+            self.sync_pairs[phase] = []
+            return
+        from cp_sync.coordinator import run_phase
+
+        expect = len(self.nodes.virtual) + 1
+        r = run_phase(self.sync_server, phase, self.args.rounds, self.sync_dir, expect=expect, wait_s=30.0)
+        if r["failures"]:
+            raise CommandError(f"sync {phase}: {'; '.join(r['failures'])}")
+        self.sync_pairs[phase] = r["pairs"]
+
+    def source(self, spark: Any, name: str) -> Any:
+        """The cloudprofiler source of query ``name``: embedded factory, or one on a simulated node."""
+        spool = self.spools[name]
+        reader = (
+            spark.readStream.format("cloudprofiler")
+            .option("spool", str(spool))
+            .option("workers", str(self.args.workers))
+        )
+        if not self.nodes.virtual:
+            return reader.option("endpoint", "tcp://127.0.0.1:0").load()
+        endpoint = f"tcp://127.0.0.1:{_free_port()}"
+        self.procs.start(
+            cli_argv(
+                "factory", "--endpoint", endpoint, "--spool", str(spool), "--workers", str(self.args.workers)
+            ),
+            self.nodes.env("factory"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        return reader.option("factory", "external").option("endpoint", endpoint).load()
+
+    def start_queries(self, spark: Any) -> None:
+        from cloudprofiler.queries import campaigns_frame, start_latency_query, start_windows_query
+
+        self.status.update("starting the queries and their factories")
+        campaigns = campaigns_frame(spark)
+        self.queries["latency"] = start_latency_query(
+            self.source(spark, "latency"), campaigns, self.records, self.out / "checkpoint-latency"
+        )
+        self.queries["windows"] = start_windows_query(
+            self.source(spark, "windows"), campaigns, self.windows_dir, self.out / "checkpoint"
+        )
+        for q in self.queries.values():
+            self.stack.callback(_stop_query, q)
+
+    def generate(self) -> None:
+        """Wait for each query's factory, then run one generator per query to its end."""
+        from cloudprofiler import wait_for_factory
+
+        endpoints = {}
+        for name in QUERIES:
+            left = max(1.0, self.deadline - time.monotonic())
+            try:
+                state = wait_for_factory(str(self.spools[name]), self.queries[name], left)
+            except (RuntimeError, TimeoutError) as e:
+                raise CommandError(f"the {name} query: {e}") from e
+            endpoints[name] = state.factory_endpoint
+        a = self.args
+        self.status.update(f"generating {a.rate:,.0f} tuples/s for {a.duration:g} s into each query")
+        gens = {}
+        for name, endpoint in endpoints.items():
+            argv = cli_argv(
+                "generate", "--endpoint", endpoint, "--rate", str(a.rate), "--duration", str(a.duration),
+                "--bucket", str(a.bucket), "--summary", str(self.out / f"generator-{name}.json"),
+            )  # fmt: skip
+            gens[name] = self.procs.start(
+                argv,
+                self.nodes.env("generator"),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        for name, gen in gens.items():
+            _, err = gen.communicate(timeout=max(1.0, self.deadline - time.monotonic()))
+            if gen.returncode != 0:
+                last = err.strip().splitlines()[-1] if err.strip() else ""
+                raise CommandError(f"the {name} generator failed: {last}")
+            self.summaries[name] = json.loads((self.out / f"generator-{name}.json").read_text())
+
+    def wait_caught_up(self) -> int:
+        """Wait until the factories published everything and both queries read it; rows the windows read."""
+        from cloudprofiler.spark_local import source_end_offset
+        from cp_sink.records import total_seen
+        from cp_source.spool import Spool
+
+        self.status.update("waiting for the factories and the queries to catch up")
+        for name, spool in self.spools.items():
+            senders = {int(s["id"]) for s in self.summaries[name]["senders"]}
+            _wait(partial(Spool(spool).drained, senders), self.deadline, f"the {name} factory to drain")
+        latest = Spool(self.spools["windows"]).latest()
+        qw, ql = self.queries["windows"], self.queries["latency"]
+        _wait(lambda: source_end_offset(qw) == latest or not qw.isActive, self.deadline, "the windows query")
+        published = Spool(self.spools["latency"]).stats().rows
+        _wait(
+            lambda: not ql.isActive or (self.records.exists() and total_seen(self.records) >= published),
+            self.deadline,
+            "the latency query",
+        )
+        for name, q in self.queries.items():
+            if q.exception() is not None:
+                raise CommandError(f"the {name} query failed: {q.exception()}")
+        rows_read = sum(int(p["numInputRows"]) for p in qw.recentProgress)
+        for q in self.queries.values():
+            q.stop()
+        return rows_read
 
 
-def _latencies(records: Path, windows: Path, sync_dir: Path, reference: str) -> tuple[Any, list, dict]:
-    """Every pair of points the demo reports, translated into ``reference``: table, summary rows, facts."""
-    import pyarrow as pa
-
-    from cp_sync.latency_report import DEFAULT_PAIRS, latency_report
-
-    rows, facts, out = latency_report(records, sync_dir, DEFAULT_PAIRS, reference=reference)
-    wrows, wfacts, wout = latency_report(
-        windows, sync_dir, (("gen", "window", "windowed output"),), reference=reference
-    )
-    missing = facts["missing"] | wfacts["missing"]
-    if missing or out is None or wout is None:
-        raise CommandError(f"latencies could not be translated: {missing}")
-    return pa.concat_tables([out, wout]), rows + wrows, facts
-
-
-def _timeline_plot(out: Any, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pyarrow.compute as pc
-
-    fig, ax = plt.subplots(figsize=(9, 4))
-    for a, b in (("gen", "sink"), ("gen", "window")):
-        sel = out.filter(pc.and_(pc.equal(out["from_point"], a), pc.equal(out["to_point"], b)))
-        sel = sel.sort_by("tuple_id")
-        lat = sel["duration_ns"].to_numpy() / 1e6
-        ax.plot(range(len(lat)), lat, ".", markersize=2, label=f"{a} -> {b}")
-    ax.set_xlabel("record (in tuple-id order)")
-    ax.set_ylabel("latency (ms)")
-    ax.set_title("end-to-end and windowed-output latency over the run")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+def _prepare_out(args: argparse.Namespace) -> Path:
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="cloudprofiler-demo-"))
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("spool", "spool-latency"):
+        spool = out / name
+        if spool.exists() and any(spool.iterdir()):
+            raise CommandError(f"{spool} already holds a spool: give an empty --out directory")
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo."""
     _check(args)
     from rich.console import Console
-    from rich.table import Table
+
+    from cloudprofiler.demo_report import collect, report
 
     console = Console()
-    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="cloudprofiler-demo-"))
-    out.mkdir(parents=True, exist_ok=True)
-    spools = {"windows": out / "spool", "latency": out / "spool-latency"}
-    for spool in spools.values():
-        if spool.exists() and any(spool.iterdir()):
-            raise CommandError(f"{spool} already holds a spool: give an empty --out directory")
-    records, windows_dir, sync_dir = out / "records", out / "windows", out / "sync"
-    deadline = time.monotonic() + args.timeout
+    out = _prepare_out(args)
     started = time.monotonic()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    nodes = _Nodes(args.simulate_nodes)
-
     with ExitStack() as stack, console.status("starting Spark (local[2])") as status:
-        from pyspark.sql import SparkSession
-        from pyspark.sql import functions as F
+        from cloudprofiler.spark_local import local_session
 
-        import cloudprofiler
-        import native_tsc
-        from cp_sink.records import read_records
-        from cp_sink.stamp import stamp
-        from cp_source.spool import Spool
-        from cp_source.workloads import campaigns_table
-
-        procs = _Processes()
-        stack.callback(procs.close)
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("cloudprofiler-demo")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-            .getOrCreate()
+        demo = _Demo(args, out, stack, status, started + args.timeout, _Nodes(args.simulate_nodes))
+        stack.callback(demo.procs.close)
+        spark = local_session(
+            "cloudprofiler-demo", conf={"spark.sql.streaming.noDataMicroBatches.enabled": "false"}
         )
         stack.callback(spark.stop)
-        spark.sparkContext.setLogLevel("ERROR")
-
-        # Sync agents: this process (Spark's driver and executors share this node's TSC) and one
-        # process per simulated node.
-        sync_server = None
-        if nodes.virtual:
-            from cp_sync.agent import Agent
-            from cp_sync.coordinator import Coordinator
-
-            status.update("starting sync agents")
-            coord = Coordinator("127.0.0.1:0").start()
-            stack.callback(coord.stop)
-            sync_server = coord.address
-            agent = Agent(sync_server)
-            t = threading.Thread(target=agent.run, name="cp-demo-agent", daemon=True)
-            t.start()
-            stack.callback(agent.stop)
-            for v in nodes.virtual:
-                procs.start(
-                    [*CLI, "sync", "agent", "--server", sync_server],
-                    {"CP_TSC_VIRTUAL": v.spec()},
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-        expect = len(nodes.virtual) + 1
-        status.update("sync: before")
-        sync_before = _sync_phase(sync_server, "before", args.rounds, sync_dir, expect)
-
-        cloudprofiler.register(spark)
-        campaigns = F.broadcast(spark.createDataFrame(campaigns_table().to_pandas()))
-
-        def source(name: str) -> Any:
-            reader = (
-                spark.readStream.format("cloudprofiler")
-                .option("spool", str(spools[name]))
-                .option("workers", str(args.workers))
-            )
-            if nodes.virtual:
-                # A factory on a simulated node: an external process under its virtual TSC domain.
-                endpoint = f"tcp://127.0.0.1:{_free_port()}"
-                procs.start(
-                    [
-                        *CLI,
-                        "factory",
-                        "--endpoint",
-                        endpoint,
-                        "--spool",
-                        str(spools[name]),
-                        "--workers",
-                        str(args.workers),
-                    ],
-                    nodes.env("factory"),
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-                reader = reader.option("factory", "external").option("endpoint", endpoint)
-            else:
-                reader = reader.option("endpoint", "tcp://127.0.0.1:0")
-            return reader.load()
-
-        queries: dict[str, Any] = {}
-        status.update("starting the queries and their factories")
-        # every event (not only views), so the sink must hold exactly the tuples the factory published
-        events = source("latency").join(campaigns, "ad_id")
-        stamps = [c for c in events.columns if c.startswith("cp_")]
-        queries["latency"] = (
-            stamp(events.select("tuple_id", "campaign_id", *stamps), "join")
-            .writeStream.format("cloudprofiler")
-            .option("path", str(records))
-            .option("handler", "id")
-            .option("checkpointLocation", str(out / "checkpoint-latency"))
-            .trigger(processingTime="500 milliseconds")
-            .start()
-        )
-
-        windows = (
-            source("windows")
-            .filter(F.col("event_type") == "view")
-            .join(campaigns, "ad_id")
-            .withWatermark("event_time", WATERMARK)
-            .groupBy(F.window("event_time", WINDOW), "campaign_id")
-            .agg(
-                F.count("*").alias("views"),
-                F.max("tuple_id").alias("tuple_id"),
-                # the stamps of the window's latest tuple, for the windowed-output latency
-                F.max_by("cp_tsc_gen", "tuple_id").alias("cp_tsc_gen"),
-                F.max_by("cp_node_gen", "tuple_id").alias("cp_node_gen"),
-            )
-        )
-        node = native_tsc.domain_id()
-
-        def write_updates(batch: Any, batch_id: int) -> None:
-            # update mode: each batch carries the new counts of the windows it touched; stamped
-            # when Spark hands them out
-            (
-                batch.withColumn("batch_id", F.lit(batch_id))
-                .withColumn("cp_tsc_window", F.lit(native_tsc.now()))
-                .withColumn("cp_node_window", F.lit(node))
-                .write.mode("append")
-                .parquet(str(windows_dir))
-            )
-
-        queries["windows"] = (
-            windows.writeStream.outputMode("update")
-            .foreachBatch(write_updates)
-            .option("checkpointLocation", str(out / "checkpoint"))
-            .trigger(processingTime="500 milliseconds")
-            .start()
-        )
-        for q in queries.values():
-            stack.callback(lambda q=q: q.isActive and q.stop())
-
-        endpoints = {}
-        for name, spool in spools.items():
-            state = spool / "_reader.json"
-            q = queries[name]
-            _wait(
-                lambda state=state, q=q: state.exists() or not q.isActive,
-                deadline,
-                f"the {name} query's factory",
-            )
-            if not q.isActive:
-                raise CommandError(f"the {name} query stopped: {q.exception()}")
-            endpoints[name] = json.loads(state.read_text())["factory_endpoint"]
-
-        status.update(f"generating {args.rate:,.0f} tuples/s for {args.duration:g} s into each query")
-        gens = {}
-        for name, endpoint in endpoints.items():
-            gens[name] = procs.start(
-                [
-                    *CLI,
-                    "generate",
-                    "--endpoint",
-                    endpoint,
-                    "--rate",
-                    str(args.rate),
-                    "--duration",
-                    str(args.duration),
-                    "--bucket",
-                    str(args.bucket),
-                    "--summary",
-                    str(out / f"generator-{name}.json"),
-                ],
-                nodes.env("generator"),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        summaries = {}
-        for name, gen in gens.items():
-            _, err = gen.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            if gen.returncode != 0:
-                last = err.strip().splitlines()[-1] if err.strip() else ""
-                raise CommandError(f"the {name} generator failed: {last}")
-            summaries[name] = json.loads((out / f"generator-{name}.json").read_text())
-
-        status.update("waiting for the factories and the queries to catch up")
-        for name, spool in spools.items():
-            senders = [str(s["id"]) for s in summaries[name]["senders"]]
-            _wait(
-                lambda spool=spool, senders=senders: _drained(spool, senders),
-                deadline,
-                f"the {name} factory to publish everything",
-            )
-        latest = Spool(spools["windows"]).latest()
-        qw = queries["windows"]
-        _wait(lambda: _end_offset(qw) == latest or not qw.isActive, deadline, "the windows query")
-        published_latency = Spool(spools["latency"]).stats()["rows"]
-        ql = queries["latency"]
-
-        def latency_done() -> bool:
-            from cp_sink.records import total_seen
-
-            return not ql.isActive or (records.exists() and total_seen(records) >= published_latency)
-
-        _wait(latency_done, deadline, "the latency query")
-        for name, q in queries.items():
-            if q.exception() is not None:
-                raise CommandError(f"the {name} query failed: {q.exception()}")
-        rows_read = sum(int(p["numInputRows"]) for p in qw.recentProgress)
-        for q in queries.values():
-            q.stop()
-
-        status.update("sync: after")
-        sync_after = _sync_phase(sync_server, "after", args.rounds, sync_dir, expect)
-
+        demo.start_sync()
+        demo.sync_phase("before")
+        demo.start_queries(spark)
+        demo.generate()
+        rows_read = demo.wait_caught_up()
+        demo.sync_phase("after")
         status.update("translating and summing up")
-        stats = Spool(spools["windows"]).stats()
-        stats_l = Spool(spools["latency"]).stats()
-        updates = spark.read.parquet(str(windows_dir)) if windows_dir.exists() else None
-        if updates is not None:
-            final = updates.groupBy("window", "campaign_id").agg(F.max("views").alias("views"))
-            agg = final.agg(F.count("*").alias("n"), F.sum("views").alias("v")).first()
-            n_windows = final.select("window").distinct().count()
-            window_keys, views_counted = int(agg["n"]), int(agg["v"] or 0)
-        else:
-            n_windows = window_keys = views_counted = 0
-        rec = read_records(records)
-        ids = rec["tuple_id"]
-        import pyarrow.compute as pc
-
-        n_records, n_unique = len(ids), pc.count_distinct(ids).as_py()
-        reference = native_tsc.domain_id()
-        lat, rows, facts = _latencies(records, windows_dir, sync_dir, reference)
-
-    from cp_sync.report import plot
-
-    summary = summaries["windows"]
-    sl = summaries["latency"]
-    totals = {
-        "target_rate": summary["target_rate"],
-        "achieved_rate": summary["achieved_rate"],
-        "generator_bound": summary["generator_bound"],
-        "offered": summary["offered"],
-        "emitted": summary["emitted"],
-        "dropped": summary["dropped"],
-        "lost_in_transit": stats["lost_in_transit_total"],
-        "rejected_buckets": stats["rejected_buckets"],
-        "dead_letters": stats["deadletters_total"],
-        "published": stats["rows"],
-        "rows_read": rows_read,
-        "windows": n_windows,
-        "window_campaign_counts": window_keys,
-        "views_counted": views_counted,
-        "latency_query": {
-            "emitted": sl["emitted"],
-            "dropped": sl["dropped"],
-            "lost_in_transit": stats_l["lost_in_transit_total"],
-            "published": stats_l["rows"],
-            "records": n_records,
-            "unique_records": n_unique,
-        },
-        "simulated_nodes": [v.spec() for v in nodes.virtual],
-        "reference_domain": reference,
-        "frequency_hz": facts["frequency_hz"],
-        "sync_pairs": {"before": sync_before["pairs"], "after": sync_after["pairs"]},
-        "seconds": round(time.monotonic() - started, 1),
-        "out": str(out),
-    }
-    # Every emitted tuple was read once by the windows query and is in the latency query's sink once.
-    totals["consistent"] = (
-        totals["rows_read"] == totals["published"] == totals["emitted"] - totals["lost_in_transit"]
-        and n_records == n_unique == stats_l["rows"] == sl["emitted"] - stats_l["lost_in_transit_total"]
-    )
-    sustained = not summary["generator_bound"] and summary["dropped"] == 0 and sl["dropped"] == 0
-    totals["sustained"] = sustained
-
-    table = Table(title="cloudprofiler demo: YSB ingest (windows query)")
-    table.add_column("what")
-    table.add_column("value", justify="right")
-    labels = [
-        ("target rate (tuples/s)", f"{totals['target_rate']:,.0f}"),
-        ("achieved rate (tuples/s)", f"{totals['achieved_rate']:,.0f}"),
-        ("generator-bound", "yes (invalid run)" if totals["generator_bound"] else "no"),
-        ("emitted", f"{totals['emitted']:,}"),
-        ("dropped by the generator", f"{totals['dropped']:,}"),
-        ("lost in transit", f"{totals['lost_in_transit']:,}"),
-        ("published by the factory", f"{totals['published']:,}"),
-        ("rows read by Spark", f"{totals['rows_read']:,}"),
-        ("10 s windows", f"{totals['windows']:,}"),
-        ("window x campaign counts", f"{totals['window_campaign_counts']:,}"),
-        ("views counted", f"{totals['views_counted']:,}"),
-        ("latency query: tuple records in the sink", f"{n_records:,}"),
-        ("every emitted tuple read once", "yes" if totals["consistent"] else "NO"),
-    ]
-    for k, v in labels:
-        table.add_row(k, v)
-    console.print(table)
-    rate_note = (
-        f"sustained {args.rate:,.0f} tuples/s into each query with no drop"
-        if sustained
-        else f"did NOT sustain {args.rate:,.0f} tuples/s: dropped {summary['dropped'] + sl['dropped']:,}"
-        + (" (generator-bound run)" if summary["generator_bound"] else "")
-    )
-    console.print(rate_note)
-
-    totals["latency"] = rows
-    where = "simulated nodes " + ", ".join(v.domain for v in nodes.virtual) if nodes.virtual else "one node"
-    lt = Table(title=f"latency in ms, reference TSC domain {reference} ({where})")
-    for c in ("path", "scenario", "count", "p50", "p90", "p99", "max", "bound median", "bound max"):
-        lt.add_column(c, justify="left" if c in ("path", "scenario") else "right")
-    for r in rows:
-        lt.add_row(
-            f"{r['label']} ({r['from_point']} -> {r['to_point']})",
-            r["scenario"],
-            f"{r['count']:,}",
-            *(
-                f"{r[k] / 1e3:.3f}"
-                for k in ("p50_us", "p90_us", "p99_us", "max_us", "bound_median_us", "bound_max_us")
-            ),
-        )
-    Console(width=max(console.width, 150)).print(lt)
-    import pyarrow.parquet as pq
-
-    pq.write_table(lat, out / "latency.parquet")
-    plot(lat, str(out / "latency.png"))
-    _timeline_plot(lat, out / "timeline.png")
-    console.print(f"plots: {out / 'latency.png'}, {out / 'timeline.png'}")
-    console.print(f"output in {out}  ({totals['seconds']} s)")
+        totals, lat, rows = collect(spark, demo, rows_read)
+    totals["seconds"] = round(time.monotonic() - started, 1)
+    report(console, totals, lat, rows, out)
     if args.summary:
         Path(args.summary).write_text(json.dumps(totals, indent=2, default=str))
     return 0 if totals["consistent"] else 1

@@ -234,3 +234,97 @@ def user_target(
         spool=None if spool is None else str(spool),
         label=f"query writing {sink}",
     )
+
+
+# ---- the demo's two queries ------------------------------------------------------------------------
+WINDOW = "10 seconds"
+WATERMARK = "30 seconds"
+
+
+def campaigns_frame(spark: Any) -> Any:
+    """The YSB campaigns table as a broadcast DataFrame (ad_id -> campaign_id)."""
+    from pyspark.sql import functions as F
+
+    from cp_source.workloads import campaigns_table
+
+    return F.broadcast(spark.createDataFrame(campaigns_table().to_pandas()))
+
+
+def start_latency_query(events: Any, campaigns: Any, records: Path, checkpoint: Path) -> Any:
+    """Every YSB event joined with its campaign, a ``join`` stamp, into the cloudprofiler sink (``id``).
+
+    No filter: the sink then holds exactly the tuples the factory published, one record each.
+    """
+    from cp_sink.stamp import stamp
+
+    joined = events.join(campaigns, "ad_id")
+    stamps = [c for c in joined.columns if is_stamp_column(c)]
+    return (
+        stamp(joined.select("tuple_id", "campaign_id", *stamps), "join")
+        .writeStream.format("cloudprofiler")
+        .option("path", str(records))
+        .option("handler", "id")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+
+
+def start_windows_query(events: Any, campaigns: Any, out: Path, checkpoint: Path) -> Any:
+    """The YSB query proper: views per campaign in 10-second event-time windows, update mode.
+
+    Each output row carries the ``gen`` stamp of the window's latest tuple and a
+    ``window`` stamp taken when Spark hands the batch out, so the windowed-output
+    latency is one more pair of stamp points.
+    """
+    from pyspark.sql import functions as F
+
+    import native_tsc
+    from native_tsc.stamp_columns import GEN, node_column, stamp_columns, tsc_column
+
+    gen_tsc, gen_node = tsc_column(GEN), node_column(GEN)
+    windows = (
+        events.filter(F.col("event_type") == "view")
+        .join(campaigns, "ad_id")
+        .withWatermark("event_time", WATERMARK)
+        .groupBy(F.window("event_time", WINDOW), "campaign_id")
+        .agg(
+            F.count("*").alias("views"),
+            F.max("tuple_id").alias("tuple_id"),
+            F.max_by(gen_tsc, "tuple_id").alias(gen_tsc),
+            F.max_by(gen_node, "tuple_id").alias(gen_node),
+        )
+    )
+    node = native_tsc.domain_id()
+    win_tsc, win_node = stamp_columns("window")
+
+    def write_updates(batch: Any, batch_id: int) -> None:
+        (
+            batch.withColumn("batch_id", F.lit(batch_id))
+            .withColumn(win_tsc, F.lit(native_tsc.now()))
+            .withColumn(win_node, F.lit(node))
+            .write.mode("append")
+            .parquet(str(out))
+        )
+
+    return (
+        windows.writeStream.outputMode("update")
+        .foreachBatch(write_updates)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+
+
+def window_counts(spark: Any, out: Path) -> tuple[int, int, int]:
+    """(windows, window x campaign keys, views counted) in the final state of the windows query."""
+    from pyspark.sql import functions as F
+
+    if not out.exists():
+        return 0, 0, 0
+    final = spark.read.parquet(str(out)).groupBy("window", "campaign_id").agg(F.max("views").alias("views"))
+    agg = final.agg(F.count("*").alias("n"), F.sum("views").alias("v")).first()
+    n_windows = final.select("window").distinct().count()
+    if agg is None:
+        return n_windows, 0, 0
+    return n_windows, int(agg["n"]), int(agg["v"] or 0)

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from cloudprofiler.cli_process import CLI_ARGV
 from cp_sink.records import read_records
 from native_tsc.domain import VirtualDomain, parse_virtual
-
-# the installed console script's entry point (python -m would load cli.py twice, as __main__ too)
-CLI = [sys.executable, "-c", "import sys; from cloudprofiler.cli import main; sys.exit(main())"]
 
 
 @pytest.mark.long
@@ -24,7 +21,7 @@ def test_demo_prints_consistent_totals(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     run = subprocess.run(
         [
-            *CLI,
+            *CLI_ARGV,
             "demo",
             "--duration",
             "3",
@@ -98,7 +95,7 @@ def _check_latencies_against_truth(out: Path, t: dict) -> None:
 
 
 def test_demo_rejects_bad_arguments() -> None:
-    run = subprocess.run([*CLI, "demo", "--duration", "-1"], capture_output=True, text=True, timeout=60)
+    run = subprocess.run([*CLI_ARGV, "demo", "--duration", "-1"], capture_output=True, text=True, timeout=60)
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == [
         "cloudprofiler demo: error: --duration -1.0: expected 0 < seconds <= 3600"
