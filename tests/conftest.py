@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-# Spark's Python workers must run the interpreter that has this package.
+# Spark's Python workers must run the interpreter that has this package (also for sessions that
+# driver scripts start).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
@@ -18,20 +19,17 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local SparkSession: 2 threads, task retries on, UI off, small shuffle partitions."""
-    from pyspark.sql import SparkSession
+    from cloudprofiler.spark_local import local_session
 
-    session = (
-        SparkSession.builder.master("local[2,3]")  # 2 threads; a failed task is retried (local[N,F])
-        .appName("cloudprofiler-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .config("spark.driver.memory", "2g")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
+    session = local_session(
+        "cloudprofiler-tests",
+        master="local[2,3]",  # 2 threads; a failed task is retried (local[N,F])
+        conf={
+            "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+            "spark.driver.memory": "2g",
+        },
+        register=False,
     )
-    session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
 

@@ -29,26 +29,16 @@ def main() -> int:
     p.add_argument("--max-seconds", type=float, default=120.0)
     args = p.parse_args()
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    from cloudprofiler.spark_local import local_session
 
-    import cloudprofiler
-
-    builder = (
-        SparkSession.builder.master(args.master)
-        .appName("cloudprofiler-driver-job")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.executor.memory", "512m")
-        .config("spark.python.worker.reuse", "true")
-    )
+    conf = {
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.executor.memory": "512m",
+    }
     if args.master.startswith("spark://"):
-        builder = builder.config("spark.cores.max", "2").config("spark.executor.cores", "1")
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    cloudprofiler.register(spark)
+        conf |= {"spark.cores.max": "2", "spark.executor.cores": "1"}
+    spark = local_session("cloudprofiler-driver-job", master=args.master, conf=conf)
 
     opts = dict(kv.split("=", 1) for kv in args.opt)
     df = (
