@@ -8,7 +8,9 @@ script is on PATH.
 
 from __future__ import annotations
 
+import subprocess
 import sys
+from collections.abc import Iterable
 
 CLI_ARGV: tuple[str, ...] = (
     sys.executable,
@@ -20,3 +22,17 @@ CLI_ARGV: tuple[str, ...] = (
 def cli_argv(*args: str) -> list[str]:
     """The argv that runs ``cloudprofiler ARGS...`` with this interpreter."""
     return [*CLI_ARGV, *args]
+
+
+def stop_processes(procs: Iterable[subprocess.Popen], timeout: float = 10.0) -> None:
+    """Terminate every process still running, then kill those that do not exit within ``timeout`` s."""
+    procs = list(procs)
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

@@ -34,7 +34,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from cloudprofiler.cli_process import cli_argv
+from cloudprofiler.cli_process import cli_argv, stop_processes
+from cloudprofiler.demo_report import DemoLayout
 from cloudprofiler.errors import CommandError
 
 DESCRIPTION = """Run the YSB pipeline on embedded defaults: local Spark (local[2], UI off), the
@@ -129,15 +130,7 @@ class _Processes:
         return p
 
     def close(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs)
 
 
 class _Nodes:
@@ -175,20 +168,24 @@ class _Demo:
     sync_pairs: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def layout(self) -> DemoLayout:
+        return DemoLayout(self.out)
+
+    @property
     def spools(self) -> dict[str, Path]:
-        return {"windows": self.out / "spool", "latency": self.out / "spool-latency"}
+        return self.layout.spools
 
     @property
     def records(self) -> Path:
-        return self.out / "records"
+        return self.layout.records
 
     @property
     def windows_dir(self) -> Path:
-        return self.out / "windows"
+        return self.layout.windows_dir
 
     @property
     def sync_dir(self) -> Path:
-        return self.out / "sync"
+        return self.layout.sync_dir
 
     def start_sync(self) -> None:
         """Sync agents: this process (Spark's driver and executors share this TSC) and one per sim node."""
@@ -363,7 +360,9 @@ def run(args: argparse.Namespace) -> int:
         rows_read = demo.wait_caught_up()
         demo.sync_phase("after")
         status.update("translating and summing up")
-        totals, lat, rows = collect(spark, demo, rows_read)
+        totals, lat, rows = collect(
+            spark, demo.layout, demo.summaries, demo.nodes.virtual, demo.sync_pairs, rows_read
+        )
     totals["seconds"] = round(time.monotonic() - started, 1)
     report(console, totals, lat, rows, out)
     if args.summary:

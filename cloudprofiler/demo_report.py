@@ -2,15 +2,36 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
 from cloudprofiler.errors import CommandError
 
-if TYPE_CHECKING:
-    from cloudprofiler.demo import _Demo
+
+@dataclass(frozen=True)
+class DemoLayout:
+    """Where one demo run keeps its spools, records, windowed output and sync tables."""
+
+    out: Path
+
+    @property
+    def spools(self) -> dict[str, Path]:
+        return {"windows": self.out / "spool", "latency": self.out / "spool-latency"}
+
+    @property
+    def records(self) -> Path:
+        return self.out / "records"
+
+    @property
+    def windows_dir(self) -> Path:
+        return self.out / "windows"
+
+    @property
+    def sync_dir(self) -> Path:
+        return self.out / "sync"
 
 
 def latencies(records: Path, windows: Path, sync_dir: Path, reference: str) -> tuple[pa.Table, list, dict]:
@@ -27,8 +48,18 @@ def latencies(records: Path, windows: Path, sync_dir: Path, reference: str) -> t
     return pa.concat_tables([out, wout]), rows + wrows, facts
 
 
-def collect(spark: Any, demo: _Demo, rows_read: int) -> tuple[dict[str, Any], pa.Table, list]:
+def collect(
+    spark: Any,
+    demo: DemoLayout,
+    summaries: dict[str, dict[str, Any]],
+    simulated: list[Any],
+    sync_pairs: dict[str, Any],
+    rows_read: int,
+) -> tuple[dict[str, Any], pa.Table, list]:
     """The run's totals (both queries' ledgers, window counts, records) and its translated latencies.
+
+    ``summaries``: each query's generator summary; ``simulated``: the virtual domains of
+    simulated nodes.
 
     ``consistent``: every emitted tuple was read once by the windows query and is
     in the latency query's sink once, or counted as lost in transit.
@@ -47,7 +78,7 @@ def collect(spark: Any, demo: _Demo, rows_read: int) -> tuple[dict[str, Any], pa
     n_records, n_unique = len(ids), pc.count_distinct(ids).as_py()
     reference = native_tsc.domain_id()
     lat, rows, facts = latencies(demo.records, demo.windows_dir, demo.sync_dir, reference)
-    sw, sl = demo.summaries["windows"], demo.summaries["latency"]
+    sw, sl = summaries["windows"], summaries["latency"]
     totals: dict[str, Any] = {
         **{k: sw[k] for k in ("target_rate", "achieved_rate", "generator_bound", "offered", "emitted")},
         "dropped": sw["dropped"],
@@ -67,11 +98,11 @@ def collect(spark: Any, demo: _Demo, rows_read: int) -> tuple[dict[str, Any], pa
             "records": n_records,
             "unique_records": n_unique,
         },
-        "simulated_nodes": [v.spec() for v in demo.nodes.virtual],
-        "simulated_domains": [v.domain for v in demo.nodes.virtual],
+        "simulated_nodes": [v.spec() for v in simulated],
+        "simulated_domains": [v.domain for v in simulated],
         "reference_domain": reference,
         "frequency_hz": facts["frequency_hz"],
-        "sync_pairs": dict(demo.sync_pairs),
+        "sync_pairs": dict(sync_pairs),
         "out": str(demo.out),
         "latency": rows,
     }

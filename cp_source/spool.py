@@ -319,33 +319,34 @@ class Spool:
         out.update(_read_offsets(self.root / "planned.json"))
         return out
 
+    def _advance(self, name: str, offsets: dict[str, int]) -> dict[str, int]:
+        """Move the offsets in file ``name`` forward to ``offsets`` (never back); the merged offsets.
+
+        Call with ``commit.lock`` held: the reader's driver and tools may write at once.
+        """
+        cur = _read_offsets(self.root / name)
+        merged = dict(cur)
+        for w, n in offsets.items():
+            if not WORKER_RE.match(w):
+                raise ValueError(f"invalid worker name {w!r}")
+            merged[w] = max(int(n), cur.get(w, -1))
+        if merged != cur:
+            _write_atomic(self.root / name, orjson.dumps(merged))
+        return merged
+
     def mark_planned(self, offsets: dict[str, int]) -> None:
         """Record that a micro-batch reads up to ``offsets`` (never moving one back); see spool_bytes."""
         self.root.mkdir(parents=True, exist_ok=True)
         with open(self.root / "commit.lock", "a+b") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            cur = _read_offsets(self.root / "planned.json")
-            merged = dict(cur)
-            for w, n in offsets.items():
-                if not WORKER_RE.match(w):
-                    raise ValueError(f"invalid worker name {w!r}")
-                merged[w] = max(int(n), cur.get(w, -1))
-            if merged != cur:
-                _write_atomic(self.root / "planned.json", orjson.dumps(merged))
+            self._advance("planned.json", offsets)
 
     def commit(self, offsets: dict[str, int]) -> None:
         """Record offsets as committed (never moving one back) and delete the segments they cover."""
         self.root.mkdir(parents=True, exist_ok=True)
         with open(self.root / "commit.lock", "a+b") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            cur = self.committed()
-            merged = dict(cur)
-            for w, n in offsets.items():
-                if not WORKER_RE.match(w):
-                    raise ValueError(f"invalid worker name {w!r}")
-                merged[w] = max(int(n), cur.get(w, -1))
-            if merged != cur:
-                _write_atomic(self.root / "committed.json", orjson.dumps(merged))
+            merged = self._advance("committed.json", offsets)
             for w, n in merged.items():
                 wdir = self.root / w
                 with contextlib.suppress(FileNotFoundError):

@@ -26,6 +26,7 @@ import pytest
 
 import native_tsc
 from cloudprofiler.cli import main
+from cloudprofiler.cli_process import stop_processes
 from cp_sync.sync_table import read_sync
 from cp_sync.synthetic import stamp
 from native_tsc.domain import make_virtual
@@ -102,14 +103,7 @@ class _Procs:
         return p
 
     def stop(self) -> None:
-        for p in self.procs:
-            p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs)
         self.procs.clear()
 
 
