@@ -14,16 +14,13 @@ the calls, "with flush" adds close(), i.e. until every block is compressed and o
 from __future__ import annotations
 
 import argparse
-import platform
 import tempfile
 import time
-import timeit
 from pathlib import Path
 
 import numpy as np
-import orjson
+from bench_common import arg_parser, best_ns, make_table, print_goals, result_head, write_json
 from rich.console import Console
-from rich.table import Table
 
 import native_tsc
 from cp_sink.channels import open_channel
@@ -42,6 +39,15 @@ HANDLERS = {
     "null": {},
 }
 BATCH = 1 << 16
+COLUMNS = (
+    "handler",
+    "ns/log()",
+    "x bare call",
+    "paper Java",
+    "paper C++",
+    "ns/tuple batch",
+    "ns/tuple batch+flush",
+)
 
 
 def bare(t: int) -> None:
@@ -50,7 +56,7 @@ def bare(t: int) -> None:
 
 def per_call(log: object, number: int, repeat: int) -> float:
     g = {"log": log, "rng": range(number)}
-    return min(timeit.repeat("for i in rng: log(i)", globals=g, number=1, repeat=repeat)) / number * 1e9
+    return best_ns("for i in rng: log(i)", g, number, repeat)
 
 
 def per_tuple(handler: str, params: dict, d: Path, tuples: int, repeat: int) -> tuple[float, float]:
@@ -71,34 +77,33 @@ def per_tuple(handler: str, params: dict, d: Path, tuples: int, repeat: int) -> 
     return min(caller), min(total)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--json", default="benchmarks/results/channels.json")
+def parse_args() -> argparse.Namespace:
+    ap = arg_parser(__doc__, "channels")
     ap.add_argument("--number", type=int, default=200_000, help="log() calls per repeat")
     ap.add_argument("--tuples", type=int, default=1 << 22, help="ids per batch-form repeat")
     ap.add_argument("--repeat", type=int, default=15)
-    args = ap.parse_args()
-    warm_up()
+    return ap.parse_args()
 
-    base = {
-        "empty loop": min(
-            timeit.repeat(
-                "for i in rng: pass", globals={"rng": range(args.number)}, number=1, repeat=args.repeat
-            )
-        )
-        / args.number
-        * 1e9,
-        "bare Python call": per_call(bare, args.number, args.repeat),
-        "native_tsc.now()": per_call(lambda t, now=native_tsc.now: now(), args.number, args.repeat),
+
+def baseline(number: int, repeat: int) -> dict[str, float]:
+    """What a log() call is compared with: the loop alone, a bare call, a clock read."""
+    return {
+        "empty loop": best_ns("for i in rng: pass", {"rng": range(number)}, number, repeat),
+        "bare Python call": per_call(bare, number, repeat),
+        "native_tsc.now()": per_call(lambda t, now=native_tsc.now: now(), number, repeat),
     }
+
+
+def measure_handlers(number: int, tuples: int, repeat: int) -> dict[str, dict]:
+    """Per handler: ns per log() call and per tuple of the batch form, beside the paper's figures."""
     rows = {}
     with tempfile.TemporaryDirectory(prefix="cp-bench-channels-") as tmp:
         d = Path(tmp)
         for h, params in HANDLERS.items():
             ch = open_channel(f"bench-{h}", h, path=d / f"call-{h}.cpch", **params)
-            call = per_call(ch.log, args.number, args.repeat)
+            call = per_call(ch.log, number, repeat)
             ch.close()
-            caller, total = per_tuple(h, params, d, args.tuples, args.repeat)
+            caller, total = per_tuple(h, params, d, tuples, repeat)
             rows[h] = {
                 "ns_per_call": call,
                 "ns_per_tuple_batch": caller,
@@ -106,34 +111,30 @@ def main() -> None:
                 "paper_java_ns": PAPER_JAVA.get(h),
                 "paper_cpp_ns": PAPER_CPP.get(h),
             }
+    return rows
 
+
+def print_table(base: dict[str, float], rows: dict[str, dict]) -> None:
     bare_ns = base["bare Python call"]
-    table = Table(title="Channel cost per handler (best of repeats; loop included in ns/call)")
-    for col in (
-        "handler",
-        "ns/log()",
-        "x bare call",
-        "paper Java",
-        "paper C++",
-        "ns/tuple batch",
-        "ns/tuple batch+flush",
-    ):
-        table.add_column(col, justify="left" if col == "handler" else "right")
-    for name, v in base.items():
-        table.add_row(name, f"{v:.1f}", f"{v / bare_ns:.2f}", "", "", "", "")
+    cells = [(name, f"{v:.1f}", f"{v / bare_ns:.2f}", "", "", "", "") for name, v in base.items()]
     for h, r in rows.items():
         java = f"{r['paper_java_ns']:.0f}" if r["paper_java_ns"] is not None else "not cited"
-        table.add_row(
-            h,
-            f"{r['ns_per_call']:.1f}",
-            f"{r['ns_per_call'] / bare_ns:.2f}",
-            java,
-            "not cited",
-            f"{r['ns_per_tuple_batch']:.2f}",
-            f"{r['ns_per_tuple_batch_with_flush']:.2f}",
+        cells.append(
+            (
+                h,
+                f"{r['ns_per_call']:.1f}",
+                f"{r['ns_per_call'] / bare_ns:.2f}",
+                java,
+                "not cited",
+                f"{r['ns_per_tuple_batch']:.2f}",
+                f"{r['ns_per_tuple_batch_with_flush']:.2f}",
+            )
         )
-    Console(width=130).print(table)
+    title = "Channel cost per handler (best of repeats; loop included in ns/call)"
+    Console(width=130).print(make_table(title, COLUMNS, cells))
 
+
+def check_goals(rows: dict[str, dict]) -> dict[str, bool]:
     goals = {}
     for h, java in PAPER_JAVA.items():
         goals[f"{h}: log() below the paper's Java {java:.0f} ns"] = rows[h]["ns_per_call"] < java
@@ -143,12 +144,19 @@ def main() -> None:
     goals["every handler: batch form at most 5 ns per tuple (with flush)"] = all(
         r["ns_per_tuple_batch_with_flush"] <= 5.0 for r in rows.values()
     )
-    for k, ok in goals.items():
-        print(f"goal {k}: {'met' if ok else 'NOT met'}")
+    return goals
 
+
+def main() -> None:
+    args = parse_args()
+    warm_up()
+    base = baseline(args.number, args.repeat)
+    rows = measure_handlers(args.number, args.tuples, args.repeat)
+    print_table(base, rows)
+    goals = check_goals(rows)
+    print_goals(goals)
     out = {
-        "benchmark": "channels",
-        "machine": platform.node(),
+        **result_head("channels"),
         "backend": native_tsc.BACKEND,
         "number": args.number,
         "tuples": args.tuples,
@@ -158,9 +166,7 @@ def main() -> None:
         "handlers": rows,
         "goals": goals,
     }
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
-    print(f"wrote {args.json}")
+    write_json(args.json, out, announce=True)
 
 
 if __name__ == "__main__":

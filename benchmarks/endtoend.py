@@ -31,10 +31,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
+from bench_common import make_table
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -46,6 +48,13 @@ from cp_source.bucket import tuple_id  # noqa: E402
 from cp_source.workloads import YSB_FIELDS, ysb_rows  # noqa: E402
 
 BUCKET = 1000
+# The systems searched, each with the rate its search starts from (tuples/s).
+SYSTEMS = [
+    ("cloudprofiler source", 40_000),
+    ("naive Python source", 5_000),
+    ("Spark socket + from_json", 10_000),
+    ("Spark JSON files", 10_000),
+]
 JSON_SCHEMA = ", ".join(f"{f} STRING" for f in YSB_FIELDS) + ", tuple_id BIGINT, event_ms BIGINT"
 
 
@@ -268,19 +277,20 @@ def report(
 ) -> dict[str, float]:
     """Print the comparison table and the goals; return the ratios."""
     from rich.console import Console
-    from rich.table import Table
 
     console = Console(width=max(Console().width, 130))
-    table = Table(title="Maximum sustainable rate, Spark local[2], YSB join -> cloudprofiler sink (null)")
-    table.add_column("ingestion path")
-    table.add_column("tuples/s", justify="right")
-    table.add_column("cloudprofiler / this", justify="right")
-    table.add_column("how the search ended")
     ours = (results.get("cloudprofiler source") or {}).get("max_rate")
+    cells = []
     for name, r in results.items():
         mr = r["max_rate"]
         ratio = f"{ours / mr:.2f}" if ours and mr else "-"
-        table.add_row(name, "none" if mr is None else f"{mr:,.0f}", ratio, r["stopped_because"])
+        cells.append((name, "none" if mr is None else f"{mr:,.0f}", ratio, r["stopped_because"]))
+    table = make_table(
+        "Maximum sustainable rate, Spark local[2], YSB join -> cloudprofiler sink (null)",
+        ("ingestion path", "tuples/s", "cloudprofiler / this", "how the search ended"),
+        cells,
+        left=("ingestion path", "how the search ended"),
+    )
     g = "automatic" if grace is None else f"{grace:g} s"
     console.print(
         f"load average at start: {load0:.1f} on {os.cpu_count()} cores; "
@@ -301,7 +311,7 @@ def report(
     return goals
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per trial (default 5)")
     ap.add_argument(
@@ -312,70 +322,83 @@ def main() -> int:
     ap.add_argument("--only", help="comma-separated subset of systems (default: all)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "endtoend.json"))
     ap.add_argument("--show", metavar="JSON", help="print the table of a saved result and exit")
-    args = ap.parse_args()
-    if args.show:
-        doc = json.loads(Path(args.show).read_text())
-        report(doc["results"], doc["load_average_start"], doc["duration"], doc["grace"], doc["tolerance"])
-        return 0
+    return ap.parse_args()
 
+
+def selected_systems(only: str | None) -> list[tuple[str, int]]:
+    """The systems ``--only`` names, by full name or first word; all of them without it."""
+    if not only:
+        return SYSTEMS
+    keep = {s.strip() for s in only.split(",")}
+    return [s for s in SYSTEMS if s[0] in keep or s[0].split()[0] in keep]
+
+
+def _progress(console: Any) -> Callable[[Any], None]:
+    def progress(s: Any) -> None:
+        console.print(
+            f"  {s.rate:>12,.0f}/s: emitted {s.emitted:,} dropped {s.dropped:,} "
+            f"received {s.received:,} -> {s.verdict}"
+        )
+
+    return progress
+
+
+def search_system(
+    name: str, start: int, spark: Any, work: Path, args: argparse.Namespace, console: Any
+) -> dict[str, Any]:
+    """Start system ``name``'s query and bisect to its maximum sustainable rate; always stop it."""
+    target, q, cleanup = build(name, spark, work)
+    try:
+        res, _trial, attempts = find_max_rate(
+            target,
+            method="bisect",
+            start=start,
+            tolerance=args.tolerance,
+            max_steps=args.max_steps,
+            duration=args.duration,
+            grace=args.grace,
+            retries=1,
+            progress=_progress(console),
+        )
+    finally:
+        if q.isActive:
+            q.stop()
+        cleanup()
+    return {
+        "max_rate": res.max_rate,
+        "stopped_because": res.stopped_because,
+        "generator_cap": res.generator_cap,
+        "attempts": [a.__dict__ for a in attempts],
+    }
+
+
+def measure_all(args: argparse.Namespace) -> dict[str, Any]:
+    """Every selected system, then the rate source's ceiling, on one SparkSession."""
     from rich.console import Console
 
     from cloudprofiler.spark_local import local_session
 
     console = Console()
-    load0 = os.getloadavg()[0]
     spark = local_session("cloudprofiler-endtoend", conf={"spark.driver.memory": "2g"})
-    systems = [
-        ("cloudprofiler source", 40_000),
-        ("naive Python source", 5_000),
-        ("Spark socket + from_json", 10_000),
-        ("Spark JSON files", 10_000),
-    ]
-    if args.only:
-        keep = {s.strip() for s in args.only.split(",")}
-        systems = [s for s in systems if s[0] in keep or s[0].split()[0] in keep]
     results: dict[str, Any] = {}
     work = Path(tempfile.mkdtemp(prefix="cp-endtoend-"))
     try:
-        for i, (name, start) in enumerate(systems):
+        for i, (name, start) in enumerate(selected_systems(args.only)):
             console.rule(name)
-            target, q, cleanup = build(name, spark, work / f"s{i}")
-            try:
-
-                def progress(s: Any) -> None:
-                    console.print(
-                        f"  {s.rate:>12,.0f}/s: emitted {s.emitted:,} dropped {s.dropped:,} "
-                        f"received {s.received:,} -> {s.verdict}"
-                    )
-
-                res, _trial, attempts = find_max_rate(
-                    target,
-                    method="bisect",
-                    start=start,
-                    tolerance=args.tolerance,
-                    max_steps=args.max_steps,
-                    duration=args.duration,
-                    grace=args.grace,
-                    retries=1,
-                    progress=progress,
-                )
-                results[name] = {
-                    "max_rate": res.max_rate,
-                    "stopped_because": res.stopped_because,
-                    "generator_cap": res.generator_cap,
-                    "attempts": [a.__dict__ for a in attempts],
-                }
-            finally:
-                if q.isActive:
-                    q.stop()
-                cleanup()
+            results[name] = search_system(name, start, spark, work / f"s{i}", args, console)
         if not args.only or "rate" in args.only:
             console.rule("Spark rate source (ceiling)")
             results["Spark rate source (no payload)"] = rate_ceiling(spark, work / "rate", 15.0)
     finally:
         spark.stop()
+    return results
 
-    goals = report(results, load0, args.duration, args.grace, args.tolerance)
+
+def write_result(
+    args: argparse.Namespace, load0: float, results: dict[str, Any], goals: dict[str, float]
+) -> None:
+    # default=str: a value JSON has no type for (a numpy scalar, say) is written as text rather
+    # than failing the run at its very end
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(
         json.dumps(
@@ -391,6 +414,18 @@ def main() -> int:
             default=str,
         )
     )
+
+
+def main() -> int:
+    args = parse_args()
+    if args.show:
+        doc = json.loads(Path(args.show).read_text())
+        report(doc["results"], doc["load_average_start"], doc["duration"], doc["grace"], doc["tolerance"])
+        return 0
+    load0 = os.getloadavg()[0]
+    results = measure_all(args)
+    goals = report(results, load0, args.duration, args.grace, args.tolerance)
+    write_result(args, load0, results, goals)
     return 0
 
 

@@ -30,9 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import orjson
+from bench_common import make_table, write_json
 from rich.console import Console
-from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -196,22 +195,28 @@ def bench_factory(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="shorter runs")
-    a = ap.parse_args(argv)
-    secs = 0.5 if a.quick else 2.0
-    console = Console(width=110)
-    results: dict[str, Any] = {"host_cpus": os.cpu_count(), "load_avg": os.getloadavg()}
+def highest_rate(gen: list[dict[str, Any]], ok: str) -> float:
+    """Per bucket size the highest rate before the first failing one; the best bucket size.
 
-    # the generator offers each rate for the duration; a rate is sustained when every tuple was taken
-    # (no drop) and the generator kept its schedule (not generator-bound)
+    ``ok`` is "sustained" (no drop and on schedule) or "schedule" (on schedule only).
+    """
+    out = 0.0
+    for b in sorted({g["bucket"] for g in gen}):
+        for g in sorted((g for g in gen if g["bucket"] == b), key=lambda g: g["target_rate"]):
+            if not (g["sustained"] if ok == "sustained" else not g["generator_bound"]):
+                break
+            out = max(out, g["target_rate"])
+    return out
+
+
+def generator_sweep(console: Console, secs: float) -> list[dict[str, Any]]:
+    """Offer each rate for ``secs`` per bucket size; print which rates were sustained."""
+    # a rate is sustained when every tuple was taken (no drop) and the generator kept its
+    # schedule (not generator-bound)
     gen = [bench_generator(r, secs, b, "tcp") for b in (1000, 5000) for r in (2e6, 4e6, 5e6, 6e6, 8e6)]
     for g in gen:
         g["sustained"] = g["dropped"] == 0 and not g["generator_bound"]
-    results["generator"] = gen
-    t = Table(title="Generator, one sender process, TCP to a draining receiver")
-    for c in (
+    columns = (
         "bucket",
         "target tuples/s",
         "achieved (offered)",
@@ -219,10 +224,9 @@ def main(argv: list[str] | None = None) -> int:
         "dropped",
         "generator-bound",
         "sustained",
-    ):
-        t.add_column(c, justify="right")
-    for g in gen:
-        t.add_row(
+    )
+    cells = [
+        (
             str(g["bucket"]),
             f"{g['target_rate'] / 1e6:.1f} M",
             f"{g['offered_per_s'] / 1e6:.2f} M",
@@ -231,21 +235,14 @@ def main(argv: list[str] | None = None) -> int:
             str(g["generator_bound"]),
             "yes" if g["sustained"] else "no",
         )
-    console.print(t)
+        for g in gen
+    ]
+    title = "Generator, one sender process, TCP to a draining receiver"
+    console.print(make_table(title, columns, cells, left=()))
+    return gen
 
-    def highest(ok: str) -> float:
-        """Per bucket size the highest rate before the first failing one; the best bucket size."""
-        out = 0.0
-        for b in sorted({g["bucket"] for g in gen}):
-            for g in sorted((g for g in gen if g["bucket"] == b), key=lambda g: g["target_rate"]):
-                if not (g["sustained"] if ok == "sustained" else not g["generator_bound"]):
-                    break
-                out = max(out, g["target_rate"])
-        return out
 
-    on_schedule, best = highest("schedule"), highest("sustained")
-    results["generator_max_on_schedule"] = on_schedule
-    results["generator_max_sustained"] = best
+def report_generator_max(console: Console, on_schedule: float, best: float) -> None:
     console.print(
         f"highest rate one sender offered on schedule (within 1%, not generator-bound): "
         f"{on_schedule / 1e6:.1f} M tuples/s (goal 5 M: "
@@ -253,22 +250,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     console.print(f"highest rate also taken without a single drop: {best / 1e6:.1f} M tuples/s")
 
-    parsers = bench_parsers(1000, secs)
-    results["deserialize_per_core"] = parsers
-    base = parsers["generic: orjson to Arrow"]
-    t = Table(title="YSB deserialization per core (tuples per CPU-second, buckets of 1000)")
-    for c in ("path", "tuples/s", "x generic", "goal 2 M"):
-        t.add_column(c, justify="right")
-    for name, v in parsers.items():
-        t.add_row(name, f"{v / 1e6:.2f} M", f"{v / base:.2f}", "met" if v >= GOAL_WORKER else "-")
-    console.print(t)
 
-    # the real factory with each worker parser; the numba one also with 2 workers
+def report_parsers(console: Console, parsers: dict[str, float]) -> None:
+    base = parsers["generic: orjson to Arrow"]
+    cells = [
+        (name, f"{v / 1e6:.2f} M", f"{v / base:.2f}", "met" if v >= GOAL_WORKER else "-")
+        for name, v in parsers.items()
+    ]
+    title = "YSB deserialization per core (tuples per CPU-second, buckets of 1000)"
+    console.print(make_table(title, ("path", "tuples/s", "x generic", "goal 2 M"), cells, left=()))
+
+
+def factory_runs(console: Console, secs: float) -> list[dict[str, Any]]:
+    """The real factory with each worker parser, the numba one also with 2 workers; print the table."""
     runs = [(1, "naive"), (1, "orjson"), (1, "arrow-json"), (1, "numba"), (2, "numba")]
     fac = [bench_factory(w, 4e6, max(secs, 1.0) * 1.5, 2000, parser=p) for w, p in runs]
-    results["factory"] = fac
-    t = Table(title="Factory with real ZeroMQ (generator offers 4 M/s, YSB, buckets of 2000)")
-    for c in (
+    columns = (
         "worker parser",
         "workers",
         "published tuples/s",
@@ -276,10 +273,9 @@ def main(argv: list[str] | None = None) -> int:
         "offered",
         "dropped",
         "lost in transit",
-    ):
-        t.add_column(c, justify="right")
-    for r in fac:
-        t.add_row(
+    )
+    cells = [
+        (
             r["parser"],
             str(r["workers"]),
             f"{r['published_per_s'] / 1e6:.2f} M",
@@ -288,7 +284,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['dropped']:,}",
             str(r["lost_in_transit"]),
         )
-    console.print(t)
+        for r in fac
+    ]
+    title = "Factory with real ZeroMQ (generator offers 4 M/s, YSB, buckets of 2000)"
+    console.print(make_table(title, columns, cells, left=()))
+    return fac
+
+
+def report_gains(console: Console, parsers: dict[str, float], fac: list[dict[str, Any]]) -> None:
+    """Print the parser and worker-count ratios the design's claims rest on."""
+    base = parsers["generic: orjson to Arrow"]
     numba_gain = parsers["numba YSB parser"] / base
     console.print(
         f"numba parser / generic orjson-to-Arrow: {numba_gain:.2f}x; "
@@ -302,13 +307,32 @@ def main(argv: list[str] | None = None) -> int:
         f"{two['published_per_s'] / one['published_per_s']:.2f}x on {os.cpu_count()} cores "
         f"shared with the generator"
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="shorter runs")
+    a = ap.parse_args(argv)
+    secs = 0.5 if a.quick else 2.0
+    console = Console(width=110)
+    results: dict[str, Any] = {"host_cpus": os.cpu_count(), "load_avg": os.getloadavg()}
+
+    gen = results["generator"] = generator_sweep(console, secs)
+    on_schedule = results["generator_max_on_schedule"] = highest_rate(gen, "schedule")
+    best = results["generator_max_sustained"] = highest_rate(gen, "sustained")
+    report_generator_max(console, on_schedule, best)
+
+    parsers = results["deserialize_per_core"] = bench_parsers(1000, secs)
+    report_parsers(console, parsers)
+    fac = results["factory"] = factory_runs(console, secs)
+    report_gains(console, parsers, fac)
+
     results["load_avg_end"] = os.getloadavg()
     console.print(
         f"host: {os.cpu_count()} CPUs, load average {results['load_avg'][0]:.1f} at start, "
         f"{results['load_avg_end'][0]:.1f} at end (figures are depressed accordingly)"
     )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
+    write_json(RESULTS, results)
     return 0
 
 

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
+from collections.abc import Callable
+from functools import partial
 
 import numpy as np
-import orjson
 import pyarrow as pa
+from bench_common import arg_parser, make_table, print_goals, result_head, write_json
 from rich.console import Console
-from rich.table import Table
 
 import native_tsc
 from cp_sync import probe, probe_python
@@ -31,7 +30,7 @@ from cp_sync.returntrip import probe_returntrip
 from cp_sync.sync_table import read_sync
 from cp_sync.synthetic import DOMAINS, synth_probes
 from cp_sync.translate import METHODS, Translator
-from native_tsc.domain import make_virtual
+from native_tsc.domain import VirtualDomain, make_virtual
 
 _RESPONDER = """
 import sys
@@ -102,25 +101,23 @@ def translation_rate(n: int) -> dict[str, float]:
     tr.translate(ys[:1000], ds[:1000], ye[:1000], de[:1000])  # compile and fit outside the timing
     rates = {}
     for m in METHODS:
-        best = min(_timed(lambda m=m: tr.translate(ys, ds, ye, de, (m,))) for _ in range(5))
+        best = min(_timed(partial(tr.translate, ys, ds, ye, de, (m,))) for _ in range(5))
         rates[m] = n / best
     return rates
 
 
-def _timed(fn) -> float:
+def _timed(fn: Callable[[], object]) -> float:
     t = time.perf_counter()
     fn()
     return time.perf_counter() - t
 
 
-def bounds_side_by_side(rounds: int, gap_s: float) -> dict:
-    """Three agent processes under virtual domains: this method's bounds, return-trip's and NTP's (us)."""
-    virt = [
-        make_virtual("bench-a", "35", 10**13),
-        make_virtual("bench-b", "-120", -(10**13)),
-        make_virtual("bench-c", "240", 5 * 10**14),
-    ]
-    hz = native_tsc.clock.real_hz()
+def _agent_phases(virt: list[VirtualDomain], rounds: int, gap_s: float) -> tuple[pa.Table, np.ndarray]:
+    """Both sync phases, ``gap_s`` apart, with one agent process under each virtual domain.
+
+    Returns the probes and the raw TSC reads taken between the phases (every ms or so),
+    from which the records are made up: their true durations are known.
+    """
     with tempfile.TemporaryDirectory() as tmp, Coordinator("127.0.0.1:0") as coord:
         procs = [
             subprocess.Popen(
@@ -145,7 +142,18 @@ def bounds_side_by_side(rounds: int, gap_s: float) -> dict:
             for p in procs:
                 p.wait(10)
         table, _ = read_sync(tmp)
-    raws = np.array(reads, dtype=np.int64)
+    return table, np.array(reads, dtype=np.int64)
+
+
+def bounds_side_by_side(rounds: int, gap_s: float) -> dict:
+    """Three agent processes under virtual domains: this method's bounds, return-trip's and NTP's (us)."""
+    virt = [
+        make_virtual("bench-a", "35", 10**13),
+        make_virtual("bench-b", "-120", -(10**13)),
+        make_virtual("bench-c", "240", 5 * 10**14),
+    ]
+    hz = native_tsc.clock.real_hz()
+    table, raws = _agent_phases(virt, rounds, gap_s)
     rng = np.random.default_rng(0)
     n = 20_000
     a = rng.integers(0, len(raws), n)
@@ -186,83 +194,103 @@ def bounds_side_by_side(rounds: int, gap_s: float) -> dict:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--json", default="benchmarks/results/sync.json")
+# The goals use the responder as `sync agent` runs it (spinning after each answer, the
+# default); the blocking responder's ratio is printed beside it.
+C_KEY = "C initiator + C responder (spins 2 ms after each answer)"
+BLOCKING_KEY = "C initiator + C responder (blocking)"
+PY_KEY = "Python loop + Python responder"
+SCENARIOS = ("same-node", "reference-node", "two-nodes")
+
+
+def parse_args() -> argparse.Namespace:
+    ap = arg_parser(__doc__, "sync")
     ap.add_argument("--probes", type=int, default=5000)
     ap.add_argument("--records", type=int, default=5_000_000)
     ap.add_argument("--rounds", type=int, default=100)
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def report_probes(console: Console, rtts: dict[str, dict[str, float]], probes: int) -> dict[str, float]:
+    """Print the round-trip table and the Python / C ratios; return the ratios."""
+    title = f"Loopback MinRTT probes, {probes} per variant, responder in another process (us)"
+    cells = [(k, f"{v['min_us']:.2f}", f"{v['p50_us']:.2f}", f"{v['p99_us']:.2f}") for k, v in rtts.items()]
+    console.print(make_table(title, ("probe loop", "min", "p50", "p99"), cells))
+    ratios = {
+        "python_over_c_min": rtts[PY_KEY]["min_us"] / rtts[C_KEY]["min_us"],
+        "python_over_c_p50": rtts[PY_KEY]["p50_us"] / rtts[C_KEY]["p50_us"],
+        "python_over_c_blocking_min": rtts[PY_KEY]["min_us"] / rtts[BLOCKING_KEY]["min_us"],
+    }
+    print(
+        f"Python / C MinRTT (agent's default responder): {ratios['python_over_c_min']:.2f}x; "
+        f"median: {ratios['python_over_c_p50']:.2f}x; "
+        f"against the blocking responder: {ratios['python_over_c_blocking_min']:.2f}x"
+    )
+    return ratios
+
+
+def report_translation(console: Console, rates: dict[str, float], records: int) -> None:
+    title = f"Translation, {records:,} records, mixed scenarios, one core"
+    cells = [(m, f"{r / 1e6:.1f}") for m, r in rates.items()]
+    console.print(make_table(title, ("method", "M records/s"), cells))
+
+
+def report_bounds(console: Console, b: dict) -> None:
+    """Print this method's bounds per scenario beside return-trip's and NTP's, then the e per node."""
+    sc = b["scenarios"]
+    cells = [
+        (
+            f"{m} (median)",
+            *(f"{sc[s][m]['bound_median_us']:.2f}" for s in SCENARIOS),
+            str(all(sc[s][m]["holds"] for s in sc)),
+        )
+        for m in METHODS
+    ]
+    cells.append(("return-trip (median RTT/2)", "-", f"{b['returntrip_median_us']:.2f}", "-", "-"))
+    ntp = "skipped" if b["ntp_us"] is None else f"{b['ntp_us']:.1f}"
+    cells.append(("NTP (chrony, both ends)", ntp, ntp, ntp, "-"))
+    title = "Error bounds on the same run (3 virtual domains on loopback, phases 1 s apart, us)"
+    columns = ("method", "same node", "reference <-> node", "two nodes", "all hold")
+    console.print(make_table(title, columns, cells))
+    print(b["ntp_note"] if b["ntp_us"] is None else f"NTP from {b['ntp_note']}")
+    print("e (half MinRTT) per node: " + ", ".join(f"{k} {v:.2f} us" for k, v in b["e_us"].items()))
+
+
+def check_goals(rtts: dict, ratio_min: float, rates: dict[str, float], b: dict) -> dict[str, bool]:
+    sc = b["scenarios"]
+    return {
+        "MinRTT <= 15 us with probes timed in C": rtts[C_KEY]["min_us"] <= 15.0,
+        "C MinRTT well below the Python loop's (>= 2x)": ratio_min >= 2.0,
+        ">= 20 M records/s per core (minrtt)": rates["minrtt"] >= 20e6,
+        "every bound holds against the truth": all(v["holds"] for s in sc.values() for v in s.values()),
+    }
+
+
+def main() -> None:
+    args = parse_args()
     hz = native_tsc.clock.real_hz()
     console = Console(width=120)
     print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
     rtts = probe_rtts(args.probes, hz)
-    t = Table(title=f"Loopback MinRTT probes, {args.probes} per variant, responder in another process (us)")
-    for c in ("probe loop", "min", "p50", "p99"):
-        t.add_column(c, justify="left" if c == "probe loop" else "right")
-    for k, v in rtts.items():
-        t.add_row(k, f"{v['min_us']:.2f}", f"{v['p50_us']:.2f}", f"{v['p99_us']:.2f}")
-    console.print(t)
-    # The goals use the responder as `sync agent` runs it (spinning after each answer, the
-    # default); the blocking responder's ratio is printed beside it.
-    c_key = "C initiator + C responder (spins 2 ms after each answer)"
-    blocking_key, py_key = "C initiator + C responder (blocking)", "Python loop + Python responder"
-    ratio_min = rtts[py_key]["min_us"] / rtts[c_key]["min_us"]
-    ratio_p50 = rtts[py_key]["p50_us"] / rtts[c_key]["p50_us"]
-    ratio_blocking = rtts[py_key]["min_us"] / rtts[blocking_key]["min_us"]
-    print(
-        f"Python / C MinRTT (agent's default responder): {ratio_min:.2f}x; median: {ratio_p50:.2f}x; "
-        f"against the blocking responder: {ratio_blocking:.2f}x"
-    )
-
+    ratios = report_probes(console, rtts, args.probes)
     rates = translation_rate(args.records)
-    t = Table(title=f"Translation, {args.records:,} records, mixed scenarios, one core")
-    t.add_column("method")
-    t.add_column("M records/s", justify="right")
-    for m, r in rates.items():
-        t.add_row(m, f"{r / 1e6:.1f}")
-    console.print(t)
-
+    report_translation(console, rates, args.records)
     b = bounds_side_by_side(args.rounds, 1.0)
-    t = Table(title="Error bounds on the same run (3 virtual domains on loopback, phases 1 s apart, us)")
-    for c in ("method", "same node", "reference <-> node", "two nodes", "all hold"):
-        t.add_column(c, justify="left" if c == "method" else "right")
-    sc = b["scenarios"]
-    for m in METHODS:
-        cells = [f"{sc[s][m]['bound_median_us']:.2f}" for s in ("same-node", "reference-node", "two-nodes")]
-        t.add_row(f"{m} (median)", *cells, str(all(sc[s][m]["holds"] for s in sc)))
-    rt = f"{b['returntrip_median_us']:.2f}"
-    t.add_row("return-trip (median RTT/2)", "-", rt, "-", "-")
-    ntp = "skipped" if b["ntp_us"] is None else f"{b['ntp_us']:.1f}"
-    t.add_row("NTP (chrony, both ends)", ntp, ntp, ntp, "-")
-    console.print(t)
-    print(b["ntp_note"] if b["ntp_us"] is None else f"NTP from {b['ntp_note']}")
-    print("e (half MinRTT) per node: " + ", ".join(f"{k} {v:.2f} us" for k, v in b["e_us"].items()))
+    report_bounds(console, b)
 
-    goals = {
-        "MinRTT <= 15 us with probes timed in C": rtts[c_key]["min_us"] <= 15.0,
-        "C MinRTT well below the Python loop's (>= 2x)": ratio_min >= 2.0,
-        ">= 20 M records/s per core (minrtt)": rates["minrtt"] >= 20e6,
-        "every bound holds against the truth": all(v["holds"] for s in sc.values() for v in s.values()),
-    }
-    for k, ok in goals.items():
-        print(f"goal {k}: {'met' if ok else 'NOT met'}")
+    goals = check_goals(rtts, ratios["python_over_c_min"], rates, b)
+    print_goals(goals)
     out = {
-        "benchmark": "sync",
-        "machine": platform.node(),
+        **result_head("sync"),
         "cpu_hz": hz,
         "load": os.getloadavg()[0],
         "probes": rtts,
-        "python_over_c_min": ratio_min,
-        "python_over_c_p50": ratio_p50,
-        "python_over_c_blocking_min": ratio_blocking,
+        **ratios,
         "translation_records_per_s": rates,
         "bounds": b,
         "goals": goals,
     }
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
+    write_json(args.json, out)
 
 
 if __name__ == "__main__":

@@ -7,35 +7,24 @@ them are meaningful on a shared machine even when absolute numbers drift.
 
 from __future__ import annotations
 
-import argparse
 import platform
 import time
-import timeit
-from pathlib import Path
 
-import orjson
+from bench_common import arg_parser, best_ns, make_table, print_goals, result_head, write_json
 from rich.console import Console
-from rich.table import Table
 
 import native_tsc
 from native_tsc import tsc_python
+
+NOW_KEY = f"native_tsc.now() ({native_tsc.BACKEND})"
 
 
 def bare() -> None:
     return None
 
 
-def measure(stmt: str, g: dict, number: int, repeat: int) -> float:
-    return min(timeit.repeat(stmt, globals=g, number=number, repeat=repeat)) / number * 1e9
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--json", default="benchmarks/results/tsc_read.json")
-    ap.add_argument("--number", type=int, default=1_000_000)
-    ap.add_argument("--repeat", type=int, default=7)
-    args = ap.parse_args()
-
+def measure_reads(number: int, repeat: int) -> dict[str, float]:
+    """ns per call of each way to read a clock, and of an empty loop and a bare call to compare with."""
     g = {
         "now": native_tsc.now,
         "python_now": tsc_python.now,
@@ -46,24 +35,22 @@ def main() -> None:
     rows = {
         "empty loop (pass)": "pass",
         "bare Python call": "bare()",
-        f"native_tsc.now() ({native_tsc.BACKEND})": "now()",
+        NOW_KEY: "now()",
         "time.perf_counter_ns()": "perf_counter_ns()",
         "time.monotonic_ns()": "monotonic_ns()",
         "tsc_python.now()": "python_now()",
     }
-    ns = {name: measure(stmt, g, args.number, args.repeat) for name, stmt in rows.items()}
-    now_key = f"native_tsc.now() ({native_tsc.BACKEND})"
-    ratios = {
-        "now / bare call": ns[now_key] / ns["bare Python call"],
-        "now / perf_counter_ns": ns[now_key] / ns["time.perf_counter_ns()"],
-    }
+    return {name: best_ns(stmt, g, number, repeat, number=number) for name, stmt in rows.items()}
 
-    table = Table(title="TSC read cost from Python (ns per call, best of repeats, loop included)")
-    table.add_column("read")
-    table.add_column("ns/call", justify="right")
-    table.add_column("x bare call", justify="right")
-    for name, v in ns.items():
-        table.add_row(name, f"{v:.1f}", f"{v / ns['bare Python call']:.2f}")
+
+def report(ns: dict[str, float], ratios: dict[str, float]) -> dict[str, bool]:
+    """Print the table, the ratios and the goals; return the goals."""
+    bare_ns = ns["bare Python call"]
+    table = make_table(
+        "TSC read cost from Python (ns per call, best of repeats, loop included)",
+        ("read", "ns/call", "x bare call"),
+        ((name, f"{v:.1f}", f"{v / bare_ns:.2f}") for name, v in ns.items()),
+    )
     Console().print(table)
     for k, v in ratios.items():
         print(f"{k}: {v:.2f}")
@@ -71,12 +58,24 @@ def main() -> None:
         "now cheaper than perf_counter_ns": ratios["now / perf_counter_ns"] < 1.0,
         "now at most 2x a bare call": ratios["now / bare call"] <= 2.0,
     }
-    for k, ok in goals.items():
-        print(f"goal {k}: {'met' if ok else 'NOT met'}")
+    print_goals(goals)
+    return goals
 
+
+def main() -> None:
+    ap = arg_parser(__doc__, "tsc_read")
+    ap.add_argument("--number", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=7)
+    args = ap.parse_args()
+
+    ns = measure_reads(args.number, args.repeat)
+    ratios = {
+        "now / bare call": ns[NOW_KEY] / ns["bare Python call"],
+        "now / perf_counter_ns": ns[NOW_KEY] / ns["time.perf_counter_ns()"],
+    }
+    goals = report(ns, ratios)
     out = {
-        "benchmark": "tsc_read",
-        "machine": platform.node(),
+        **result_head("tsc_read"),
         "cpu": platform.processor() or platform.machine(),
         "backend": native_tsc.BACKEND,
         "number": args.number,
@@ -85,9 +84,7 @@ def main() -> None:
         "ratios": ratios,
         "goals": goals,
     }
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
-    print(f"wrote {args.json}")
+    write_json(args.json, out, announce=True)
 
 
 if __name__ == "__main__":
