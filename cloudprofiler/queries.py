@@ -222,6 +222,8 @@ def user_target(
     if endpoint is None:
         if spool is None:
             raise ValueError("give the factory endpoint or the spool of the query's source")
+        if not Path(spool).is_dir():
+            raise ValueError(f"spool {spool} does not exist: is the query running with that spool?")
         state = live_reader_state(spool)
         if state is None:
             raise ValueError(f"no running factory is recorded in spool {spool}: is the query running?")
