@@ -243,4 +243,5 @@ def test_ids_outside_int64_are_refused_and_the_rest_kept(tmp_path) -> None:
         ch.close()
     f = read_channel(path)
     assert f.records["tuple_id"].to_pylist() == [1, 2, 3]
-    assert f.counts["refused_ids"] == 1 and f.counts["seen"] == 4 and f.counts["written"] == 3
+    assert f.counts["lost_not_int64"] == 1 and f.counts["seen"] == 4 and f.counts["written"] == 3
+    assert f.counts["logged"] == f.counts["written"] + f.counts["lost"]

@@ -1,14 +1,20 @@
-"""Background writing of record blocks: compression threads encode, one I/O thread writes in order."""
+"""Background writing of record blocks: compression threads encode, one I/O thread writes in order.
+
+The writer keeps the records' part of the ledger: rows queued, written (their frame is in
+the file) and lost (their frame could not be put in the file), moved under one lock so a
+reader never sees a row twice or not at all.
+"""
 
 from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
 from cp_sink.channels.files import encode_columns, narrow_runs
+from cp_sink.channels.frame_file import FrameFile
 
 MAX_QUEUED_BLOCKS = 64
 
@@ -17,32 +23,34 @@ Chunk = tuple[Any, np.ndarray]
 
 
 class _Slot:
-    """One frame on its way: filled by a compression thread, written in order by the I/O thread."""
+    """One block on its way: filled by a compression thread, written in order by the I/O thread."""
 
-    __slots__ = ("chunks", "data", "done", "error")
+    __slots__ = ("chunks", "data", "done", "rows")
 
-    def __init__(self, chunks: list[Chunk] | None, data: bytes | None = None) -> None:
-        self.chunks = chunks
-        self.data = data
-        self.error: BaseException | None = None
+    def __init__(self, chunks: list[Chunk], rows: int) -> None:
+        self.chunks: list[Chunk] | None = chunks
+        self.rows = rows
+        self.data: bytes | None = None  # None once done: not encoded (the file had failed, or encoding did)
         self.done = threading.Event()
-        if data is not None:
-            self.done.set()
 
 
 class BlockWriter:
     """Compression threads encode blocks; one I/O thread writes them in submission order.
 
     Plain threads rather than an executor: close() must still work from an atexit hook,
-    after concurrent.futures has stopped accepting work.
+    after concurrent.futures has stopped accepting work. After the file fails, blocks
+    are still taken (and counted lost) so a caller never waits on a queue nobody drains.
     """
 
-    def __init__(self, f: BinaryIO, fmt: str, threads: int = 2) -> None:
-        self.f = f
+    def __init__(self, out: FrameFile, fmt: str, threads: int = 2) -> None:
+        self.out = out
         self.fmt = fmt
+        self.lock = threading.Lock()
+        self.queued = 0  # rows submitted, not yet written or lost
+        self.written = 0
+        self.lost = 0
         self.work: queue.Queue[_Slot | None] = queue.Queue()
         self.ordered: queue.Queue[_Slot | None] = queue.Queue(maxsize=MAX_QUEUED_BLOCKS)
-        self.error: BaseException | None = None
         self.workers = [
             threading.Thread(target=self._compress_loop, name="cp-channel-zstd", daemon=True)
             for _ in range(threads)
@@ -53,41 +61,46 @@ class BlockWriter:
 
     def _compress_loop(self) -> None:
         while (slot := self.work.get()) is not None:
-            try:
-                slot.data = encode_records(slot.chunks or [], self.fmt)
-            except BaseException as e:  # kept and raised at close
-                slot.error = e
+            if self.out.error is None:  # a failed file writes nothing more: skip the work
+                try:
+                    slot.data = encode_records(slot.chunks or [], self.fmt)
+                except Exception as e:  # a bug, but its rows must still be counted lost, not dropped
+                    self.out.fail(e)
             slot.chunks = None
             slot.done.set()
 
     def _io_loop(self) -> None:
         while (slot := self.ordered.get()) is not None:
             slot.done.wait()
-            try:
-                if slot.error is not None:
-                    raise slot.error
-                if slot.data is not None:
-                    self.f.write(slot.data)
-            except BaseException as e:
-                self.error = e
+            ok = slot.data is not None and self.out.write(slot.data)
+            slot.data = None
+            with self.lock:
+                self.queued -= slot.rows
+                if ok:
+                    self.written += slot.rows
+                else:
+                    self.lost += slot.rows
 
-    def submit_records(self, chunks: list[Chunk]) -> None:
-        slot = _Slot(chunks)
+    def submit_records(self, chunks: list[Chunk], rows: int) -> None:
+        slot = _Slot(chunks, rows)
+        with self.lock:
+            self.queued += rows
         self.ordered.put(slot)  # blocks when the disk falls behind: bounded memory
         self.work.put(slot)
 
-    def submit_bytes(self, data: bytes) -> None:
-        self.ordered.put(_Slot(None, data))
+    def counts(self) -> tuple[int, int, int]:
+        """(queued, written, lost) rows, read together."""
+        with self.lock:
+            return self.queued, self.written, self.lost
 
     def close(self) -> None:
+        """Write (or count lost) every block submitted, then stop the threads."""
         for _ in self.workers:
             self.work.put(None)
         self.ordered.put(None)
         self.io.join()
         for t in self.workers:
             t.join()
-        if self.error is not None:
-            raise self.error
 
 
 def _tsc_column(chunks: list[Chunk]) -> np.ndarray:

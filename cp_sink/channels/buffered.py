@@ -4,6 +4,10 @@
 is already an int object, and lists grow with little copying); a drain thread moves
 what was logged into int64 arrays and hands full blocks to the compression threads
 of a ``BlockWriter``. Ids go first, so ``len(tscs)`` pairs are always complete.
+
+Once the file fails, ``log`` raises on its next call (a variable it reads is rebound,
+see ``channel.Refusal``) and ``log_batch`` tests the file's error once per batch; what
+was already logged is still drained and counted lost.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import numpy as np
 
 import native_tsc
 from cp_sink.channels.block_writer import BlockWriter, Chunk
-from cp_sink.channels.channel import Channel
+from cp_sink.channels.channel import Channel, Ledger, Refusal
 from cp_sink.channels.exit_flush import enter_critical, leave_critical
 from cp_sink.handlers import HandlerSpec, parse_handler, selected_positions
 
@@ -33,14 +37,16 @@ class BufferedChannel(Channel):
     """buffered: every pair, in blocks of ``block`` rows compressed in the background."""
 
     def _start(self) -> None:
-        self._writer = BlockWriter(self._file, self.fmt)
+        self._blocks = BlockWriter(self._out, self.fmt)
+        self._writer = self._blocks
         self._ids: list[int] = []
         self._tscs: list[int] = []
         self._chunks: list[Chunk] = []
         self._chunk_rows = 0
-        self._written = 0  # rows handed to the writer
-        self._bad_count = 0  # ids refused for not being int64
-        self._batch_seen = 0
+        self._taken = 0  # pairs moved out of the lists, refused ids included
+        self._batch_seen = 0  # ids given to log_batch
+        self._batch_kept = 0  # of those, the ids the handler keeps
+        self._not_int64 = 0  # ids refused for not being int64
         self._block_lock = threading.Lock()
         self._stop = threading.Event()
         self.log = self._make_log(self._ids, self._tscs)
@@ -48,33 +54,55 @@ class BufferedChannel(Channel):
         self._drainer = threading.Thread(target=self._drain_loop, name="cp-channel-drain", daemon=True)
         self._drainer.start()
 
-    def _make_log(self, ids: list[int], tscs: list[int]) -> Callable[[int], None]:
+    def _make_log(self, ids: list[int] | Refusal, tscs: list[int]) -> Callable[[int], None]:
         now = native_tsc.now
 
         def log(t: int) -> None:
             ids.append(t)
             tscs.append(now())
 
+        def refuse() -> None:
+            nonlocal ids
+            ids = self._refusal  # the next log() raises before storing anything
+
+        self._on_failure(refuse)
         return log
 
     def _select(self, ids: np.ndarray) -> np.ndarray:
         """The ids of a batch this handler keeps (a copy: the caller may reuse its array)."""
         return ids.copy()
 
-    def _seen(self) -> int:
-        return self._written + self._chunk_rows + len(self._tscs) + self._bad_count
+    def _seen(self, logged: int) -> int:
+        return logged  # every id is kept
+
+    def _ledger(self) -> Ledger:
+        with self._block_lock:  # nothing moves between the lists, the chunks and the writer meanwhile
+            queued, written, lost = self._blocks.counts()
+            listed = len(self._tscs)  # complete pairs (ids go first)
+            logged = self._taken + self._batch_kept + listed
+            return Ledger(
+                seen=self._seen(logged),
+                logged=logged,
+                written=written,
+                buffered=listed + self._chunk_rows + queued,
+                lost_write_error=lost,
+                lost_not_int64=self._not_int64,
+            )
 
     def _log_batch(self, ids: Any) -> None:
+        if self._out.error is not None:  # one test per batch, not per id
+            self._raise_failure()
         ids = np.asarray(ids, dtype=np.int64)
         tsc = native_tsc.now()
         enter_critical()
         try:
-            self._batch_seen += ids.shape[0]
-            ids = self._select(ids)
+            kept = self._select(ids)
             with self._block_lock:
+                self._batch_seen += ids.shape[0]
+                self._batch_kept += kept.shape[0]
                 self._take_buffer()  # pairs logged before this batch go first
-                self._chunks.append((tsc, ids))
-                self._chunk_rows += ids.shape[0]
+                self._chunks.append((tsc, kept))
+                self._chunk_rows += kept.shape[0]
                 if self._chunk_rows >= self.params["block"]:
                     self._submit()
         finally:
@@ -98,29 +126,23 @@ class BufferedChannel(Channel):
             return
         head_ids, head_tscs = ids[:n], tscs[:n]
         del ids[:n], tscs[:n]
+        self._taken += n
         try:
             chunk = (np.fromiter(head_tscs, np.int64, n), np.fromiter(head_ids, np.int64, n))
         except (OverflowError, TypeError, ValueError) as e:
             # An id that is not an int64: close() raises it; the other pairs stay logged.
             self._error = f"tuple ids must be int64 integers: {e}"
             keep = [(t, i) for t, i in zip(head_tscs, head_ids, strict=True) if _is_int64(i)]
-            self._bad_count += n - len(keep)
+            self._not_int64 += n - len(keep)
             n = len(keep)
             chunk = (np.array([t for t, _ in keep], np.int64), np.array([i for _, i in keep], np.int64))
         self._chunks.append(chunk)
         self._chunk_rows += n
 
     def _submit(self) -> None:
-        if self._chunks and self._writer is not None:
-            self._writer.submit_records(self._chunks)
-            self._written += self._chunk_rows
+        if self._chunks:
+            self._blocks.submit_records(self._chunks, self._chunk_rows)
         self._chunks, self._chunk_rows = [], 0
-
-    def stats(self) -> dict[str, Any]:
-        out = super().stats()
-        out["written"] = self._written + self._chunk_rows + len(self._tscs)
-        out["refused_ids"] = self._bad_count
-        return out
 
     def _finish(self) -> None:
         self._stop.set()
@@ -142,24 +164,30 @@ class _SelectingChannel(BufferedChannel):
         pos = selected_positions(self._spec, ids)
         return ids.copy() if pos is None else ids[pos]
 
-    def _seen(self) -> int:
+    def _seen(self, logged: int) -> int:
         return self._log_seen() + self._batch_seen
 
 
 class DownsampleChannel(_SelectingChannel):
     """downsample(n): pairs with ``t mod n == 0``, as the sink's handler keeps them."""
 
-    def _make_log(self, ids: list[int], tscs: list[int]) -> Callable[[int], None]:
-        now, n = native_tsc.now, self._spec.n
+    def _make_log(self, ids: list[int] | Refusal, tscs: list[int]) -> Callable[[int], None]:
+        now = native_tsc.now
+        n: int | Refusal = self._spec.n
         seen = 0
 
         def log(t: int) -> None:
             nonlocal seen
-            seen += 1
             if t % n == 0:
                 ids.append(t)
                 tscs.append(now())
+            seen += 1  # after the test, which raises once the file failed: that id is not seen
 
+        def refuse() -> None:
+            nonlocal n
+            n = self._refusal  # every call computes t % n, kept or not: the next one raises
+
+        self._on_failure(refuse)
         self._log_seen = lambda: seen
         return log
 
@@ -167,16 +195,22 @@ class DownsampleChannel(_SelectingChannel):
 class XoYChannel(_SelectingChannel):
     """xoy(x, y): pairs with ``t mod y < x``."""
 
-    def _make_log(self, ids: list[int], tscs: list[int]) -> Callable[[int], None]:
-        now, x, y = native_tsc.now, self._spec.x, self._spec.y
+    def _make_log(self, ids: list[int] | Refusal, tscs: list[int]) -> Callable[[int], None]:
+        now, x = native_tsc.now, self._spec.x
+        y: int | Refusal = self._spec.y
         seen = 0
 
         def log(t: int) -> None:
             nonlocal seen
-            seen += 1
             if t % y < x:
                 ids.append(t)
                 tscs.append(now())
+            seen += 1  # after the test, which raises once the file failed: that id is not seen
 
+        def refuse() -> None:
+            nonlocal y
+            y = self._refusal  # every call computes t % y, kept or not: the next one raises
+
+        self._on_failure(refuse)
         self._log_seen = lambda: seen
         return log

@@ -15,7 +15,8 @@ CSV (``.csv``): a ``# {header JSON}`` line, then ``tsc,tuple_id`` rows for recor
 ``#P,period,end_tsc,count`` rows for periods and a ``#C {counts JSON}`` line.
 
 Every length read from a file is bounded; a frame cut short by a crash ends
-the read without error (``complete`` is then False).
+the read without error (``complete`` is then False), and a last CSV line without
+its newline is not read (its id may be cut short too).
 """
 
 from __future__ import annotations
@@ -212,7 +213,8 @@ def _periods(parts: list[np.ndarray]) -> pa.Table:
 
 
 def _read_csv(text: str) -> ChannelFile:
-    lines = text.splitlines()
+    lines = text.split("\n")
+    lines.pop()  # "" after the last newline, or a line cut short by a crash: its id may be cut too
     if not lines or not lines[0].startswith("# "):
         raise ValueError("not a cloudprofiler channel CSV (missing header line)")
     header = orjson.loads(lines[0][2:])
@@ -226,7 +228,7 @@ def _read_csv(text: str) -> ChannelFile:
             counts, complete = orjson.loads(line[3:]), True
         elif line and line != "tsc,tuple_id":
             parts = line.split(",")
-            if len(parts) == 2:  # a last line cut short by a crash has fewer fields
+            if len(parts) == 2:
                 recs.append([int(parts[0]), int(parts[1])])
     r = [np.array(recs, dtype=np.int64).reshape(-1, 2)] if recs else []
     p = [np.array(pers, dtype=np.int64).reshape(-1, 3)] if pers else []

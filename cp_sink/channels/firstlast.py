@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import native_tsc
-from cp_sink.channels.channel import Channel
+from cp_sink.channels.channel import Channel, Ledger
 
 # (seen, first id, its TSC, last id, its TSC)
 FirstLast = tuple[int, int, int, int, int]
@@ -38,13 +38,22 @@ class FirstLastChannel(Channel):
             last, last_tsc, seen = int(ids[-1]), t, seen + len(ids)
 
         self.log, self.log_batch = log, log_batch
+        self._tail: tuple[int, int, int] | None = None  # (seen, written, lost) once the frame is tried
         self._state: Callable[[], FirstLast] = lambda: (seen, first, first_tsc, last, last_tsc)
 
-    def _seen(self) -> int:
-        return self._state()[0]
+    def _ledger(self) -> Ledger:
+        if self._tail is not None:  # closed: the outcome of the records frame
+            seen, written, lost = self._tail
+            return Ledger(seen=seen, logged=written + lost, written=written, lost_write_error=lost)
+        seen = self._state()[0]
+        return Ledger(seen=seen, logged=min(seen, 2), buffered=min(seen, 2))
 
-    def _write_tail(self, counts: dict[str, Any]) -> None:
+    def _extra_counts(self) -> dict[str, Any]:
+        _, first, _, last, _ = self._state()
+        return {"first_tuple_id": first, "last_tuple_id": last}
+
+    def _write_tail(self) -> None:
         seen, first, first_tsc, last, last_tsc = self._state()
-        counts.update(written=min(seen, 2), first_tuple_id=first, last_tuple_id=last)
-        if seen:
-            self._frame_records([(first_tsc, first)] + ([(last_tsc, last)] if seen > 1 else []))
+        rows = [(first_tsc, first), (last_tsc, last)][: min(seen, 2)]
+        ok = not rows or self._frame_records(rows)
+        self._tail = (seen, len(rows) if ok else 0, 0 if ok else len(rows))
