@@ -2,6 +2,8 @@
 
 Layout under the spool root::
 
+    spool.json                the spool's identity {"spool_id": ...}, created once (ensure_spool_id)
+    skipped.ndjson            segments a query chose not to read (startingOffsets=latest), with their ids
     committed.json            committed offsets {"w0": 12, ...} (written by Spool.commit)
     planned.json              offsets the stream reader has put into a micro-batch (Spool.mark_planned)
     w0/                       one directory per factory worker
@@ -20,6 +22,11 @@ manifest line is the publication point: ``latest`` and ``segments`` read only
 the manifest. A worker that restarts removes tmp files and adopts a renamed
 segment whose manifest line is missing (its metadata carries everything the
 line needs), so numbering continues and nothing is published twice.
+
+The spool id in ``spool.json`` names this spool, not its path: the stream
+reader puts it in every offset and every segment carries it in its metadata,
+so a checkpoint or a segment file of another spool is recognised and refused
+instead of being read as this one's.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import fcntl
 import os
 import re
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -38,6 +46,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from cp_source.bucket import merge_ranges
 from cp_source.spool_ledger import (
     REC_BYTES,
     REC_FIELDS,
@@ -45,6 +54,7 @@ from cp_source.spool_ledger import (
     WorkerState,
     read_end_of_stream,
     read_ledger,
+    read_ndjson,
     read_records,
     workers_drained,
 )
@@ -52,6 +62,84 @@ from cp_source.spool_ledger import (
 SEG_RE = re.compile(r"^seg-(\d{12})\.arrow$")
 WORKER_RE = re.compile(r"^w(\d+)$")
 META_KEY = b"cp_segment"
+SPOOL_FILE = "spool.json"
+SKIPPED_FILE = "skipped.ndjson"
+
+
+class SpoolMismatchError(ValueError):
+    """Offsets or a segment that belong to another spool than the one at hand."""
+
+
+def read_spool_id(root: str | os.PathLike[str]) -> str | None:
+    """The id in ``root/spool.json``; None when the spool has none yet."""
+    path = Path(root) / SPOOL_FILE
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except orjson.JSONDecodeError as e:
+        raise SpoolMismatchError(f"{path} is not a spool identity ({e})") from None
+    sid = doc.get("spool_id") if isinstance(doc, dict) else None
+    if not isinstance(sid, str) or not sid:
+        raise SpoolMismatchError(f"{path} holds no spool_id")
+    return sid
+
+
+def ensure_spool_id(root: str | os.PathLike[str]) -> str:
+    """The spool's id, created now if it has none. Every creator (factory worker, reader) agrees.
+
+    The file appears complete or not at all: it is written under a private name and
+    hard-linked into place, which fails when another creator was first (then its id
+    wins). Without hard links (some network file systems) it is created with O_EXCL.
+    """
+    root = Path(root)
+    found = read_spool_id(root)
+    if found is not None:
+        return found
+    root.mkdir(parents=True, exist_ok=True)
+    sid = uuid.uuid4().hex
+    body = orjson.dumps({"spool_id": sid, "created_wall": time.time(), "created_pid": os.getpid()})
+    final = root / SPOOL_FILE
+    tmp = root / f"{SPOOL_FILE}.{os.getpid()}.{sid[:8]}.tmp"
+    tmp.write_bytes(body)
+    try:
+        os.link(tmp, final)
+    except FileExistsError:
+        pass
+    except OSError:
+        with contextlib.suppress(FileExistsError):
+            fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                os.write(fd, body)
+            finally:
+                os.close(fd)
+    finally:
+        tmp.unlink(missing_ok=True)
+    deadline = time.monotonic() + 2.0  # an O_EXCL creator may not have written its id yet
+    while True:
+        try:
+            found = read_spool_id(root)
+        except SpoolMismatchError:
+            if time.monotonic() > deadline:
+                raise
+            found = None
+        if found is not None:
+            return found
+        if time.monotonic() > deadline:
+            raise SpoolMismatchError(f"{final} did not appear")
+        time.sleep(0.02)
+
+
+def segment_meta(schema: pa.Schema) -> dict[str, Any] | None:
+    """A segment's own record (``info``, ``buckets``, ``spool``) from its Arrow schema; None if absent."""
+    raw = (schema.metadata or {}).get(META_KEY)
+    if raw is None:
+        return None
+    try:
+        meta = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return meta if isinstance(meta, dict) else None
 
 
 def seg_name(number: int) -> str:
@@ -136,6 +224,7 @@ class SegmentWriter:
         self.worker = worker
         self.dir = self.root / worker
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.spool_id = ensure_spool_id(self.root)  # the first worker or reader creates it
         self.fsync = fsync
         self._lock = open(self.dir / "lock", "a+b")  # noqa: SIM115 - held for the writer's lifetime
         deadline = time.monotonic() + lock_timeout
@@ -223,7 +312,8 @@ class SegmentWriter:
             "event_time_min": event_min,
             "event_time_max": event_max,
         }
-        meta = {"info": info, "buckets": recs.tolist()}
+        # The spool id lets a reader tell this file from one of another spool at the same path.
+        meta = {"info": info, "buckets": recs.tolist(), "spool": self.spool_id}
         tmp = path.with_name(path.name + ".tmp")
         schema = table.schema.with_metadata({META_KEY: orjson.dumps(meta)})
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as w:
@@ -265,6 +355,30 @@ class Spool:
         self.root = Path(root)
         self.max_bytes = max_bytes
         self._tail: dict[str, tuple[int, list[dict[str, Any]]]] = {}  # worker -> (bytes read, lines)
+        self._id: str | None = None
+
+    def spool_id(self) -> str | None:
+        """The spool's identity (``spool.json``), None while nobody has created it."""
+        if self._id is None:
+            self._id = read_spool_id(self.root)
+        return self._id
+
+    def ensure_spool_id(self) -> str:
+        """The spool's identity, created now if the spool has none yet."""
+        if self._id is None:
+            self._id = ensure_spool_id(self.root)
+        return self._id
+
+    def _check_id(self, spool_id: str | None) -> None:
+        """Refuse offsets of another spool (checked under commit.lock, against the file, not a cache)."""
+        if spool_id is None:
+            return
+        actual = read_spool_id(self.root)
+        if actual != spool_id:
+            raise SpoolMismatchError(
+                f"offsets of spool {spool_id} do not belong to spool {self.root} (id {actual}); "
+                f"nothing was changed"
+            )
 
     def workers(self) -> list[str]:
         """Worker directories, in worker order (w0, w1, ...)."""
@@ -334,18 +448,27 @@ class Spool:
             _write_atomic(self.root / name, orjson.dumps(merged))
         return merged
 
-    def mark_planned(self, offsets: dict[str, int]) -> None:
-        """Record that a micro-batch reads up to ``offsets`` (never moving one back); see spool_bytes."""
+    def mark_planned(self, offsets: dict[str, int], spool_id: str | None = None) -> None:
+        """Record that a micro-batch reads up to ``offsets`` (never moving one back); see spool_bytes.
+
+        ``spool_id``: the spool the offsets were taken from; another spool's are refused.
+        """
         self.root.mkdir(parents=True, exist_ok=True)
         with open(self.root / "commit.lock", "a+b") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
+            self._check_id(spool_id)
             self._advance("planned.json", offsets)
 
-    def commit(self, offsets: dict[str, int]) -> None:
-        """Record offsets as committed (never moving one back) and delete the segments they cover."""
+    def commit(self, offsets: dict[str, int], spool_id: str | None = None) -> None:
+        """Record offsets as committed (never moving one back) and delete the segments they cover.
+
+        ``spool_id``: the spool the offsets were taken from; another spool's are refused and
+        nothing is deleted.
+        """
         self.root.mkdir(parents=True, exist_ok=True)
         with open(self.root / "commit.lock", "a+b") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
+            self._check_id(spool_id)
             merged = self._advance("committed.json", offsets)
             for w, n in merged.items():
                 wdir = self.root / w
@@ -358,6 +481,42 @@ class Spool:
 
     def used_bytes(self) -> int:
         return spool_bytes(self.root)
+
+    def record_skip(self, after: dict[str, int], upto: dict[str, int], reason: str) -> dict[str, Any]:
+        """Record that a query will not read the segments in ``(after[w], upto[w]]``; the record.
+
+        The record counts the rows, how many of them no micro-batch had taken yet
+        (``planned.json``: the others were in an earlier query's batch), and their exact
+        tuple-id ranges from the bucket records, so a skip is counted, never silent.
+        """
+        planned = self.planned()
+        rows = fresh = 0
+        ranges: list[list[int]] = []
+        for w, hi in upto.items():
+            lo = after.get(w, -1)
+            for seg in self.segments(w, lo, hi):
+                rows += seg.rows
+                fresh += seg.rows if seg.number > planned.get(w, -1) else 0
+            recs = read_records(self.root / w / "buckets.bin")
+            mine = recs[(recs[:, 0] > lo) & (recs[:, 0] <= hi)]
+            ranges += [[int(a), int(c)] for a, c in mine[:, 3:5].tolist()]
+        rec = {
+            "wall": time.time(),
+            "reason": reason,
+            "spool": self.spool_id(),
+            "after": after,
+            "upto": upto,
+            "rows": rows,
+            "rows_never_planned": fresh,
+            "ranges": merge_ranges(ranges),
+        }
+        with open(self.root / SKIPPED_FILE, "ab") as f:
+            f.write(orjson.dumps(rec) + b"\n")
+        return rec
+
+    def skipped(self) -> list[dict[str, Any]]:
+        """Every skip recorded by :meth:`record_skip`, oldest first."""
+        return read_ndjson(self.root / SKIPPED_FILE)
 
     def stats(self) -> SpoolStats:
         """The ledger over all workers: published, rejected, dropped and lost tuples per sender.

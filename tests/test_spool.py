@@ -10,7 +10,16 @@ import pyarrow as pa
 import pytest
 
 from cp_source import bucket as bk
-from cp_source.spool import SegmentWriter, Spool, read_segment, seg_name
+from cp_source.spool import (
+    SegmentWriter,
+    Spool,
+    SpoolMismatchError,
+    ensure_spool_id,
+    read_segment,
+    read_spool_id,
+    seg_name,
+    segment_meta,
+)
 
 S = 5  # sender id used below
 FIRST = bk.tuple_id(S, 0)
@@ -196,3 +205,95 @@ def test_a_crash_at_any_step_of_publication_recovers_without_loss_or_duplicates(
     ids = np.concatenate([read_segment(s.path).column("tuple_id").to_numpy() for s in segs])
     assert len(ids) == len(np.unique(ids)) == 10 * (published + 1)
     w.close()
+
+
+def test_spool_identity_is_created_once_and_every_creator_agrees(tmp_path: Path) -> None:
+    root = tmp_path / "spool"
+    assert Spool(root).spool_id() is None and not root.exists()  # reading creates nothing
+    barrier = threading.Barrier(8)
+    got: list[str] = []
+
+    def create() -> None:
+        barrier.wait()
+        got.append(ensure_spool_id(root))
+
+    threads = [threading.Thread(target=create) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 8 and len(set(got)) == 1
+    sid = got[0]
+    assert sorted(p.name for p in root.iterdir()) == ["spool.json"]  # no private file left behind
+    w = SegmentWriter(root, "w0")  # a factory worker finds the same id
+    assert w.spool_id == sid == Spool(root).spool_id()
+    _publish(w, [_bucket(0)])
+    seg = Spool(root).segments("w0", -1, 0)[0]
+    assert segment_meta(read_segment(seg.path).schema)["spool"] == sid  # every segment names it
+    w.close()
+    # a writer on a fresh spool creates the id itself, and another spool has another one
+    other = SegmentWriter(tmp_path / "other", "w0")
+    assert other.spool_id != sid and read_spool_id(tmp_path / "other") == other.spool_id
+    other.close()
+
+
+def test_identity_without_hard_links_uses_exclusive_create(tmp_path: Path, monkeypatch) -> None:
+    import errno
+    import os
+
+    def no_links(src: object, dst: object) -> None:
+        raise OSError(errno.EPERM, "hard links not supported")
+
+    monkeypatch.setattr(os, "link", no_links)
+    first = ensure_spool_id(tmp_path)
+    assert ensure_spool_id(tmp_path) == first == read_spool_id(tmp_path)
+    (tmp_path / "spool.json").write_bytes(b"{torn")
+    with pytest.raises(SpoolMismatchError, match="spool.json"):
+        read_spool_id(tmp_path)
+
+
+def test_commit_with_another_spools_id_changes_and_deletes_nothing(tmp_path: Path) -> None:
+    w = SegmentWriter(tmp_path, "w0")
+    for seq in range(3):
+        _publish(w, [_bucket(seq)])
+    sp = Spool(tmp_path)
+
+    def files() -> list[tuple[str, int]]:
+        return sorted((str(p), p.stat().st_size) for p in tmp_path.rglob("*") if p.name != "commit.lock")
+
+    before = files()
+    with pytest.raises(SpoolMismatchError, match=f"offsets of spool feed.*id {w.spool_id}"):
+        sp.commit({"w0": 2}, spool_id="feed")
+    with pytest.raises(SpoolMismatchError, match="feed"):
+        sp.mark_planned({"w0": 2}, spool_id="feed")
+    assert files() == before
+    assert sp.committed() == {"w0": -1} and sp.planned() == {"w0": -1}
+    sp.commit({"w0": 0}, spool_id=w.spool_id)  # its own id: committed and deleted as ever
+    assert sp.committed() == {"w0": 0} and not (tmp_path / "w0" / seg_name(0)).exists()
+    assert sp.stats().rows == 30  # the ledger keeps committed segments
+    w.close()
+
+
+def test_a_skip_is_recorded_with_its_rows_and_exact_ids(tmp_path: Path) -> None:
+    w0, w1 = SegmentWriter(tmp_path, "w0"), SegmentWriter(tmp_path, "w1")
+    for seq in range(0, 6, 2):
+        _publish(w0, [_bucket(seq)])
+        _publish(w1, [_bucket(seq + 1)])
+    sp = Spool(tmp_path)
+    sp.commit({"w0": 0, "w1": 0})
+    sp.mark_planned({"w0": 1, "w1": 0})  # an earlier query took w0's segment 1 into a batch
+    rec = sp.record_skip({"w0": 0, "w1": 0}, {"w0": 2, "w1": 2}, "startingOffsets=latest")
+    # skipped: w0 segments 1, 2 (seq 2, 4) and w1 segments 1, 2 (seq 3, 5): ids of seq 2..5
+    assert rec["rows"] == 40 and rec["rows_never_planned"] == 30
+    assert rec["ranges"] == [[FIRST + 20, 40]]
+    assert rec["spool"] == w0.spool_id and rec["reason"] == "startingOffsets=latest"
+    assert sp.skipped() == [orjson_roundtrip(rec)]
+    assert sp.stats().rows == 60  # a skip deletes nothing and the ledger is unchanged
+    w0.close()
+    w1.close()
+
+
+def orjson_roundtrip(d: dict) -> dict:
+    import orjson
+
+    return orjson.loads(orjson.dumps(d))
