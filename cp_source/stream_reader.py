@@ -12,6 +12,12 @@ Spark runs this class in three kinds of Python processes:
 
 So the constructor only parses options; driver-side state is created lazily
 and dropped when the reader is pickled.
+
+An offset names its spool: ``{"spool": "<id>", "w0": 12, "w1": 9}``. An offset
+of another spool (a checkpoint reused on a new spool) or without an id (a
+checkpoint of an earlier version) is refused before anything is read or
+deleted, and an executor checks every segment it reads against what the
+driver planned (spool id, worker, number, first tuple id, rows).
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ from native_tsc.stamp_columns import SOURCE, node_column, tsc_column
 
 FETCH_MODES = ("auto", "local", "network")
 FACTORY_MODES = ("embedded", "external")
+STARTING_OFFSETS = ("earliest", "latest")
+SPOOL_KEY = "spool"  # the offset key naming the spool; every other key is a worker
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5555"
 SERVER_STATS_FILE = "_segment_server.json"
 
@@ -54,6 +62,7 @@ KNOWN_OPTIONS = {
     "maxspoolbytes",
     "segmentsperpartition",
     "fetchtimeout",
+    "startingoffsets",
     "path",
 }
 
@@ -101,6 +110,7 @@ class ReaderOptions:
     max_spool_bytes: int = 2 << 30
     segments_per_partition: int = 4
     fetch_timeout: float = 60.0
+    starting_offsets: str = "earliest"
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], strict: bool = True) -> ReaderOptions:
@@ -116,7 +126,7 @@ class ReaderOptions:
                 f"unknown option(s) for format 'cloudprofiler': {', '.join(unknown)} "
                 f"(known: endpoint, spool, workers, workload, schema, maxRecordsPerTrigger, "
                 f"factory, fetch, serverBind, serverHost, maxSpoolBytes, "
-                f"segmentsPerPartition, fetchTimeout)"
+                f"segmentsPerPartition, fetchTimeout, startingOffsets)"
             )
         endpoint = opts.get("endpoint", DEFAULT_ENDPOINT).strip()
         if not endpoint.startswith(("tcp://", "ipc://")):
@@ -156,6 +166,7 @@ class ReaderOptions:
             max_spool_bytes=_int_option(opts, "maxSpoolBytes", 2 << 30, 1 << 20, 1 << 50),
             segments_per_partition=_int_option(opts, "segmentsPerPartition", 4, 1, 100_000),
             fetch_timeout=fetch_timeout,
+            starting_offsets=_choice_option(opts, "startingOffsets", STARTING_OFFSETS),
         )
 
 
@@ -230,25 +241,140 @@ def _read_bytes(body: bytes) -> Any:
 
 @dataclass
 class SegmentRange(InputPartition):
-    """One Spark partition: consecutive segments of one factory worker."""
+    """One Spark partition: consecutive segments of one factory worker, as the driver planned them."""
 
     worker: str
-    segments: list[tuple[int, str, int]] = field(default_factory=list)  # (number, path, rows)
+    segments: list[tuple[int, str, int, int]] = field(default_factory=list)  # number, path, rows, first id
     server: str | None = None  # segment server endpoint, None when fetch=local
     fetch: str = "auto"
     fetch_timeout: float = 60.0
+    spool_id: str = ""  # the spool every segment must come from
 
     def __post_init__(self) -> None:
         super().__init__(self.worker)
 
 
-def _offset(workers: list[str], d: Mapping[str, int] | None, default: int = -1) -> dict[str, int]:
-    d = d or {}
-    return {w: int(d.get(w, default)) for w in workers}
+def segment_mismatch(table: Any, part: SegmentRange, number: int, rows: int, first_id: int) -> str | None:
+    """Why ``table`` is not segment ``number`` of ``part`` as planned, or None when it is.
+
+    A file at the planned path may be another one (a stale copy on an executor, another
+    spool at the same path); the segment's own metadata says which segment it is.
+    """
+    from cp_source.spool import segment_meta
+
+    meta = segment_meta(table.schema)
+    if meta is None:
+        return "it carries no segment metadata"
+    if meta.get("spool") is None:
+        return f"it names no spool (written by an earlier version?), not {part.spool_id}"
+    if meta.get("spool") != part.spool_id:
+        return f"it is from spool {meta.get('spool')}, not {part.spool_id}"
+    info = meta.get("info")
+    info = info if isinstance(info, dict) else {}
+    want = {"worker": part.worker, "number": number, "rows": rows, "tuple_id_min": first_id}
+    for key, value in want.items():
+        if info.get(key) != value:
+            return f"its {key} is {info.get(key)!r}, not {value!r}"
+    if table.num_rows != rows:
+        return f"it holds {table.num_rows} rows, its metadata says {rows}"
+    return None
+
+
+class _SegmentLoader:
+    """Loads the segments of one partition on an executor, each checked against the plan."""
+
+    def __init__(self, part: SegmentRange) -> None:
+        self.part = part
+        self.ctx: Any = None
+
+    def load(self, number: int, path: str, rows: int, first_id: int) -> Any:
+        import pyarrow as pa
+
+        p = self.part
+        name = f"segment {p.worker}/{number}"
+        if p.fetch == "local" or (p.fetch == "auto" and os.path.exists(path)):
+            try:
+                table = _read_local(path)
+                why = segment_mismatch(table, p, number, rows, first_id)
+            except (OSError, pa.ArrowInvalid) as e:
+                why = f"it is not a readable segment ({e})"
+            if why is None:
+                return table
+            # The local file is another one: the driver's spool still has the planned segment.
+            if p.fetch == "local" or p.server is None:
+                raise RuntimeError(f"{name} at {path} is not the planned one: {why}")
+        elif p.server is None:
+            raise RuntimeError(f"{name} at {path} is not readable here and no segment server runs")
+        return self._fetch(name, number, rows, first_id)
+
+    def _fetch(self, name: str, number: int, rows: int, first_id: int) -> Any:
+        import pyarrow as pa
+        import zmq
+
+        from cp_source.segment_server import fetch_segment
+
+        p = self.part
+        assert p.server is not None
+        self.ctx = self.ctx or zmq.Context()
+        body = fetch_segment(p.server, p.worker, number, timeout=p.fetch_timeout, ctx=self.ctx)
+        try:
+            table = _read_bytes(body)
+            why = segment_mismatch(table, p, number, rows, first_id)
+        except pa.ArrowInvalid as e:
+            why = f"it is not a readable segment ({e})"
+        if why is not None:
+            raise RuntimeError(f"{name} from the segment server {p.server} is not the planned one: {why}")
+        return table
+
+    def close(self) -> None:
+        if self.ctx is not None:
+            self.ctx.term()
+
+
+def _offset(spool_id: str, positions: Mapping[str, int]) -> dict[str, Any]:
+    """The offset Spark keeps: the spool id first, then each worker's segment number in order."""
+    workers = sorted(positions, key=lambda w: int(w[1:]))
+    return {SPOOL_KEY: spool_id, **{w: int(positions[w]) for w in workers}}
+
+
+def _fill(workers: list[str], positions: Mapping[str, int] | None) -> dict[str, int]:
+    d = positions or {}
+    return {w: int(d.get(w, -1)) for w in workers}
+
+
+def offset_positions(offset: Mapping[str, Any], spool_id: str, spool: str) -> dict[str, int]:
+    """Per-worker segment numbers of an offset of spool ``spool_id``; another spool's is refused.
+
+    ``spool`` is the spool's path, for the message. Raises SpoolMismatchError, one line.
+    """
+    from cp_source.spool import WORKER_RE, SpoolMismatchError
+
+    if not isinstance(offset, Mapping):
+        raise SpoolMismatchError(f"offset {offset!r} is not a cloudprofiler offset")
+    got = offset.get(SPOOL_KEY)
+    if got is None:
+        raise SpoolMismatchError(
+            f"offset {dict(offset)} names no spool (a checkpoint of an earlier cloudprofiler version "
+            f"or of another source); spool {spool} is {spool_id}: start the query with a new checkpoint"
+        )
+    if got != spool_id:
+        raise SpoolMismatchError(
+            f"the checkpoint's offsets are of spool {got}, but spool {spool} is {spool_id}: "
+            f"use the checkpoint with its own spool, or a new checkpoint; nothing was read or deleted"
+        )
+    positions = {}
+    for key, value in offset.items():
+        if key == SPOOL_KEY:
+            continue
+        if not WORKER_RE.match(str(key)) or isinstance(value, bool) or not isinstance(value, int):
+            raise SpoolMismatchError(f"offset entry {key!r}: {value!r} is not a worker's segment number")
+        positions[str(key)] = value
+    return positions
 
 
 class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Offsets are per-worker segment numbers (``{"w0": 12, "w1": 9}``); partitions are segment ranges."""
+    """Offsets are the spool id and per-worker segment numbers (``{"spool": id, "w0": 12, "w1": 9}``);
+    partitions are segment ranges."""
 
     def __init__(self, schema: StructType, options: Mapping[str, Any]) -> None:
         self.schema = schema
@@ -268,12 +394,14 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             return self._driver_state
         o = self.opts
         Path(o.spool).mkdir(parents=True, exist_ok=True)
-        state: dict[str, Any] = {"factory": None, "server": None}
+        state: dict[str, Any] = {"factory": None, "server": None, "initial": None}
         self._driver_state = state
         try:
+            state["spool"] = _open_spool(o)
+            # Before the factory starts: its workers find the id (or race to the same one).
+            state["spool_id"] = state["spool"].ensure_spool_id()
             if o.factory == "embedded":
                 state["factory"] = _start_factory(o)
-            state["spool"] = _open_spool(o)
             if o.fetch != "local":
                 from cp_source.segment_server import SegmentServer
 
@@ -302,23 +430,48 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             segment_server=state["server"].endpoint if state["server"] is not None else None,
         )
 
-    def _workers(self, *offsets: Mapping[str, int] | None) -> list[str]:
+    def _positions(self, offset: Mapping[str, Any]) -> dict[str, int]:
+        """An offset Spark hands back, checked to be of this spool, as per-worker segment numbers."""
+        return offset_positions(offset, self._driver()["spool_id"], self.opts.spool)
+
+    def _wrap(self, positions: Mapping[str, int]) -> dict[str, Any]:
+        return _offset(self._driver()["spool_id"], positions)
+
+    def _workers(self, *positions: Mapping[str, int] | None) -> list[str]:
         spool = self._driver()["spool"]
         names = {f"w{i}" for i in range(self.opts.workers)} | set(spool.workers())
-        for off in offsets:
-            names |= set(off or {})
+        for pos in positions:
+            names |= set(pos or {})
         return sorted(names, key=lambda w: int(w[1:]))
 
     def _latest(self) -> dict[str, int]:
         spool = self._driver()["spool"]
-        latest = _offset(self._workers(), spool.latest())
+        latest = _fill(self._workers(), spool.latest())
         if self._target is not None:
             latest = {w: min(n, self._target.get(w, -1)) for w, n in latest.items()}
         return latest
 
     def initialOffset(self) -> dict:
-        spool = self._driver()["spool"]
-        return _offset(self._workers(), spool.committed())
+        # Spark asks again on every trigger until its first batch: the answer must not move.
+        state = self._driver()
+        if state["initial"] is None:
+            state["initial"] = self._starting_positions()
+        return self._wrap(state["initial"])
+
+    def _starting_positions(self) -> dict[str, int]:
+        """Where a new checkpoint starts: the oldest uncommitted segment, or after everything published."""
+        state = self._driver()
+        spool = state["spool"]
+        start = _fill(self._workers(), spool.committed())
+        if self.opts.starting_offsets == "earliest":
+            return start
+        latest = _fill(self._workers(start), spool.latest())
+        upto = {w: max(n, latest[w]) for w, n in start.items()}
+        if upto != start:
+            # Counted, not silent; then marked taken so the skipped segments stop holding the bound.
+            spool.record_skip(start, upto, "startingOffsets=latest")
+            spool.mark_planned(upto, state["spool_id"])
+        return upto
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_records is None:
@@ -330,18 +483,21 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         self._target = self._latest()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        workers = self._workers(start)
-        begin = _offset(workers, start)
+        start_pos = self._positions(start)
+        workers = self._workers(start_pos)
+        begin = _fill(workers, start_pos)
         latest = self._latest()
         end = {w: max(begin[w], latest.get(w, -1)) for w in workers}
         if not isinstance(limit, ReadMaxRows):
-            return end
-        # Admission control in whole segments: interleave workers so none starves, stop before the
-        # row budget would be exceeded, but always admit one segment so the query progresses.
+            return self._wrap(end)
+        return self._wrap(self._admit(workers, begin, end, limit.max_rows))
+
+    def _admit(self, workers: list[str], begin: dict[str, int], end: dict[str, int], budget: int) -> dict:
+        """Admission control in whole segments: interleave workers so none starves, stop before the
+        row budget would be exceeded, but always admit one segment so the query progresses."""
         spool = self._driver()["spool"]
         pending = {w: list(spool.segments(w, begin[w], end[w])) for w in workers}
         admitted = dict(begin)
-        budget = limit.max_rows
         taken = 0
         depth = 0
         while any(depth < len(s) for s in pending.values()):
@@ -357,17 +513,18 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return admitted
 
     def reportLatestOffset(self) -> dict | None:
-        return self._latest()
+        return self._wrap(self._latest())
 
     def partitions(self, start: dict, end: dict) -> list[SegmentRange]:
         state = self._driver()
         spool = state["spool"]
-        workers = self._workers(start, end)
-        begin, stop = _offset(workers, start), _offset(workers, end)
+        start_pos, end_pos = self._positions(start), self._positions(end)
+        workers = self._workers(start_pos, end_pos)
+        begin, stop = _fill(workers, start_pos), _fill(workers, end_pos)
         server = state["server"].endpoint if state["server"] is not None else None
         # Taken segments no longer count against the spool bound, so a full spool cannot stall
         # the query waiting for a commit that only a next batch would bring.
-        spool.mark_planned({w: stop[w] for w in workers})
+        spool.mark_planned({w: stop[w] for w in workers}, state["spool_id"])
         parts: list[SegmentRange] = []
         for w in workers:
             if stop[w] <= begin[w]:
@@ -381,13 +538,18 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 )
             step = self.opts.segments_per_partition
             for i in range(0, len(segs), step):
-                chunk = [(s.number, s.path, s.rows) for s in segs[i : i + step]]
-                parts.append(SegmentRange(w, chunk, server, self.opts.fetch, self.opts.fetch_timeout))
+                chunk = [(s.number, s.path, s.rows, s.tuple_id_min) for s in segs[i : i + step]]
+                parts.append(
+                    SegmentRange(
+                        w, chunk, server, self.opts.fetch, self.opts.fetch_timeout, state["spool_id"]
+                    )
+                )
         return parts
 
     def commit(self, end: dict) -> None:
-        spool = self._driver()["spool"]
-        spool.commit({w: int(n) for w, n in end.items()})
+        state = self._driver()
+        # Checked twice: here against the id this reader holds, and by the spool under its lock.
+        state["spool"].commit(self._positions(end), state["spool_id"])
 
     def stop(self) -> None:
         state, self._driver_state = self._driver_state, None
@@ -409,28 +571,10 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
         target = to_arrow_schema(self.schema, timezone="UTC")
         node = pa.scalar(native_tsc.domain_id(), pa.string())
-        ctx = None
+        loader = _SegmentLoader(partition)
         try:
-            for number, path, rows in partition.segments:
-                if partition.fetch == "local" or (partition.fetch == "auto" and os.path.exists(path)):
-                    table = _read_local(path)
-                else:
-                    if partition.server is None:
-                        raise RuntimeError(f"segment {path} is not readable here and no segment server runs")
-                    import zmq
-
-                    from cp_source.segment_server import fetch_segment
-
-                    ctx = ctx or zmq.Context()
-                    body = fetch_segment(
-                        partition.server, partition.worker, number, timeout=partition.fetch_timeout, ctx=ctx
-                    )
-                    table = _read_bytes(body)
-                if table.num_rows != rows:
-                    raise RuntimeError(
-                        f"segment {partition.worker}/{number} has {table.num_rows} rows, "
-                        f"its manifest says {rows}"
-                    )
+            for number, path, rows, first_id in partition.segments:
+                table = loader.load(number, path, rows, first_id)
                 for batch in table.to_batches():
                     if batch.num_rows == 0:
                         continue
@@ -442,5 +586,4 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                     out = pa.RecordBatch.from_arrays(cols, names=names)
                     yield out.select(target.names).cast(target)
         finally:
-            if ctx is not None:
-                ctx.term()
+            loader.close()

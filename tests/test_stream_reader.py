@@ -40,6 +40,7 @@ from cp_source.stream_reader import ReaderOptions, source_schema
         ({"schema": "a INT"}, "schema"),
         ({"fetchTimeout": "soon"}, "fetchTimeout"),
         ({"maxRecordPerTrigger": "10"}, "maxrecordpertrigger"),
+        ({"startingOffsets": "newest"}, "startingOffsets"),
     ],
 )
 def test_bad_option_is_named(options: dict[str, str], named: str) -> None:
@@ -50,6 +51,8 @@ def test_bad_option_is_named(options: dict[str, str], named: str) -> None:
 def test_options_are_case_insensitive_and_defaulted() -> None:
     o = ReaderOptions.parse({"MAXRECORDSPERTRIGGER": "1000", "Workers": "3", "fetch": "NETWORK"})
     assert (o.max_records, o.workers, o.fetch, o.factory) == (1000, 3, "network", "embedded")
+    assert o.starting_offsets == "earliest"  # loses nothing; see docs/reader.md
+    assert ReaderOptions.parse({"STARTINGOFFSETS": " Latest "}).starting_offsets == "latest"
     assert o.server_bind == "127.0.0.1"
     assert o.spool  # a per-endpoint default under the temp dir
 
@@ -246,21 +249,23 @@ def _segment_table(first_id: int, n: int) -> pa.Table:
     return pa.table([cols[f.name] for f in schema], schema=schema)
 
 
-def fill_spool(root: Path, layout: dict[str, list[int]]) -> set[int]:
+def fill_spool(root: Path, layout: dict[str, list[int]], first_id: int = 0) -> set[int]:
     """Publish segments with the real spool writer: ``layout[worker]`` lists each segment's row count.
 
-    Tuple ids are unique across the whole spool; returns them.
+    Tuple ids count up from ``first_id`` across the whole call (give a later call a higher one, so
+    ids stay unique across the spool); returns them.
     """
     import numpy as np
 
     from cp_source.spool import SegmentWriter
 
     ids: set[int] = set()
-    next_id = 0
+    next_id = first_id
     for worker, sizes in layout.items():
         writer = SegmentWriter(root, worker)
         try:
-            for seq, n in enumerate(sizes):
+            for n in sizes:
+                seq = next_id  # unique per sender across calls, as a generator's would be
                 table = _segment_table(next_id, n)
                 buckets = np.array([[0, seq, next_id, n]], dtype=np.int64)
                 writer.publish(table, buckets, 0, n, next_id, next_id + n - 1)
@@ -339,13 +344,14 @@ def test_admission_control_admits_whole_segments_interleaved(spark, tmp_path: Pa
     # w0: 10 + w1: 5, then 20 + 5 (a third segment would pass 25 rows), then the last 10.
     assert sizes == [15, 25, 10]
     # reportLatestOffset: the progress shows how far the spool is ahead of each batch
+    from cp_source.spool import Spool
+
     latest = [p["sources"][0]["latestOffset"] for p in progress]
-    assert [json.loads(x) if isinstance(x, str) else x for x in latest] == [{"w0": 2, "w1": 1}] * 3
+    want = {"spool": Spool(spool).spool_id(), "w0": 2, "w1": 1}  # an offset names its spool
+    assert [json.loads(x) if isinstance(x, str) else x for x in latest] == [want] * 3
     assert sorted(_read_ids(spark, out)) == sorted(ids)
     # The second batch's end was committed when the third was planned: its segments are gone,
     # the last batch's segment stays until a later batch commits it.
-    from cp_source.spool import Spool
-
     assert Spool(spool).committed() == {"w0": 1, "w1": 1}
     assert sorted(p.name for p in spool.glob("w*/seg-*.arrow")) == ["seg-000000000002.arrow"]
 
