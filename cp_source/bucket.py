@@ -5,7 +5,7 @@ Header (little endian, ``HEADER.size`` = 128 bytes)::
     magic      4s   b"CPBK"
     version    B    1
     codec      B    1 = NDJSON (one JSON object per line)
-    kind       B    1 = data, 2 = heartbeat, 3 = end-of-stream
+    kind       B    1 = data, 2 = heartbeat, 3 = end-of-stream, 4 = hello, 5 = acknowledgement
     flags      B    reserved, 0
     sender_id  I    < 2**24
     seq        Q    per sender, gapless over the data buckets that were sent
@@ -37,7 +37,15 @@ CODEC_NDJSON = 1
 KIND_DATA = 1
 KIND_HEARTBEAT = 2
 KIND_EOS = 3
-KINDS = {KIND_DATA: "data", KIND_HEARTBEAT: "heartbeat", KIND_EOS: "eos"}
+KIND_HELLO = 4  # generator -> factory before its schedule starts
+KIND_ACK = 5  # factory -> generator: ``first_id`` names the kind acknowledged, ``seq`` its seq
+KINDS = {
+    KIND_DATA: "data",
+    KIND_HEARTBEAT: "heartbeat",
+    KIND_EOS: "eos",
+    KIND_HELLO: "hello",
+    KIND_ACK: "ack",
+}
 
 HEADER = struct.Struct("<4sBBBBIQqIIqqB64s11x")
 assert HEADER.size == 128

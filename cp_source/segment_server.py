@@ -10,6 +10,7 @@ unpickled or evaluated, and every size is bounded.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -111,6 +112,7 @@ class SegmentServer:
             "bytes_served": 0,
             "rejected": 0,
             "missing": 0,
+            "stats_write_errors": 0,
         }
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="cp-segment-server", daemon=True)
@@ -127,11 +129,17 @@ class SegmentServer:
                 self._counters[k] += v
 
     def _write_stats(self) -> None:
+        """Replace the stats file; a failed write (a full disk) must not stop the serving thread."""
         if self._stats_path is None:
             return
         tmp = self._stats_path.with_name(self._stats_path.name + f".{os.getpid()}.tmp")
-        tmp.write_bytes(orjson.dumps(self.stats()))
-        os.replace(tmp, self._stats_path)
+        try:
+            tmp.write_bytes(orjson.dumps(self.stats()))
+            os.replace(tmp, self._stats_path)
+        except OSError:
+            self._count(stats_write_errors=1)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
     def _answer(self, raw: bytes) -> list[bytes]:
         try:

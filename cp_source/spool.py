@@ -142,6 +142,19 @@ def segment_meta(schema: pa.Schema) -> dict[str, Any] | None:
     return meta if isinstance(meta, dict) else None
 
 
+def _append_all(f: Any, data: bytes) -> None:
+    """Append all of ``data`` to an unbuffered file or nothing: a failed write is cut back."""
+    start = os.fstat(f.fileno()).st_size
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[f.write(view) :]
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(f.fileno(), start)
+        raise
+
+
 def seg_name(number: int) -> str:
     return f"seg-{number:012d}.arrow"
 
@@ -240,8 +253,9 @@ class SegmentWriter:
                     ) from None
                 time.sleep(0.05)  # e.g. a previous worker still publishing on its way out
         self.next_number = self._recover()
-        self._buckets = open(self.dir / "buckets.bin", "ab")  # noqa: SIM115
-        self._manifest = open(self.dir / "manifest.ndjson", "ab")  # noqa: SIM115
+        # unbuffered: an append that fails (a full disk) is cut back at once, never retried by a buffer
+        self._buckets = open(self.dir / "buckets.bin", "ab", buffering=0)  # noqa: SIM115
+        self._manifest = open(self.dir / "manifest.ndjson", "ab", buffering=0)  # noqa: SIM115
 
     def _recover(self) -> int:
         """Remove tmp files, repair torn appends, adopt renamed-but-unlisted segments; next number."""
@@ -316,19 +330,38 @@ class SegmentWriter:
         meta = {"info": info, "buckets": recs.tolist(), "spool": self.spool_id}
         tmp = path.with_name(path.name + ".tmp")
         schema = table.schema.with_metadata({META_KEY: orjson.dumps(meta)})
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as w:
-            w.write_table(table.replace_schema_metadata(schema.metadata), max_chunksize=1 << 16)
-        if self.fsync:
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
+        try:
+            with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as w:
+                w.write_table(table.replace_schema_metadata(schema.metadata), max_chunksize=1 << 16)
+            if self.fsync:
+                with open(tmp, "rb") as f:
+                    os.fsync(f.fileno())
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()  # a full disk: nothing of this segment remains, the caller retries
+            raise
         os.replace(tmp, path)
         info["nbytes"] = path.stat().st_size
-        self._buckets.write(recs.tobytes())
-        self._buckets.flush()
-        self._manifest.write(orjson.dumps(info) + b"\n")
-        self._manifest.flush()
+        self._append_records(path, recs.tobytes(), orjson.dumps(info) + b"\n")
         self.next_number = n + 1
         return SegmentInfo(path=str(path), **info)
+
+    def _append_records(self, path: Path, recs: bytes, line: bytes) -> None:
+        """Append the bucket records, then the manifest line (the publication point), all or nothing.
+
+        A failed append (a full disk) is cut back, and the renamed segment removed: it
+        was never published, and a retry publishes it again under the same number.
+        """
+        recs_at = os.fstat(self._buckets.fileno()).st_size
+        try:
+            _append_all(self._buckets, recs)
+            _append_all(self._manifest, line)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._buckets.fileno(), recs_at)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise
 
     def record_rejected(self, sender: int, seq: int, first_id: int, count: int) -> None:
         with open(self.dir / "rejected.bin", "ab") as f:

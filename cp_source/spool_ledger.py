@@ -22,6 +22,7 @@ import numpy as np
 import orjson
 
 from cp_source.bucket import merge_ranges, sender_of
+from cp_source.factory_front import read_front_ledger
 
 REC_FIELDS = 5  # segment, sender, seq, first_id, count
 REC_BYTES = REC_FIELDS * 8
@@ -130,6 +131,7 @@ class SpoolStats:
     rejected_ranges: list[list[int]]
     deadletters: dict[str, int]
     lost_in_transit: dict[int, list[list[int]]]  # senders whose end-of-stream arrived
+    lost_reasons: dict[int, dict[str, list[list[int]]]]  # the same ranges by reason (see split_lost)
     lost_buckets: dict[int, int]
     duplicate_buckets: dict[int, int]
     end_of_stream: dict[int, dict[str, Any]]
@@ -185,6 +187,7 @@ class SpoolStats:
             "deadletters_total": self.deadletters_total,
             "lost_in_transit": keyed(self.lost_in_transit),
             "lost_in_transit_total": self.lost_in_transit_total,
+            "lost_reasons": keyed(self.lost_reasons),
             "lost_buckets": keyed(self.lost_buckets),
             "duplicate_buckets": keyed(self.duplicate_buckets),
             "end_of_stream": keyed(self.end_of_stream),
@@ -197,24 +200,45 @@ class SpoolStats:
 
 
 def read_end_of_stream(root: Path, workers: Iterable[str]) -> dict[int, dict[str, Any]]:
-    """End-of-stream totals per sender, from whichever worker received them."""
-    eos: dict[int, dict[str, Any]] = {}
+    """End-of-stream totals per sender, as the front end recorded them (or a worker, on older spools)."""
+    eos: dict[int, dict[str, Any]] = {
+        s: f["eos"] for s, f in read_front_ledger(root).items() if f["eos"] is not None
+    }
     for w in workers:
         for d in read_ndjson(root / w / EOS_FILE):
             with contextlib.suppress(KeyError, TypeError, ValueError):
-                eos[int(d["sender_id"])] = d
+                eos.setdefault(int(d["sender_id"]), d)
     return eos
 
 
+def _intersect(ranges: list[list[int]], within: list[list[int]]) -> list[list[int]]:
+    """The parts of ``ranges`` inside ``within`` (both merged [first, count] lists)."""
+    out = []
+    for a, c in ranges:
+        for b, d in within:
+            lo, hi = max(a, b), min(a + c, b + d)
+            if lo < hi:
+                out.append([lo, hi - lo])
+    return merge_ranges(out)
+
+
+def split_lost(lost: list[list[int]], accepted: list[list[int]]) -> dict[str, list[list[int]]]:
+    """Lost ranges by reason: accepted by the factory's front end and never published or rejected
+    (``in_factory``: a worker died, a write failed), or never accepted (``before_factory``)."""
+    inside = _intersect(lost, accepted)
+    before = [r for a, c in lost for r in complement(a, a + c, inside)]
+    return {"in_factory": inside, "before_factory": before}
+
+
 def _sender_ledger(
-    pub: np.ndarray, bad: np.ndarray, eos: dict[int, dict[str, Any]]
+    pub: np.ndarray, bad: np.ndarray, eos: dict[int, dict[str, Any]], front: dict[int, dict[str, Any]]
 ) -> tuple[dict[int, list[list[int]]], dict[int, int], dict[int, int], dict[int, dict[str, int]]]:
     """Per sender: lost ranges and lost buckets (closed senders), duplicates, and open senders' gaps."""
     lost: dict[int, list[list[int]]] = {}
     lost_buckets: dict[int, int] = {}
     duplicates: dict[int, int] = {}
     open_senders: dict[int, dict[str, int]] = {}
-    for s in sorted(set(pub[:, 1].tolist()) | set(bad[:, 1].tolist()) | set(eos)):
+    for s in sorted(set(pub[:, 1].tolist()) | set(bad[:, 1].tolist()) | set(eos) | set(front)):
         mine = pub[pub[:, 1] == s]
         theirs = bad[bad[:, 1] == s]
         seqs = np.concatenate([mine[:, 2], theirs[:, 2]])
@@ -229,7 +253,7 @@ def _sender_ledger(
             covered += [[int(a), int(c)] for a, c in e["dropped_ranges"]]
             lost[s] = complement(int(e["first_tuple_id"]), int(e["next_tuple_id"]), covered)
         else:
-            top = int(uniq[-1]) + 1 if len(uniq) else 0
+            top = max(int(uniq[-1]) if len(uniq) else -1, int(front.get(s, {}).get("seq_max", -1))) + 1
             open_senders[s] = {"seq_seen_max": top - 1, "seq_gaps": int(top - len(uniq))}
     return lost, lost_buckets, duplicates, open_senders
 
@@ -242,12 +266,14 @@ def read_ledger(
     pub = np.concatenate([read_records(root / w / BUCKETS_FILE) for w in workers] or [empty])
     bad = np.concatenate([read_records(root / w / REJECTED_FILE) for w in workers] or [empty])
     eos = read_end_of_stream(root, workers)
+    front = read_front_ledger(root)
     per_worker = {w: WorkerState.read(root, w) for w in workers}
     dead: dict[str, int] = {}
     for s in per_worker.values():
         for k, v in (s.counters.get("deadletters") or {}).items():
             dead[k] = dead.get(k, 0) + int(v)
-    lost, lost_buckets, duplicates, open_senders = _sender_ledger(pub, bad, eos)
+    lost, lost_buckets, duplicates, open_senders = _sender_ledger(pub, bad, eos, front)
+    reasons = {s: split_lost(r, front.get(s, {}).get("ids", [])) for s, r in lost.items()}
     return SpoolStats(
         workers=workers,
         buckets=int(len(pub)),
@@ -256,6 +282,7 @@ def read_ledger(
         rejected_ranges=merge_ranges([[int(a), int(c)] for a, c in bad[:, 3:5].tolist()]),
         deadletters=dead,
         lost_in_transit=lost,
+        lost_reasons=reasons,
         lost_buckets=lost_buckets,
         duplicate_buckets=duplicates,
         end_of_stream=eos,

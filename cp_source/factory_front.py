@@ -1,0 +1,251 @@
+"""The factory's front end: the one socket generators talk to, and the record of what it accepted.
+
+Generators connect a DEALER socket to the front end's ROUTER at the factory
+endpoint. The front end answers a sender's hello (so a generator never runs
+its schedule into a factory that is not there), records every data bucket it
+accepts (sender, sequence number, tuple-id range) and forwards it to the
+worker processes, and records and acknowledges each end-of-stream.
+
+What it accepted is the ledger's proof: a bucket the front end accepted but
+no worker published or rejected was lost inside the factory (a worker died,
+the disk failed), and one it never saw was lost before it (the factory was
+down). Both are counted with their exact tuple ids, and a sender whose every
+bucket was lost still appears.
+
+The record is kept per sender as merged id ranges (a sender's ids only
+grow, so it stays small whatever the run's length) and written atomically to
+``_front/ledger.json`` every ``SNAPSHOT_S`` and before every end-of-stream is
+acknowledged. A crash of the factory process can lose the last snapshot
+interval of acceptances: those buckets are then counted as lost before the
+factory rather than inside it, never not counted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import zmq
+
+from cp_source import bucket as bk
+from cp_source.sender_link import answer_control
+
+FRONT_DIR = "_front"
+LEDGER_FILE = "ledger.json"
+SNAPSHOT_S = 0.2
+POLL_MS = 50
+MAX_FRAMES = 4  # identity + header + payload; more is forwarded for dead-lettering, never kept
+
+
+def _merge_into(ranges: list[list[int]], first: int, count: int) -> None:
+    """Add [first, first + count) to a sorted, merged range list (almost always an append)."""
+    if ranges and ranges[-1][0] + ranges[-1][1] == first:
+        ranges[-1][1] += count
+    elif not ranges or first > ranges[-1][0] + ranges[-1][1]:
+        ranges.append([first, count])
+    else:  # out of order or a replay: rare, so a full merge is fine
+        ranges.append([first, count])
+        ranges[:] = bk.merge_ranges(ranges)
+
+
+class FrontLedger:
+    """Per sender: the id ranges of accepted data buckets, their count, the highest seq, the end-of-stream."""
+
+    def __init__(self, spool: str | os.PathLike[str]) -> None:
+        self.dir = Path(spool) / FRONT_DIR
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock = open(self.dir / "lock", "a+b")  # noqa: SIM115 - held while the front end runs
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise RuntimeError(
+                f"spool {spool} is in use by another factory: give each factory (each query) its own spool"
+            ) from None
+        self.senders: dict[int, dict[str, Any]] = read_front_ledger(spool)
+        self._dirty = False
+        self._last_write = 0.0
+
+    def _sender(self, sender_id: int) -> dict[str, Any]:
+        s = self.senders.get(sender_id)
+        if s is None:
+            s = self.senders[sender_id] = {"ids": [], "buckets": 0, "seq_max": -1, "eos": None}
+        return s
+
+    def accept(self, h: bk.Header) -> None:
+        s = self._sender(h.sender_id)
+        _merge_into(s["ids"], h.first_id, h.count)
+        s["buckets"] += 1
+        s["seq_max"] = max(s["seq_max"], h.seq)
+        self._dirty = True
+
+    def end_of_stream(self, h: bk.Header, eos: bk.EndOfStream) -> bool:
+        """Record a sender's totals and write the record; False if the write failed (a full disk):
+        then nothing is acknowledged and the sender's next resend tries again."""
+        self._sender(h.sender_id)["eos"] = {
+            "sender_id": eos.sender_id,
+            "first_tuple_id": eos.first_tuple_id,
+            "next_tuple_id": eos.next_tuple_id,
+            "buckets_sent": eos.buckets_sent,
+            "emitted": eos.emitted,
+            "dropped": eos.dropped,
+            "dropped_ranges": bk.merge_ranges(eos.dropped_ranges),
+            "domain": h.domain,
+        }
+        self._dirty = True
+        try:
+            self.write()
+        except OSError:
+            return False
+        return True
+
+    def write(self) -> None:
+        """Replace the ledger file atomically (private temp file, then rename)."""
+        doc = {str(k): v for k, v in self.senders.items()}
+        tmp = self.dir / f"{LEDGER_FILE}.{os.getpid()}.tmp"
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(orjson.dumps(doc))
+        os.replace(tmp, self.dir / LEDGER_FILE)
+        self._dirty = False
+        self._last_write = time.monotonic()
+
+    def maybe_write(self) -> None:
+        if self._dirty and time.monotonic() - self._last_write >= SNAPSHOT_S:
+            with contextlib.suppress(OSError):  # a full disk: the next snapshot tries again
+                self.write()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            if self._dirty:
+                self.write()
+        fcntl.flock(self._lock, fcntl.LOCK_UN)
+        self._lock.close()
+
+
+def read_front_ledger(spool: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
+    """The front end's record per sender id (empty when no front end ran on this spool)."""
+    try:
+        doc = orjson.loads((Path(spool) / FRONT_DIR / LEDGER_FILE).read_bytes())
+    except (FileNotFoundError, orjson.JSONDecodeError):
+        return {}
+    out: dict[int, dict[str, Any]] = {}
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            with contextlib.suppress(ValueError, TypeError, KeyError):
+                out[int(k)] = {
+                    "ids": [[int(a), int(c)] for a, c in v["ids"]],
+                    "buckets": int(v["buckets"]),
+                    "seq_max": int(v["seq_max"]),
+                    "eos": v.get("eos") if isinstance(v.get("eos"), dict) else None,
+                }
+    return out
+
+
+class FrontEnd:
+    """The front-end thread: ROUTER at the endpoint -> ledger -> PUSH to the workers."""
+
+    def __init__(
+        self, ctx: zmq.Context, front: zmq.Socket, back: zmq.Socket, spool: str, max_frame_bytes: int
+    ) -> None:
+        self.front, self.back = front, back
+        self.ledger = FrontLedger(spool)
+        self.max_frame_bytes = max_frame_bytes
+        self.counters = dict.fromkeys(
+            ("hellos", "accepted", "eos", "heartbeats", "unexpected", "forwarded_unparsed"), 0
+        )
+        self._held: list[Any] | None = None  # one data message waiting for a worker to have room
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cp-factory-front", daemon=True)
+        self.error: BaseException | None = None
+
+    def start(self) -> FrontEnd:
+        self._thread.start()
+        return self
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _handle(self, msg: list[Any]) -> None:
+        """One message from a generator: answer, record, or hold it for the workers."""
+        ident, frames = msg[0], msg[1:]
+        try:
+            h = bk.check_frames(frames, self.max_frame_bytes)
+        except bk.BucketError as e:
+            if e.header is not None:  # a data header we can trust: its ids were accepted
+                self.ledger.accept(e.header)
+            self.counters["forwarded_unparsed"] += 1
+            self._held = frames[:MAX_FRAMES]  # the workers dead-letter it, counted by reason
+            return
+        if h.kind == bk.KIND_DATA:
+            self.ledger.accept(h)
+            self.counters["accepted"] += 1
+            self._held = frames
+        elif h.kind == bk.KIND_HELLO:
+            self.counters["hellos"] += 1
+            self._reply(ident, h)
+        elif h.kind == bk.KIND_EOS:
+            try:
+                eos = bk.parse_eos(h, frames[1])
+            except bk.BucketError:
+                self._held = frames  # a worker dead-letters it as bad_control
+                return
+            if self.ledger.end_of_stream(h, eos):
+                self.counters["eos"] += 1
+                self._reply(ident, h)
+        elif h.kind == bk.KIND_HEARTBEAT:
+            self.counters["heartbeats"] += 1
+        else:
+            self.counters["unexpected"] += 1  # an acknowledgement sent to us: no tuples, nothing to do
+
+    def _reply(self, ident: bytes, h: bk.Header) -> None:
+        answer_control(self.front, ident, h)
+
+    def _forward_held(self) -> bool:
+        """Pass the held message to a worker if one has room; False when none has."""
+        if self._held is None:
+            return True
+        try:
+            self.back.send_multipart(self._held, zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return False
+        self._held = None
+        return True
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                # read from generators only while the workers can take more: a full spool then
+                # fills the queues back to the generator, whose sends fail as counted drops
+                if not self._forward_held():
+                    self.back.poll(POLL_MS, zmq.POLLOUT)
+                elif self.front.poll(POLL_MS, zmq.POLLIN):
+                    for _ in range(256):
+                        try:
+                            msg = self.front.recv_multipart(zmq.NOBLOCK, copy=False)
+                        except zmq.Again:
+                            break
+                        self._handle([f.buffer if i else f.bytes for i, f in enumerate(msg)])
+                        if not self._forward_held():
+                            break
+                self.ledger.maybe_write()
+        except zmq.ContextTerminated:
+            pass
+        except BaseException as e:  # recorded for the factory's supervisor; never silent
+            self.error = e
+        finally:
+            self.ledger.close()
+            for s in (self.front, self.back):
+                s.close(0)
