@@ -130,6 +130,47 @@ class _RecordFile:
         return True
 
 
+@dataclass
+class _Tally:
+    """The tuple ids a task saw and the sink stamps of its first and last batch."""
+
+    seen: int = 0
+    first_id: int | None = None
+    last_id: int | None = None
+    min_id: int | None = None
+    max_id: int | None = None
+    first_tsc: int | None = None
+    last_tsc: int | None = None
+
+    def add(self, ids: np.ndarray, tsc: int) -> None:
+        self.seen += len(ids)
+        if self.first_id is None:
+            self.first_id, self.first_tsc = int(ids[0]), tsc
+        lo, hi = int(ids.min()), int(ids.max())
+        self.min_id = lo if self.min_id is None else min(self.min_id, lo)
+        self.max_id = hi if self.max_id is None else max(self.max_id, hi)
+        self.last_id, self.last_tsc = int(ids[-1]), tsc
+
+    def counts(self, written: int) -> dict[str, Any]:
+        return {
+            "seen": self.seen,
+            "written": written,
+            "first_tuple_id": self.first_id,
+            "last_tuple_id": self.last_id,
+            "min_tuple_id": self.min_id,
+            "max_tuple_id": self.max_id,
+        }
+
+
+def _add_first_last(records: _RecordFile, seen: int, first: pa.RecordBatch, last: pa.RecordBatch) -> int:
+    """firstlast: add the first and last record, with their role (one "only" row if the task saw one)."""
+    roles = ["only"] if seen == 1 else ["first", "last"]
+    rows = [first] if seen == 1 else [first, last]
+    for role, row in zip(roles, rows, strict=True):
+        records.add(row.append_column("role", pa.array([role])))
+    return len(rows)
+
+
 class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
     """Arrow stream writer of latency records (see the module docstring)."""
 
@@ -158,7 +199,7 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         import native_tsc
-        from cp_sink.handlers import period_counts, selected_positions
+        from cp_sink.handlers import selected_positions
 
         partition, attempt, batch_tag = _task_identity()
         staging = Path(self.path) / STAGING / f"b{batch_tag}-p{partition}-a{attempt}-{uuid.uuid4().hex[:12]}"
@@ -166,9 +207,8 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         node = native_tsc.domain_id()
         spec = self.spec
         records = _RecordFile(staging / f"{RECORDS_PREFIX}p{partition}-a{attempt}.parquet")
-        seen = written = 0
-        first_id = last_id = min_id = max_id = None
-        first_tsc = last_tsc = None
+        tally = _Tally()
+        written = 0
         fl_first: pa.RecordBatch | None = None
         fl_last: pa.RecordBatch | None = None
         batch_tscs: list[int] = []  # pc: one sink stamp and row count per Arrow batch
@@ -180,17 +220,8 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
             n = batch.num_rows
             if n == 0:
                 continue
-            ids_arr = batch.column(self.id_column)
-            if ids_arr.null_count:
-                raise ValueError(f"tuple id column {self.id_column!r} has nulls")
-            ids = ids_arr.cast(pa.int64()).to_numpy(zero_copy_only=False)
-            seen += n
-            if first_id is None:
-                first_id, first_tsc = int(ids[0]), tsc
-            lo, hi = int(ids.min()), int(ids.max())
-            min_id = lo if min_id is None else min(min_id, lo)
-            max_id = hi if max_id is None else max(max_id, hi)
-            last_id, last_tsc = int(ids[-1]), tsc
+            ids = self._ids(batch)
+            tally.add(ids, tsc)
             if spec.name == "pc":
                 batch_tscs.append(tsc)
                 batch_rows.append(n)
@@ -210,45 +241,58 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
             records.add(out)
 
         if fl_first is not None and fl_last is not None:
-            roles = ["only"] if seen == 1 else ["first", "last"]
-            rows = [fl_first] if seen == 1 else [fl_first, fl_last]
-            for role, row in zip(roles, rows, strict=True):
-                records.add(row.append_column("role", pa.array([role])))
-                written += 1
+            written += _add_first_last(records, tally.seen, fl_first, fl_last)
         files = [records.path.name] if records.close() else []
         counts = {
             "partition": partition,
             "task_attempt": attempt,
             "handler": spec.describe(),
-            "seen": seen,
-            "written": written,
-            "first_tuple_id": first_id,
-            "last_tuple_id": last_id,
-            "min_tuple_id": min_id,
-            "max_tuple_id": max_id,
+            **tally.counts(written),
             node_column(SINK): node,
-            "first_tsc_sink": first_tsc,
-            "last_tsc_sink": last_tsc,
+            "first_tsc_sink": tally.first_tsc,
+            "last_tsc_sink": tally.last_tsc,
         }
-        periods = period_counts(np.array(batch_tscs, np.int64), period_cycles, np.array(batch_rows, np.int64))
-        if periods:
-            table = pa.table(
-                {
-                    "partition": pa.array([partition] * len(periods), pa.int32()),
-                    node_column(SINK): pa.array([node] * len(periods)),
-                    "period": pa.array(list(periods), pa.int64()),
-                    "period_ms": pa.array([spec.period_ms] * len(periods), pa.int64()),
-                    "period_cycles": pa.array([period_cycles] * len(periods), pa.float64()),
-                    "count": pa.array(list(periods.values()), pa.int64()),
-                },
-                schema=PERIODS_SCHEMA,
-            )
-            import pyarrow.parquet as pq
-
-            name = f"{PERIODS_PREFIX}p{partition}-a{attempt}.parquet"
-            pq.write_table(table, staging / name, compression="zstd")
+        name = f"{PERIODS_PREFIX}p{partition}-a{attempt}.parquet"
+        if self._write_periods(staging / name, partition, node, period_cycles, batch_tscs, batch_rows):
             files.append(name)
         return SinkCommitMessage(staging_dir=str(staging), files=files, counts=counts)
+
+    def _ids(self, batch: pa.RecordBatch) -> np.ndarray:
+        ids = batch.column(self.id_column)
+        if ids.null_count:
+            raise ValueError(f"tuple id column {self.id_column!r} has nulls")
+        return ids.cast(pa.int64()).to_numpy(zero_copy_only=False)
+
+    def _write_periods(
+        self,
+        path: Path,
+        partition: int,
+        node: str,
+        period_cycles: float,
+        batch_tscs: list[int],
+        batch_rows: list[int],
+    ) -> bool:
+        """pc: write the task's row count per period to ``path``; False if it has none."""
+        from cp_sink.handlers import period_counts
+
+        periods = period_counts(np.array(batch_tscs, np.int64), period_cycles, np.array(batch_rows, np.int64))
+        if not periods:
+            return False
+        table = pa.table(
+            {
+                "partition": pa.array([partition] * len(periods), pa.int32()),
+                node_column(SINK): pa.array([node] * len(periods)),
+                "period": pa.array(list(periods), pa.int64()),
+                "period_ms": pa.array([self.spec.period_ms] * len(periods), pa.int64()),
+                "period_cycles": pa.array([period_cycles] * len(periods), pa.float64()),
+                "count": pa.array(list(periods.values()), pa.int64()),
+            },
+            schema=PERIODS_SCHEMA,
+        )
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, path, compression="zstd")
+        return True
 
     def _record_batch(
         self, batch: pa.RecordBatch, ids: np.ndarray, tsc: int, node: str, partition: int

@@ -25,6 +25,7 @@ import math
 import multiprocessing as mp
 import random
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -75,6 +76,160 @@ def _partial(payload: bytes, rows: int) -> bytes:
     return payload[:pos]
 
 
+def _open_socket(
+    endpoint: str, rate: float, bucket: int, bucket_bytes: int, hwm: int | None
+) -> tuple[zmq.Context[Any], zmq.Socket[Any]]:
+    """A context and a PUSH socket connected to ``endpoint``, its queue sized for ``rate``."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUSH)
+    if hwm is None:
+        by_time = math.ceil(SEND_QUEUE_S * rate / bucket)
+        hwm = max(SEND_HWM, min(by_time, SEND_QUEUE_MAX_BYTES // max(1, bucket_bytes)))
+    sock.setsockopt(zmq.SNDHWM, hwm)
+    sock.setsockopt(zmq.LINGER, CONTROL_TIMEOUT_MS)
+    sock.setsockopt(zmq.SNDTIMEO, CONTROL_TIMEOUT_MS)
+    try:
+        sock.connect(endpoint)
+    except zmq.ZMQError as e:
+        sock.close(0)
+        ctx.term()
+        raise ValueError(
+            f"invalid endpoint {endpoint!r}: {e.strerror} (expected e.g. tcp://127.0.0.1:5555)"
+        ) from None
+    return ctx, sock
+
+
+def _hello(sock: zmq.Socket[Any], packer: bk.HeaderPacker, endpoint: str) -> None:
+    """Blocking heartbeat: returns once a connection to the factory exists."""
+    hello = packer.pack(bk.KIND_HEARTBEAT, 0, 0, 0, 0, native_tsc.now(), time.time_ns())
+    try:
+        sock.send_multipart([bytes(hello), b""])
+    except zmq.Again:
+        raise ConnectionError(
+            f"no factory accepted a connection at {endpoint} within {CONTROL_TIMEOUT_MS / 1000:.0f}s"
+        ) from None
+
+
+def _add_drop(ranges: list[list[int]], first: int, count: int) -> None:
+    """Record ids first .. first+count-1 as dropped, extending the last range when they follow it."""
+    if ranges and ranges[-1][0] + ranges[-1][1] == first:
+        ranges[-1][1] += count
+    else:
+        ranges.append([first, count])
+
+
+@dataclass
+class _Emission:
+    """What the emission loop did: counters, the id after the last one used, and its clock span."""
+
+    next_id: int
+    emitted: int
+    dropped: int
+    ranges: list[list[int]]
+    seq: int
+    max_lag: int
+    aborted: bool
+    t0: int
+    end: int
+
+
+def _emit(
+    sock: zmq.Socket[Any],
+    packer: bk.HeaderPacker,
+    pool: list[bytes],
+    bucket: int,
+    rate: float,
+    tuples: int,
+    first: int,
+    barrier: Any,
+) -> _Emission:
+    """The timed loop: bucket k leaves at t0 + k * budget (see the module docstring)."""
+    n_buckets = math.ceil(tuples / bucket)
+    last_rows = tuples - (n_buckets - 1) * bucket if n_buckets else 0
+    partial = _partial(pool[(n_buckets - 1) % len(pool)], last_rows) if 0 < last_rows < bucket else b""
+    period = bucket / rate * 1e9
+    n_pool = len(pool)
+    emitted = dropped = seq = 0
+    next_id = first
+    ranges: list[list[int]] = []
+    max_lag = 0
+    now_tsc = native_tsc.now
+    clock = time.perf_counter_ns
+    wall = time.time_ns
+    send = sock.send
+    flags_more = zmq.NOBLOCK | zmq.SNDMORE
+    if barrier is not None:
+        barrier.wait()
+    t0 = clock() + 1_000_000
+    give_up = t0 + int((tuples / rate * ABORT_FACTOR + 1.0) * 1e9)
+    aborted = False
+    for k in range(n_buckets):
+        deadline = t0 + int(k * period)
+        now = clock()
+        if now > give_up:
+            aborted = True  # hopelessly behind: the run is generator-bound either way
+            break
+        if now < deadline:
+            if deadline - now > SLEEP_MIN_NS:
+                time.sleep((deadline - now - SPIN_NS) / 1e9)
+            while clock() < deadline:
+                pass
+        elif now - deadline > max_lag:
+            max_lag = now - deadline
+        count = bucket if k < n_buckets - 1 or not partial else last_rows
+        payload = pool[k % n_pool] if count == bucket else partial
+        hdr = packer.pack(bk.KIND_DATA, seq, next_id, count, len(payload), now_tsc(), wall())
+        try:
+            send(hdr, flags_more)
+        except zmq.Again:
+            _add_drop(ranges, next_id, count)
+            dropped += count
+        else:
+            send(payload, zmq.NOBLOCK, copy=False)  # never fails once the first part is queued
+            emitted += count
+            seq += 1
+        next_id += count
+    end = clock()
+    return _Emission(next_id, emitted, dropped, ranges, seq, max_lag, aborted, t0, end)
+
+
+def _end_of_stream(
+    sock: zmq.Socket[Any],
+    packer: bk.HeaderPacker,
+    sender_id: int,
+    first: int,
+    rate: float,
+    tuples: int,
+    e: _Emission,
+) -> dict[str, Any]:
+    """Send end-of-stream (without blocking past the send timeout); the sender's counters."""
+    ideal_end = e.t0 + int(tuples / rate * 1e9)
+    elapsed = (max(e.end, ideal_end) - e.t0) / 1e9
+    eos = bk.EndOfStream(sender_id, first, e.next_id, e.seq, e.emitted, e.dropped, e.ranges)
+    body = eos.to_json()
+    eos_hdr = bytes(packer.pack(bk.KIND_EOS, e.seq, 0, 0, len(body), native_tsc.now(), time.time_ns()))
+    try:
+        sock.send_multipart([eos_hdr, body])
+        eos_ok = True
+    except zmq.Again:
+        eos_ok = False
+    return {
+        "id": sender_id,
+        "first_tuple_id": first,
+        "next_tuple_id": e.next_id,
+        "emitted": e.emitted,
+        "dropped": e.dropped,
+        "dropped_ranges": e.ranges,
+        "buckets_sent": e.seq,
+        "elapsed_s": elapsed,
+        "achieved_rate": (e.emitted + e.dropped) / elapsed if elapsed else 0.0,
+        "target_rate": rate,
+        "max_lag_ms": e.max_lag / 1e6,
+        "eos_delivered": eos_ok,
+        "aborted": e.aborted,
+    }
+
+
 def run_sender(
     endpoint: str,
     sender_id: int,
@@ -88,110 +243,13 @@ def run_sender(
 ) -> dict[str, Any]:
     """One sender: offer ``tuples`` tuples at ``rate`` tuples/s; return its counters."""
     pool = build_payloads(workload, bucket, seed=sender_id if seed is None else seed)
-    domain = native_tsc.domain_id()
-    packer = bk.HeaderPacker(sender_id, domain)
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PUSH)
-    if hwm is None:
-        by_time = math.ceil(SEND_QUEUE_S * rate / bucket)
-        hwm = max(SEND_HWM, min(by_time, SEND_QUEUE_MAX_BYTES // max(1, len(pool[0]))))
-    sock.setsockopt(zmq.SNDHWM, hwm)
-    sock.setsockopt(zmq.LINGER, CONTROL_TIMEOUT_MS)
-    sock.setsockopt(zmq.SNDTIMEO, CONTROL_TIMEOUT_MS)
-    try:
-        sock.connect(endpoint)
-    except zmq.ZMQError as e:
-        sock.close(0)
-        ctx.term()
-        raise ValueError(
-            f"invalid endpoint {endpoint!r}: {e.strerror} (expected e.g. tcp://127.0.0.1:5555)"
-        ) from None
+    packer = bk.HeaderPacker(sender_id, native_tsc.domain_id())
+    ctx, sock = _open_socket(endpoint, rate, bucket, len(pool[0]), hwm)
     first = bk.tuple_id(sender_id, 0)
-    out: dict[str, Any] = {"id": sender_id, "first_tuple_id": first}
     try:
-        # blocking hello: returns once a connection to the factory exists
-        hello = packer.pack(bk.KIND_HEARTBEAT, 0, 0, 0, 0, native_tsc.now(), time.time_ns())
-        try:
-            sock.send_multipart([bytes(hello), b""])
-        except zmq.Again:
-            raise ConnectionError(
-                f"no factory accepted a connection at {endpoint} within {CONTROL_TIMEOUT_MS / 1000:.0f}s"
-            ) from None
-        n_buckets = math.ceil(tuples / bucket)
-        last_rows = tuples - (n_buckets - 1) * bucket if n_buckets else 0
-        partial = _partial(pool[(n_buckets - 1) % len(pool)], last_rows) if 0 < last_rows < bucket else b""
-        period = bucket / rate * 1e9
-        n_pool = len(pool)
-        emitted = dropped = seq = 0
-        next_id = first
-        ranges: list[list[int]] = []
-        max_lag = 0
-        now_tsc = native_tsc.now
-        clock = time.perf_counter_ns
-        wall = time.time_ns
-        send = sock.send
-        flags_more = zmq.NOBLOCK | zmq.SNDMORE
-        if barrier is not None:
-            barrier.wait()
-        t0 = clock() + 1_000_000
-        give_up = t0 + int((tuples / rate * ABORT_FACTOR + 1.0) * 1e9)
-        aborted = False
-        for k in range(n_buckets):
-            deadline = t0 + int(k * period)
-            now = clock()
-            if now > give_up:
-                aborted = True  # hopelessly behind: the run is generator-bound either way
-                break
-            if now < deadline:
-                if deadline - now > SLEEP_MIN_NS:
-                    time.sleep((deadline - now - SPIN_NS) / 1e9)
-                while clock() < deadline:
-                    pass
-            elif now - deadline > max_lag:
-                max_lag = now - deadline
-            count = bucket if k < n_buckets - 1 or not partial else last_rows
-            payload = pool[k % n_pool] if count == bucket else partial
-            hdr = packer.pack(bk.KIND_DATA, seq, next_id, count, len(payload), now_tsc(), wall())
-            try:
-                send(hdr, flags_more)
-            except zmq.Again:
-                if ranges and ranges[-1][0] + ranges[-1][1] == next_id:
-                    ranges[-1][1] += count
-                else:
-                    ranges.append([next_id, count])
-                dropped += count
-            else:
-                send(payload, zmq.NOBLOCK, copy=False)  # never fails once the first part is queued
-                emitted += count
-                seq += 1
-            next_id += count
-        end = clock()
-        ideal_end = t0 + int(tuples / rate * 1e9)
-        elapsed = (max(end, ideal_end) - t0) / 1e9
-        eos = bk.EndOfStream(sender_id, first, next_id, seq, emitted, dropped, ranges)
-        body = eos.to_json()
-        eos_hdr = bytes(packer.pack(bk.KIND_EOS, seq, 0, 0, len(body), native_tsc.now(), time.time_ns()))
-        try:
-            sock.send_multipart([eos_hdr, body])
-            eos_ok = True
-        except zmq.Again:
-            eos_ok = False
-        out.update(
-            {
-                "next_tuple_id": next_id,
-                "emitted": emitted,
-                "dropped": dropped,
-                "dropped_ranges": ranges,
-                "buckets_sent": seq,
-                "elapsed_s": elapsed,
-                "achieved_rate": (emitted + dropped) / elapsed if elapsed else 0.0,
-                "target_rate": rate,
-                "max_lag_ms": max_lag / 1e6,
-                "eos_delivered": eos_ok,
-                "aborted": aborted,
-            }
-        )
-        return out
+        _hello(sock, packer, endpoint)
+        emission = _emit(sock, packer, pool, bucket, rate, tuples, first, barrier)
+        return _end_of_stream(sock, packer, sender_id, first, rate, tuples, emission)
     finally:
         sock.close()  # lingers up to CONTROL_TIMEOUT_MS so queued buckets and end-of-stream go out
         ctx.term()
@@ -225,17 +283,8 @@ def _sender_proc(q: Any, barrier: Any, args: SenderJob, hwm: int | None) -> None
             barrier.abort()
 
 
-def run_generator(
-    endpoint: str,
-    rate: float,
-    duration: float,
-    senders: int = 1,
-    bucket: int = 1000,
-    workload: str = "ysb",
-    sender_base: int | None = None,
-    hwm: int | None = None,
-) -> dict[str, Any]:
-    """Offer ``rate`` tuples/s for ``duration`` s from ``senders`` processes; return the JSON summary."""
+def _check_args(rate: float, duration: float, senders: int, bucket: int, workload: str) -> None:
+    """Reject a run before any sender starts."""
     if not rate > 0 or not math.isfinite(rate):
         raise ValueError(f"rate must be a positive number of tuples/s, got {rate}")
     if not duration > 0 or not math.isfinite(duration):
@@ -246,37 +295,39 @@ def run_generator(
         raise ValueError(f"bucket must be 1..{bk.DEFAULT_MAX_TUPLES} tuples, got {bucket}")
     if not (workload == "ysb" or workload.startswith("file:")):
         raise ValueError(f"unknown workload {workload!r}: expected ysb or file:PATH")
-    _check_endpoint(endpoint)
-    base = fresh_sender_base(senders) if sender_base is None else sender_base
-    if base < 0 or base + senders - 1 > bk.MAX_SENDER:
-        raise ValueError(f"sender ids {base}..{base + senders - 1} outside 0..{bk.MAX_SENDER}")
-    total = round(rate * duration)
-    if total >= bk.MAX_TUPLES_PER_SENDER:
-        raise ValueError("rate x duration exceeds the tuple ids one sender can number")
-    shares = [total // senders + (i < total % senders) for i in range(senders)]
-    per_rate = rate / senders
-    if senders == 1:
-        results = [run_sender(endpoint, base, per_rate, shares[0], bucket, workload, hwm=hwm)]
-    else:
-        ctx = mp.get_context("spawn")
-        q = ctx.Queue()
-        barrier = ctx.Barrier(senders)
-        jobs: list[SenderJob] = [
-            (endpoint, base + i, per_rate, shares[i], bucket, workload) for i in range(senders)
-        ]
-        procs = [ctx.Process(target=_sender_proc, args=(q, barrier, job, hwm)) for job in jobs]
-        for p in procs:
-            p.start()
-        results = []
-        errors: list[str] = []
-        for _ in procs:
-            status, value = q.get()
-            (results if status == "ok" else errors).append(value)
-        for p in procs:
-            p.join()
-        if errors:
-            raise OSError("generator sender failed: " + "; ".join(errors))
-        results.sort(key=lambda r: r["id"])
+
+
+def _run_processes(jobs: list[SenderJob], hwm: int | None) -> list[dict[str, Any]]:
+    """Run one sender process per job, started together at a barrier; their counters by sender id."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    barrier = ctx.Barrier(len(jobs))
+    procs = [ctx.Process(target=_sender_proc, args=(q, barrier, job, hwm)) for job in jobs]
+    for p in procs:
+        p.start()
+    results: list[dict[str, Any]] = []
+    errors: list[str] = []
+    for _ in procs:
+        status, value = q.get()
+        (results if status == "ok" else errors).append(value)
+    for p in procs:
+        p.join()
+    if errors:
+        raise OSError("generator sender failed: " + "; ".join(errors))
+    results.sort(key=lambda r: r["id"])
+    return results
+
+
+def _summary(
+    results: list[dict[str, Any]],
+    rate: float,
+    duration: float,
+    bucket: int,
+    workload: str,
+    endpoint: str,
+    base: int,
+) -> dict[str, Any]:
+    """The run's settings, its senders' counters added up, and whether the generator limited it."""
     emitted = sum(r["emitted"] for r in results)
     dropped = sum(r["dropped"] for r in results)
     elapsed = max(r["elapsed_s"] for r in results)
@@ -302,3 +353,34 @@ def run_generator(
         "eos_delivered": all(r["eos_delivered"] for r in results),
         "senders": results,
     }
+
+
+def run_generator(
+    endpoint: str,
+    rate: float,
+    duration: float,
+    senders: int = 1,
+    bucket: int = 1000,
+    workload: str = "ysb",
+    sender_base: int | None = None,
+    hwm: int | None = None,
+) -> dict[str, Any]:
+    """Offer ``rate`` tuples/s for ``duration`` s from ``senders`` processes; return the JSON summary."""
+    _check_args(rate, duration, senders, bucket, workload)
+    _check_endpoint(endpoint)
+    base = fresh_sender_base(senders) if sender_base is None else sender_base
+    if base < 0 or base + senders - 1 > bk.MAX_SENDER:
+        raise ValueError(f"sender ids {base}..{base + senders - 1} outside 0..{bk.MAX_SENDER}")
+    total = round(rate * duration)
+    if total >= bk.MAX_TUPLES_PER_SENDER:
+        raise ValueError("rate x duration exceeds the tuple ids one sender can number")
+    shares = [total // senders + (i < total % senders) for i in range(senders)]
+    per_rate = rate / senders
+    if senders == 1:
+        results = [run_sender(endpoint, base, per_rate, shares[0], bucket, workload, hwm=hwm)]
+    else:
+        jobs: list[SenderJob] = [
+            (endpoint, base + i, per_rate, shares[i], bucket, workload) for i in range(senders)
+        ]
+        results = _run_processes(jobs, hwm)
+    return _summary(results, rate, duration, bucket, workload, endpoint, base)
