@@ -40,6 +40,7 @@ from cp_source.factory import FactoryWorker, WorkerConfig, start_factory
 from cp_source.generator import build_payloads, run_generator
 from cp_source.parse_json import parse_arrow_json, parse_naive_rows, parse_orjson
 from cp_source.parse_ysb import StringRowParser
+from cp_source.sender_link import answer_control
 from cp_source.spool import Spool
 from cp_source.workloads import ysb_fields
 
@@ -53,7 +54,7 @@ def _drain(q: Any, transport: str) -> None:
     import zmq
 
     ctx = zmq.Context()
-    s = ctx.socket(zmq.PULL)
+    s = ctx.socket(zmq.ROUTER)  # answers the senders' hello and end-of-stream, as a factory does
     s.setsockopt(zmq.RCVHWM, 64)
     if transport == "ipc":
         path = tempfile.mktemp(prefix="cp-drain-", dir="/tmp")
@@ -64,7 +65,9 @@ def _drain(q: Any, transport: str) -> None:
     tuples = 0
     while True:
         frames = s.recv_multipart(copy=False)
-        h = bk.parse_header(frames[0].buffer)
+        h = bk.parse_header(frames[1].buffer)
+        if h.kind in (bk.KIND_HELLO, bk.KIND_EOS):
+            answer_control(s, frames[0].bytes, h)
         if h.kind == bk.KIND_EOS:
             break
         tuples += h.count

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import shutil
 import signal
@@ -41,10 +42,14 @@ import zmq
 import native_tsc
 from cp_source import bucket as bk
 from cp_source.deadletter import DeadLetterWriter, read_dead_letters
+from cp_source.factory_front import FrontEnd
 from cp_source.spool import SegmentWriter, Spool, spool_bytes
 from cp_source.spool_ledger import WorkerState
 from cp_source.workloads import Workload, resolve
 
+# Segments are not published into the last this many bytes of the spool's filesystem, so the ledger's
+# small writes (end-of-streams, worker stats) still succeed on a full disk.
+LEDGER_RESERVE_BYTES = 2 << 20
 HWM = 4  # worker-side queues: small, so a full spool turns into backpressure quickly
 FRONT_HWM = 16  # absorbs scheduling hiccups of a busy host
 DEFAULT_FLUSH_ROWS = 50_000
@@ -175,6 +180,8 @@ class FactoryWorker:
         self.last_recv_wall = 0.0
         self.paused = False
         self.stop = False
+        self._unpublished: tuple[Any, ...] | None = None  # a built segment the disk refused
+        self.disk_error: str | None = None
 
     def _warm_up(self) -> None:
         """Run the parser and the segment builder once, so the first real bucket pays no JIT/import cost."""
@@ -204,6 +211,9 @@ class FactoryWorker:
             return
         if h.kind == bk.KIND_HEARTBEAT:
             self.counters["heartbeats"] += 1
+            return
+        if h.kind in (bk.KIND_HELLO, bk.KIND_ACK):  # the front end answers these; never data
+            self._reject("bad_kind", frames)
             return
         if h.kind == bk.KIND_EOS:
             try:
@@ -244,8 +254,8 @@ class FactoryWorker:
         self.pending_rows += h.count
 
     def flush(self) -> None:
-        """Publish the pending buckets as one segment."""
-        if not self.pending:
+        """Publish the pending buckets as one segment (after any segment still waiting for the disk)."""
+        if not self.pending or not self.retry_publish():
             return
         m = np.array(self.meta, dtype=np.int64)
         counts = m[:, 3]
@@ -266,7 +276,7 @@ class FactoryWorker:
             _repeat_strings([self.domain], counts),
         ]
         table = pa.Table.from_arrays(cols, schema=self.schema)
-        self.writer.publish(
+        self._unpublished = (
             table,
             m[:, :4],
             int(event_ms.min()),
@@ -277,9 +287,42 @@ class FactoryWorker:
         self.pending = False
         self.meta.clear()
         self.gen_domains.clear()
+        self.retry_publish()
+
+    def retry_publish(self) -> bool:
+        """Publish the built segment; on a write error (a full disk) keep it and pause. True if none waits.
+
+        Nothing accepted is dropped: the rows stay in memory, the worker stops
+        receiving (so the queues fill back to the generator, which counts drops),
+        and publishing is retried until the disk has room again.
+        """
+        if self._unpublished is None:
+            return True
+        try:
+            free = free_bytes(self.cfg.spool)
+            if free < self._unpublished[0].nbytes + LEDGER_RESERVE_BYTES:
+                # keep room for the ledger (end-of-streams, stats), which must be written to account
+                raise OSError(
+                    errno.ENOSPC, f"{free / 2**20:.1f} MiB free, kept for the ledger", self.cfg.spool
+                )
+            self.writer.publish(*self._unpublished)
+        except OSError as e:
+            if self.disk_error is None:
+                self.counters["write_errors"] = self.counters.get("write_errors", 0) + 1
+                print(f"factory worker {self.cfg.worker}: cannot publish ({e}); paused", file=sys.stderr)
+            self.disk_error = f"{e.strerror or e} ({e.filename or self.writer.dir})"
+            return False
+        self._unpublished = None
+        self.disk_error = None
         self.pending_rows = 0
+        return True
 
     def write_stats(self, ready: bool = True) -> None:
+        """Replace stats.json; a failed write (full disk) leaves the last one, which then goes stale."""
+        with contextlib.suppress(OSError):
+            self._write_stats(ready)
+
+    def _write_stats(self, ready: bool) -> None:
         self.writer.write_stats(
             {
                 **self.counters,
@@ -288,6 +331,7 @@ class FactoryWorker:
                 "ready": ready,
                 "pending_rows": self.pending_rows,
                 "paused": self.paused,
+                "paused_reason": self.disk_error and f"write failed: {self.disk_error}",
                 "last_recv_wall": self.last_recv_wall,
                 "updated_wall": time.time(),
                 "next_segment": self.writer.next_number,
@@ -315,10 +359,11 @@ class FactoryWorker:
                 if now >= next_used:
                     used = spool_bytes(self.cfg.spool)
                     next_used = now + 0.05
-                self.paused = used >= self.cfg.max_spool_bytes
+                self.paused = used >= self.cfg.max_spool_bytes or not self.retry_publish()
                 if self.paused:
-                    self.flush()
-                    time.sleep(0.02)
+                    if self.disk_error is None:
+                        self.flush()
+                    time.sleep(0.02 if self.disk_error is None else 0.2)
                 else:
                     wait = flush_s if not self.pending else max(0.0, self.oldest + flush_s - now)
                     if sock.poll(min(int(wait * 1000) + 1, 100), zmq.POLLIN):
@@ -383,8 +428,57 @@ def worker_main(argv: list[str] | None = None) -> int:
     return 0
 
 
+RESTART_BUDGET = 3  # worker restarts allowed within RESTART_WINDOW_S before the factory fails
+RESTART_WINDOW_S = 60.0
+IPC_PREFIX = "cp-factory-"
+
+
+def sweep_stale_ipc_dirs(tmp: str | None = None) -> int:
+    """Remove private socket directories that factories killed hard left behind; how many."""
+    root = Path(tmp or tempfile.gettempdir())
+    removed = 0
+    for d in root.glob(f"{IPC_PREFIX}*"):
+        parts = d.name[len(IPC_PREFIX) :].split("-", 1)
+        if not parts[0].isdigit() or not d.is_dir() or d.owner() != _user_name():
+            continue
+        if not Path(f"/proc/{parts[0]}").exists():
+            shutil.rmtree(d, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+def free_bytes(path: str) -> int:
+    """Bytes an unprivileged writer may still use on the filesystem of ``path``."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def check_free_space(spool: str, max_spool_bytes: int) -> list[str]:
+    """A warning when the spool's filesystem has less room than the spool bound allows it to use."""
+    free = free_bytes(spool)
+    if free >= max_spool_bytes:
+        return []
+    return [
+        f"the spool's filesystem has {free / 2**20:,.0f} MiB free, less than the spool bound of "
+        f"{max_spool_bytes / 2**20:,.0f} MiB: when the disk fills the factory pauses (the generator "
+        "counts drops) until there is room again"
+    ]
+
+
+def _user_name() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
 class FactoryHandle:
-    """A running factory: the proxy thread and its worker processes."""
+    """A running factory: the front-end thread, its worker processes and their supervisor.
+
+    A worker that dies is restarted on its spool directory (recovered as after a
+    crash); what it held is counted by the ledger as lost inside the factory.
+    More than ``RESTART_BUDGET`` deaths within ``RESTART_WINDOW_S`` fail the factory:
+    ``failure`` then says why, and the stream reader fails the query with it.
+    """
 
     def __init__(
         self,
@@ -400,77 +494,102 @@ class FactoryHandle:
         self.spool = str(spool)
         Path(self.spool).mkdir(parents=True, exist_ok=True)
         self.max_spool_bytes = max_spool_bytes
+        self.warnings = check_free_space(self.spool, max_spool_bytes)
+        for w in self.warnings:
+            print(f"cloudprofiler factory: {w}", file=sys.stderr)
+        self.failure: str | None = None
+        self.restarts: list[tuple[float, int, int]] = []  # (monotonic time, worker, exit status)
         self._ctx = zmq.Context()
-        self._front = self._ctx.socket(zmq.PULL)
-        self._front.setsockopt(zmq.RCVHWM, FRONT_HWM)
-        self._front.setsockopt(zmq.LINGER, 0)
-        # a hard cap far above the checked bound: bigger messages cost the sender its connection
-        self._front.setsockopt(zmq.MAXMSGSIZE, 4 * max_frame_bytes + 4096)
-        try:
-            self._front.bind(endpoint[:-2] + ":*" if endpoint.endswith(":0") else endpoint)
-        except zmq.ZMQError as e:
-            self._front.close(0)
-            self._ctx.term()
-            raise OSError(f"cannot bind the factory endpoint {endpoint}: {e.strerror}") from None
-        self.endpoint: str = self._front.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._back = self._ctx.socket(zmq.PUSH)
-        self._back.setsockopt(zmq.SNDHWM, HWM)
-        self._back.setsockopt(zmq.LINGER, 0)
-        # workers on this host: a unix socket in a private (0700) directory is cheaper than loopback TCP
         self._ipc_dir: str | None = None
-        if zmq.has("ipc"):
-            self._ipc_dir = tempfile.mkdtemp(prefix="cp-factory-")
-            self._back.bind(f"ipc://{self._ipc_dir}/backend")
-        else:
-            self._back.bind("tcp://127.0.0.1:*")
-        self.backend: str = self._back.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._ctl_addr = f"inproc://factory-control-{id(self)}"
-        self._ctl = self._ctx.socket(zmq.PAIR)
-        self._ctl.bind(self._ctl_addr)
-        ctl_peer = self._ctx.socket(zmq.PAIR)
-        ctl_peer.connect(self._ctl_addr)
-        self._proxy = threading.Thread(
-            target=self._run_proxy, args=(ctl_peer,), name="cp-factory-proxy", daemon=True
-        )
-        self._proxy.start()
+        try:
+            front, back = self._bind(endpoint, max_frame_bytes)
+        except BaseException:
+            self._close_sockets()
+            raise
+        try:
+            self._front_end = FrontEnd(self._ctx, front, back, self.spool, max_frame_bytes)
+        except BaseException:
+            front.close(0)
+            back.close(0)
+            self._close_sockets()
+            raise
+        self._front_end.start()
         self._worker_args = worker_args
         self._procs: list[subprocess.Popen] = [self._spawn(i) for i in range(workers)]
         self._stopped = False
+        self._lock = threading.Lock()
+        self._supervisor = threading.Thread(target=self._supervise, name="cp-factory-supervisor", daemon=True)
+        self._supervisor.start()
 
-    def _run_proxy(self, ctl: zmq.Socket) -> None:
+    def _bind(self, endpoint: str, max_frame_bytes: int) -> tuple[zmq.Socket, zmq.Socket]:
+        front = self._ctx.socket(zmq.ROUTER)
+        front.setsockopt(zmq.RCVHWM, FRONT_HWM)
+        front.setsockopt(zmq.LINGER, 0)
+        # a hard cap far above the checked bound: bigger messages cost the sender its connection
+        front.setsockopt(zmq.MAXMSGSIZE, 4 * max_frame_bytes + 4096)
         try:
-            zmq.proxy_steerable(self._front, self._back, None, ctl)
-        except zmq.ContextTerminated:
-            pass
-        finally:
-            for s in (self._front, self._back, ctl):
-                s.close(0)
+            front.bind(endpoint[:-2] + ":*" if endpoint.endswith(":0") else endpoint)
+        except zmq.ZMQError as e:
+            front.close(0)
+            raise OSError(f"cannot bind the factory endpoint {endpoint}: {e.strerror}") from None
+        self.endpoint: str = front.getsockopt_string(zmq.LAST_ENDPOINT)
+        back = self._ctx.socket(zmq.PUSH)
+        back.setsockopt(zmq.SNDHWM, HWM)
+        back.setsockopt(zmq.LINGER, 0)
+        # workers on this host: a unix socket in a private (0700) directory is cheaper than loopback TCP
+        if zmq.has("ipc"):
+            sweep_stale_ipc_dirs()
+            self._ipc_dir = tempfile.mkdtemp(prefix=f"{IPC_PREFIX}{os.getpid()}-")
+            back.bind(f"ipc://{self._ipc_dir}/backend")
+        else:
+            back.bind("tcp://127.0.0.1:*")
+        self.backend: str = back.getsockopt_string(zmq.LAST_ENDPOINT)
+        return front, back
 
     def _spawn(self, i: int) -> subprocess.Popen:
         env = dict(os.environ)
         env["PYTHONPATH"] = _REPO_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env.setdefault("NUMBA_NUM_THREADS", "1")
-        cmd = [
-            sys.executable,
-            "-m",
-            "cp_source.factory",
-            "--backend",
-            self.backend,
-            "--spool",
-            self.spool,
-            "--worker",
-            f"w{i}",
-            "--parent-pid",
-            str(os.getpid()),
-            *self._worker_args,
-        ]
+        cmd = [sys.executable, "-m", "cp_source.factory", "--backend", self.backend, "--spool", self.spool]
+        cmd += ["--worker", f"w{i}", "--parent-pid", str(os.getpid()), *self._worker_args]
         return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
+
+    def _supervise(self) -> None:
+        """Restart dead workers within the budget; past it, or if the front end died, record why."""
+        while not self._stopped and self.failure is None:
+            time.sleep(0.1)
+            with self._lock:
+                if self._stopped:
+                    return
+                if not self._front_end.alive():
+                    self.failure = f"the factory's front end stopped: {self._front_end.error!r}"
+                    return
+                for i, p in enumerate(self._procs):
+                    if p.poll() is not None:
+                        self._restart_dead(i, p.returncode)
+
+    def _restart_dead(self, i: int, status: int) -> None:
+        now = time.monotonic()
+        self.restarts.append((now, i, status))
+        recent = [r for r in self.restarts if now - r[0] <= RESTART_WINDOW_S]
+        if len(recent) > RESTART_BUDGET:
+            self.failure = (
+                f"factory worker w{i} exited with status {status}; {len(recent)} worker deaths within "
+                f"{RESTART_WINDOW_S:.0f} s exceed the restart budget of {RESTART_BUDGET} (see the workers' "
+                f"stderr and {self.spool})"
+            )
+            return
+        print(
+            f"cloudprofiler factory: worker w{i} exited with status {status}; restarting it", file=sys.stderr
+        )
+        self._procs[i] = self._spawn(i)
 
     def worker_pids(self) -> list[int]:
         return [p.pid for p in self._procs]
 
     def alive(self) -> bool:
-        return not self._stopped and self._proxy.is_alive() and all(p.poll() is None for p in self._procs)
+        """Running, and not failed (a dead worker being restarted counts as alive)."""
+        return not self._stopped and self.failure is None and self._front_end.alive()
 
     def _worker_stats(self, i: int) -> dict[str, Any]:
         try:
@@ -494,11 +613,12 @@ class FactoryHandle:
 
     def restart_worker(self, i: int, timeout: float = 120.0) -> None:
         """Restart worker ``i`` (killing it first if it still runs); it resumes on its spool directory."""
-        old = self._procs[i]
-        if old.poll() is None:
-            old.kill()
-        old.wait()
-        self._procs[i] = self._spawn(i)
+        with self._lock:
+            old = self._procs[i]
+            if old.poll() is None:
+                old.kill()
+            old.wait()
+            self._procs[i] = self._spawn(i)
         deadline = time.monotonic() + timeout
         while True:
             s = self._worker_stats(i)
@@ -537,10 +657,11 @@ class FactoryHandle:
         return Spool(self.spool, self.max_spool_bytes)
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop workers (they publish what they hold), then the proxy."""
+        """Stop workers (they publish what they hold), then the front end."""
         if self._stopped:
             return
-        self._stopped = True
+        with self._lock:
+            self._stopped = True
         for p in self._procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -550,12 +671,12 @@ class FactoryHandle:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        with contextlib.suppress(zmq.ZMQError):
-            self._ctl.send(b"TERMINATE", zmq.NOBLOCK)
-        self._ctl.close(0)
-        # a proxy blocked on a full backend never reads TERMINATE; terminating the context interrupts it
+        self._supervisor.join(timeout)
+        self._front_end.stop(timeout)
+        self._close_sockets()
+
+    def _close_sockets(self) -> None:
         self._ctx.term()
-        self._proxy.join(timeout)
         if self._ipc_dir:
             shutil.rmtree(self._ipc_dir, ignore_errors=True)
 

@@ -14,10 +14,16 @@ pre-serialized tuples, and report what was emitted and what was dropped
 (a send the factory could not take). A run where the generator itself fell
 behind its schedule is flagged generator_bound (invalid).
 
+Each sender says hello first and starts its schedule only once a factory has
+acknowledged it (--wait-ready seconds; no answer is an error, exit status 2).
+The run ends with each sender's totals, which the factory must acknowledge;
+a run whose totals were not acknowledged exits with status 1.
+
 examples:
   cloudprofiler generate --endpoint tcp://127.0.0.1:5555 --rate 200000 --duration 10
   cloudprofiler generate --rate 2e6 --duration 30 --senders 2 --bucket 2000 --summary run.json
   cloudprofiler generate --rate 50000 --duration 5 --workload file:events.ndjson
+  cloudprofiler generate --rate 20000 --duration 5 --wait-ready 120   # the query is still starting
 """
 
 
@@ -42,11 +48,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sender-base", type=int, default=None, help="first sender id (default: a fresh random one per run)"
     )
     parser.add_argument("--summary", type=Path, default=None, help="also write the JSON summary to this file")
+    parser.add_argument(
+        "--wait-ready",
+        type=_positive_float,
+        default=10.0,
+        metavar="SECONDS",
+        help="wait this long for a factory to acknowledge each sender's hello (default 10)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from cp_source.generator import run_generator
 
+    # FactoryUnavailable is a ConnectionError: the command line prints it as one line, exit status 2
     summary = run_generator(
         args.endpoint,
         args.rate,
@@ -55,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         bucket=args.bucket,
         workload=args.workload,
         sender_base=args.sender_base,
+        ready_timeout=args.wait_ready,
     )
     data = orjson.dumps(summary, option=orjson.OPT_INDENT_2)
     if args.summary:
@@ -67,4 +82,12 @@ def run(args: argparse.Namespace) -> int:
             "warning: the generator fell behind its schedule (generator_bound): this run is invalid",
             file=sys.stderr,
         )
+    if not summary["eos_delivered"]:
+        late = [s["id"] for s in summary["senders"] if not s["eos_delivered"]]
+        print(
+            f"error: the factory did not acknowledge the end of stream of sender(s) {late}: "
+            "its ledger cannot account for their tuples",
+            file=sys.stderr,
+        )
+        return 1
     return 0

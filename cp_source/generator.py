@@ -33,6 +33,7 @@ import zmq
 
 import native_tsc
 from cp_source import bucket as bk
+from cp_source.sender_link import DEFAULT_READY_TIMEOUT_S, FactoryUnavailable, close_stream, open_link
 from cp_source.workloads import file_lines, ysb_rows
 
 SEND_HWM = 8  # at least this many buckets may wait in a sender's queue ...
@@ -76,38 +77,25 @@ def _partial(payload: bytes, rows: int) -> bytes:
     return payload[:pos]
 
 
-def _open_socket(
-    endpoint: str, rate: float, bucket: int, bucket_bytes: int, hwm: int | None
+def _open_link(
+    endpoint: str,
+    packer: bk.HeaderPacker,
+    rate: float,
+    bucket: int,
+    bucket_bytes: int,
+    hwm: int | None,
+    ready_timeout: float,
 ) -> tuple[zmq.Context[Any], zmq.Socket[Any]]:
-    """A context and a PUSH socket connected to ``endpoint``, its queue sized for ``rate``."""
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PUSH)
+    """A context and a socket whose hello a factory acknowledged, its queue sized for ``rate``."""
     if hwm is None:
         by_time = math.ceil(SEND_QUEUE_S * rate / bucket)
         hwm = max(SEND_HWM, min(by_time, SEND_QUEUE_MAX_BYTES // max(1, bucket_bytes)))
-    sock.setsockopt(zmq.SNDHWM, hwm)
-    sock.setsockopt(zmq.LINGER, CONTROL_TIMEOUT_MS)
-    sock.setsockopt(zmq.SNDTIMEO, CONTROL_TIMEOUT_MS)
+    ctx: zmq.Context[Any] = zmq.Context()
     try:
-        sock.connect(endpoint)
-    except zmq.ZMQError as e:
-        sock.close(0)
+        return ctx, open_link(ctx, endpoint, packer, hwm, ready_timeout)
+    except BaseException:
         ctx.term()
-        raise ValueError(
-            f"invalid endpoint {endpoint!r}: {e.strerror} (expected e.g. tcp://127.0.0.1:5555)"
-        ) from None
-    return ctx, sock
-
-
-def _hello(sock: zmq.Socket[Any], packer: bk.HeaderPacker, endpoint: str) -> None:
-    """Blocking heartbeat: returns once a connection to the factory exists."""
-    hello = packer.pack(bk.KIND_HEARTBEAT, 0, 0, 0, 0, native_tsc.now(), time.time_ns())
-    try:
-        sock.send_multipart([bytes(hello), b""])
-    except zmq.Again:
-        raise ConnectionError(
-            f"no factory accepted a connection at {endpoint} within {CONTROL_TIMEOUT_MS / 1000:.0f}s"
-        ) from None
+        raise
 
 
 def _add_drop(ranges: list[list[int]], first: int, count: int) -> None:
@@ -202,17 +190,12 @@ def _end_of_stream(
     tuples: int,
     e: _Emission,
 ) -> dict[str, Any]:
-    """Send end-of-stream (without blocking past the send timeout); the sender's counters."""
+    """Send end-of-stream and wait for the factory's acknowledgement; the sender's counters."""
     ideal_end = e.t0 + int(tuples / rate * 1e9)
     elapsed = (max(e.end, ideal_end) - e.t0) / 1e9
     eos = bk.EndOfStream(sender_id, first, e.next_id, e.seq, e.emitted, e.dropped, e.ranges)
     body = eos.to_json()
-    eos_hdr = bytes(packer.pack(bk.KIND_EOS, e.seq, 0, 0, len(body), native_tsc.now(), time.time_ns()))
-    try:
-        sock.send_multipart([eos_hdr, body])
-        eos_ok = True
-    except zmq.Again:
-        eos_ok = False
+    eos_ok = close_stream(sock, packer, e.seq, body, CONTROL_TIMEOUT_MS / 1000)
     return {
         "id": sender_id,
         "first_tuple_id": first,
@@ -240,25 +223,28 @@ def run_sender(
     barrier: Any = None,
     hwm: int | None = None,
     seed: int | None = None,
+    ready_timeout: float = DEFAULT_READY_TIMEOUT_S,
 ) -> dict[str, Any]:
-    """One sender: offer ``tuples`` tuples at ``rate`` tuples/s; return its counters."""
+    """One sender: offer ``tuples`` tuples at ``rate`` tuples/s; return its counters.
+
+    Raises ``FactoryUnavailable`` when no factory acknowledges its hello within ``ready_timeout``.
+    """
     pool = build_payloads(workload, bucket, seed=sender_id if seed is None else seed)
     packer = bk.HeaderPacker(sender_id, native_tsc.domain_id())
-    ctx, sock = _open_socket(endpoint, rate, bucket, len(pool[0]), hwm)
+    ctx, sock = _open_link(endpoint, packer, rate, bucket, len(pool[0]), hwm, ready_timeout)
     first = bk.tuple_id(sender_id, 0)
     try:
-        _hello(sock, packer, endpoint)
         emission = _emit(sock, packer, pool, bucket, rate, tuples, first, barrier)
         return _end_of_stream(sock, packer, sender_id, first, rate, tuples, emission)
     finally:
-        sock.close()  # lingers up to CONTROL_TIMEOUT_MS so queued buckets and end-of-stream go out
+        sock.close(0)  # the end of stream was acknowledged (or counted as not delivered)
         ctx.term()
 
 
 def _check_endpoint(endpoint: str) -> None:
     """Fail before starting senders when ZeroMQ cannot parse the endpoint."""
     ctx = zmq.Context()
-    s = ctx.socket(zmq.PUSH)
+    s = ctx.socket(zmq.DEALER)
     try:
         s.connect(endpoint)
     except zmq.ZMQError as e:
@@ -274,11 +260,11 @@ def _check_endpoint(endpoint: str) -> None:
 SenderJob = tuple[str, int, float, int, int, str]
 
 
-def _sender_proc(q: Any, barrier: Any, args: SenderJob, hwm: int | None) -> None:
+def _sender_proc(q: Any, barrier: Any, args: SenderJob, hwm: int | None, ready_timeout: float) -> None:
     try:
-        q.put(("ok", run_sender(*args, barrier=barrier, hwm=hwm)))
+        q.put(("ok", run_sender(*args, barrier=barrier, hwm=hwm, ready_timeout=ready_timeout)))
     except BaseException as e:  # reported to the parent, which raises
-        q.put(("error", f"{type(e).__name__}: {e}"))
+        q.put(("error", (type(e).__name__, str(e))))
         if barrier is not None:
             barrier.abort()
 
@@ -297,23 +283,26 @@ def _check_args(rate: float, duration: float, senders: int, bucket: int, workloa
         raise ValueError(f"unknown workload {workload!r}: expected ysb or file:PATH")
 
 
-def _run_processes(jobs: list[SenderJob], hwm: int | None) -> list[dict[str, Any]]:
+def _run_processes(jobs: list[SenderJob], hwm: int | None, ready_timeout: float) -> list[dict[str, Any]]:
     """Run one sender process per job, started together at a barrier; their counters by sender id."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     barrier = ctx.Barrier(len(jobs))
-    procs = [ctx.Process(target=_sender_proc, args=(q, barrier, job, hwm)) for job in jobs]
+    procs = [ctx.Process(target=_sender_proc, args=(q, barrier, job, hwm, ready_timeout)) for job in jobs]
     for p in procs:
         p.start()
     results: list[dict[str, Any]] = []
-    errors: list[str] = []
+    errors: list[tuple[str, str]] = []
     for _ in procs:
         status, value = q.get()
         (results if status == "ok" else errors).append(value)
     for p in procs:
         p.join()
+    unavailable = [msg for name, msg in errors if name == FactoryUnavailable.__name__]
+    if unavailable:
+        raise FactoryUnavailable(unavailable[0])  # the others stopped at the barrier because of it
     if errors:
-        raise OSError("generator sender failed: " + "; ".join(errors))
+        raise OSError("generator sender failed: " + "; ".join(f"{n}: {m}" for n, m in errors))
     results.sort(key=lambda r: r["id"])
     return results
 
@@ -364,8 +353,14 @@ def run_generator(
     workload: str = "ysb",
     sender_base: int | None = None,
     hwm: int | None = None,
+    ready_timeout: float = DEFAULT_READY_TIMEOUT_S,
 ) -> dict[str, Any]:
-    """Offer ``rate`` tuples/s for ``duration`` s from ``senders`` processes; return the JSON summary."""
+    """Offer ``rate`` tuples/s for ``duration`` s from ``senders`` processes; return the JSON summary.
+
+    Each sender starts its schedule only after a factory acknowledged its hello
+    (``FactoryUnavailable`` after ``ready_timeout`` s); ``eos_delivered`` says the
+    factory acknowledged every sender's end-of-stream totals.
+    """
     _check_args(rate, duration, senders, bucket, workload)
     _check_endpoint(endpoint)
     base = fresh_sender_base(senders) if sender_base is None else sender_base
@@ -377,10 +372,14 @@ def run_generator(
     shares = [total // senders + (i < total % senders) for i in range(senders)]
     per_rate = rate / senders
     if senders == 1:
-        results = [run_sender(endpoint, base, per_rate, shares[0], bucket, workload, hwm=hwm)]
+        results = [
+            run_sender(
+                endpoint, base, per_rate, shares[0], bucket, workload, hwm=hwm, ready_timeout=ready_timeout
+            )
+        ]
     else:
         jobs: list[SenderJob] = [
             (endpoint, base + i, per_rate, shares[i], bucket, workload) for i in range(senders)
         ]
-        results = _run_processes(jobs, hwm)
+        results = _run_processes(jobs, hwm, ready_timeout)
     return _summary(results, rate, duration, bucket, workload, endpoint, base)

@@ -97,7 +97,7 @@ class NaiveZmqReader(DataSourceStreamReader):
             import zmq
 
             ctx: zmq.SyncContext = zmq.Context.instance()
-            s = ctx.socket(zmq.PULL)
+            s = ctx.socket(zmq.ROUTER)  # generators say hello and wait for acknowledgements
             s.setsockopt(zmq.RCVHWM, RCV_HWM)
             s.setsockopt(zmq.LINGER, 0)
             s.setsockopt(zmq.MAXMSGSIZE, 256 << 20)  # bounded like the factory's front socket
@@ -129,7 +129,8 @@ class NaiveZmqReader(DataSourceStreamReader):
         """
         import zmq
 
-        from cp_source.bucket import KIND_DATA, BucketError, parse_header
+        from cp_source.bucket import KIND_DATA, KIND_EOS, KIND_HELLO, BucketError, parse_header
+        from cp_source.sender_link import answer_control
 
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         sock = self._socket()
@@ -140,17 +141,19 @@ class NaiveZmqReader(DataSourceStreamReader):
                 frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            if len(frames) != 2:
+            if len(frames) != 3:  # identity, header, payload
                 self.rejected += 1
                 continue
             try:
-                h = parse_header(frames[0])
+                h = parse_header(frames[1])
             except BucketError:
                 self.rejected += 1
                 continue
+            if h.kind in (KIND_HELLO, KIND_EOS):
+                answer_control(sock, frames[0], h)
             if h.kind != KIND_DATA:
                 continue
-            got.append((h.first_id, h.sender_id, h.tsc, h.domain, h.wall_ns, frames[1]))
+            got.append((h.first_id, h.sender_id, h.tsc, h.domain, h.wall_ns, frames[2]))
             rows += h.count
         if got:
             self._received += rows

@@ -483,6 +483,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         self._target = self._latest()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        self._check_factory()
         start_pos = self._positions(start)
         workers = self._workers(start_pos)
         begin = _fill(workers, start_pos)
@@ -491,6 +492,12 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         if not isinstance(limit, ReadMaxRows):
             return self._wrap(end)
         return self._wrap(self._admit(workers, begin, end, limit.max_rows))
+
+    def _check_factory(self) -> None:
+        """Fail the query when the embedded factory failed (workers kept dying): never go on silently."""
+        factory = self._driver()["factory"]
+        if factory is not None and factory.failure:
+            raise RuntimeError(f"the cloudprofiler source's factory failed: {factory.failure}")
 
     def _admit(self, workers: list[str], begin: dict[str, int], end: dict[str, int], budget: int) -> dict:
         """Admission control in whole segments: interleave workers so none starves, stop before the

@@ -69,3 +69,56 @@ def assert_exactly_once(got: np.ndarray, want: np.ndarray) -> None:
         f"{len(extra)} unexpected ids (first {extra[:5].tolist()})"
     )
     assert len(got) == len(want)
+
+
+def published_ids(spool: Path | str) -> np.ndarray:
+    """Every tuple id in the spool's published segments (sorted; duplicates kept, so they can be found)."""
+    from cp_source.spool import read_segment
+
+    sp = Spool(spool)
+    parts = [
+        read_segment(seg.path).column("tuple_id").to_numpy()
+        for w, upto in sp.latest().items()
+        for seg in sp.segments(w, -1, upto)
+    ]
+    return np.sort(np.concatenate(parts)) if parts else np.empty(0, np.int64)
+
+
+def assert_ledger_balances(summary: dict[str, Any], stats: SpoolStats, got: np.ndarray) -> dict[str, int]:
+    """Per sender: every id the generator assigned is in ``got`` exactly once, or dropped by the
+    generator, or counted by the factory's ledger (lost with a reason, or rejected); none twice.
+
+    Every sender appears in the ledger, closed (its end-of-stream arrived). Returns the totals.
+    """
+    dup = len(got) - len(np.unique(got))
+    assert dup == 0, f"{dup} tuple ids delivered twice"
+    totals = {"offered": 0, "delivered": 0, "dropped": 0, "lost": 0, "rejected": 0}
+    for s in summary["senders"]:
+        sid = int(s["id"])
+        assert sid in stats.end_of_stream, f"sender {sid} is missing from the ledger's end-of-streams"
+        lo, hi = int(s["first_tuple_id"]), int(s["next_tuple_id"])
+        mine = got[(got >= lo) & (got < hi)]
+        delivered = np.zeros(hi - lo, dtype=bool)
+        delivered[mine - lo] = True
+        lost_ranges = stats.lost_in_transit.get(sid, [])
+        reasons = stats.lost_reasons.get(sid, {})
+        assert bk_total(lost_ranges) == sum(bk_total(r) for r in reasons.values()), "reasons do not sum up"
+        parts = {
+            "dropped": _ranges_mask(lo, hi, s["dropped_ranges"]),
+            "lost": _ranges_mask(lo, hi, lost_ranges),
+            "rejected": _ranges_mask(lo, hi, stats.rejected_ranges),
+        }
+        covered = delivered.astype(np.int64) + sum(m.astype(np.int64) for m in parts.values())
+        assert (covered == 1).all(), (
+            f"sender {sid}: {int((covered == 0).sum())} ids unaccounted for, "
+            f"{int((covered > 1).sum())} counted twice"
+        )
+        totals["offered"] += hi - lo
+        totals["delivered"] += int(delivered.sum())
+        for k, m in parts.items():
+            totals[k] += int(m.sum())
+    return totals
+
+
+def bk_total(ranges: list[list[int]]) -> int:
+    return sum(int(c) for _, c in ranges)

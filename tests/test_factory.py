@@ -151,7 +151,7 @@ def test_malformed_input_is_counted_and_dead_lettered_while_good_data_flows(
 ) -> None:
     f = factory(workers=1, max_frame_bytes=1 << 18, flush_ms=50)
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.PUSH)
+    sock = ctx.socket(zmq.DEALER)  # the factory's front end is a ROUTER
     sock.setsockopt(zmq.LINGER, 5000)
     sock.connect(f.endpoint)
     sender, dom = 321, "fuzz-node@00000001"

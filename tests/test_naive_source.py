@@ -34,13 +34,14 @@ def test_naive_source_delivers_every_tuple_once(spark: Any, tmp_path: Path) -> N
         endpoint = json.loads(state.read_text())["endpoint"]
         # garbage first: one frame, then a bad header; neither may stop the reader
         ctx = zmq.Context.instance()
-        push = ctx.socket(zmq.PUSH)
+        push = ctx.socket(zmq.DEALER)
         push.setsockopt(zmq.LINGER, 1000)
         push.connect(endpoint)
         push.send(b"not a bucket")
         push.send_multipart([b"x" * 128, b"{}\n"])
         push.close()
-        summary = run_generator(endpoint, rate=4000, duration=1.0, bucket=250)
+        # the reader answers only when Spark asks it for offsets: allow for the query still starting
+        summary = run_generator(endpoint, rate=4000, duration=1.0, bucket=250, ready_timeout=120)
         assert summary["dropped"] == 0 and summary["emitted"] == 4000
         s = summary["senders"][0]
         want = set(range(s["first_tuple_id"], s["next_tuple_id"]))
