@@ -19,6 +19,7 @@ segment every ``flush_rows`` rows or ``flush_ms`` milliseconds.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import errno
 import os
@@ -31,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -540,6 +542,9 @@ class FactoryHandle:
         if zmq.has("ipc"):
             sweep_stale_ipc_dirs()
             self._ipc_dir = tempfile.mkdtemp(prefix=f"{IPC_PREFIX}{os.getpid()}-")
+            # removed by stop(); at exit if stop() never ran; by the next factory's sweep after a SIGKILL
+            self._atexit = partial(shutil.rmtree, self._ipc_dir, True)
+            atexit.register(self._atexit)
             back.bind(f"ipc://{self._ipc_dir}/backend")
         else:
             back.bind("tcp://127.0.0.1:*")
@@ -679,6 +684,7 @@ class FactoryHandle:
         self._ctx.term()
         if self._ipc_dir:
             shutil.rmtree(self._ipc_dir, ignore_errors=True)
+            atexit.unregister(self._atexit)
 
     def __enter__(self) -> FactoryHandle:
         return self

@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -269,3 +270,85 @@ def test_a_full_disk_pauses_the_factory_and_loses_nothing_it_accepted(tmp_path: 
         if f is not None:
             f.stop()
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_stopped_factory_and_an_exited_process_leave_no_temp_files(tmp_path: Path) -> None:
+    tmp = Path(tempfile.gettempdir())
+    f = start_factory("tcp://127.0.0.1:0", tmp_path / "spool", workers=1)
+    mine = list(tmp.glob(f"{IPC_PREFIX}{os.getpid()}-*"))
+    assert mine, "the factory keeps its worker socket in a private directory"
+    f.stop()
+    assert not any(d.exists() for d in mine)
+    # a process that exits without stopping its factory
+    code = (
+        "from cp_source.factory import start_factory; import os; "
+        f"start_factory('tcp://127.0.0.1:0', {str(tmp_path / 'spool2')!r}, workers=1); print(os.getpid())"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    pid = done.stdout.strip().splitlines()[-1]
+    assert not list(tmp.glob(f"{IPC_PREFIX}{pid}-*"))
+
+
+@pytest.mark.long
+def test_a_query_fails_with_the_reason_when_factory_workers_keep_dying(spark: Any, tmp_path: Path) -> None:
+    import cloudprofiler
+
+    cloudprofiler.register(spark)
+    spool = tmp_path / "spool"
+    query = (
+        spark.readStream.format("cloudprofiler")
+        .option("endpoint", "tcp://127.0.0.1:0")
+        .option("spool", str(spool))
+        .option("workers", "2")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        cloudprofiler.wait_for_factory(str(spool), query)
+        sp = Spool(spool)
+        for _ in range(4):
+            wait_for(lambda: sp.worker_states()["w1"].ready, 60, "worker w1 to run")
+            victim = sp.worker_states()["w1"].pid
+            assert victim is not None
+            os.kill(victim, signal.SIGKILL)
+            wait_for(
+                lambda v=victim: sp.worker_states()["w1"].pid != v or not query.isActive,
+                60,
+                "a restart or the query's end",
+            )
+            if not query.isActive:
+                break
+        wait_for(lambda: not query.isActive, 60, "the query to fail")
+        err = str(query.exception())
+        assert "restart budget" in err and "w1" in err, err
+    finally:
+        if query.isActive:
+            query.stop()
+
+
+def test_the_segment_server_survives_a_failed_stats_write(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    from cp_source.segment_server import SegmentRef, SegmentServer, fetch_segment
+
+    root = tmp_path / "spool"
+    root.mkdir()
+    seg = root / "w0-0.arrow"
+    table = pa.table({"tuple_id": list(range(5))})
+    with pa.OSFile(str(seg), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+        w.write_table(table)
+    ref = SegmentRef(str(seg), 5, seg.stat().st_size)
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_bytes(b"")  # the stats file's directory is a file: every stats write fails
+    server = SegmentServer(lambda w, n: ref, root, stats_path=blocker / "_stats.json")
+    try:
+        for _ in range(3):
+            assert fetch_segment(server.endpoint, "w0", 0, timeout=10) == seg.read_bytes()
+        stats = server.stats()
+        assert stats["segments_served"] == 3 and stats["stats_write_errors"] == 3
+    finally:
+        server.stop()
