@@ -123,8 +123,9 @@ def test_sigkill_of_a_worker_then_restart_loses_exactly_the_counted_gap(
     victim = f.worker_pids()[0]
     os.kill(victim, signal.SIGKILL)
     before = sp.latest()["w0"]
-    f.restart_worker(0)
-    assert f.worker_pids()[0] != victim and f.alive()
+    # the factory's supervisor restarts it on its spool directory
+    wait_for(lambda: f.worker_pids()[0] != victim, 30, "the supervisor to restart w0")
+    assert f.alive() and [r[1] for r in f.restarts] == [0]
     s = gen.result()
     assert f.wait_drained(30)
     st = sp.stats()
