@@ -39,7 +39,9 @@ from cp_source.workloads import file_lines, ysb_rows
 SEND_HWM = 8  # at least this many buckets may wait in a sender's queue ...
 SEND_QUEUE_S = 0.05  # ... or as many as it offers in 50 ms, so scheduling jitter is not a drop
 SEND_QUEUE_MAX_BYTES = 64 << 20
-CONTROL_TIMEOUT_MS = 10_000
+# The end of stream waits behind the buckets queued before it; a query at capacity with a full spool
+# may take this long to make room for them.
+EOS_ACK_TIMEOUT_S = 60.0
 RATE_TOLERANCE = 0.01
 LAG_TOLERANCE = 0.10  # of the run's duration
 SPIN_NS = 200_000  # busy-wait the last 200 us before a deadline; sleep before that (sleep overshoots ~60 us)
@@ -195,7 +197,7 @@ def _end_of_stream(
     elapsed = (max(e.end, ideal_end) - e.t0) / 1e9
     eos = bk.EndOfStream(sender_id, first, e.next_id, e.seq, e.emitted, e.dropped, e.ranges)
     body = eos.to_json()
-    eos_ok = close_stream(sock, packer, e.seq, body, CONTROL_TIMEOUT_MS / 1000)
+    eos_ok = close_stream(sock, packer, e.seq, body, EOS_ACK_TIMEOUT_S)
     return {
         "id": sender_id,
         "first_tuple_id": first,
