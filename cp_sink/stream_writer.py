@@ -14,8 +14,15 @@ batch was published before (a replay after a restart) and the new staging is
 dropped. ``abort`` removes the staging of the failed batch.
 
 Options: ``path`` (required), ``handler`` (id, downsample, xoy, firstlast, pc,
-null; default id), ``n``, ``x``, ``y``, ``periodMs``, and ``tupleIdColumn``
-(default ``tuple_id``).
+null; default id), ``n``, ``x``, ``y``, ``periodMs``, ``tupleIdColumn``
+(default ``tuple_id``) and ``durability``:
+
+* ``process`` (default): a published batch survives a crash of any process (the
+  publication is one rename), but nothing is fsynced: after an OS crash or power
+  loss a batch published in the last seconds may be missing or hold empty files.
+* ``strict``: also survives an OS crash or power loss. Each task fsyncs its
+  Parquet files when it closes them; the driver fsyncs ``_counts.parquet`` and the
+  batch directory before the publishing rename and ``path`` after it.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from cp_sink.records import (
 from native_tsc.stamp_columns import SINK, is_stamp_column, node_column, stamp_columns
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # set by Spark's micro-batch engine on every task
+DURABILITY_LEVELS = ("process", "strict")
 ROWS_PER_ROW_GROUP = 1 << 18
 
 
@@ -74,6 +82,14 @@ def _options(options: dict[str, str]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items()}
 
 
+def _durable(opts: dict[str, str]) -> bool:
+    """The ``durability`` option as "fsync or not"; a bad value raises one line naming it."""
+    raw = opts.get("durability", "process").strip().lower()
+    if raw not in DURABILITY_LEVELS:
+        raise ValueError(f"option durability={raw!r}: expected one of {', '.join(DURABILITY_LEVELS)}")
+    return raw == "strict"
+
+
 def _task_identity() -> tuple[int, int, str]:
     from pyspark import TaskContext
 
@@ -87,8 +103,9 @@ def _task_identity() -> tuple[int, int, str]:
 class _RecordFile:
     """A Parquet file in the staging directory, opened on the first rows."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, durable: bool = False) -> None:
         self.path = path
+        self.durable = durable
         self._writer: Any = None
         self._pending: list[pa.RecordBatch] = []
         self._rows = 0
@@ -127,6 +144,8 @@ class _RecordFile:
         if self._writer is None:
             return False
         self._writer.close()
+        if self.durable:
+            _fsync(self.path)  # on the executor that wrote it, before the driver may publish it
         return True
 
 
@@ -182,6 +201,8 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
             raise ValueError("the cloudprofiler sink needs option 'path'")
         self.path = os.path.abspath(opts["path"])  # workers may not share the driver's cwd
         self.spec = parse_handler(opts.get("handler", "id"), opts)
+        self.durable = _durable(opts)
+        self._root_synced = False  # strict: the parent of path is fsynced once, on the first commit
         self.id_column = opts.get("tupleidcolumn", TUPLE_ID)
         names = list(schema.fieldNames()) if schema is not None else []
         if self.id_column not in names:
@@ -206,7 +227,7 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         staging.mkdir(parents=True, exist_ok=False)
         node = native_tsc.domain_id()
         spec = self.spec
-        records = _RecordFile(staging / f"{RECORDS_PREFIX}p{partition}-a{attempt}.parquet")
+        records = _RecordFile(staging / f"{RECORDS_PREFIX}p{partition}-a{attempt}.parquet", self.durable)
         tally = _Tally()
         written = 0
         fl_first: pa.RecordBatch | None = None
@@ -292,6 +313,8 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         import pyarrow.parquet as pq
 
         pq.write_table(table, path, compression="zstd")
+        if self.durable:
+            _fsync(path)
         return True
 
     def _record_batch(
@@ -331,11 +354,22 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
             rows.append({"batch_id": batchId, **m.counts})
         counts = pa.Table.from_pylist(rows, schema=COUNTS_SCHEMA)
         pq.write_table(counts, tmp / COUNTS_FILE, compression="zstd")
-        _fsync_dir(tmp)
-        os.rename(tmp, final)  # the publication: atomic on one filesystem
-        _fsync_dir(root)
+        self._publish(tmp, final)
         self._remove_staging(msgs)
         self._sweep(batchId)
+
+    def _publish(self, tmp: Path, final: Path) -> None:
+        """Rename the batch directory into place. Strict: its files (the tasks fsynced theirs) and
+        the directory itself are on disk before the rename, and the rename is before we return."""
+        if self.durable:
+            _fsync(tmp / COUNTS_FILE)
+            _fsync(tmp)
+        os.rename(tmp, final)  # the publication: atomic on one filesystem
+        if self.durable:
+            _fsync(final.parent)
+            if not self._root_synced:  # path itself may be new: its name lives in its parent
+                _fsync(final.parent.parent)
+                self._root_synced = True
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Remove what the tasks of a failed micro-batch staged."""
@@ -368,7 +402,8 @@ def _dictionary(col: pa.Array) -> pa.Array:
     return col
 
 
-def _fsync_dir(path: Path) -> None:
+def _fsync(path: Path) -> None:
+    """fsync a file or a directory by name."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -44,6 +44,7 @@ import zmq
 import native_tsc
 from cp_source import bucket as bk
 from cp_source.deadletter import DeadLetterWriter, read_dead_letters
+from cp_source.durability import check_durability
 from cp_source.factory_front import FrontEnd
 from cp_source.spool import SegmentWriter, Spool, spool_bytes
 from cp_source.spool_ledger import WorkerState
@@ -134,7 +135,7 @@ class WorkerConfig:
     flush_ms: int = DEFAULT_FLUSH_MS
     max_frame_bytes: int = bk.DEFAULT_MAX_FRAME_BYTES
     max_tuples: int = bk.DEFAULT_MAX_TUPLES
-    fsync: bool = False
+    durability: str = "process"  # or strict: fsync in order (cp_source.durability)
     parent_pid: int = 0
     parser: str = "auto"
     lock_timeout: float = 0.0  # worker processes wait up to 30 s for a predecessor to let go of the directory
@@ -150,7 +151,9 @@ class FactoryWorker:
         self.schema = self.workload.schema
         self.acc = make_accumulator(self.workload, cfg.parser)
         self._warm_up()
-        self.writer = SegmentWriter(cfg.spool, cfg.worker, fsync=cfg.fsync, lock_timeout=cfg.lock_timeout)
+        self.writer = SegmentWriter(
+            cfg.spool, cfg.worker, lock_timeout=cfg.lock_timeout, durability=cfg.durability
+        )
         self.dead = DeadLetterWriter(self.writer.dir / "deadletter.bin")
         self.max_seq = self.writer.max_seq_by_sender()
         self.domain = native_tsc.domain_id()
@@ -337,6 +340,7 @@ class FactoryWorker:
                 "last_recv_wall": self.last_recv_wall,
                 "updated_wall": time.time(),
                 "next_segment": self.writer.next_number,
+                "durability": self.writer.durability,
                 "deadletters_skipped": self.dead.skipped,
             }
         )
@@ -414,9 +418,9 @@ def worker_main(argv: list[str] | None = None) -> int:
         ("max-tuples", int),
         ("parent-pid", int),
         ("parser", str),
+        ("durability", str),
     ):
         p.add_argument(f"--{name}", type=typ)
-    p.add_argument("--fsync", action="store_true")
     a = p.parse_args(argv)
     cfg = WorkerConfig(lock_timeout=30.0, **{k: v for k, v in vars(a).items() if v is not None})
     w = FactoryWorker(cfg)
@@ -490,12 +494,14 @@ class FactoryHandle:
         worker_args: list[str],
         max_spool_bytes: int,
         max_frame_bytes: int,
+        durability: str = "process",
     ) -> None:
         if workers < 1 or workers > 256:
             raise ValueError(f"workers must be 1..256, got {workers}")
         self.spool = str(spool)
         Path(self.spool).mkdir(parents=True, exist_ok=True)
         self.max_spool_bytes = max_spool_bytes
+        self.durability = check_durability(durability)
         self.warnings = check_free_space(self.spool, max_spool_bytes)
         for w in self.warnings:
             print(f"cloudprofiler factory: {w}", file=sys.stderr)
@@ -509,7 +515,7 @@ class FactoryHandle:
             self._close_sockets()
             raise
         try:
-            self._front_end = FrontEnd(self._ctx, front, back, self.spool, max_frame_bytes)
+            self._front_end = FrontEnd(self._ctx, front, back, self.spool, max_frame_bytes, self.durability)
         except BaseException:
             front.close(0)
             back.close(0)
@@ -707,8 +713,14 @@ def start_factory(
     fsync: bool = False,
     wait: bool = True,
     parser: str = "auto",
+    durability: str = "process",
 ) -> FactoryHandle:
-    """Start a factory bound at ``endpoint`` (``tcp://127.0.0.1:0`` or ``:*`` picks a free port)."""
+    """Start a factory bound at ``endpoint`` (``tcp://127.0.0.1:0`` or ``:*`` picks a free port).
+
+    ``durability``: ``process`` (default) or ``strict`` (see cp_source.durability); ``fsync=True``
+    is the older name for ``strict``.
+    """
+    level = "strict" if fsync else check_durability(durability)
     w = resolve(workload, schema)  # fail early on a bad workload, schema or parser
     if parser not in PARSERS or (parser == "numba" and not all(pa.types.is_string(f.type) for f in w.fields)):
         raise ValueError(f"parser {parser!r} cannot parse the {w.name} workload; expected one of {PARSERS}")
@@ -729,12 +741,12 @@ def start_factory(
         str(max_tuples),
         "--parser",
         parser,
+        "--durability",
+        level,
     ]
     if schema:
         args += ["--schema", schema]
-    if fsync:
-        args.append("--fsync")
-    h = FactoryHandle(endpoint, os.fspath(spool), workers, args, max_spool_bytes, max_frame_bytes)
+    h = FactoryHandle(endpoint, os.fspath(spool), workers, args, max_spool_bytes, max_frame_bytes, level)
     if wait:
         try:
             h.wait_ready()

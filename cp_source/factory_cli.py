@@ -6,6 +6,7 @@ import argparse
 import re
 import time
 
+from cp_source.durability import DURABILITY_LEVELS
 from cp_source.factory import PARSERS
 
 DESCRIPTION = """\
@@ -17,6 +18,7 @@ seconds; stops on Ctrl-C or after --duration.
 examples:
   cloudprofiler factory --endpoint tcp://127.0.0.1:5555 --spool /tmp/spool --workers 2
   cloudprofiler factory --spool /tmp/spool --max-spool-bytes 512M --duration 60
+  cloudprofiler factory --spool /data/spool --durability strict
   cloudprofiler factory --spool /tmp/spool --workload file --schema "name STRING, price DOUBLE"
 """
 
@@ -60,7 +62,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=PARSERS,
         help="payload parser (default auto: the fastest correct one; others for comparison)",
     )
-    parser.add_argument("--fsync", action="store_true", help="fsync each segment before publishing it")
+    parser.add_argument(
+        "--durability",
+        choices=DURABILITY_LEVELS,
+        default="process",
+        help="process (default): survive a crash of any process; strict: also an OS crash or power "
+        "loss (fsync each segment, ledger and directory in order; costs throughput)",
+    )
+    parser.add_argument("--fsync", action="store_true", help="the older name of --durability strict")
     parser.add_argument("--duration", type=float, default=None, help="stop after N seconds (default: run)")
 
 
@@ -78,10 +87,14 @@ def run(args: argparse.Namespace) -> int:
         flush_rows=args.flush_rows,
         flush_ms=args.flush_ms,
         max_frame_bytes=args.max_frame_bytes,
-        fsync=args.fsync,
         parser=args.parser,
+        durability="strict" if args.fsync else args.durability,
     )
-    print(f"factory listening on {handle.endpoint}, {args.workers} workers, spool {args.spool}", flush=True)
+    print(
+        f"factory listening on {handle.endpoint}, {args.workers} workers, spool {args.spool}, "
+        f"durability {handle.durability}",
+        flush=True,
+    )
     end = time.monotonic() + args.duration if args.duration else float("inf")
     view = handle.spool_view()
     try:

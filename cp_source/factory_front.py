@@ -17,7 +17,9 @@ grow, so it stays small whatever the run's length) and written atomically to
 ``_front/ledger.json`` every ``SNAPSHOT_S`` and before every end-of-stream is
 acknowledged. A crash of the factory process can lose the last snapshot
 interval of acceptances: those buckets are then counted as lost before the
-factory rather than inside it, never not counted.
+factory rather than inside it, never not counted. With ``durability=strict``
+each snapshot is fsynced before its rename and the directory after, so an
+acknowledged end-of-stream survives a power loss too.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import orjson
 import zmq
 
 from cp_source import bucket as bk
+from cp_source.durability import check_durability, fsync_dirs, fsync_path
 from cp_source.sender_link import answer_control
 
 FRONT_DIR = "_front"
@@ -57,9 +60,12 @@ def _merge_into(ranges: list[list[int]], first: int, count: int) -> None:
 class FrontLedger:
     """Per sender: the id ranges of accepted data buckets, their count, the highest seq, the end-of-stream."""
 
-    def __init__(self, spool: str | os.PathLike[str]) -> None:
+    def __init__(self, spool: str | os.PathLike[str], durability: str = "process") -> None:
+        self.durable = check_durability(durability) == "strict"
         self.dir = Path(spool) / FRONT_DIR
         self.dir.mkdir(parents=True, exist_ok=True)
+        if self.durable:
+            fsync_dirs(self.dir, self.dir.parent)  # the directory's name lasts before any snapshot
         self._lock = open(self.dir / "lock", "a+b")  # noqa: SIM115 - held while the front end runs
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -106,7 +112,8 @@ class FrontLedger:
         return True
 
     def write(self) -> None:
-        """Replace the ledger file atomically (private temp file, then rename)."""
+        """Replace the ledger file atomically (private temp file, then rename); strict: the temp
+        file is fsynced before the rename and the directory after, so what is acknowledged lasts."""
         doc = {str(k): v for k, v in self.senders.items()}
         tmp = self.dir / f"{LEDGER_FILE}.{os.getpid()}.tmp"
         with contextlib.suppress(FileNotFoundError):
@@ -114,7 +121,12 @@ class FrontLedger:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(orjson.dumps(doc))
+            if self.durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, self.dir / LEDGER_FILE)
+        if self.durable:
+            fsync_path(self.dir)
         self._dirty = False
         self._last_write = time.monotonic()
 
@@ -154,10 +166,16 @@ class FrontEnd:
     """The front-end thread: ROUTER at the endpoint -> ledger -> PUSH to the workers."""
 
     def __init__(
-        self, ctx: zmq.Context, front: zmq.Socket, back: zmq.Socket, spool: str, max_frame_bytes: int
+        self,
+        ctx: zmq.Context,
+        front: zmq.Socket,
+        back: zmq.Socket,
+        spool: str,
+        max_frame_bytes: int,
+        durability: str = "process",
     ) -> None:
         self.front, self.back = front, back
-        self.ledger = FrontLedger(spool)
+        self.ledger = FrontLedger(spool, durability)
         self.max_frame_bytes = max_frame_bytes
         self.counters = dict.fromkeys(
             ("hellos", "accepted", "eos", "heartbeats", "unexpected", "forwarded_unparsed"), 0

@@ -47,6 +47,7 @@ import orjson
 import pyarrow as pa
 
 from cp_source.bucket import merge_ranges
+from cp_source.durability import DurabilityError, check_durability, fsync_dirs, fsync_path
 from cp_source.spool_ledger import (
     REC_BYTES,
     REC_FIELDS,
@@ -85,12 +86,14 @@ def read_spool_id(root: str | os.PathLike[str]) -> str | None:
     return sid
 
 
-def ensure_spool_id(root: str | os.PathLike[str]) -> str:
+def ensure_spool_id(root: str | os.PathLike[str], durable: bool = False) -> str:
     """The spool's id, created now if it has none. Every creator (factory worker, reader) agrees.
 
     The file appears complete or not at all: it is written under a private name and
     hard-linked into place, which fails when another creator was first (then its id
     wins). Without hard links (some network file systems) it is created with O_EXCL.
+    ``durable`` (durability=strict): the file is fsynced before it is named and the spool
+    directory (and its parent, which holds a new spool's name) after.
     """
     root = Path(root)
     found = read_spool_id(root)
@@ -103,6 +106,8 @@ def ensure_spool_id(root: str | os.PathLike[str]) -> str:
     tmp = root / f"{SPOOL_FILE}.{os.getpid()}.{sid[:8]}.tmp"
     tmp.write_bytes(body)
     try:
+        if durable:
+            fsync_path(tmp)
         os.link(tmp, final)
     except FileExistsError:
         pass
@@ -111,10 +116,14 @@ def ensure_spool_id(root: str | os.PathLike[str]) -> str:
             fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
                 os.write(fd, body)
+                if durable:
+                    os.fsync(fd)
             finally:
                 os.close(fd)
     finally:
         tmp.unlink(missing_ok=True)
+    if durable:
+        fsync_dirs(root, root.parent)
     deadline = time.monotonic() + 2.0  # an O_EXCL creator may not have written its id yet
     while True:
         try:
@@ -185,11 +194,18 @@ def read_segment(path: str | os.PathLike) -> pa.Table:
         return pa.ipc.open_file(src).read_all()
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def _write_atomic(path: Path, data: bytes, durable: bool = False) -> None:
+    """Replace ``path`` by rename. ``durable``: fsync the temp file before the rename (so the new
+    name never points at unwritten data) and the directory after (so the rename itself lasts)."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(data)
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
+    if durable:
+        fsync_path(path.parent)
 
 
 def _read_offsets(path: Path) -> dict[str, int]:
@@ -229,16 +245,25 @@ class SegmentWriter:
     """The writing side of one worker's spool directory (used by exactly one process, under flock)."""
 
     def __init__(
-        self, root: str | os.PathLike, worker: str, fsync: bool = False, lock_timeout: float = 0.0
+        self,
+        root: str | os.PathLike,
+        worker: str,
+        fsync: bool = False,
+        lock_timeout: float = 0.0,
+        durability: str = "process",
     ) -> None:
+        """``durability``: ``process`` or ``strict`` (see cp_source.durability); ``fsync=True`` is the
+        older name for ``strict``."""
         if not WORKER_RE.match(worker):
             raise ValueError(f"invalid worker name {worker!r}: expected w<N>")
+        self.durability = "strict" if fsync else check_durability(durability)
+        self.durable = self.durability == "strict"
         self.root = Path(root)
         self.worker = worker
         self.dir = self.root / worker
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.spool_id = ensure_spool_id(self.root)  # the first worker or reader creates it
-        self.fsync = fsync
+        # the first worker or reader creates it
+        self.spool_id = ensure_spool_id(self.root, durable=self.durable)
         self._lock = open(self.dir / "lock", "a+b")  # noqa: SIM115 - held for the writer's lifetime
         deadline = time.monotonic() + lock_timeout
         while True:
@@ -256,6 +281,11 @@ class SegmentWriter:
         # unbuffered: an append that fails (a full disk) is cut back at once, never retried by a buffer
         self._buckets = open(self.dir / "buckets.bin", "ab", buffering=0)  # noqa: SIM115
         self._manifest = open(self.dir / "manifest.ndjson", "ab", buffering=0)  # noqa: SIM115
+        if self.durable:
+            # what recovery repaired or adopted, the ledger files' names and this directory's name
+            os.fsync(self._buckets.fileno())
+            os.fsync(self._manifest.fileno())
+            fsync_dirs(self.dir, self.root)
 
     def _recover(self) -> int:
         """Remove tmp files, repair torn appends, adopt renamed-but-unlisted segments; next number."""
@@ -333,14 +363,20 @@ class SegmentWriter:
         try:
             with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as w:
                 w.write_table(table.replace_schema_metadata(schema.metadata), max_chunksize=1 << 16)
-            if self.fsync:
-                with open(tmp, "rb") as f:
-                    os.fsync(f.fileno())
+            if self.durable:
+                fsync_path(tmp)  # the data before the name: a renamed segment is never empty
         except OSError:
             with contextlib.suppress(OSError):
                 tmp.unlink()  # a full disk: nothing of this segment remains, the caller retries
             raise
         os.replace(tmp, path)
+        if self.durable:
+            try:
+                fsync_path(self.dir)  # the rename lasts before any record claims the segment
+            except OSError:
+                with contextlib.suppress(OSError):
+                    path.unlink()  # not in the manifest yet: unpublished, the caller retries
+                raise
         info["nbytes"] = path.stat().st_size
         self._append_records(path, recs.tobytes(), orjson.dumps(info) + b"\n")
         self.next_number = n + 1
@@ -351,10 +387,14 @@ class SegmentWriter:
 
         A failed append (a full disk) is cut back, and the renamed segment removed: it
         was never published, and a retry publishes it again under the same number.
+        Strict: the records are fsynced before the line is appended (a line that lasts
+        never lacks its records), the line after it.
         """
         recs_at = os.fstat(self._buckets.fileno()).st_size
         try:
             _append_all(self._buckets, recs)
+            if self.durable:
+                os.fsync(self._buckets.fileno())
             _append_all(self._manifest, line)
         except OSError:
             with contextlib.suppress(OSError):
@@ -362,17 +402,30 @@ class SegmentWriter:
             with contextlib.suppress(OSError):
                 path.unlink()
             raise
+        if self.durable:
+            try:
+                os.fsync(self._manifest.fileno())
+            except OSError as e:
+                # Readers may have seen the line: it cannot be cut back. The worker dies and its
+                # restart recovers from disk (a lost line is adopted from the durable segment).
+                raise DurabilityError(f"cannot fsync {self.dir / 'manifest.ndjson'}: {e}") from e
+
+    def _append_ledger(self, name: str, data: bytes) -> None:
+        """Append to a ledger file of this directory (rejected.bin, eos.ndjson); strict: fsync it."""
+        with open(self.dir / name, "ab") as f:
+            f.write(data)
+            if self.durable:
+                f.flush()
+                os.fsync(f.fileno())
 
     def record_rejected(self, sender: int, seq: int, first_id: int, count: int) -> None:
-        with open(self.dir / "rejected.bin", "ab") as f:
-            f.write(np.array([[-1, sender, seq, first_id, count]], dtype="<i8").tobytes())
+        self._append_ledger("rejected.bin", np.array([[-1, sender, seq, first_id, count]], "<i8").tobytes())
 
     def record_eos(self, totals: dict[str, Any]) -> None:
-        with open(self.dir / "eos.ndjson", "ab") as f:
-            f.write(orjson.dumps(totals) + b"\n")
+        self._append_ledger("eos.ndjson", orjson.dumps(totals) + b"\n")
 
     def write_stats(self, stats: dict[str, Any]) -> None:
-        _write_atomic(self.dir / "stats.json", orjson.dumps(stats))
+        _write_atomic(self.dir / "stats.json", orjson.dumps(stats), durable=self.durable)
 
     def close(self) -> None:
         for f in (self._buckets, self._manifest):
@@ -384,9 +437,13 @@ class SegmentWriter:
 class Spool:
     """The reading side: offsets, segment lists, commit and counters. Safe to create anywhere."""
 
-    def __init__(self, root: str | os.PathLike, max_bytes: int = 2 << 30) -> None:
+    def __init__(
+        self, root: str | os.PathLike, max_bytes: int = 2 << 30, durability: str = "process"
+    ) -> None:
         self.root = Path(root)
         self.max_bytes = max_bytes
+        # strict: this side's writes (spool.json, committed.json, planned.json) are fsynced too
+        self.durable = check_durability(durability) == "strict"
         self._tail: dict[str, tuple[int, list[dict[str, Any]]]] = {}  # worker -> (bytes read, lines)
         self._id: str | None = None
 
@@ -399,7 +456,7 @@ class Spool:
     def ensure_spool_id(self) -> str:
         """The spool's identity, created now if the spool has none yet."""
         if self._id is None:
-            self._id = ensure_spool_id(self.root)
+            self._id = ensure_spool_id(self.root, durable=self.durable)
         return self._id
 
     def _check_id(self, spool_id: str | None) -> None:
@@ -478,7 +535,8 @@ class Spool:
                 raise ValueError(f"invalid worker name {w!r}")
             merged[w] = max(int(n), cur.get(w, -1))
         if merged != cur:
-            _write_atomic(self.root / name, orjson.dumps(merged))
+            # strict: on disk before commit deletes the segments it covers
+            _write_atomic(self.root / name, orjson.dumps(merged), durable=self.durable)
         return merged
 
     def mark_planned(self, offsets: dict[str, int], spool_id: str | None = None) -> None:

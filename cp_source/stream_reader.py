@@ -38,6 +38,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from cp_source.durability import DURABILITY_LEVELS
 from cp_source.reader_state import clear_reader_state, write_reader_state
 from native_tsc.stamp_columns import SOURCE, node_column, tsc_column
 
@@ -63,6 +64,7 @@ KNOWN_OPTIONS = {
     "segmentsperpartition",
     "fetchtimeout",
     "startingoffsets",
+    "durability",
     "path",
 }
 
@@ -111,6 +113,7 @@ class ReaderOptions:
     segments_per_partition: int = 4
     fetch_timeout: float = 60.0
     starting_offsets: str = "earliest"
+    durability: str = "process"  # strict: the factory's and the reader's writes are fsynced in order
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], strict: bool = True) -> ReaderOptions:
@@ -126,7 +129,7 @@ class ReaderOptions:
                 f"unknown option(s) for format 'cloudprofiler': {', '.join(unknown)} "
                 f"(known: endpoint, spool, workers, workload, schema, maxRecordsPerTrigger, "
                 f"factory, fetch, serverBind, serverHost, maxSpoolBytes, "
-                f"segmentsPerPartition, fetchTimeout, startingOffsets)"
+                f"segmentsPerPartition, fetchTimeout, startingOffsets, durability)"
             )
         endpoint = opts.get("endpoint", DEFAULT_ENDPOINT).strip()
         if not endpoint.startswith(("tcp://", "ipc://")):
@@ -167,6 +170,7 @@ class ReaderOptions:
             segments_per_partition=_int_option(opts, "segmentsPerPartition", 4, 1, 100_000),
             fetch_timeout=fetch_timeout,
             starting_offsets=_choice_option(opts, "startingOffsets", STARTING_OFFSETS),
+            durability=_choice_option(opts, "durability", DURABILITY_LEVELS),
         )
 
 
@@ -187,7 +191,7 @@ def source_schema(opts: ReaderOptions) -> StructType:
 def _open_spool(opts: ReaderOptions) -> Any:
     from cp_source.spool import Spool
 
-    return Spool(opts.spool, max_bytes=opts.max_spool_bytes)
+    return Spool(opts.spool, max_bytes=opts.max_spool_bytes, durability=opts.durability)
 
 
 def _start_factory(opts: ReaderOptions) -> Any:
@@ -203,6 +207,7 @@ def _start_factory(opts: ReaderOptions) -> Any:
             workload=opts.workload,
             schema=opts.schema_ddl,
             max_spool_bytes=opts.max_spool_bytes,
+            durability=opts.durability,
         )
     except (zmq.ZMQError, OSError) as e:
         raise ValueError(
