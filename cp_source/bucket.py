@@ -266,6 +266,19 @@ class EndOfStream:
     dropped: int
     dropped_ranges: list[list[int]]  # [first_id, count] of every dropped bucket, merged
 
+    def record(self, domain: str) -> dict[str, Any]:
+        """The totals as the ledger keeps them (dropped ranges merged), with the sender's TSC domain."""
+        return {
+            "sender_id": self.sender_id,
+            "first_tuple_id": self.first_tuple_id,
+            "next_tuple_id": self.next_tuple_id,
+            "buckets_sent": self.buckets_sent,
+            "emitted": self.emitted,
+            "dropped": self.dropped,
+            "dropped_ranges": merge_ranges(self.dropped_ranges),
+            "domain": domain,
+        }
+
     def to_json(self) -> bytes:
         return orjson.dumps(
             {

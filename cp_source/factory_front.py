@@ -94,16 +94,7 @@ class FrontLedger:
     def end_of_stream(self, h: bk.Header, eos: bk.EndOfStream) -> bool:
         """Record a sender's totals and write the record; False if the write failed (a full disk):
         then nothing is acknowledged and the sender's next resend tries again."""
-        self._sender(h.sender_id)["eos"] = {
-            "sender_id": eos.sender_id,
-            "first_tuple_id": eos.first_tuple_id,
-            "next_tuple_id": eos.next_tuple_id,
-            "buckets_sent": eos.buckets_sent,
-            "emitted": eos.emitted,
-            "dropped": eos.dropped,
-            "dropped_ranges": bk.merge_ranges(eos.dropped_ranges),
-            "domain": h.domain,
-        }
+        self._sender(h.sender_id)["eos"] = eos.record(h.domain)
         self._dirty = True
         try:
             self.write()
