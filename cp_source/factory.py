@@ -389,6 +389,8 @@ class FactoryWorker:
                             used += (self.writer.dir / f"seg-{before:012d}.arrow").stat().st_size
                 if time.monotonic() >= next_stats:
                     self.write_stats()
+                    with contextlib.suppress(OSError):  # an optimisation: a full disk retries later
+                        self.writer.compact()  # drops what the reader folded (cp_source.spool_compact)
                     next_stats = time.monotonic() + 0.2
             self.flush()
         finally:

@@ -6,6 +6,7 @@ Layout under the spool root::
     skipped.ndjson            segments a query chose not to read (startingOffsets=latest), with their ids
     committed.json            committed offsets {"w0": 12, ...} (written by Spool.commit)
     planned.json              offsets the stream reader has put into a micro-batch (Spool.mark_planned)
+    compacted.json            the ledger of compacted records (cp_source.spool_compact)
     w0/                       one directory per factory worker
       lock                    held (flock) by the worker process that writes here
       seg-000000000012.arrow  a published segment (Arrow IPC file); *.tmp are unpublished
@@ -27,6 +28,10 @@ The spool id in ``spool.json`` names this spool, not its path: the stream
 reader puts it in every offset and every segment carries it in its metadata,
 so a checkpoint or a segment file of another spool is recognised and refused
 instead of being read as this one's.
+
+Committed manifest lines and bucket records do not stay: the reader folds them
+into ``compacted.json`` and each worker then drops them from its files
+(``cp_source.spool_compact``), so a long run's files stay small and its ledger exact.
 """
 
 from __future__ import annotations
@@ -48,9 +53,22 @@ import pyarrow as pa
 
 from cp_source.bucket import merge_ranges
 from cp_source.durability import DurabilityError, check_durability, fsync_dirs, fsync_path
+from cp_source.spool_compact import (
+    ABSORB_MIN_SEGMENTS,
+    MANIFEST_KEEP,
+    TRIM_CHECK_S,
+    ManifestTail,
+    fold,
+    folded_targets,
+    summary_stamp,
+    summary_through,
+    trim_worker_files,
+)
 from cp_source.spool_ledger import (
     REC_BYTES,
     REC_FIELDS,
+    LedgerSummary,
+    LedgerTails,
     SpoolStats,
     WorkerState,
     read_end_of_stream,
@@ -244,6 +262,10 @@ def spool_bytes(root: str | os.PathLike[str]) -> int:
 class SegmentWriter:
     """The writing side of one worker's spool directory (used by exactly one process, under flock)."""
 
+    _compacted = -1  # the summary's through for this worker when its files were last trimmed
+    _compact_at = 0.0  # monotonic time of the next look at the summary
+    _summary_seen: tuple[int, int, int] | None = None
+
     def __init__(
         self,
         root: str | os.PathLike,
@@ -296,7 +318,7 @@ class SegmentWriter:
         if raw and not raw.endswith(b"\n"):
             raw = raw[: raw.rfind(b"\n") + 1]
             man.write_bytes(raw)
-        last = -1
+        last = summary_through(self.root, self.worker)  # a trimmed manifest may be empty
         for line in raw.split(b"\n"):
             if line:
                 last = max(last, int(orjson.loads(line)["number"]))
@@ -330,12 +352,41 @@ class SegmentWriter:
 
     def max_seq_by_sender(self) -> dict[int, int]:
         """Highest bucket seq per sender already published or rejected here (replay protection)."""
-        out: dict[int, int] = {}
+        # of compacted records, the summary keeps the highest seq per sender
+        out = dict(LedgerSummary.read(self.root).seq_max.get(self.worker, {}))
         for recs in (read_records(self.dir / "buckets.bin"), read_records(self.dir / "rejected.bin")):
             for sender, seq in zip(recs[:, 1].tolist(), recs[:, 2].tolist(), strict=True):
                 if seq > out.get(sender, -1):
                     out[sender] = seq
         return out
+
+    def compact(self, force: bool = False) -> int:
+        """Drop from this worker's ledger files what the spool's summary holds; bytes removed.
+
+        Looks at the summary at most every TRIM_CHECK_S (unless ``force``) and trims only when
+        it moved. Crash-safe at every step: see cp_source.spool_compact.
+        """
+        now = time.monotonic()
+        if not force and now < self._compact_at:
+            return 0
+        self._compact_at = now + TRIM_CHECK_S
+        seen = summary_stamp(self.root)
+        if seen is None or (seen == self._summary_seen and not force):
+            return 0
+        self._summary_seen = seen
+        through = summary_through(self.root, self.worker)
+        if through <= self._compacted:
+            return 0
+        try:
+            removed = trim_worker_files(self.root, self.dir, through)
+        finally:
+            # the append handles follow the files' new names, also when a step failed
+            for f in (self._buckets, self._manifest):
+                f.close()
+            self._buckets = open(self.dir / "buckets.bin", "ab", buffering=0)  # noqa: SIM115
+            self._manifest = open(self.dir / "manifest.ndjson", "ab", buffering=0)  # noqa: SIM115
+        self._compacted = through
+        return removed
 
     def publish(
         self, table: pa.Table, buckets: np.ndarray, event_min: int, event_max: int, id_min: int, id_max: int
@@ -419,7 +470,9 @@ class SegmentWriter:
                 os.fsync(f.fileno())
 
     def record_rejected(self, sender: int, seq: int, first_id: int, count: int) -> None:
-        self._append_ledger("rejected.bin", np.array([[-1, sender, seq, first_id, count]], "<i8").tobytes())
+        # first field: the segment being built (never -1), so compaction can tell when it is final
+        n = self.next_number
+        self._append_ledger("rejected.bin", np.array([[n, sender, seq, first_id, count]], "<i8").tobytes())
 
     def record_eos(self, totals: dict[str, Any]) -> None:
         self._append_ledger("eos.ndjson", orjson.dumps(totals) + b"\n")
@@ -444,7 +497,8 @@ class Spool:
         self.max_bytes = max_bytes
         # strict: this side's writes (spool.json, committed.json, planned.json) are fsynced too
         self.durable = check_durability(durability) == "strict"
-        self._tail: dict[str, tuple[int, list[dict[str, Any]]]] = {}  # worker -> (bytes read, lines)
+        self._tails: dict[str, ManifestTail] = {}  # worker -> manifest lines after the committed offset
+        self._ledger = LedgerTails(self.root)  # bucket records not compacted yet, read incrementally
         self._id: str | None = None
 
     def spool_id(self) -> str | None:
@@ -478,33 +532,25 @@ class Spool:
             return []
         return sorted(names, key=lambda n: int(n[1:]))
 
-    def _manifest(self, worker: str) -> list[dict[str, Any]]:
-        """Manifest lines, read incrementally (only the new complete lines are parsed)."""
-        pos, lines = self._tail.get(worker, (0, []))
-        try:
-            with open(self.root / worker / "manifest.ndjson", "rb") as f:
-                f.seek(pos)
-                chunk = f.read()
-        except FileNotFoundError:
-            return lines
-        end = chunk.rfind(b"\n") + 1
-        for line in chunk[:end].split(b"\n"):
-            if line:
-                lines.append(orjson.loads(line))
-        self._tail[worker] = (pos + end, lines)
-        return lines
+    def _manifest(self, worker: str) -> ManifestTail:
+        """The worker's manifest, read incrementally; only lines after the committed offset stay."""
+        tail = self._tails.get(worker)
+        if tail is None:
+            tail = self._tails[worker] = ManifestTail(self.root, worker)
+        if len(tail.refresh()) > MANIFEST_KEEP:  # committed segments are never read again
+            tail.drop_through(_read_offsets(self.root / "committed.json").get(worker, -1))
+        return tail
 
     def latest(self) -> dict[str, int]:
         """Per worker the highest published segment number (all lower ones are published); -1 if none."""
         out = {}
         for w in self.workers():
-            lines = self._manifest(w)
-            out[w] = int(lines[-1]["number"]) if lines else -1
+            out[w] = self._manifest(w).last
         return out
 
     def segments(self, worker: str, after: int, upto: int) -> list[SegmentInfo]:
         """Published segments of ``worker`` with after < number <= upto, in order."""
-        lines = self._manifest(worker)
+        lines = self._manifest(worker).lines  # from the committed offset on
         base = int(lines[0]["number"]) if lines else 0  # numbers are consecutive in the manifest
         lo = max(after + 1 - base, 0)
         hi = max(upto + 1 - base, 0)
@@ -569,6 +615,27 @@ class Spool:
                         if m and int(m.group(1)) <= n:
                             with contextlib.suppress(FileNotFoundError):
                                 os.unlink(e.path)
+            with contextlib.suppress(OSError):  # only an optimisation: a full disk retries later
+                self._fold(merged, ABSORB_MIN_SEGMENTS)
+
+    def _fold(self, committed: dict[str, int], min_segments: int) -> dict[str, int]:
+        """Fold committed records into the ledger summary (``commit.lock`` held); its through."""
+        summary = self._ledger.summary()
+        targets = folded_targets(committed, self.latest(), summary, min_segments)
+        if targets:
+            summary = fold(self.root, targets)
+        return dict(summary.through)
+
+    def compact(self) -> dict[str, int]:
+        """Fold every committed segment's records into ``compacted.json`` now; per worker how far.
+
+        ``commit`` does this by itself every ABSORB_MIN_SEGMENTS segments; each worker then
+        drops what was folded from its files (``SegmentWriter.compact``).
+        """
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / "commit.lock", "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return self._fold(self.committed(), 1)
 
     def used_bytes(self) -> int:
         return spool_bytes(self.root)
@@ -618,7 +685,8 @@ class Spool:
         seq gaps so far.
         """
         workers = self.workers()
-        return read_ledger(self.root, workers, self.used_bytes(), self.committed(), self.latest())
+        latest = self.latest()  # before the records: only published segments' records count
+        return read_ledger(self.root, workers, self.used_bytes(), self.committed(), latest, self._ledger)
 
     def worker_states(self) -> dict[str, WorkerState]:
         """Each worker's last report, without reading the bucket records (cheap enough to poll)."""

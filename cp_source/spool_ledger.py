@@ -7,11 +7,18 @@ gap the factory can prove from the senders' gapless bucket sequence numbers).
 This module reads the worker directories of a spool and does that
 bookkeeping; it is also the one place that decides whether a factory has
 published everything it received (:meth:`SpoolStats.drained`).
+
+A long run's bucket records do not stay on disk: what has been committed is
+folded into ``compacted.json`` (:class:`LedgerSummary`, per sender merged id
+and sequence ranges and counts) and dropped from the worker files
+(``cp_source.spool_compact``). The ledger is the summary plus the records not
+yet folded, and it is the same with or without compaction.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -30,6 +37,7 @@ STATS_FILE = "stats.json"
 EOS_FILE = "eos.ndjson"
 BUCKETS_FILE = "buckets.bin"
 REJECTED_FILE = "rejected.bin"
+SUMMARY_FILE = "compacted.json"  # at the spool root: the ledger of compacted records (LedgerSummary)
 # A worker rewrites its stats every 0.2 s; one silent this long has stopped or died.
 STALE_S = 1.0
 
@@ -56,6 +64,141 @@ def read_ndjson(path: Path) -> list[dict[str, Any]]:
             with contextlib.suppress(orjson.JSONDecodeError):
                 out.append(orjson.loads(line))
     return out
+
+
+def _ranges(pairs: Any) -> list[list[int]]:
+    """[first, count] pairs (an (n, 2) array or list) as a merged list of int pairs."""
+    return merge_ranges(
+        [[int(a), int(c)] for a, c in (pairs.tolist() if hasattr(pairs, "tolist") else pairs)]
+    )
+
+
+def in_ranges(values: np.ndarray, ranges: list[list[int]]) -> np.ndarray:
+    """A mask: which of ``values`` lie in the merged ``ranges``."""
+    if not ranges or not len(values):
+        return np.zeros(len(values), dtype=bool)
+    r = np.asarray(ranges, dtype=np.int64)
+    i = np.searchsorted(r[:, 0], values, side="right") - 1
+    return (i >= 0) & (values < r[np.maximum(i, 0), 0] + r[np.maximum(i, 0), 1])
+
+
+def count_below(ranges: list[list[int]], limit: int) -> int:
+    """How many integers of the merged ``ranges`` are below ``limit``."""
+    return int(sum(max(0, min(a + c, limit) - a) for a, c in ranges))
+
+
+@dataclass
+class SenderSummary:
+    """One sender's compacted records: merged id and seq ranges ([first, count]) and how many records."""
+
+    published: list[list[int]] = field(default_factory=list)
+    rejected: list[list[int]] = field(default_factory=list)
+    seqs: list[list[int]] = field(default_factory=list)  # distinct seqs of published and rejected buckets
+    records: int = 0  # published and rejected records folded, duplicates included
+
+    def seq_count(self) -> int:
+        return int(sum(c for _, c in self.seqs))
+
+    def seq_top(self) -> int:
+        """The highest seq folded, -1 if none."""
+        return self.seqs[-1][0] + self.seqs[-1][1] - 1 if self.seqs else -1
+
+
+@dataclass
+class LedgerSummary:
+    """``compacted.json``: the ledger of the bucket records compacted away, per sender.
+
+    ``through[w]``: every record of worker ``w`` whose first field (segment number, or for a
+    rejected record the segment being built when it was rejected) is at most this is folded in
+    here, and no other. Merged ranges stay small: ids and seqs of one sender interleave across
+    workers, but their union over all workers is nearly contiguous.
+    """
+
+    through: dict[str, int] = field(default_factory=dict)
+    seq_max: dict[str, dict[int, int]] = field(default_factory=dict)  # worker -> sender -> highest seq
+    buckets: int = 0
+    rows: int = 0
+    rejected_buckets: int = 0
+    senders: dict[int, SenderSummary] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, root: Path) -> LedgerSummary:
+        """The summary of the spool at ``root``; empty when nothing was compacted.
+
+        It is only ever replaced whole (rename), so a file that does not parse was damaged
+        from outside: that raises, since the ledger could no longer be exact.
+        """
+        try:
+            raw = (Path(root) / SUMMARY_FILE).read_bytes()
+        except FileNotFoundError:
+            return cls()
+        try:
+            return cls.from_json(orjson.loads(raw))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ValueError(
+                f"{Path(root) / SUMMARY_FILE} is damaged ({e}): the ledger cannot be read"
+            ) from e
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> LedgerSummary:
+        return cls(
+            through={str(w): int(n) for w, n in d["through"].items()},
+            seq_max={str(w): {int(s): int(q) for s, q in m.items()} for w, m in d["seq_max"].items()},
+            buckets=int(d["buckets"]),
+            rows=int(d["rows"]),
+            rejected_buckets=int(d["rejected_buckets"]),
+            senders={
+                int(s): SenderSummary(
+                    published=[[int(a), int(c)] for a, c in v["published"]],
+                    rejected=[[int(a), int(c)] for a, c in v["rejected"]],
+                    seqs=[[int(a), int(c)] for a, c in v["seqs"]],
+                    records=int(v["records"]),
+                )
+                for s, v in d["senders"].items()
+            },
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "through": self.through,
+            "seq_max": {w: {str(s): q for s, q in m.items()} for w, m in self.seq_max.items()},
+            "buckets": self.buckets,
+            "rows": self.rows,
+            "rejected_buckets": self.rejected_buckets,
+            "senders": {
+                str(s): {
+                    "published": v.published,
+                    "rejected": v.rejected,
+                    "seqs": v.seqs,
+                    "records": v.records,
+                }
+                for s, v in sorted(self.senders.items())
+            },
+        }
+
+    def fold(self, worker: str, pub: np.ndarray, bad: np.ndarray, through: int) -> None:
+        """Add worker ``worker``'s records up to ``through`` (those not folded yet) to the summary."""
+        self.buckets += len(pub)
+        self.rows += int(pub[:, 4].sum()) if len(pub) else 0
+        self.rejected_buckets += len(bad)
+        top = self.seq_max.setdefault(worker, {})
+        for s in sorted(set(pub[:, 1].tolist()) | set(bad[:, 1].tolist())):
+            mine, theirs = pub[pub[:, 1] == s], bad[bad[:, 1] == s]
+            ss = self.senders.setdefault(int(s), SenderSummary())
+            ss.published = _ranges(ss.published + _ranges(mine[:, 3:5]))
+            ss.rejected = _ranges(ss.rejected + _ranges(theirs[:, 3:5]))
+            seqs = np.concatenate([mine[:, 2], theirs[:, 2]])
+            ss.seqs = _ranges(ss.seqs + [[q, 1] for q in np.unique(seqs).tolist()])
+            ss.records += len(seqs)
+            top[int(s)] = max(top.get(int(s), -1), int(seqs.max()))
+        self.through[worker] = max(through, self.through.get(worker, -1))
+
+    def unfolded(self, worker: str, recs: np.ndarray) -> np.ndarray:
+        """The records of ``worker`` that are not in the summary."""
+        if worker not in self.through:
+            return recs
+        return recs[recs[:, 0] > self.through[worker]]
 
 
 @dataclass(frozen=True)
@@ -230,41 +373,77 @@ def split_lost(lost: list[list[int]], accepted: list[list[int]]) -> dict[str, li
     return {"in_factory": inside, "before_factory": before}
 
 
+def _by_sender(recs: np.ndarray) -> dict[int, np.ndarray]:
+    """Records grouped by sender (one sort, not one scan per sender)."""
+    if not len(recs):
+        return {}
+    recs = recs[np.argsort(recs[:, 1], kind="stable")]
+    senders, first = np.unique(recs[:, 1], return_index=True)
+    return {int(s): part for s, part in zip(senders.tolist(), np.split(recs, first[1:]), strict=True)}
+
+
+_NONE = np.empty((0, REC_FIELDS), np.int64)
+
+
+def _seq_counts(mine: np.ndarray, theirs: np.ndarray, ss: SenderSummary) -> tuple[np.ndarray, int, int]:
+    """Seqs not in the summary (distinct, sorted), distinct seqs in all, and records in all."""
+    seqs = np.concatenate([mine[:, 2], theirs[:, 2]])
+    new = np.unique(seqs)
+    new = new[~in_ranges(new, ss.seqs)]
+    return new, len(new) + ss.seq_count(), len(seqs) + ss.records
+
+
 def _sender_ledger(
-    pub: np.ndarray, bad: np.ndarray, eos: dict[int, dict[str, Any]], front: dict[int, dict[str, Any]]
+    pub: np.ndarray,
+    bad: np.ndarray,
+    eos: dict[int, dict[str, Any]],
+    front: dict[int, dict[str, Any]],
+    summary: LedgerSummary,
 ) -> tuple[dict[int, list[list[int]]], dict[int, int], dict[int, int], dict[int, dict[str, int]]]:
-    """Per sender: lost ranges and lost buckets (closed senders), duplicates, and open senders' gaps."""
+    """Per sender: lost ranges and lost buckets (closed senders), duplicates, and open senders' gaps.
+
+    Over the summary's records and the records not compacted yet, exactly as over all records.
+    """
     lost: dict[int, list[list[int]]] = {}
     lost_buckets: dict[int, int] = {}
     duplicates: dict[int, int] = {}
     open_senders: dict[int, dict[str, int]] = {}
-    for s in sorted(set(pub[:, 1].tolist()) | set(bad[:, 1].tolist()) | set(eos) | set(front)):
-        mine = pub[pub[:, 1] == s]
-        theirs = bad[bad[:, 1] == s]
-        seqs = np.concatenate([mine[:, 2], theirs[:, 2]])
-        uniq = np.unique(seqs)
-        if len(uniq) != len(seqs):
-            duplicates[s] = int(len(seqs) - len(uniq))
+    pubs, bads = _by_sender(pub), _by_sender(bad)
+    for s in sorted(set(pubs) | set(bads) | set(eos) | set(front) | set(summary.senders)):
+        mine, theirs = pubs.get(s, _NONE), bads.get(s, _NONE)
+        ss = summary.senders.get(s, SenderSummary())
+        new, distinct, records = _seq_counts(mine, theirs, ss)
+        if distinct != records:
+            duplicates[s] = records - distinct
         if s in eos:
             e = eos[s]
             sent = int(e["buckets_sent"])
-            lost_buckets[s] = int(sent - np.count_nonzero(uniq < sent))
+            lost_buckets[s] = sent - int(np.count_nonzero(new < sent)) - count_below(ss.seqs, sent)
             covered = [[int(a), int(c)] for a, c in np.concatenate([mine[:, 3:5], theirs[:, 3:5]]).tolist()]
-            covered += [[int(a), int(c)] for a, c in e["dropped_ranges"]]
+            covered += ss.published + ss.rejected + [[int(a), int(c)] for a, c in e["dropped_ranges"]]
             lost[s] = complement(int(e["first_tuple_id"]), int(e["next_tuple_id"]), covered)
         else:
-            top = max(int(uniq[-1]) if len(uniq) else -1, int(front.get(s, {}).get("seq_max", -1))) + 1
-            open_senders[s] = {"seq_seen_max": top - 1, "seq_gaps": int(top - len(uniq))}
+            seen = max(int(new[-1]) if len(new) else -1, ss.seq_top())
+            top = max(seen, int(front.get(s, {}).get("seq_max", -1))) + 1
+            open_senders[s] = {"seq_seen_max": top - 1, "seq_gaps": top - distinct}
     return lost, lost_buckets, duplicates, open_senders
 
 
 def read_ledger(
-    root: Path, workers: list[str], used_bytes: int, committed: dict[str, int], latest: dict[str, int]
+    root: Path,
+    workers: list[str],
+    used_bytes: int,
+    committed: dict[str, int],
+    latest: dict[str, int],
+    tails: LedgerTails | None = None,
 ) -> SpoolStats:
-    """The ledger of the spool at ``root`` (see :meth:`cp_source.spool.Spool.stats`)."""
-    empty = np.empty((0, REC_FIELDS), np.int64)
-    pub = np.concatenate([read_records(root / w / BUCKETS_FILE) for w in workers] or [empty])
-    bad = np.concatenate([read_records(root / w / REJECTED_FILE) for w in workers] or [empty])
+    """The ledger of the spool at ``root`` (see :meth:`cp_source.spool.Spool.stats`).
+
+    ``latest``: per worker the last segment in its manifest, read before this call (only
+    records of published segments count). ``tails``: the records read by an earlier call,
+    so only what was appended since is read.
+    """
+    pub, bad, summary = (tails or LedgerTails(root)).read(workers, latest)
     eos = read_end_of_stream(root, workers)
     front = read_front_ledger(root)
     per_worker = {w: WorkerState.read(root, w) for w in workers}
@@ -272,14 +451,15 @@ def read_ledger(
     for s in per_worker.values():
         for k, v in (s.counters.get("deadletters") or {}).items():
             dead[k] = dead.get(k, 0) + int(v)
-    lost, lost_buckets, duplicates, open_senders = _sender_ledger(pub, bad, eos, front)
+    lost, lost_buckets, duplicates, open_senders = _sender_ledger(pub, bad, eos, front, summary)
     reasons = {s: split_lost(r, front.get(s, {}).get("ids", [])) for s, r in lost.items()}
+    rejected = [[int(a), int(c)] for a, c in bad[:, 3:5].tolist()]
     return SpoolStats(
         workers=workers,
-        buckets=int(len(pub)),
-        rows=int(pub[:, 4].sum()) if len(pub) else 0,
-        rejected_buckets=int(len(bad)),
-        rejected_ranges=merge_ranges([[int(a), int(c)] for a, c in bad[:, 3:5].tolist()]),
+        buckets=int(len(pub)) + summary.buckets,
+        rows=(int(pub[:, 4].sum()) if len(pub) else 0) + summary.rows,
+        rejected_buckets=int(len(bad)) + summary.rejected_buckets,
+        rejected_ranges=merge_ranges(rejected + [r for v in summary.senders.values() for r in v.rejected]),
         deadletters=dead,
         lost_in_transit=lost,
         lost_reasons=reasons,
@@ -292,6 +472,110 @@ def read_ledger(
         committed=committed,
         latest=latest,
     )
+
+
+class RecordTail:
+    """A records file (``buckets.bin``, ``rejected.bin``) read incrementally.
+
+    Only complete records appended since the last read are read. Compaction replaces
+    the file by a shorter copy (a new inode); that is noticed (inode, size, and the
+    last record read no longer just before the read position) and the new file is
+    read from its start. Records are unique within a worker's file, so the last
+    record read sitting just before the position means the file is the one read so far.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.pos = 0
+        self.ino = -1
+        self.last = b""  # the last record read, as bytes
+        self.records = _NONE
+
+    def _continues(self, f: Any, st: os.stat_result) -> bool:
+        if st.st_ino != self.ino or st.st_size < self.pos:
+            return False
+        f.seek(self.pos - REC_BYTES)
+        return bool(f.read(REC_BYTES) == self.last)
+
+    def refresh(self, upto: int | None = None) -> np.ndarray:
+        """Read what was appended; with ``upto``, only records whose first field is at most it."""
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            return self.records
+        with f:
+            st = os.fstat(f.fileno())
+            if self.pos and not self._continues(f, st):
+                self.pos, self.last, self.records = 0, b"", _NONE  # replaced: read the new file whole
+            f.seek(self.pos)
+            raw = f.read()
+        self.ino = st.st_ino
+        new = np.frombuffer(raw[: len(raw) - len(raw) % REC_BYTES], dtype="<i8").reshape(-1, REC_FIELDS)
+        if upto is not None:  # records are in segment order; later ones are read next time
+            new = new[: int(np.searchsorted(new[:, 0], upto, side="right"))]
+        if len(new):
+            self.records = np.concatenate([self.records, new]) if len(self.records) else new.copy()
+            self.pos += len(new) * REC_BYTES
+            self.last = new[-1].tobytes()
+        return self.records
+
+    def drop_through(self, through: int) -> None:
+        """Forget records whose first field is at most ``through`` (they are in the summary)."""
+        keep = self.records[:, 0] > through
+        if not keep.all():
+            self.records = self.records[keep].copy()
+
+
+class LedgerTails:
+    """Per worker, the bucket and rejected records not yet compacted, read incrementally.
+
+    Memory stays bounded: records folded into the summary are forgotten.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._tails: dict[tuple[str, str], RecordTail] = {}
+        self._summary: tuple[tuple[int, int, int], LedgerSummary] | None = None
+
+    def _tail(self, worker: str, name: str) -> RecordTail:
+        key = (worker, name)
+        if key not in self._tails:
+            self._tails[key] = RecordTail(self.root / worker / name)
+        return self._tails[key]
+
+    def summary(self) -> LedgerSummary:
+        """The summary file, parsed again only when it was replaced."""
+        try:
+            st = os.stat(self.root / SUMMARY_FILE)
+        except FileNotFoundError:
+            return LedgerSummary()
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if self._summary is None or self._summary[0] != stamp:
+            self._summary = (stamp, LedgerSummary.read(self.root))
+        return self._summary[1]
+
+    def read(
+        self, workers: list[str], latest: dict[str, int]
+    ) -> tuple[np.ndarray, np.ndarray, LedgerSummary]:
+        """(published records, rejected records, summary): the records not in the summary.
+
+        The files are read before the summary: a worker drops records from its files only
+        after the summary holding them was written, so whatever a file no longer has, a
+        summary read after it has, and the records it has past that summary are counted once.
+        """
+        for w in workers:
+            self._tail(w, BUCKETS_FILE).refresh(latest.get(w, -1))
+            self._tail(w, REJECTED_FILE).refresh()
+        summary = self.summary()
+        pubs: list[np.ndarray] = []
+        bads: list[np.ndarray] = []
+        for w in workers:
+            for name, out in ((BUCKETS_FILE, pubs), (REJECTED_FILE, bads)):
+                tail = self._tail(w, name)
+                if w in summary.through:
+                    tail.drop_through(summary.through[w])
+                out.append(tail.records)
+        return np.concatenate(pubs or [_NONE]), np.concatenate(bads or [_NONE]), summary
 
 
 def complement(lo: int, hi: int, covered: list[list[int]]) -> list[list[int]]:
