@@ -227,18 +227,7 @@ class FactoryWorker:
                 self._reject(e.reason, frames)
                 return
             self.flush()  # this worker's data of the sender is published before its totals
-            self.writer.record_eos(
-                {
-                    "sender_id": eos.sender_id,
-                    "first_tuple_id": eos.first_tuple_id,
-                    "next_tuple_id": eos.next_tuple_id,
-                    "buckets_sent": eos.buckets_sent,
-                    "emitted": eos.emitted,
-                    "dropped": eos.dropped,
-                    "dropped_ranges": bk.merge_ranges(eos.dropped_ranges),
-                    "domain": h.domain,
-                }
-            )
+            self.writer.record_eos(eos.record(h.domain))
             self.counters["eos"] += 1
             return
         if h.seq <= self.max_seq.get(h.sender_id, -1):
