@@ -96,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     end = time.monotonic() + args.duration if args.duration else float("inf")
+    # one Spool for the whole run: its stats() reads only what was appended since the last call
     view = handle.spool_view()
     try:
         while time.monotonic() < end:

@@ -258,13 +258,17 @@ class ManifestTail:
 def folded_targets(
     committed: dict[str, int], latest: dict[str, int], summary: LedgerSummary, min_segments: int
 ) -> dict[str, int]:
-    """Per worker, how far to fold: committed and published, and at least ``min_segments`` on."""
+    """Per worker, how far to fold (committed and published); nothing until one worker is at least
+    ``min_segments`` on. Then every worker folds as far as it can: a sender's buckets alternate
+    between workers, so its ranges merge in the summary only where all workers are folded."""
     out = {}
     for w, c in committed.items():
         k = min(c, latest.get(w, -1))
-        if k >= 0 and k - summary.through.get(w, -1) >= max(1, min_segments):
+        if k > summary.through.get(w, -1):
             out[w] = k
-    return out
+    if any(k - summary.through.get(w, -1) >= max(1, min_segments) for w, k in out.items()):
+        return out
+    return {}
 
 
 def ledger_file_bytes(wdir: Path) -> dict[str, int]:

@@ -420,3 +420,15 @@ def test_a_real_factory_compacts_while_it_runs(tmp_path: Path, monkeypatch: pyte
         assert not read_records(tmp_path / "spool" / "w0" / "buckets.bin").size
     finally:
         f.stop()
+
+
+def test_a_fold_takes_every_worker_along() -> None:
+    """One worker past the threshold folds all of them: a sender's ranges merge only over all workers."""
+    from cp_source.spool_compact import folded_targets
+    from cp_source.spool_ledger import LedgerSummary
+
+    summary = LedgerSummary(through={"w0": 10, "w1": 10})
+    latest = {"w0": 500, "w1": 500}
+    assert folded_targets({"w0": 100, "w1": 90}, latest, summary, 128) == {}
+    assert folded_targets({"w0": 200, "w1": 30}, latest, summary, 128) == {"w0": 200, "w1": 30}
+    assert folded_targets({"w0": 900, "w1": 5}, latest, summary, 128) == {"w0": 500}  # published only
