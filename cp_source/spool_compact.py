@@ -6,10 +6,10 @@ the run (about 0.2 KB of manifest and 2 KB of records per segment). What has
 been committed is compacted in two steps, each done by the process that owns
 what it changes:
 
-1. **Fold** (the reader, in ``Spool.commit``, under ``commit.lock``): when a
+1. **Fold** (the reader, in ``Spool.commit``, under ``commit.lock``): when one
    worker's committed segments not yet folded reach ``ABSORB_MIN_SEGMENTS``,
-   its records up to ``K = min(committed, last segment in its manifest)`` are
-   folded into ``compacted.json`` at the spool root
+   every worker's records up to its ``K = min(committed, last segment in its
+   manifest)`` are folded into ``compacted.json`` at the spool root
    (:class:`cp_source.spool_ledger.LedgerSummary`: per sender merged id ranges
    of published and of rejected buckets, merged seq ranges, record counts; per
    worker ``through = K`` and the highest seq per sender). The summary is
