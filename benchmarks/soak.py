@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -259,6 +260,8 @@ def run_soak(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, 
         if query.isActive:
             query.stop()
         spark.stop()
+        if args.workdir is None:  # a temp dir of ours: hundreds of MiB of spool after a warm-up
+            shutil.rmtree(work, ignore_errors=True)
     return sampler.samples, ledger, extra
 
 
@@ -378,7 +381,7 @@ def parse_args() -> argparse.Namespace:
         "--warmup-s", type=float, default=120.0, help="samples before this are warm-up (default 120)"
     )
     ap.add_argument(
-        "--workdir", default=None, help="where the spool, sink and checkpoint go (default: a temp dir)"
+        "--workdir", default=None, help="where the spool, sink and checkpoint go (kept; default: a temp dir)"
     )
     return ap.parse_args()
 
