@@ -47,6 +47,7 @@ class Agent:
         self.heartbeat_s = heartbeat_s
         self._stop = threading.Event()
         self.tasks_done = 0
+        self._responder_cpu_reported = 0
 
     def stop(self) -> None:
         """Ask run() to return."""
@@ -105,6 +106,7 @@ class Agent:
             count = control.int_field(task, "count", 1, control.MAX_ROUNDS)
             timeout_ms = control.int_field(task, "timeout_ms", 1, 60_000)
             gap_us = control.int_field(task, "gap_us", 0, 1_000_000)
+            cpu0 = time.thread_time_ns()  # the C loop runs in this thread with the GIL released
             res = initiate(
                 host,
                 port,
@@ -113,10 +115,25 @@ class Agent:
                 gap_us=gap_us,
                 bind=None if host.startswith("127.") else "0.0.0.0",
             )
+            initiator_cpu = time.thread_time_ns() - cpu0
         except (ValueError, OSError) as e:
             return control.pack({"op": "result", "task": tid, "error": str(e)})
         rows = np.column_stack([res.seq, res.c_i, res.c_j, res.c_k, res.ns_i])
-        return control.pack(
-            {"op": "result", "task": tid, "domain": self.domain, "lost": res.lost, "ignored": res.ignored},
-            rows,
-        )
+        header: dict[str, Any] = {
+            "op": "result",
+            "task": tid,
+            "domain": self.domain,
+            "lost": res.lost,
+            "ignored": res.ignored,
+        }
+        # The probing load: this task's initiator loop, and what the responder used since the last report.
+        header["cpu_ns"] = initiator_cpu + self._responder_cpu_since_report()
+        return control.pack(header, rows)
+
+    def _responder_cpu_since_report(self) -> int:
+        now = self.responder.cpu_ns()
+        if now is None:
+            return 0
+        delta = max(0, now - self._responder_cpu_reported)
+        self._responder_cpu_reported = now
+        return delta

@@ -233,6 +233,7 @@ class Coordinator:
                     "responder": resp,
                     "lost": h.get("lost", 0),
                     "ignored": h.get("ignored", 0),
+                    "cpu_ns": h.get("cpu_ns"),  # the agents' probing CPU, for the load report
                 },
                 rows,
             )
@@ -345,6 +346,7 @@ def run_phase(
                             "responder": h["responder"],
                             "probes": len(rows),
                             "lost": h.get("lost", 0),
+                            "cpu_ns": h.get("cpu_ns"),
                             "min_rtt_cycles": min_rtt,
                         }
                     )

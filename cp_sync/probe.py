@@ -14,6 +14,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 
 import native_tsc
 from cp_sync.probe_api import ProbeResult
@@ -55,6 +56,16 @@ class Responder:
         """(host, port) the responder listens on."""
         host, port = self._sock.getsockname()[:2]
         return host, port
+
+    def cpu_ns(self) -> int | None:
+        """CPU time the responder thread has used so far (its loop, including the busy-poll), or None."""
+        t = self._thread
+        if t is None or t.ident is None:
+            return None
+        try:
+            return time.clock_gettime_ns(time.pthread_getcpuclockid(t.ident))
+        except (OSError, AttributeError):  # the thread has ended, or no per-thread clocks here
+            return None
 
     def start(self) -> Responder:
         """Start answering in a daemon thread, in the virtual domain in force now."""
