@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import threading
+import time
 from collections.abc import Callable
+from typing import Any
 
 DESCRIPTION = """MinRTT probe exchanges between TSC domains, written as sync tables (every probe kept).
 
@@ -20,6 +23,12 @@ examples:
   cloudprofiler sync agent --server 10.0.0.1:5599 --probe-bind 0.0.0.0 --advertise 10.0.0.2
   cloudprofiler sync run --server 127.0.0.1:5599 --phase before --rounds 100 --out sync/
   cloudprofiler sync run --server 127.0.0.1:5599 --phase after --out sync/ --expect 3
+  cloudprofiler sync run --server 127.0.0.1:5599 --every 30 --out sync/    # p0000, p0001, ... until stopped
+  cloudprofiler sync run --server 127.0.0.1:5599 --every 10 --duration 600 --phase job1- --out sync/
+
+A periodic run (--every) ends on SIGINT or SIGTERM after the phase in progress and
+one final phase, or at --duration with a phase at that time; it prints the probing
+load (probes/s, bytes/s, the agents' probe-loop CPU) at the end.
 """
 
 
@@ -33,9 +42,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--probe-bind", default="127.0.0.1", help="UDP address for probes (default 127.0.0.1)")
     a.add_argument("--probe-port", type=int, default=0, help="UDP port for probes (default: any free)")
     a.add_argument("--advertise", help="IPv4 address (or IP:PORT) other agents reach the probe port on")
-    r = sub.add_parser("run", help="probe every ordered pair of agents")
+    r = sub.add_parser("run", help="probe every ordered pair of agents, once or periodically")
     r.add_argument("--server", required=True, help="coordinator address")
-    r.add_argument("--phase", required=True, help="phase name, e.g. before or after")
+    r.add_argument(
+        "--phase",
+        help="phase name, e.g. before or after; with --every the prefix of the numbered phases (default p)",
+    )
+    r.add_argument(
+        "--every",
+        type=float,
+        metavar="SECONDS",
+        help="run a phase every SECONDS until stopped (SIGINT/SIGTERM) or --duration",
+    )
+    r.add_argument(
+        "--duration",
+        type=float,
+        metavar="SECONDS",
+        help="with --every: end with a phase this many seconds after the first",
+    )
     r.add_argument("--rounds", type=int, default=100, help="probes per ordered pair (default 100)")
     r.add_argument("--out", required=True, help="directory for the sync table")
     r.add_argument("--expect", type=int, default=2, help="wait for at least this many agents (default 2)")
@@ -79,23 +103,35 @@ def run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             agent.stop()
         return 0
+    if args.every is None and args.duration is None:
+        return _run_once(args)
+    return _run_periodic(args)
+
+
+def _phase_kw(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "expect": args.expect,
+        "wait_s": args.wait,
+        "gap_us": args.gap_us,
+        "timeout_ms": args.timeout_ms,
+    }
+
+
+def _run_once(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
     from cp_sync.coordinator import run_phase
+    from cp_sync.periodic import Load
 
+    if args.phase is None:
+        raise ValueError("sync run needs --phase NAME (one phase) or --every SECONDS (periodic phases)")
     console = Console(stderr=True)
     with console.status("probing agent pairs ..."):
-        res = run_phase(
-            args.server,
-            args.phase,
-            args.rounds,
-            args.out,
-            expect=args.expect,
-            wait_s=args.wait,
-            gap_us=args.gap_us,
-            timeout_ms=args.timeout_ms,
-        )
+        started = time.monotonic()
+        res = run_phase(args.server, args.phase, args.rounds, args.out, **_phase_kw(args))
+    load = Load()
+    load.add(res, started, time.monotonic())
     t = Table(title=f"sync phase {res['phase']} -> {res['path']}")
     for col in ("initiator", "responder", "probes", "lost", "MinRTT (us)"):
         t.add_column(col)
@@ -105,6 +141,61 @@ def run(args: argparse.Namespace) -> int:
         us = "-" if mr is None else f"{mr / hz.get(p['initiator'], 1e9) * 1e6:.2f}"
         t.add_row(p["initiator"], p["responder"], str(p["probes"]), str(p["lost"]), us)
     Console().print(t)
+    print(load.phase_summary(), flush=True)
     for f in res["failures"]:
         print(f"pair failed: {f}", file=sys.stderr)
     return 1 if res["failures"] else 0
+
+
+def _phase_line(res: dict[str, Any], load: Any) -> None:
+    hz = res["domains"]
+    rtts = [
+        p["min_rtt_cycles"] / hz.get(p["initiator"], 1e9) * 1e6
+        for p in res["pairs"]
+        if p["min_rtt_cycles"] is not None
+    ]
+    span = f"MinRTT {min(rtts):.1f}-{max(rtts):.1f} us" if rtts else "no MinRTT"
+    lost = sum(int(p["lost"]) for p in res["pairs"] if isinstance(p["lost"], int))
+    print(
+        f"sync phase {res['phase']}: {len(res['pairs'])} pairs, {lost} probes lost, {span} -> {res['path']}",
+        flush=True,
+    )
+    for f in res["failures"]:
+        print(f"sync phase {res['phase']}: failed: {f}", file=sys.stderr, flush=True)
+
+
+def _run_periodic(args: argparse.Namespace) -> int:
+    from cp_sync.periodic import Schedule, run_periodic
+
+    if args.every is None:
+        raise ValueError("--duration needs --every SECONDS (the period of the phases)")
+    schedule = Schedule(args.every, args.duration)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop.set()
+        # A second signal acts at once (Ctrl-C twice: no final phase).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        name = signal.Signals(signum).name
+        print(f"{name}: stopping after this phase and one final phase", file=sys.stderr, flush=True)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        load = run_periodic(
+            args.server,
+            args.out,
+            schedule,
+            prefix=args.phase or "p",
+            stop=stop,
+            on_phase=_phase_line,
+            rounds=args.rounds,
+            **_phase_kw(args),
+        )
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    print(load.summary(), flush=True)
+    for e in load.errors:
+        print(f"phase failed: {e}", file=sys.stderr)
+    return 1 if load.failed_phases or load.failed_pairs else 0
