@@ -1,7 +1,9 @@
 """Online handler configuration: a table of channel name -> handler served over ZeroMQ.
 
 The server answers JSON requests on a REP socket (bound to 127.0.0.1 by
-default; requests over 64 KiB are refused by ZeroMQ itself)::
+default; a frame over 64 KiB is refused by ZeroMQ itself, a request of more
+than one frame gets an error reply, and any malformed request gets an error
+reply: the server never stops on what a client sends)::
 
     {"op": "get", "channel": "parser"}                 -> {"ok": true, "handler": "xoy", "params": {...},
                                                            "source": "table" | "default"}
@@ -20,6 +22,7 @@ applies to the next channel opened, without redeploying the job.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import threading
 from pathlib import Path
@@ -34,6 +37,9 @@ from cp_sink.channels.handler_spec import parse_channel_handler
 DEFAULT_BIND = "tcp://127.0.0.1:5590"
 MAX_CHANNELS = 10_000
 MAX_NAME = 128
+MAX_PARAMS = 16  # a handler takes at most a few parameters
+MAX_PARAM_TEXT = 64
+MAX_FRAMES = 1  # a request is one JSON frame
 
 DESCRIPTION = """Serve channel handler settings over ZeroMQ (or change them on a running server).
 
@@ -49,10 +55,26 @@ examples:
 """
 
 
+def _check_params(params: Any) -> dict[str, int | str]:
+    """Parameters as the wire may carry them: a small object of names -> integers or short strings."""
+    if not isinstance(params, dict) or len(params) > MAX_PARAMS:
+        raise ValueError(f"params must be an object of at most {MAX_PARAMS} entries")
+    for k, v in params.items():
+        if not isinstance(k, str) or not 0 < len(k) <= MAX_PARAM_TEXT:
+            raise ValueError(f"parameter names must be strings of 1 to {MAX_PARAM_TEXT} characters")
+        ok_int = isinstance(v, int) and not isinstance(v, bool) and abs(v) < 1 << 62
+        if not ok_int and not (isinstance(v, str) and len(v) <= MAX_PARAM_TEXT):
+            raise ValueError(f"parameter {k!r} must be an integer or a short string, got {type(v).__name__}")
+    return params
+
+
 def _check_setting(handler: Any, params: Any) -> dict[str, Any]:
-    if not isinstance(handler, str) or not isinstance(params, dict):
-        raise ValueError("a setting needs a handler name and a params object")
-    name, checked = parse_channel_handler(handler, params)
+    if not isinstance(handler, str) or not 0 < len(handler) <= MAX_NAME:
+        raise ValueError("a setting needs a handler name")
+    try:
+        name, checked = parse_channel_handler(handler, _check_params(params))
+    except (TypeError, OverflowError) as e:  # a value the handler's own parser cannot take
+        raise ValueError(f"bad parameter for handler {handler!r}: {e}") from None
     return {"handler": name, "params": checked}
 
 
@@ -141,29 +163,53 @@ class ConfigServer:
     def __init__(self, table: HandlerTable, bind: str = "tcp://127.0.0.1:*") -> None:
         self.table = table
         self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
-        self.sock = self.ctx.socket(zmq.REP)
-        self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.bind(bind)
+        self.sock = self._make_socket(bind)
         self.endpoint: str = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.requests = 0
+        self.refused = 0
+        self.failures = 0  # requests whose handling raised something unexpected (answered with an error)
+
+    def _make_socket(self, bind: str) -> zmq.Socket[bytes]:
+        """The server's one socket: every option that bounds what a client can make it hold is set here."""
+        sock = self.ctx.socket(zmq.REP)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)  # per frame; frames per request: recv_request
+        sock.setsockopt(zmq.RCVHWM, 64)
+        sock.setsockopt(zmq.SNDHWM, 64)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.bind(bind)
+        return sock
+
+    def answer(self, frames: list[bytes], extra: int) -> dict[str, Any]:
+        """The reply to one request's frames (``extra``: frames past the cap, already discarded)."""
+        if extra or len(frames) != 1:
+            raise ValueError(f"a request is one frame, got {len(frames) + extra}")
+        return {"ok": True, **self.table.handle(orjson.loads(frames[0]))}
 
     def serve(self) -> None:
-        """Answer requests until ``stop``."""
+        """Answer requests until ``stop``; whatever a request holds, it gets a reply and the loop goes on."""
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         while not self._stop.is_set():
             if not poller.poll(100):
                 continue
-            msg = self.sock.recv()
             try:
-                reply = {"ok": True, **self.table.handle(orjson.loads(msg))}
+                frames, extra = recv_request(self.sock, MAX_FRAMES)
+            except zmq.Again:
+                continue
+            try:
+                reply = self.answer(frames, extra)
             except (ValueError, OSError) as e:
+                self.refused += 1
                 reply = {"ok": False, "error": str(e)[:500]}
+            except Exception as e:  # a bug must cost one request, not the server
+                self.failures += 1
+                reply = {"ok": False, "error": f"internal error: {type(e).__name__}"}
             self.requests += 1
-            self.sock.send(orjson.dumps(reply))
+            # a peer that is gone loses its reply; REP is ready for the next request either way
+            with contextlib.suppress(zmq.ZMQError):
+                self.sock.send(orjson.dumps(reply), zmq.NOBLOCK)
 
     def start(self) -> ConfigServer:
         self._thread = threading.Thread(target=self._run, name="cp-config-server", daemon=True)
@@ -182,6 +228,19 @@ class ConfigServer:
             self._thread.join(5)
         else:
             self.sock.close(0)
+
+
+def recv_request(sock: zmq.Socket[bytes], max_frames: int) -> tuple[list[bytes], int]:
+    """One message, keeping at most ``max_frames`` frames; the rest are read and dropped, counted."""
+    frames = [sock.recv(zmq.NOBLOCK)]
+    extra = 0
+    while sock.getsockopt(zmq.RCVMORE):
+        part = sock.recv(zmq.NOBLOCK)
+        if len(frames) < max_frames:
+            frames.append(part)
+        else:
+            extra += 1
+    return frames, extra
 
 
 def parse_assignment(text: str) -> tuple[str, str, dict[str, str]]:
