@@ -18,6 +18,7 @@ MAX_HEADER = 64 * 1024
 MAX_ROUNDS = 100_000
 ROW_FIELDS = 5  # seq, c_i, c_j, c_k, ns_i
 MAX_MESSAGE = MAX_HEADER + MAX_ROUNDS * ROW_FIELDS * 8 + 1024
+MIN_PROBE_PORT = 1024  # probes never go to a system service's port (no use as a reflector)
 
 
 def endpoint(addr: str) -> str:
@@ -38,6 +39,36 @@ def check_ipv4(host: str) -> str:
     except ValueError:
         raise ValueError(f"not an IPv4 address: {host!r}") from None
     return host
+
+
+def check_probe_host(host: str) -> str:
+    """``host`` if probes may be sent to it: a unicast IPv4 address (not 0.0.0.0, broadcast or multicast)."""
+    addr = ipaddress.IPv4Address(check_ipv4(host))
+    if (
+        addr.is_unspecified
+        or addr.is_multicast
+        or addr.is_reserved
+        or addr == ipaddress.IPv4Address("255.255.255.255")
+    ):
+        raise ValueError(f"probe address {host} is not a unicast host address")
+    return host
+
+
+def recv_bounded(sock: zmq.Socket, max_frames: int) -> tuple[list[bytes], int]:
+    """One message, keeping at most ``max_frames`` frames; the rest are read and dropped, counted.
+
+    Frames arrive whole (ZeroMQ delivers a message only once its last frame is in), each bounded
+    by MAXMSGSIZE; this keeps a message of many frames from being copied into Python objects.
+    """
+    frames = [sock.recv(zmq.NOBLOCK)]
+    extra = 0
+    while sock.getsockopt(zmq.RCVMORE):
+        part = sock.recv(zmq.NOBLOCK)
+        if len(frames) < max_frames:
+            frames.append(part)
+        else:
+            extra += 1
+    return frames, extra
 
 
 def configure(sock: zmq.Socket) -> None:

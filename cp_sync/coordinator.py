@@ -8,6 +8,7 @@ one message per pair, then ``done``.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
 import threading
@@ -25,6 +26,12 @@ from cp_sync.sync_table import probes_table, write_sync
 
 _PHASE_RE = re.compile(r"^[A-Za-z0-9_\-]{1,32}$")
 AGENT_STALE_S = 5.0
+MAX_AGENTS = 256  # registered agents; stale ones make room, past that a registration is refused
+MAX_FRAMES = 3  # identity, header, rows: frames past this are read and dropped
+
+
+class Refused(ValueError):
+    """A well-formed request the coordinator declines (its client gets an error reply)."""
 
 
 def check_phase(phase: str) -> str:
@@ -61,22 +68,27 @@ class Coordinator:
     """Runs the control plane in a background thread (``start``) or the caller's (``serve_forever``)."""
 
     def __init__(self, bind: str = "127.0.0.1:0") -> None:
-        ep = control.endpoint(bind)
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
-        self._sock = self._ctx.socket(zmq.ROUTER)
-        control.configure(self._sock)
-        host, _, port = ep[len("tcp://") :].rpartition(":")
-        if port in ("0", "*"):
-            port_n = self._sock.bind_to_random_port(f"tcp://{host}")
-            self.address = f"tcp://{host}:{port_n}"
-        else:
-            self._sock.bind(ep)
-            self.address = ep
+        self._sock, self.address = self._make_socket(control.endpoint(bind))
         self.agents: dict[str, _AgentInfo] = {}
+        self.refused = 0  # messages answered with an error or dropped as malformed
+        self.failures = 0  # messages whose handling raised something unexpected
         self._run: _Run | None = None
         self._ids = itertools.count(1)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def _make_socket(self, ep: str) -> tuple[zmq.Socket[bytes], str]:
+        """The coordinator's one socket, bound: every option bounding what a peer can make it hold is here."""
+        sock = self._ctx.socket(zmq.ROUTER)
+        control.configure(sock)  # MAXMSGSIZE (per frame) and no linger; frames per message: recv_bounded
+        sock.setsockopt(zmq.RCVHWM, 256)
+        sock.setsockopt(zmq.SNDHWM, 256)  # per peer; a peer that never reads loses replies past it
+        host, _, port = ep[len("tcp://") :].rpartition(":")
+        if port in ("0", "*"):
+            return sock, f"tcp://{host}:{sock.bind_to_random_port(f'tcp://{host}')}"
+        sock.bind(ep)
+        return sock, ep
 
     # -- lifecycle -----------------------------------------------------
     def start(self) -> Coordinator:
@@ -103,8 +115,11 @@ class Coordinator:
         try:
             while not self._stop.is_set():
                 if self._sock.poll(100):
-                    frames = self._sock.recv_multipart()
-                    self._handle(frames[0], frames[1:])
+                    frames, extra = control.recv_bounded(self._sock, MAX_FRAMES)
+                    if extra or len(frames) < 2:
+                        self.refused += 1  # more frames than any request has: dropped unread
+                    else:
+                        self._handle_safely(frames[0], frames[1:])
                 self._check_timeout()
         finally:
             self._sock.close(0)
@@ -118,23 +133,39 @@ class Coordinator:
         live = (a for a in self.agents.values() if now - a.seen < AGENT_STALE_S)
         return sorted(live, key=lambda a: a.domain)
 
+    def _handle_safely(self, ident: bytes, frames: list[bytes]) -> None:
+        """``_handle``, except that nothing a message holds can stop the serving loop."""
+        try:
+            self._handle(ident, frames)
+        except Exception as e:  # a bug must cost one message, not the coordinator
+            self.failures += 1
+            with contextlib.suppress(zmq.ZMQError):
+                self._send(ident, {"op": "error", "error": f"internal error: {type(e).__name__}"})
+
+    def _register(self, ident: bytes, header: dict[str, Any]) -> None:
+        dom = control.str_field(header, "domain", 64)
+        hz = header.get("hz")
+        if isinstance(hz, bool) or not isinstance(hz, float | int) or not 0 < hz < 1e12:
+            raise ValueError("bad frequency")
+        host = control.check_probe_host(control.str_field(header, "host", 64))
+        port = control.int_field(header, "port", control.MIN_PROBE_PORT, 65535)
+        now = time.monotonic()
+        old = self.agents.get(dom)
+        if old is not None and old.identity != ident and now - old.seen < AGENT_STALE_S:
+            raise Refused(f"domain {dom!r} is registered by another live agent")
+        if old is None and len(self.agents) >= MAX_AGENTS:
+            for stale in [d for d, a in self.agents.items() if now - a.seen >= AGENT_STALE_S]:
+                del self.agents[stale]
+            if len(self.agents) >= MAX_AGENTS:
+                raise Refused(f"the coordinator has {MAX_AGENTS} live agents, its limit")
+        self.agents[dom] = _AgentInfo(ident, dom, float(hz), host, port, now)
+
     def _handle(self, ident: bytes, frames: list[bytes]) -> None:
         try:
             header, rows = control.unpack(frames)
             op = header["op"]
             if op == "register":
-                dom = control.str_field(header, "domain", 64)
-                hz = header.get("hz")
-                if not isinstance(hz, float | int) or not 0 < hz < 1e12:
-                    raise ValueError("bad frequency")
-                self.agents[dom] = _AgentInfo(
-                    ident,
-                    dom,
-                    float(hz),
-                    control.check_ipv4(control.str_field(header, "host", 64)),
-                    control.int_field(header, "port", 1, 65535),
-                    time.monotonic(),
-                )
+                self._register(ident, header)
             elif op == "bye":
                 gone = header.get("domain")
                 if isinstance(gone, str) and gone in self.agents and self.agents[gone].identity == ident:
@@ -154,8 +185,12 @@ class Coordinator:
                 self._start_run(ident, header)
             elif op == "result":
                 self._result(ident, header, rows)
+        except Refused as e:
+            self.refused += 1
+            self._send(ident, {"op": "error", "error": str(e)})
         except ValueError as e:
-            if header_op(frames) in ("run", "agents"):
+            self.refused += 1
+            if header_op(frames) in ("run", "agents"):  # the requests a client waits on an answer to
                 self._send(ident, {"op": "error", "error": str(e)})
 
     def _start_run(self, client: bytes, h: dict[str, Any]) -> None:

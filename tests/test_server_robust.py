@@ -56,3 +56,110 @@ def test_config_server_answers_a_two_frame_request_with_an_error(config_server) 
         s.close(0)
     assert lookup(config_server.endpoint, "anything") == ("null", {})
     assert config_server.refused == 1 and config_server.failures == 0
+
+
+# -- the sync coordinator -----------------------------------------------------------------------
+
+
+def _dealer(endpoint: str) -> zmq.Socket[bytes]:
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(endpoint)
+    return s
+
+
+def _register_msg(domain: object, host: str = "127.0.0.1", port: int = 40000) -> list[bytes]:
+    return [orjson.dumps({"op": "register", "domain": domain, "hz": 1e9, "host": host, "port": port})]
+
+
+def _next_reply(s: zmq.Socket[bytes]) -> dict:
+    assert s.poll(10_000), "no reply from the coordinator"
+    return orjson.loads(s.recv_multipart()[0])
+
+
+def test_coordinator_survives_unhashable_fields_and_many_frames() -> None:
+    from cp_sync.coordinator import Coordinator
+
+    with Coordinator("127.0.0.1:0") as coord:
+        s = _dealer(coord.address)
+        try:
+            for m in (
+                b'{"op":"bye","domain":[1]}',
+                b'{"op":"bye","domain":{"a":1}}',
+                b'{"op":"register","domain":[1],"hz":1e9,"host":"127.0.0.1","port":40000}',
+                b'{"op":"register","domain":"t","hz":true,"host":"127.0.0.1","port":40000}',
+                b'{"op":"result","task":[1],"error":{"x":[1]}}',
+                b'{"op":"run","phase":["p"],"rounds":true,"gap_us":0,"timeout_ms":5}',
+            ):
+                s.send(m)
+            s.send_multipart([b'{"op":"agents"}'] + [b"x" * 100] * 1000)  # frames past the cap: dropped
+            assert _next_reply(s) == {
+                "op": "error",
+                "error": "a sync run needs at least 2 registered agents, 0 registered",
+            }
+            s.send_multipart(_register_msg("d1"))
+            assert [a["domain"] for a in _wait_agents(coord.address, 1)] == ["d1"]
+        finally:
+            s.close(0)
+        assert coord.failures == 0 and coord.refused == 4  # two registers, the run, the long message
+        assert coord._thread is not None and coord._thread.is_alive()
+
+
+def test_coordinator_refuses_a_takeover_of_a_live_domain() -> None:
+    from cp_sync.coordinator import Coordinator, list_agents
+
+    with Coordinator("127.0.0.1:0") as coord:
+        owner, thief = _dealer(coord.address), _dealer(coord.address)
+        try:
+            owner.send_multipart(_register_msg("node-a", port=40001))
+            assert [a["port"] for a in _wait_agents(coord.address, 1)] == [40001]
+            thief.send_multipart(_register_msg("node-a", port=40002))
+            assert _next_reply(thief) == {
+                "op": "error",
+                "error": "domain 'node-a' is registered by another live agent",
+            }
+            owner.send_multipart(_register_msg("node-a", port=40003))  # the owner's heartbeat is fine
+            owner.send_multipart([b'{"op":"bye","domain":"node-a"}'])
+            thief.send_multipart([b'{"op":"bye","domain":"node-a"}'])  # not the thief's to remove
+            assert list_agents(coord.address) == []
+            thief.send_multipart(_register_msg("node-a", port=40002))  # gone: free to take
+            assert [a["port"] for a in _wait_agents(coord.address, 1)] == [40002]
+        finally:
+            owner.close(0)
+            thief.close(0)
+
+
+def _wait_agents(address: str, n: int) -> list[dict]:
+    import time
+
+    from cp_sync.coordinator import list_agents
+
+    deadline = time.monotonic() + 10
+    while True:
+        agents = list_agents(address)
+        if len(agents) >= n or time.monotonic() > deadline:
+            return agents
+        time.sleep(0.05)
+
+
+def test_coordinator_bounds_its_agents_and_checks_probe_targets() -> None:
+    from cp_sync.coordinator import MAX_AGENTS, Coordinator
+
+    with Coordinator("127.0.0.1:0") as coord:
+        s = _dealer(coord.address)
+        try:
+            for host, port in (("0.0.0.0", 40000), ("255.255.255.255", 40000), ("224.0.0.1", 40000)):
+                s.send_multipart(_register_msg("bad", host, port))
+            s.send_multipart(_register_msg("bad", "127.0.0.1", 53))  # a system service's port
+            for i in range(MAX_AGENTS):
+                s.send_multipart(_register_msg(f"d{i:03d}"))
+            s.send_multipart(_register_msg("one-too-many"))
+            assert _next_reply(s) == {
+                "op": "error",
+                "error": f"the coordinator has {MAX_AGENTS} live agents, its limit",
+            }
+            agents = _wait_agents(coord.address, MAX_AGENTS)
+            assert sorted(a["domain"] for a in agents) == [f"d{i:03d}" for i in range(MAX_AGENTS)]
+        finally:
+            s.close(0)
