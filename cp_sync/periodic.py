@@ -3,7 +3,8 @@
 Phases are named ``<prefix><index>`` (``p0000``, ``p0001``, ...), numbered on
 from the highest index already in the output directory so a restarted run never
 reuses a name. They start on a fixed schedule (``every`` seconds apart from the
-first, never early, never in bursts to catch up). A stop request ends the run
+first, which starts once the agents are there; never early, never in bursts
+to catch up). A stop request ends the run
 after the phase in progress and one final phase, so every record stamped before
 the request lies between two phases; with ``duration`` the last phase runs at
 ``duration`` seconds.
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cp_sync.coordinator import check_phase, run_phase
+from cp_sync.coordinator import check_phase, list_agents, run_phase
 
 PROBE_BYTES = 32  # the probe datagram's payload, request and reply alike
 IP_UDP_HEADERS = 28  # IPv4 (20) and UDP (8) headers on each datagram
@@ -165,6 +166,19 @@ class Schedule:
         return slot, False
 
 
+def wait_agents(server: str, expect: int, wait_s: float) -> int:
+    """Wait until at least ``expect`` (and 2) agents are registered; OSError after ``wait_s``."""
+    need = max(expect, 2)
+    deadline = time.monotonic() + wait_s
+    while True:
+        n = len(list_agents(server))
+        if n >= need:
+            return n
+        if time.monotonic() > deadline:
+            raise OSError(f"{n} agents registered at {server} after {wait_s:.0f}s, need {need}")
+        time.sleep(0.2)
+
+
 def run_periodic(
     server: str,
     out_dir: str | Path,
@@ -185,6 +199,8 @@ def run_periodic(
     rounds = int(phase_kw.pop("rounds", 100))
     load = Load()
     index = first_index(out_dir, prefix)
+    # Wait for the agents first, so the schedule and the load count from the first phase's start.
+    wait_agents(server, int(phase_kw.get("expect", 2)), float(phase_kw.get("wait_s", 10.0)))
     schedule.t0 = time.monotonic()
     last = False
     while True:
