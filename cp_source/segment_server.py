@@ -25,6 +25,11 @@ import zmq
 
 # A request is a tiny JSON object; anything longer is refused by ZeroMQ itself.
 MAX_REQUEST_BYTES = 512
+# Replies queued per peer: a REQ client has one request in flight, so a peer that sends many
+# without reading only loses replies past this (counted as replies_dropped), never grows memory.
+REPLY_HWM = 2
+REQUEST_HWM = 64  # requests queued per peer before ZeroMQ stops reading its connection
+MAX_FRAMES = 3  # identity, delimiter, request: frames past this are read and dropped
 # A segment larger than this is never sent (the factory writes far smaller ones).
 MAX_SEGMENT_BYTES = 1 << 30
 WORKER_NAME = re.compile(r"^w[0-9]{1,4}$")
@@ -93,10 +98,7 @@ class SegmentServer:
         self._root = Path(root).resolve()
         self._stats_path = Path(stats_path) if stats_path is not None else None
         self._ctx = zmq.Context()
-        self._sock = self._ctx.socket(zmq.ROUTER)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES * 4)
-        self._sock.bind(bind[:-2] + ":*" if bind.endswith(":0") else bind)
+        self._sock = self._make_socket(bind)
         bound = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         host, port = bound.rsplit(":", 1)
         host = host.removeprefix("tcp://")
@@ -113,10 +115,24 @@ class SegmentServer:
             "rejected": 0,
             "missing": 0,
             "stats_write_errors": 0,
+            "replies_dropped": 0,
+            "failures": 0,
         }
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="cp-segment-server", daemon=True)
         self._thread.start()
+
+    def _make_socket(self, bind: str) -> zmq.Socket:
+        """The server's one socket, bound: every option bounding what a peer can make it hold is here."""
+        sock = self._ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES * 4)  # per frame; frames: _recv_bounded
+        sock.setsockopt(zmq.RCVHWM, REQUEST_HWM)
+        sock.setsockopt(zmq.SNDHWM, REPLY_HWM)
+        # a full peer pipe raises EAGAIN on a non-blocking send instead of a silent drop, so it is counted
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        sock.bind(bind[:-2] + ":*" if bind.endswith(":0") else bind)
+        return sock
 
     def stats(self) -> dict[str, Any]:
         """Counters of what was served so far."""
@@ -167,7 +183,6 @@ class SegmentServer:
         except OSError as e:
             self._count(missing=1)
             return [orjson.dumps({"ok": False, "error": f"segment {worker}/{number}: {e.strerror or e}"})]
-        self._count(segments_served=1, rows_served=ref.rows, bytes_served=len(body))
         return [orjson.dumps({"ok": True, "rows": ref.rows, "nbytes": len(body)}), body]
 
     def _serve(self) -> None:
@@ -177,21 +192,31 @@ class SegmentServer:
             if not poller.poll(100):
                 continue
             try:
-                frames = self._sock.recv_multipart(zmq.NOBLOCK)
+                self._serve_one()
             except zmq.Again:
                 continue
-            self._count(requests=1)
-            # ROUTER framing from a REQ peer: identity, empty delimiter, request.
-            if len(frames) != 3 or frames[1] != b"":
-                self._count(rejected=1)
-                continue
-            reply = self._answer(frames[2])
-            try:
-                self._sock.send_multipart([frames[0], b"", *reply], zmq.NOBLOCK, copy=False)
-            except zmq.ZMQError:
-                continue  # the peer went away; it will retry or fail its task
-            if len(reply) == 2:
-                self._write_stats()
+            except Exception:  # a bug must cost one request, never the server
+                self._count(failures=1)
+
+    def _serve_one(self) -> None:
+        frames, extra = _recv_bounded(self._sock, MAX_FRAMES)
+        self._count(requests=1)
+        # ROUTER framing from a REQ peer: identity, empty delimiter, request.
+        if extra or len(frames) != 3 or frames[1] != b"":
+            self._count(rejected=1)
+            return
+        reply = self._answer(frames[2])
+        try:
+            self._sock.send_multipart([frames[0], b"", *reply], zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            self._count(replies_dropped=1)  # the peer has REPLY_HWM replies it has not read
+            return
+        except zmq.ZMQError:
+            return  # the peer went away; it will retry or fail its task
+        if len(reply) == 2:  # counted once it is queued for the peer, not when it was dropped
+            rows = orjson.loads(reply[0])["rows"]
+            self._count(segments_served=1, rows_served=rows, bytes_served=len(reply[1]))
+            self._write_stats()
 
     def stop(self) -> None:
         """Stop serving, write the final counters and close the socket."""
@@ -200,6 +225,19 @@ class SegmentServer:
         self._write_stats()
         self._sock.close(0)
         self._ctx.term()
+
+
+def _recv_bounded(sock: zmq.Socket, max_frames: int) -> tuple[list[bytes], int]:
+    """One message, keeping at most ``max_frames`` frames; the rest are read and dropped, counted."""
+    frames = [sock.recv(zmq.NOBLOCK)]
+    extra = 0
+    while sock.getsockopt(zmq.RCVMORE):
+        part = sock.recv(zmq.NOBLOCK)
+        if len(frames) < max_frames:
+            frames.append(part)
+        else:
+            extra += 1
+    return frames, extra
 
 
 def fetch_segment(

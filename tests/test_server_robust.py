@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import orjson
 import pytest
 import zmq
@@ -161,5 +163,54 @@ def test_coordinator_bounds_its_agents_and_checks_probe_targets() -> None:
             }
             agents = _wait_agents(coord.address, MAX_AGENTS)
             assert sorted(a["domain"] for a in agents) == [f"d{i:03d}" for i in range(MAX_AGENTS)]
+        finally:
+            s.close(0)
+
+
+# -- the segment server -------------------------------------------------------------------------
+
+SEGMENT_BYTES = 3_200_000
+
+
+def _flood_segment_requests(endpoint: str, n: int) -> zmq.Socket[bytes]:
+    """A client that asks for the same segment ``n`` times and never reads a reply."""
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.RCVHWM, 1)  # the client's own queue stays tiny: what piles up is the server's
+    s.connect(endpoint)
+    req = orjson.dumps({"op": "segment", "worker": "w0", "number": 0})
+    for _ in range(n):
+        s.send_multipart([b"", req])
+    return s
+
+
+def test_segment_server_bounds_replies_to_a_peer_that_never_reads(tmp_path) -> None:
+    import time
+
+    from live_server import LiveServer
+
+    from cp_source.segment_server import fetch_segment, server_stats
+
+    (tmp_path / "w0").mkdir()
+    body = os.urandom(SEGMENT_BYTES)
+    (tmp_path / "w0" / "seg-000000000000.arrow").write_bytes(body)
+    with LiveServer("segment", str(tmp_path)) as srv:
+        assert fetch_segment(srv.endpoint, "w0", 0) == body  # warm: the first read's buffers are counted
+        before = srv.rss_mb()
+        s = _flood_segment_requests(srv.endpoint, 600)
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                stats = server_stats(srv.endpoint)
+                if stats["segments_served"] + stats["replies_dropped"] >= 601:
+                    break
+                time.sleep(0.2)
+            grown = srv.rss_mb() - before
+            # 600 replies of 3.2 MB would be 1.9 GB; two per peer are kept, the rest dropped and counted
+            assert grown < 40, f"the server grew by {grown:.0f} MiB"
+            assert stats["segments_served"] + stats["replies_dropped"] == 601  # one each, no other fate
+            assert stats["replies_dropped"] >= 590 and stats["failures"] == 0
+            assert fetch_segment(srv.endpoint, "w0", 0) == body
         finally:
             s.close(0)
