@@ -1,4 +1,4 @@
-"""The feasible set of affine clock relations allowed by a set of probes.
+"""The feasible set of affine clock relations allowed by a set of probes, in exact arithmetic.
 
 A relation maps one domain's continuous counter u^src to another's:
 u^dst = a + b * u^src, b > 0. Each probe bracket gives two linear
@@ -7,18 +7,23 @@ quantisation included). The set of (a, b) meeting all of them is a convex
 polygon; translation needs only its vertices, since the extremes of any
 linear function of (a, b) lie there.
 
-Coordinates are centred for conditioning: u^dst = c0 + alpha + (r0 + gamma / scale) * (u^src - x0),
-with integers c0, x0 near the data, r0 a rate estimate and scale the span of
-the probes, so alpha and gamma are both a few cycles to a few thousand.
+Coordinates are local: u^dst = c0 + alpha + b * (u^src - x0), with integers
+c0, x0 near the data, so every constraint has integer coefficients and the
+vertices are exact rationals (``fractions.Fraction``). Floating point enters
+only when the vertices are handed to the translation kernel, which pads its
+result by an error term that scales with the magnitudes involved.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
-from scipy.optimize import linprog
-from scipy.spatial import HalfspaceIntersection
+
+Vertex = tuple[Fraction, Fraction]  # (alpha, b)
+_BOX_ALPHA = Fraction(2**80)  # far beyond any counter: a vertex on the box means the set is unbounded
+_BOX_RATE = Fraction(2**40)
 
 
 class AssumptionViolated(ValueError):
@@ -40,12 +45,12 @@ class Constraints:
     ) -> Constraints:
         """Constraints from probes initiated by dst (c_i, c_j, c_k with c_j in src) and by src."""
         xs, vs, ss = [], [], []
-        if dst_init is not None:
+        if dst_init is not None and len(dst_init[0]):
             i, j, k = dst_init
             xs += [j + 1, j]  # F(j + 1) >= i ; F(j) <= k + 1
             vs += [i, k + 1]
             ss += [np.ones(len(i), np.int8), -np.ones(len(i), np.int8)]
-        if src_init is not None:
+        if src_init is not None and len(src_init[0]):
             i, j, k = src_init
             xs += [i, k + 1]  # F(i) <= j + 1 ; F(k + 1) >= j
             vs += [j + 1, j]
@@ -59,15 +64,14 @@ class Constraints:
 
 @dataclass(frozen=True)
 class Polygon:
-    """Vertices of the feasible (a, b) set in centred coordinates."""
+    """Vertices of the feasible (alpha, b) set around the local origin (x0, c0), exact and as float64."""
 
     x0: int
     c0: int
-    r0: float
-    scale: float
-    alpha: np.ndarray  # float64 per vertex
-    rate: np.ndarray  # float64 per vertex: r0 + gamma / scale
-    slack: float  # Chebyshev radius of the polygon (in alpha/gamma units): how far from crossing
+    alpha_q: tuple[Fraction, ...]
+    rate_q: tuple[Fraction, ...]
+    alpha: np.ndarray  # float64 per vertex (nearest to the exact value)
+    rate: np.ndarray  # float64 per vertex
 
     @property
     def rate_range(self) -> tuple[float, float]:
@@ -79,38 +83,109 @@ class Polygon:
         vals = self.alpha[:, None] + self.rate[:, None] * dy[None, :]
         return vals.min(axis=0), vals.max(axis=0)
 
+    def exact_range(self, y: int) -> tuple[Fraction, Fraction]:
+        """min and max of F(y) - c0 over the polygon, exactly."""
+        vals = [a + b * (y - self.x0) for a, b in zip(self.alpha_q, self.rate_q, strict=True)]
+        return min(vals), max(vals)
 
-def feasible_polygon(c: Constraints, x0: int, c0: int, r0: float) -> Polygon:
-    """The polygon of relations meeting every constraint; AssumptionViolated when it is empty."""
-    dx = (c.x - x0).astype(np.float64)
-    dv = (c.v - c0).astype(np.float64)
-    span = float(c.x.max() - c.x.min())
-    if span <= 0:
+
+def _cross(o: tuple[int, int], a: tuple[int, int], b: tuple[int, int]) -> int:
+    return (a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0])
+
+
+def _chain(points: list[tuple[int, int]], upper: bool) -> list[tuple[int, int]]:
+    """The upper (or lower) convex chain of integer points, exactly (monotone chain)."""
+    out: list[tuple[int, int]] = []
+    for p in points:
+        while len(out) >= 2 and (
+            _cross(out[-2], out[-1], p) >= 0 if upper else _cross(out[-2], out[-1], p) <= 0
+        ):
+            out.pop()
+        out.append(p)
+    return out
+
+
+def _relevant(c: Constraints, x0: int, c0: int) -> list[tuple[int, int, int]]:
+    """(dx, dv, sense) of the constraints that can bound the set: the hull chains of each side.
+
+    A line above every lower point is above their upper hull and conversely, so only the
+    upper chain of the F >= v points and the lower chain of the F <= v points matter.
+    """
+    dx = (c.x - x0).tolist()
+    dv = (c.v - c0).tolist()
+    sense = c.sense.tolist()
+    lower = sorted({(x, v) for x, v, s in zip(dx, dv, sense, strict=True) if s > 0})
+    upper = sorted({(x, v) for x, v, s in zip(dx, dv, sense, strict=True) if s < 0})
+    out = [(x, v, 1) for x, v in _chain(lower, upper=True)]
+    out += [(x, v, -1) for x, v in _chain(upper, upper=False)]
+    return out
+
+
+def _clip(poly: list[Vertex], dx: int, dv: int, s: int) -> list[Vertex]:
+    """The part of convex polygon ``poly`` where s * (alpha + b dx - dv) >= 0 (closed), exactly."""
+    out: list[Vertex] = []
+    n = len(poly)
+    g = [s * (a + b * dx - dv) for a, b in poly]
+    for m in range(n):
+        p, q = poly[m], poly[(m + 1) % n]
+        gp, gq = g[m], g[(m + 1) % n]
+        if gp >= 0:
+            out.append(p)
+        if (gp > 0 > gq) or (gp < 0 < gq):
+            t = gp / (gp - gq)
+            out.append((p[0] + (q[0] - p[0]) * t, p[1] + (q[1] - p[1]) * t))
+    dedup: list[Vertex] = []
+    for v in out:
+        if not dedup or dedup[-1] != v:
+            dedup.append(v)
+    while len(dedup) > 1 and dedup[0] == dedup[-1]:
+        dedup.pop()
+    return dedup
+
+
+def exact_vertices(c: Constraints, x0: int, c0: int) -> list[Vertex]:
+    """Exact vertices of {(alpha, b): b >= 0, every constraint}; empty when no relation fits."""
+    poly: list[Vertex] = [
+        (-_BOX_ALPHA, Fraction(0)),
+        (_BOX_ALPHA, Fraction(0)),
+        (_BOX_ALPHA, _BOX_RATE),
+        (-_BOX_ALPHA, _BOX_RATE),
+    ]
+    for dx, dv, s in _relevant(c, x0, c0):
+        poly = _clip(poly, dx, dv, s)
+        if not poly:
+            break
+    return poly
+
+
+def feasible_polygon(c: Constraints, x0: int, c0: int, r0: float | None = None) -> Polygon:
+    """The polygon of relations meeting every constraint; AssumptionViolated when it is empty.
+
+    ``r0`` (a rate estimate) is accepted for callers of the earlier float version and not needed.
+    """
+    del r0
+    if int(c.x.max()) == int(c.x.min()):
         raise ValueError("probes at a single instant cannot fix a rate")
-    scale = span
-    s = c.sense.astype(np.float64)
-    # F >= v  <=>  -alpha - gamma*dx/scale <= r0*dx - dv ;  F <= v  <=>  alpha + gamma*dx/scale <= dv - r0*dx
-    A = np.column_stack([-s, -s * dx / scale])
-    b = s * (r0 * dx - dv)
-    norms = np.hypot(A[:, 0], A[:, 1])
-    # Chebyshev centre: the interior point HalfspaceIntersection needs, and the emptiness test.
-    res = linprog(
-        c=[0.0, 0.0, -1.0],
-        A_ub=np.column_stack([A, norms]),
-        b_ub=b,
-        bounds=[(None, None), (None, None), (None, 1e12)],
-        method="highs",
-    )
-    if res.status == 2 or (res.status == 0 and res.x[2] <= 1e-9):
+    verts = exact_vertices(c, int(x0), int(c0))
+    if not verts:
         raise AssumptionViolated(
             "the probes admit no affine relation (upper and lower hull lines cross): "
             "a clock jumped, drifted non-linearly, or a stamp is wrong"
         )
-    if res.status != 0 or res.x[2] >= 1e11:
-        raise ValueError(f"cannot bound the relation from these probes ({res.message})")
-    centre = res.x[:2]
-    hs = HalfspaceIntersection(np.column_stack([A, -b]), centre)
-    pts = hs.intersections
-    alpha = pts[:, 0]
-    rate = r0 + pts[:, 1] / scale
-    return Polygon(int(x0), int(c0), float(r0), scale, alpha.copy(), rate.copy(), float(res.x[2]))
+    if any(abs(a) == _BOX_ALPHA or b == _BOX_RATE or b == 0 for a, b in verts):
+        raise ValueError("cannot bound the relation from these probes (they do not bracket it on both sides)")
+    aq = tuple(a for a, _ in verts)
+    bq = tuple(b for _, b in verts)
+    return Polygon(
+        int(x0),
+        int(c0),
+        aq,
+        bq,
+        np.array([float(a) for a in aq]),
+        np.array([float(b) for b in bq]),
+    )
+
+
+def consistent(c: Constraints, x0: int, c0: int) -> bool:
+    """Whether some affine increasing relation meets every constraint (exact)."""
+    return bool(exact_vertices(c, int(x0), int(c0)))

@@ -1,22 +1,28 @@
-"""Translation of stamps between TSC domains with a strict error bound per record.
+"""Translation of stamps between TSC domains with an error bound and a status per record.
 
-Relations between domains come from the sync table's probes, by one of two
+Relations between domains come from the sync table's probes over any number
+of phases (cp_sync.phase_spans): each record is translated with the relation
+of the span between the two phases that bracket its stamp, by one of two
 methods that share the same evaluation:
 
-* ``minrtt`` (the paper's two-point method): the MinRTT probe of the first and
-  of the last phase, initiated by the domain translated into;
-* ``hull``: every probe of the pair, both directions, every phase (the
-  convex-hull / LP bound: never looser than ``minrtt``, and it refuses with
-  :class:`AssumptionViolated` when no affine relation fits the probes).
+* ``minrtt`` (the paper's two-point method): the MinRTT probes of the span's
+  two phases, initiated by the domain translated into where it probed;
+* ``hull``: every probe of the span's two phases, both directions (the
+  convex-hull / LP bound: never looser than ``minrtt``).
 
-Each relation is the polygon of affine maps its probes allow (cp_sync.hull).
-Per record the scenario decides how the two stamps are combined (docs/sync.md
-derives every formula): 0 both stamps on the reference, 1 both on one other
-domain (the rate error only, 2 d/D e), 2 one on the reference (the value
-error, e), 3 two other domains (their direct relation, then the rate to the
-reference: about e). ``naive`` translates each end to the reference on its
-own (2e), the baseline the paper improves on. The estimate is the centre of
-the interval the truth must lie in and the bound its half-width.
+Each relation is the exact polygon of affine maps its probes allow
+(cp_sync.hull). Per record the scenario decides how the two stamps are
+combined (docs/sync.md derives every formula): 0 both stamps on the
+reference, 1 both on one other domain (the rate error only, 2 d/D e), 2 one on
+the reference (the value error, e), 3 two other domains (the best of the
+direct relation and the route through the reference: about e). ``naive``
+translates each end to the reference on its own (2e), the baseline the paper
+improves on. The estimate is the centre of the interval the truth must lie in
+and the bound its half-width.
+
+Every record gets a status (STATUSES): ``ok`` where the bound is guaranteed
+under the model (each clock affine over the span, checked against the
+neighbouring spans), else the reason; a record is refused alone, never the run.
 """
 
 from __future__ import annotations
@@ -31,107 +37,135 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
-from cp_sync.hull import AssumptionViolated, Constraints, Polygon, feasible_polygon
+from cp_sync.hull import Polygon
+from cp_sync.phase_spans import PairSpans, PhaseProbes, fit_spans, pair_phases, span_drift
 from cp_sync.sync_table import minrtt
 from native_tsc.stamp_columns import node_column, stamp_points, tsc_column
 
 METHODS = ("minrtt", "hull", "naive")
 SCENARIOS = {0: "reference", 1: "same-node", 2: "reference-node", 3: "two-nodes"}
-_EPS = 1e-3  # outward rounding of every bound (cycles), covers float evaluation of the vertices
+# Worst reason wins: a record's status is the largest code of every part it used.
+STATUSES = ("ok", "extrapolated", "drift", "stamp_domain", "no_relation")
+ST_OK, ST_EXTRAPOLATED, ST_DRIFT, ST_STAMP_DOMAIN, ST_NO_RELATION = range(5)
+_EPS = 1e-3  # fixed outward rounding of every bound (cycles)
+_REL_EPS = 2e-15  # plus this times the magnitudes the float evaluation went through (about 4 roundings)
+STAMP_MARGIN = 3.0  # a stamp further outside its domain's probed range than this many windows is implausible
 
 
 @dataclass(frozen=True)
 class Relation:
-    """src -> dst affine relation polygon plus the paper's two-point figures."""
+    """src -> dst relation over every span, plus the paper's two-point figures (first and last phase)."""
 
     src: str
     dst: str
     method: str
-    polygon: Polygon
-    e_before: float  # half MinRTT, first phase (cycles of dst)
+    polygon: Polygon | None  # the first span's
+    e_before: float  # half MinRTT, first phase (cycles of its initiator)
     e_after: float  # half MinRTT, last phase
-    rate: float  # the paper's r = d^dst[j,m] / d^src[j,m]
-    span_src: int  # D: src cycles between the two MinRTT receipts
+    rate: float  # the paper's r = d^dst[j,m] / d^src[j,m], first to last phase
+    span_src: int  # D: src cycles between the first and last phase's MinRTT probes
     probes: int
+    spans: PairSpans | None = None
 
 
-def _pair_probes(table: pa.Table, initiator: str, responder: str) -> pa.Table:
-    mask = pc.and_(pc.equal(table["initiator"], initiator), pc.equal(table["responder"], responder))
-    return table.filter(mask)
+def _midpoints(p: PhaseProbes) -> tuple[int, float]:
+    """(src stamp, dst midpoint) of a phase's MinRTT probe."""
+    d, r = p.best
+    i, j, k = p.fwd if d == "fwd" else p.back
+    if d == "fwd":
+        return int(j[r]), (int(i[r]) + int(k[r])) / 2
+    return (int(i[r]) + int(k[r])) // 2, float(j[r])
 
 
-def _np(t: pa.Table, col: str) -> np.ndarray:
-    return t[col].to_numpy().astype(np.int64)
-
-
-def _two_minrtt(t: pa.Table) -> pa.Table:
-    """The MinRTT probes of the first and last phase of one initiator's probes (by its own clock)."""
-    best = minrtt(t).sort_by("ns_i")
-    if best.num_rows < 2:
-        raise ValueError(
-            f"two phases needed for {t['initiator'][0]} -> {t['responder'][0]}, found {best.num_rows}: "
-            "run 'cloudprofiler sync run' before and after"
-        )
-    return best.take([0, best.num_rows - 1])
+def _relation(spans: PairSpans, phases: list[PhaseProbes]) -> Relation:
+    (x1, m1), (x2, m2) = _midpoints(phases[0]), _midpoints(phases[-1])
+    n = sum(len(p.fwd[0]) + len(p.back[0]) for p in phases)
+    if spans.method == "minrtt":
+        n = len(phases)
+    return Relation(
+        spans.src,
+        spans.dst,
+        spans.method,
+        spans.polygons[0],
+        phases[0].e,
+        phases[-1].e,
+        (m2 - m1) / (x2 - x1),
+        x2 - x1,
+        n,
+        spans,
+    )
 
 
 def fit_relation(table: pa.Table, src: str, dst: str, method: str) -> Relation:
     """The relation src -> dst from the probes in ``table`` by ``method`` (minrtt or hull)."""
-    fwd = _pair_probes(table, dst, src)  # dst initiates, src stamps c_j
-    if fwd.num_rows == 0:
-        raise ValueError(f"no probes from {dst} to {src} in the sync table")
-    two = _two_minrtt(fwd)
-    i, j, k = _np(two, "c_i"), _np(two, "c_j"), _np(two, "c_k")
-    e1, e2 = (k[0] - i[0]) / 2, (k[1] - i[1]) / 2
-    d_src = int(j[1] - j[0])
-    mid2 = int(i[1] + k[1]) - int(i[0] + k[0])  # twice the midpoint difference, exact
-    if d_src <= 0:
-        raise ValueError(f"the MinRTT probes of {dst} -> {src} are not in time order")
-    r = mid2 / 2 / d_src
-    x0, c0 = int(j[0]), int((i[0] + k[0]) // 2)
-    if method == "minrtt":
-        cons = Constraints.from_probes((i, j, k), None)
-        n = 2
-    elif method == "hull":
-        back = _pair_probes(table, src, dst)
-        src_init = (_np(back, "c_i"), _np(back, "c_j"), _np(back, "c_k")) if back.num_rows else None
-        cons = Constraints.from_probes((_np(fwd, "c_i"), _np(fwd, "c_j"), _np(fwd, "c_k")), src_init)
-        n = fwd.num_rows + back.num_rows
-    else:
-        raise ValueError(f"unknown method {method!r}")
-    try:
-        poly = feasible_polygon(cons, x0, c0, r)
-    except AssumptionViolated as e:
-        raise AssumptionViolated(f"{method} {src} -> {dst}: {e}") from None
-    return Relation(src, dst, method, poly, float(e1), float(e2), r, d_src, n)
+    phases = pair_phases(table, src, dst)
+    return _relation(fit_spans(table, src, dst, method, phases), phases)
 
 
 # -- kernels -------------------------------------------------------------------------------------
-# Relations are packed into arrays (vertices padded per relation) and every record is translated in one
-# pass: per record, its (start domain, end domain) group picks the combination rule.
+# Relations are packed into arrays (each relation's spans flat, vertices padded per span) and every
+# record is translated in one pass: per record, its (start domain, end domain) group picks the rule
+# and relations, and each stamp picks its span by binary search over the relation's phase edges.
 
-K_SKIP, K_REF, K_SAME, K_REF_START, K_REF_END, K_TWO, K_NAIVE = -1, 0, 1, 2, 3, 4, 5
+K_NONE, K_REF, K_SAME, K_REF_START, K_REF_END, K_TWO, K_NAIVE = -1, 0, 1, 2, 3, 4, 5
 
 
 @njit(cache=True, inline="always")
-def _range(alpha, rate, nv, r, y, x0):
-    dy = float(y - x0)
-    lo = alpha[r, 0] + rate[r, 0] * dy
+def _locate(edges, e0, n, y):
+    """(span, extrapolated) of stamp y among a relation's n spans (edges e0 .. e0 + n)."""
+    if y < edges[e0]:
+        return 0, 1
+    if y > edges[e0 + n]:
+        return n - 1, 1
+    lo = 0
+    hi = n - 1
+    while lo < hi:
+        m = (lo + hi + 1) // 2
+        if edges[e0 + m] <= y:
+            lo = m
+        else:
+            hi = m - 1
+    return lo, 0
+
+
+@njit(cache=True, inline="always")
+def _range(alpha, rate, nv, x0, s, y):
+    dy = float(y - x0[s])
+    lo = alpha[s, 0] + rate[s, 0] * dy
     hi = lo
-    for v in range(1, nv[r]):
-        val = alpha[r, v] + rate[r, v] * dy
+    for v in range(1, nv[s]):
+        val = alpha[s, v] + rate[s, v] * dy
         lo = min(lo, val)
         hi = max(hi, val)
-    return lo, hi
+    return lo, hi, abs(dy)
 
 
 @njit(cache=True, inline="always")
-def _stamp(alpha, rate, nv, x0, r, y):
-    # The reference reading at the instant of stamp y (relative to the relation's c0):
+def _stamp(P, r, y):
+    # The dst reading at the instant of stamp y (relative to the span's c0):
     # floor(F(u)) with u in [y, y + 1) lies in (min F(y) - 1, max F(y + 1)).
-    lo, _ = _range(alpha, rate, nv, r, y, x0[r])
-    _, hi = _range(alpha, rate, nv, r, y + 1, x0[r])
-    return lo - 1.0, hi
+    sb, ns, eb, edges, x0, c0, nv, alpha, rate, bmin, bmax, amax, sst = P
+    sp, ext = _locate(edges, eb[r], ns[r], y)
+    s = sb[r] + sp
+    lo, _, dy = _range(alpha, rate, nv, x0, s, y)
+    _, hi, _ = _range(alpha, rate, nv, x0, s, y + 1)
+    return lo - 1.0, hi, c0[s], max(ext, sst[s]), (dy + 1.0) * bmax[s] + amax[s]
+
+
+@njit(cache=True, inline="always")
+def _rates(P, r, ya, yb):
+    """Rate range of relation r over every span that [ya, yb] (src counter) touches, and its status."""
+    sb, ns, eb, edges, x0, c0, nv, alpha, rate, bmin, bmax, amax, sst = P
+    s0, x_a = _locate(edges, eb[r], ns[r], ya)
+    s1, x_b = _locate(edges, eb[r], ns[r], yb)
+    lo = bmin[sb[r] + s0]
+    hi = bmax[sb[r] + s0]
+    st = max(x_a, x_b)
+    for sp in range(s0, s1 + 1):
+        lo = min(lo, bmin[sb[r] + sp])
+        hi = max(hi, bmax[sb[r] + sp])
+        st = max(st, sst[sb[r] + sp])
+    return lo, hi, st
 
 
 @njit(cache=True, inline="always")
@@ -140,55 +174,109 @@ def _mul_range(alo, ahi, blo, bhi):
     return min(min(p1, p2), min(p3, p4)), max(max(p1, p2), max(p3, p4))
 
 
+@njit(cache=True, inline="always")
+def _naive(P, a, b, ys, ye):
+    """Both ends translated to the reference on their own (relations a for the start, b for the end)."""
+    slo, shi, cs, sts, ms = _stamp(P, a, ys)
+    elo, ehi, ce, ste, me = _stamp(P, b, ye)
+    shift = float(ce - cs)
+    return shift + elo - shi, shift + ehi - slo, max(sts, ste), ms + me + abs(shift)
+
+
+@njit(cache=True, inline="always")
+def _direct(P, a, b, ys, ye):
+    """Two other domains: the start carried into the end's counter (a), times the end's rate (b)."""
+    sb, ns, eb, edges, x0, c0, nv, alpha, rate, bmin, bmax, amax, sst = P
+    sp, ext = _locate(edges, eb[a], ns[a], ys)
+    s = sb[a] + sp
+    glo, _, dy = _range(alpha, rate, nv, x0, s, ys)
+    _, ghi, _ = _range(alpha, rate, nv, x0, s, ys + 1)
+    base = float(ye - c0[s])
+    dlo = base - ghi
+    dhi = base + 1.0 - glo
+    start = ye
+    if glo == glo and abs(glo) < 4e18:
+        start = c0[s] + np.int64(glo)
+    blo, bhi, st = _rates(P, b, min(start, ye), max(start, ye))
+    lo, hi = _mul_range(blo, bhi, dlo, dhi)
+    mag = (dy + 1.0) * bmax[s] + amax[s] + abs(base) + (abs(dlo) + abs(dhi)) * bhi
+    return lo - 1.0, hi + 1.0, max(max(ext, sst[s]), st), mag
+
+
+@njit(cache=True, inline="always")
+def _two(P, a, b, c, ys, ye):
+    """Best of the valid routes between two other domains: direct (a, then b) and through the reference."""
+    lo1, hi1, st1, m1 = np.nan, np.nan, 99, 0.0
+    lo2, hi2, st2, m2 = np.nan, np.nan, 99, 0.0
+    if a >= 0:
+        lo1, hi1, st1, m1 = _direct(P, a, b, ys, ye)
+    if c >= 0:
+        lo2, hi2, st2, m2 = _naive(P, c, b, ys, ye)
+    if st2 < st1:
+        return lo2, hi2, st2, m2
+    if st1 < st2:
+        return lo1, hi1, st1, m1
+    lo, hi = max(lo1, lo2), min(hi1, hi2)  # both valid under the same assumptions: so is their intersection
+    if lo > hi:  # they exclude each other: some assumption failed
+        return lo1, hi1, max(st1, 2), m1
+    return lo, hi, st1, max(m1, m2)
+
+
 @njit(cache=True)
 def _translate_kernel(
-    ys, ye, sc, ec, n_end, kind, rel_a, rel_b, alpha, rate, nv, x0, c0, bmin, bmax, eps, mid, half
+    ys, ye, sc, ec, n_end, kind, ra, rb, rc, P, dlo_s, dhi_s, dlo_e, dhi_e, mid, half, status
 ):
     for n in range(ys.shape[0]):
         g = sc[n] * n_end + ec[n]
         k = kind[g]
-        a = rel_a[g]
-        b = rel_b[g]
+        a = ra[g]
+        b = rb[g]
+        st = 0
+        mag = 0.0
+        if ys[n] < dlo_s[sc[n]] or ys[n] > dhi_s[sc[n]] or ye[n] < dlo_e[ec[n]] or ye[n] > dhi_e[ec[n]]:
+            st = 3
         if k == 0:  # both on the reference: exact
             lo = float(ye[n] - ys[n])
             hi = lo
         elif k == 1:  # one other domain: d in (y_e - y_s - 1, y_e - y_s + 1) times its rate, +-1 for floors
             d = float(ye[n] - ys[n])
-            lo, hi = _mul_range(bmin[a], bmax[a], d - 1.0, d + 1.0)
+            blo, bhi, s1 = _rates(P, a, min(ys[n], ye[n]), max(ys[n], ye[n]))
+            lo, hi = _mul_range(blo, bhi, d - 1.0, d + 1.0)
             lo -= 1.0
             hi += 1.0
+            st = max(st, s1)
+            mag = (abs(d) + 1.0) * bhi
         elif k == 2:  # start on the reference, end translated
-            elo, ehi = _stamp(alpha, rate, nv, x0, a, ye[n])
-            base = float(c0[a] - ys[n])
+            elo, ehi, c, s1, mag = _stamp(P, a, ye[n])
+            base = float(c - ys[n])
             lo = base + elo
             hi = base + ehi
+            st = max(st, s1)
+            mag += abs(base)
         elif k == 3:  # start translated, end on the reference
-            slo, shi = _stamp(alpha, rate, nv, x0, a, ys[n])
-            base = float(ye[n] - c0[a])
+            slo, shi, c, s1, mag = _stamp(P, a, ys[n])
+            base = float(ye[n] - c)
             lo = base - shi
             hi = base - slo
-        elif k == 4:  # two other domains: start carried into the end's counter (a), end's rate (b)
-            glo, _ = _range(alpha, rate, nv, a, ys[n], x0[a])
-            _, ghi = _range(alpha, rate, nv, a, ys[n] + 1, x0[a])
-            base = float(ye[n] - c0[a])
-            lo, hi = _mul_range(bmin[b], bmax[b], base - ghi, base + 1.0 - glo)
-            lo -= 1.0
-            hi += 1.0
-        elif k == 5:  # naive: both ends translated to the reference on their own
-            slo, shi = _stamp(alpha, rate, nv, x0, a, ys[n])
-            elo, ehi = _stamp(alpha, rate, nv, x0, b, ye[n])
-            shift = float(c0[b] - c0[a])
-            lo = shift + elo - shi
-            hi = shift + ehi - slo
+            st = max(st, s1)
+            mag += abs(base)
+        elif k == 4:
+            lo, hi, s1, mag = _two(P, a, b, rc[g], ys[n], ye[n])
+            st = max(st, s1)
+        elif k == 5:
+            lo, hi, s1, mag = _naive(P, a, b, ys[n], ye[n])
+            st = max(st, s1)
         else:
             lo = np.nan
             hi = np.nan
+            st = 4
         mid[n] = (lo + hi) * 0.5
-        half[n] = (hi - lo) * 0.5 + eps
+        half[n] = (hi - lo) * 0.5 + 1e-3 + 2e-15 * (mag + abs(lo) + abs(hi))
+        status[n] = st
 
 
 def _codes(values: Any) -> tuple[np.ndarray, list[str]]:
-    """Dictionary codes (int32) and names of a column of domain ids (a dictionary array is used as it is)."""
+    """Dictionary codes (int32) and names of a column of domain ids; a missing id is the name ''."""
     if isinstance(values, pa.Array | pa.ChunkedArray):
         arr = values
     else:
@@ -197,10 +285,12 @@ def _codes(values: Any) -> tuple[np.ndarray, list[str]]:
         if pa.types.is_dictionary(arr.type):  # chunks may carry different dictionaries
             arr = arr.cast(arr.type.value_type)
         arr = arr.combine_chunks()
+    if arr.null_count:  # a record without a domain id gets no relation, alone
+        if pa.types.is_dictionary(arr.type):
+            arr = arr.cast(arr.type.value_type)
+        arr = pc.fill_null(arr, "")
     if not pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_encode()
-    if arr.null_count:
-        raise ValueError("a record has no domain id for a stamp")
     names = [str(x) for x in arr.dictionary.to_pylist()]
     return arr.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False), names
 
@@ -210,51 +300,101 @@ def _codes(values: Any) -> tuple[np.ndarray, list[str]]:
 
 @dataclass
 class Translation:
-    """Per-record results of one method: interval centre and half-width in reference cycles."""
+    """Per-record results of one method: interval centre and half-width in reference cycles, status."""
 
     method: str
-    index: np.ndarray  # record positions
+    index: np.ndarray  # record positions (every record)
     scenario: np.ndarray  # int8
     duration: np.ndarray  # float64 cycles
     bound: np.ndarray  # float64 cycles
+    status: np.ndarray  # int8 code into STATUSES
+
+
+def _domain_ranges(table: pa.Table, margin: float) -> dict[str, tuple[int, int]]:
+    """Per domain: the counter range its stamps may plausibly lie in (probed range widened by margin)."""
+    parts = [
+        (table["initiator"], table["c_i"]),
+        (table["initiator"], table["c_k"]),
+        (table["responder"], table["c_j"]),
+    ]
+    t = pa.concat_tables([pa.table({"d": d, "c": c}) for d, c in parts])
+    g = t.group_by("d").aggregate([("c", "min"), ("c", "max")])
+    out = {}
+    for d, lo, hi in zip(g["d"].to_pylist(), g["c_min"].to_pylist(), g["c_max"].to_pylist(), strict=True):
+        w = int(margin * (hi - lo))
+        out[str(d)] = (max(lo - w, -(2**63)), min(hi + w, 2**63 - 1))
+    return out
 
 
 @dataclass
 class Translator:
-    """Fits relations lazily from one sync table and translates stamp pairs to a reference domain."""
+    """Fits relations lazily from one sync table and translates stamp pairs to a reference domain.
+
+    ``stamp_margin``: a stamp more than this many probed windows outside its domain's probed
+    counter range is ``stamp_domain`` (implausible for the domain it is labelled with).
+    """
 
     table: pa.Table
     reference: str
+    stamp_margin: float = STAMP_MARGIN
     relations: dict[tuple[str, str, str], Relation] = field(default_factory=dict)
     violations: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    _phases: dict[tuple[str, str], list[PhaseProbes]] = field(default_factory=dict, repr=False)
+    _drift: dict[tuple[str, str], np.ndarray] = field(default_factory=dict, repr=False)
+    _ranges: dict[str, tuple[int, int]] | None = field(default=None, repr=False)
 
     def relation(self, src: str, dst: str, method: str) -> Relation | None:
+        """The relation src -> dst (None, with the reason in ``violations``, when there is none)."""
         key = (src, dst, method)
         if key not in self.relations and key not in self.violations:
             try:
-                self.relations[key] = fit_relation(self.table, src, dst, method)
-            except AssumptionViolated as e:
+                if (src, dst) not in self._phases:
+                    self._phases[(src, dst)] = pair_phases(self.table, src, dst)
+                phases = self._phases[(src, dst)]
+                pair = (min(src, dst), max(src, dst))
+                if pair not in self._drift and len(phases) >= 2:
+                    self._drift[pair] = span_drift(phases)
+                spans = fit_spans(self.table, src, dst, method, phases, self._drift.get(pair))
+                self.relations[key] = _relation(spans, phases)
+            except ValueError as e:
                 self.violations[key] = str(e)
         return self.relations.get(key)
 
-    def _plan(self, method: str, s: str, e: str) -> tuple[int, int, Relation | None, Relation | None]:
-        """(kind, scenario, relation a, relation b) for records from domain s to domain e."""
+    def drift_notes(self) -> dict[str, list[str]]:
+        """Spans found not affine, per relation fitted."""
+        return {
+            f"{r.method} {r.src} -> {r.dst}": list(r.spans.notes)
+            for r in self.relations.values()
+            if r.spans is not None and r.spans.notes
+        }
+
+    def _plan(self, method: str, s: str, e: str) -> tuple[int, int, list[Relation | None]]:
+        """(kind, scenario, [relation a, b, c]) for records from domain s to domain e."""
         ref = self.reference
         if s == ref and e == ref:
-            return K_REF, 0, None, None
+            return K_REF, 0, [None, None, None]
         scen = 1 if s == e else (2 if ref in (s, e) else 3)
         base = "minrtt" if method == "naive" else method
         if s == ref or e == ref:
             r = self.relation(e if s == ref else s, ref, base)
-            return (K_SKIP if r is None else (K_REF_START if s == ref else K_REF_END)), scen, r, None
+            return (K_NONE if r is None else (K_REF_START if s == ref else K_REF_END)), scen, [r, None, None]
         if method == "naive":
             a, b = self.relation(s, ref, base), self.relation(e, ref, base)
-            return (K_SKIP if a is None or b is None else K_NAIVE), scen, a, b
+            return (K_NONE if a is None or b is None else K_NAIVE), scen, [a, b, None]
         if s == e:
             r = self.relation(s, ref, method)
-            return (K_SKIP if r is None else K_SAME), scen, r, None
-        g, r = self.relation(s, e, method), self.relation(e, ref, method)
-        return (K_SKIP if g is None or r is None else K_TWO), scen, g, r
+            return (K_NONE if r is None else K_SAME), scen, [r, None, None]
+        g, r, via = self.relation(s, e, method), self.relation(e, ref, method), self.relation(s, ref, method)
+        if r is None or (g is None and via is None):
+            return K_NONE, scen, [None, None, None]
+        return K_TWO, scen, [g, r, via]
+
+    def _domain_bounds(self, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        if self._ranges is None:
+            self._ranges = _domain_ranges(self.table, self.stamp_margin)
+        lo = np.array([self._ranges.get(n, (-(2**63), 2**63 - 1))[0] for n in names], np.int64)
+        hi = np.array([self._ranges.get(n, (-(2**63), 2**63 - 1))[1] for n in names], np.int64)
+        return lo, hi
 
     def translate(
         self, ys: np.ndarray, ds: Any, ye: np.ndarray, de: Any, methods: tuple[str, ...] = METHODS
@@ -264,86 +404,116 @@ class Translator:
         ye = np.ascontiguousarray(ye, np.int64)
         s_codes, s_names = _codes(ds)
         e_codes, e_names = _codes(de)
-        ng = len(s_names) * len(e_names)
+        dlo_s, dhi_s = self._domain_bounds(s_names)
+        dlo_e, dhi_e = self._domain_bounds(e_names)
         out = []
         for method in methods:
-            kind = np.full(ng, K_SKIP, np.int8)
-            scen = np.full(ng, -1, np.int8)
-            rel_a = np.zeros(ng, np.int32)
-            rel_b = np.zeros(ng, np.int32)
-            packed: list[Relation] = []
-            for si, s in enumerate(s_names):
-                for ei, e in enumerate(e_names):
-                    g = si * len(e_names) + ei
-                    k, sc, a, b = self._plan(method, s, e)
-                    kind[g], scen[g] = k, sc
-                    for arr, rel in ((rel_a, a), (rel_b, b)):
-                        if rel is not None:
-                            if rel not in packed:
-                                packed.append(rel)
-                            arr[g] = packed.index(rel)
-            alpha, rate, nv, x0, c0, bmin, bmax = _pack(packed)
+            if method not in METHODS:
+                raise ValueError(f"unknown method {method!r}: choose from {', '.join(METHODS)}")
+            kind, scen, rels, packed = self._groups(method, s_names, e_names)
+            P = _pack(packed)
             mid, half = np.empty(len(ys)), np.empty(len(ys))
+            status = np.empty(len(ys), np.int8)
             _translate_kernel(
-                ys,
-                ye,
-                s_codes,
-                e_codes,
-                len(e_names),
-                kind,
-                rel_a,
-                rel_b,
-                alpha,
-                rate,
-                nv,
-                x0,
-                c0,
-                bmin,
-                bmax,
-                _EPS,
-                mid,
-                half,
-            )
-            rec_group = s_codes.astype(np.int64) * len(e_names) + e_codes
-            rec_scen = scen[rec_group]
-            if np.any(kind == K_SKIP) and np.any(skipped := kind[rec_group] == K_SKIP):
-                # Records whose relation was refused get no row for this method rather than a wrong bound.
-                keep = np.flatnonzero(~skipped)
-                out.append(Translation(method, keep, rec_scen[keep], mid[keep], half[keep]))
-            else:
-                out.append(Translation(method, np.arange(len(ys)), rec_scen, mid, half))
+                ys, ye, s_codes, e_codes, len(e_names), kind, rels[0], rels[1], rels[2], P,
+                dlo_s, dhi_s, dlo_e, dhi_e, mid, half, status,
+            )  # fmt: skip
+            rec_scen = scen[s_codes.astype(np.int64) * len(e_names) + e_codes]
+            out.append(Translation(method, np.arange(len(ys)), rec_scen, mid, half, status))
         return out
 
+    def _groups(
+        self, method: str, s_names: list[str], e_names: list[str]
+    ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], list[PairSpans]]:
+        """Per (start, end) domain group: kind, scenario, the packed relations' indices (-1: none)."""
+        ng = len(s_names) * len(e_names)
+        kind = np.full(ng, K_NONE, np.int8)
+        scen = np.full(ng, -1, np.int8)
+        rels = [np.full(ng, -1, np.int32) for _ in range(3)]
+        packed: list[PairSpans] = []
+        for si, s in enumerate(s_names):
+            for ei, e in enumerate(e_names):
+                g = si * len(e_names) + ei
+                k, sc, chosen = self._plan(method, s, e)
+                kind[g], scen[g] = k, sc
+                if sc < 0:
+                    scen[g] = 1 if s == e else (2 if self.reference in (s, e) else 3)
+                for arr, rel in zip(rels, chosen, strict=True):
+                    if rel is not None and rel.spans is not None:
+                        if rel.spans not in packed:
+                            packed.append(rel.spans)
+                        arr[g] = packed.index(rel.spans)
+        return kind, scen, rels, packed
 
-def _pack(rels: list[Relation]) -> tuple[np.ndarray, ...]:
-    n = max(len(rels), 1)
-    vmax = max([len(r.polygon.alpha) for r in rels] + [1])
-    alpha, rate = np.zeros((n, vmax)), np.zeros((n, vmax))
-    nv = np.ones(n, np.int32)
-    x0, c0 = np.zeros(n, np.int64), np.zeros(n, np.int64)
-    bmin, bmax = np.ones(n), np.ones(n)
+
+def _pack(rels: list[PairSpans]) -> tuple[np.ndarray, ...]:
+    """The kernel's relation arrays: per relation its spans' base, count and edges' base; per span
+    its origin, vertices, rate range, largest |alpha| and status (0 ok, 2 drift)."""
+    nr = max(len(rels), 1)
+    nspans = [len(r.polygons) for r in rels]
+    total = max(sum(nspans), 1)
+    vmax = max([len(p.alpha) for r in rels for p in r.polygons if p is not None] + [1])
+    sb, ns, eb = np.zeros(nr, np.int32), np.ones(nr, np.int32), np.zeros(nr, np.int32)
+    edges = np.zeros(total + nr, np.int64)
+    x0, c0 = np.zeros(total, np.int64), np.zeros(total, np.int64)
+    nv = np.ones(total, np.int32)
+    alpha, rate = np.full((total, vmax), np.nan), np.full((total, vmax), np.nan)
+    bmin, bmax = np.full(total, np.nan), np.full(total, np.nan)
+    amax = np.zeros(total)
+    sst = np.zeros(total, np.int8)
+    s = 0
     for i, r in enumerate(rels):
-        p = r.polygon
-        k = len(p.alpha)
-        alpha[i, :k], rate[i, :k], nv[i] = p.alpha, p.rate, k
-        x0[i], c0[i] = p.x0, p.c0
-        bmin[i], bmax[i] = p.rate_range
-    return alpha, rate, nv, x0, c0, bmin, bmax
+        sb[i], ns[i], eb[i] = s, len(r.polygons), s + i
+        edges[s + i : s + i + len(r.edges)] = r.edges
+        for k, p in enumerate(r.polygons):
+            sst[s] = ST_DRIFT if r.drift[k] else ST_OK
+            if p is not None:
+                n = len(p.alpha)
+                alpha[s, :n], rate[s, :n], nv[s] = p.alpha, p.rate, n
+                x0[s], c0[s] = p.x0, p.c0
+                bmin[s], bmax[s] = p.rate_range
+                amax[s] = float(np.abs(p.alpha).max())
+            s += 1
+    return sb, ns, eb, edges, x0, c0, nv, alpha, rate, bmin, bmax, amax, sst
 
 
 def reference_hz(table: pa.Table, reference: str, reported: dict[str, float]) -> tuple[float, str]:
     """Reference counts per second from its MinRTT probes of the first and last phase (else reported)."""
+    hz, source, _ = reference_hz_estimate(table, reference, reported)
+    return hz, source
+
+
+REPORTED_HZ_ERROR = 1e-4  # relative error assumed for a frequency an agent reported (not measured here)
+
+
+def reference_hz_estimate(
+    table: pa.Table, reference: str, reported: dict[str, float]
+) -> tuple[float, str, float]:
+    """(counts per second, source, relative error) of the reference's counter.
+
+    From its own MinRTT probes of the first and last phase: the cycles between their sends over the
+    CLOCK_MONOTONIC_RAW ns read just before each send. The relative error allowed for is both probes'
+    round trips (in cycles) over the cycles between them: the ns and the counter are read a moment
+    apart, and a send that waited shows in its round trip. The rate of CLOCK_MONOTONIC_RAW itself
+    against true seconds cannot be seen from the probes and is not included.
+    """
     own = table.filter(pc.equal(table["initiator"], reference))
     if own.num_rows:
         best = minrtt(own).sort_by("ns_i")
         if best.num_rows >= 2:
             c = _np(best, "c_i")
             ns = _np(best, "ns_i")
+            rtt = _np(best, "rtt")
             if ns[-1] - ns[0] >= 10_000_000:  # 10 ms: the ns reads' jitter stays below 1e-4
-                return float(c[-1] - c[0]) * 1e9 / float(ns[-1] - ns[0]), "minrtt"
+                err = float(rtt[0] + rtt[-1]) / float(c[-1] - c[0])
+                return float(c[-1] - c[0]) * 1e9 / float(ns[-1] - ns[0]), "minrtt", err
     if reference in reported:
-        return reported[reference], "agent"
+        return reported[reference], "agent", REPORTED_HZ_ERROR
     raise ValueError(f"no frequency for reference domain {reference!r}: no probes from it and none reported")
+
+
+def _np(t: pa.Table, col: str) -> np.ndarray:
+    return t[col].to_numpy().astype(np.int64)
 
 
 # -- records -------------------------------------------------------------------------------------
@@ -429,35 +599,47 @@ def translate_points(
     reference: str,
     hz: float,
     methods: tuple[str, ...] = METHODS,
+    hz_error: float = 0.0,
+    stamp_margin: float = STAMP_MARGIN,
 ) -> tuple[pa.Table, Translator]:
-    """The output table: one row per record and method with duration and bound in cycles and ns."""
+    """The output table: one row per record and method with duration, bound and status.
+
+    ``bound_ns`` is ``bound_cycles`` converted at ``hz`` (the frequency's own error excluded);
+    ``bound_ns_with_hz_error`` also covers a relative error ``hz_error`` of ``hz``.
+    """
     ys = points[tsc_column(from_point)].to_numpy()
     ye = points[tsc_column(to_point)].to_numpy()
     ds_ = points[node_column(from_point)]
     de = points[node_column(to_point)]
-    tr = Translator(sync, reference)
+    tr = Translator(sync, reference, stamp_margin)
     parts = []
     scen_dict = pa.array([SCENARIOS[k] for k in sorted(SCENARIOS)])
+    status_dict = pa.array(list(STATUSES))
+    to_ns = 1e9 / hz
     for res in tr.translate(ys, ds_, ye, de, methods):
-        idx = pa.array(res.index)
         n = len(res.index)
+        with_hz = (res.bound + (np.abs(res.duration) + res.bound) * hz_error) * to_ns / (1.0 - hz_error)
         parts.append(
             pa.table(
                 {
-                    "tuple_id": points["tuple_id"].take(idx),
+                    "tuple_id": points["tuple_id"],
                     "from_point": pa.array([from_point] * n, pa.string()),
                     "to_point": pa.array([to_point] * n, pa.string()),
-                    "from_domain": ds_.take(idx),
-                    "to_domain": de.take(idx),
+                    "from_domain": ds_,
+                    "to_domain": de,
                     "reference": pa.array([reference] * n, pa.string()),
                     "method": pa.array([res.method] * n, pa.string()),
                     "scenario": pa.DictionaryArray.from_arrays(pa.array(res.scenario), scen_dict).cast(
                         pa.string()
                     ),
+                    "status": pa.DictionaryArray.from_arrays(pa.array(res.status), status_dict).cast(
+                        pa.string()
+                    ),
                     "duration_cycles": pa.array(res.duration),
                     "bound_cycles": pa.array(res.bound),
-                    "duration_ns": pa.array(res.duration * (1e9 / hz)),
-                    "bound_ns": pa.array(res.bound * (1e9 / hz)),
+                    "duration_ns": pa.array(res.duration * to_ns),
+                    "bound_ns": pa.array(res.bound * to_ns),
+                    "bound_ns_with_hz_error": pa.array(with_hz),
                 }
             )
         )
@@ -471,17 +653,39 @@ def translate_records(
     to_point: str,
     reference: str | None = None,
     methods: tuple[str, ...] = METHODS,
+    stamp_margin: float = STAMP_MARGIN,
 ) -> tuple[pa.Table, dict[str, Any]]:
     """Read records and sync tables, translate, and return the output table and facts about the run.
 
-    Facts: reference, frequency_hz and its source, and the relations refused (hull crossings).
+    Facts: reference, frequency_hz, its source and relative error (frequency_error), the relations
+    that could not be formed (refused: why), the spans found not affine (drift), and the number of
+    records per method and status (status_counts).
     """
     from cp_sync.sync_table import read_sync
 
     sync, reported = read_sync(sync_dir)
     points = read_points(records_dir, from_point, to_point)
     ref = reference or default_reference(points, to_point)
-    hz, source = reference_hz(sync, ref, reported)
-    out, tr = translate_points(points, sync, from_point, to_point, ref, hz, methods)
+    hz, source, hz_err = reference_hz_estimate(sync, ref, reported)
+    out, tr = translate_points(points, sync, from_point, to_point, ref, hz, methods, hz_err, stamp_margin)
     refused = {f"{m} {s} -> {d}": why for (s, d, m), why in sorted(tr.violations.items())}
-    return out, {"reference": ref, "frequency_hz": hz, "frequency_source": source, "refused": refused}
+    return out, {
+        "reference": ref,
+        "frequency_hz": hz,
+        "frequency_source": source,
+        "frequency_error": hz_err,
+        "refused": refused,
+        "drift": tr.drift_notes(),
+        "status_counts": status_counts(out),
+    }
+
+
+def status_counts(out: pa.Table) -> dict[str, dict[str, int]]:
+    """Records per method and status, every status listed (zero included)."""
+    g = out.group_by(["method", "status"]).aggregate([("status", "count")])
+    counts: dict[str, dict[str, int]] = {}
+    for m, s, c in zip(
+        g["method"].to_pylist(), g["status"].to_pylist(), g["status_count"].to_pylist(), strict=True
+    ):
+        counts.setdefault(str(m), dict.fromkeys(STATUSES, 0))[str(s)] = int(c)
+    return counts

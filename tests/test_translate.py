@@ -11,10 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cloudprofiler.cli import main
-from cp_sync.hull import AssumptionViolated
+from cp_sync.hull import AssumptionViolated, feasible_polygon
+from cp_sync.phase_spans import hull_constraints, pair_phases
 from cp_sync.sync_table import minrtt, read_sync, write_sync
 from cp_sync.synthetic import DOMAINS, stamp, synth_probes
-from cp_sync.translate import Translator, fit_relation, reference_hz
+from cp_sync.translate import STATUSES, Translator, fit_relation, reference_hz
 from native_tsc.domain import make_virtual
 
 T0 = 10**13
@@ -134,22 +135,27 @@ def test_crossing_hull_lines_are_detected() -> None:
     jump = pc.and_(pc.equal(table["phase"], "after"), pc.equal(table["responder"], "node-b"))
     cj = pc.if_else(jump, pc.add(table["c_j"], 5_000_000), table["c_j"])
     bad = table.set_column(table.schema.get_field_index("c_j"), "c_j", cj)
-    with pytest.raises(AssumptionViolated, match="cross"):
-        fit_relation(bad, "node-b", "ref-node", "hull")
-    # The two-point method cannot see it (two probes always fit a line): that is what the hull adds.
-    fit_relation(bad, "node-b", "ref-node", "minrtt")
+    # The hull of every probe has no relation; the two MinRTT probes alone always fit a line, so only
+    # the hull can see it: the span is drift for every method, and its records are not ok.
+    rel = fit_relation(bad, "node-b", "ref-node", "hull")
+    assert rel.spans is not None and rel.spans.drift.tolist() == [True]
+    assert fit_relation(bad, "node-b", "ref-node", "minrtt").spans.drift.tolist() == [True]
     tr = Translator(bad, "ref-node")
+    b, r = doms[1], doms[0]
     out = tr.translate(
-        np.array([1, 2]),
+        np.array([b.apply(T0), r.apply(T0)]),
         np.array(["node-b", "ref-node"]),
-        np.array([3, 4]),
+        np.array([r.apply(T0 + 1000), r.apply(T0 + 2)]),
         np.array(["ref-node", "ref-node"]),
     )
-    hull = next(t for t in out if t.method == "hull")
-    assert hull.index.tolist() == [1]  # the record that needs node-b gets no hull row, not a wrong one
-    assert ("node-b", "ref-node", "hull") in tr.violations
+    for t in out:  # every record keeps its row; only the one that needs node-b is refused
+        assert t.index.tolist() == [0, 1]
+        assert [STATUSES[s] for s in t.status] == ["drift", "ok"], t.method
+        assert t.duration[1] == 2 and t.bound[1] < 0.01
+    with pytest.raises(AssumptionViolated, match="cross"):
+        feasible_polygon(hull_constraints(pair_phases(bad, "node-b", "ref-node")), 0, 0)
     # And the consistent probes are accepted.
-    fit_relation(table, "node-b", "ref-node", "hull")
+    assert fit_relation(table, "node-b", "ref-node", "hull").spans.drift.tolist() == [False]
 
 
 def _records(tmp_path, rng, n=3000):

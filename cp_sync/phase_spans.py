@@ -1,0 +1,188 @@
+"""A pair of domains over any number of sync phases: spans between neighbouring phases, and drift.
+
+Each phase that probed the pair gives an *edge*: the src-domain stamp of its
+MinRTT probe. Neighbouring edges bound a *span*; a record is translated with
+the relation of the span its stamp falls in (the first or last span, widened
+by the affine extrapolation, outside the probed window). Per span:
+
+* ``minrtt``: the polygon of the two phases' MinRTT probes (initiated by dst
+  where it probed, else by src), the paper's two-point method;
+* ``hull``: the polygon of every probe of the two phases, both directions.
+
+The affine assumption is tested on the neighbourhood of every span: the hull
+of all probes of the span's phases and of the neighbouring spans' (up to four
+phases) must admit one affine relation; where it does not, the span is
+``drift`` for every method. The hull over the whole run is tested too and
+reported (a slow drift that every neighbourhood absorbs leaves each span
+usable on its own).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cp_sync.hull import AssumptionViolated, Constraints, Polygon, consistent, feasible_polygon
+
+Probes = tuple[np.ndarray, np.ndarray, np.ndarray]  # c_i, c_j, c_k
+
+
+@dataclass(frozen=True)
+class PhaseProbes:
+    """One phase's probes of the pair: dst-initiated (c_j in src) and src-initiated."""
+
+    name: str
+    fwd: Probes
+    back: Probes
+    edge: int  # src stamp of the phase's MinRTT probe
+    best: tuple[str, int]  # ("fwd" | "back", row) of the MinRTT probe
+    e: float  # half its round trip (cycles of its initiator)
+
+
+@dataclass(frozen=True)
+class PairSpans:
+    """The spans of one ordered pair src -> dst for one method."""
+
+    src: str
+    dst: str
+    method: str
+    edges: np.ndarray  # int64, one per phase, increasing
+    polygons: tuple[Polygon | None, ...]  # one per span (None: no relation fits even two probes)
+    drift: np.ndarray  # bool per span
+    phases: tuple[str, ...]
+    whole_run_affine: bool
+    notes: tuple[str, ...]
+
+
+def _arrays(t: pa.Table) -> Probes:
+    i, j, k = (t[c].to_numpy().astype(np.int64) for c in ("c_i", "c_j", "c_k"))
+    return i, j, k
+
+
+def _pair_phases(table: pa.Table, src: str, dst: str) -> list[PhaseProbes]:
+    """The phases that probed the pair, ordered by their edge in src's counter."""
+    fwd_all = table.filter(pc.and_(pc.equal(table["initiator"], dst), pc.equal(table["responder"], src)))
+    back_all = table.filter(pc.and_(pc.equal(table["initiator"], src), pc.equal(table["responder"], dst)))
+    names = sorted(set(fwd_all["phase"].to_pylist()) | set(back_all["phase"].to_pylist()))
+    out = []
+    for name in names:
+        fwd = _arrays(fwd_all.filter(pc.equal(fwd_all["phase"], name)))
+        back = _arrays(back_all.filter(pc.equal(back_all["phase"], name)))
+        if len(fwd[0]):  # dst initiated: the paper's probe, its c_j is the src stamp
+            rtt = fwd[2] - fwd[0]
+            r = int(np.argmin(rtt))
+            edge, best, e = int(fwd[1][r]), ("fwd", r), float(rtt[r]) / 2
+        else:  # only src initiated: the midpoint of its bracket in src
+            rtt = back[2] - back[0]
+            r = int(np.argmin(rtt))
+            edge, best, e = int((back[0][r] + back[2][r]) // 2), ("back", r), float(rtt[r]) / 2
+        out.append(PhaseProbes(name, fwd, back, edge, best, e))
+    out.sort(key=lambda p: p.edge)
+    return out
+
+
+def _cat(parts: list[Probes]) -> Probes | None:
+    parts = [p for p in parts if len(p[0])]
+    if not parts:
+        return None
+    return tuple(np.concatenate([p[n] for p in parts]) for n in range(3))  # type: ignore[return-value]
+
+
+def hull_constraints(phases: list[PhaseProbes]) -> Constraints:
+    """Every probe of ``phases``, both directions."""
+    return Constraints.from_probes(_cat([p.fwd for p in phases]), _cat([p.back for p in phases]))
+
+
+def minrtt_constraints(phases: list[PhaseProbes]) -> Constraints:
+    """The MinRTT probe of each of ``phases`` (its own direction)."""
+    fwd: list[Probes] = []
+    back: list[Probes] = []
+    for p in phases:
+        d, r = p.best
+        src = p.fwd if d == "fwd" else p.back
+        one = (src[0][r : r + 1], src[1][r : r + 1], src[2][r : r + 1])
+        (fwd if d == "fwd" else back).append(one)
+    return Constraints.from_probes(_cat(fwd), _cat(back))
+
+
+def _origin(phases: list[PhaseProbes]) -> tuple[int, int]:
+    """A local origin (src, dst counters) near the first phase's MinRTT probe."""
+    p = phases[0]
+    d, r = p.best
+    i, j, k = p.fwd if d == "fwd" else p.back
+    if d == "fwd":
+        return int(j[r]), int((int(i[r]) + int(k[r])) // 2)
+    return int((int(i[r]) + int(k[r])) // 2), int(j[r])
+
+
+def _polygon(cons: Constraints, phases: list[PhaseProbes]) -> Polygon | None:
+    x0, c0 = _origin(phases)
+    try:
+        return feasible_polygon(cons, x0, c0)
+    except AssumptionViolated:
+        return None
+
+
+def _consistent(phases: list[PhaseProbes]) -> bool:
+    x0, c0 = _origin(phases)
+    return consistent(hull_constraints(phases), x0, c0)
+
+
+def pair_phases(table: pa.Table, src: str, dst: str) -> list[PhaseProbes]:
+    """The phases that probed src <-> dst, ordered by their edge in src's counter."""
+    return _pair_phases(table, src, dst)
+
+
+def span_drift(phases: list[PhaseProbes]) -> np.ndarray:
+    """Per span: no affine relation fits the probes of the span and its neighbours (up to four phases)."""
+    return np.array(
+        [not _consistent(phases[max(0, k - 1) : k + 3]) for k in range(len(phases) - 1)], dtype=bool
+    )
+
+
+def fit_spans(
+    table: pa.Table,
+    src: str,
+    dst: str,
+    method: str,
+    phases: list[PhaseProbes] | None = None,
+    drift: np.ndarray | None = None,
+) -> PairSpans:
+    """The spans of src -> dst by ``method`` (minrtt or hull); ValueError when fewer than two phases.
+
+    ``phases`` and ``drift`` (from pair_phases and span_drift) may be passed in to share them
+    between methods.
+    """
+    if method not in ("minrtt", "hull"):
+        raise ValueError(f"unknown method {method!r}")
+    if phases is None:
+        phases = _pair_phases(table, src, dst)
+    if len(phases) < 2:
+        raise ValueError(
+            f"two phases needed for {src} <-> {dst}, found {len(phases)}: "
+            "run 'cloudprofiler sync run' before and after (or periodically)"
+        )
+    edges = np.array([p.edge for p in phases], np.int64)
+    if np.any(np.diff(edges) <= 0):
+        raise ValueError(f"two phases of {src} <-> {dst} probed at the same instant of {src}'s counter")
+    polys: list[Polygon | None] = []
+    drift = (span_drift(phases) if drift is None else drift).copy()
+    notes = []
+    for k in range(len(phases) - 1):
+        two = phases[k : k + 2]
+        poly = None
+        if method == "hull":
+            poly = _polygon(hull_constraints(two), two)
+        if poly is None:  # minrtt, or a hull that no line fits: the two MinRTT probes still give numbers
+            poly = _polygon(minrtt_constraints(two), two)
+        if poly is None:
+            drift[k] = True
+        polys.append(poly)
+        if drift[k]:
+            notes.append(f"span {two[0].name} -> {two[1].name}: no affine relation fits the probes nearby")
+    whole = bool(not drift.any()) and (len(phases) <= 4 or _consistent(phases))
+    names = tuple(p.name for p in phases)
+    return PairSpans(src, dst, method, edges, tuple(polys), drift, names, whole, tuple(notes))
