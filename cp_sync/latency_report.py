@@ -1,6 +1,6 @@
 """The latency report of a run: generator -> source, source -> sink and end to end, with error bounds.
 
-Given the sink's records and the sync tables of the run (before and after),
+Given the sink's records and the sync tables of the run (two phases or more),
 each pair of stamp points is translated with ``cp_sync.translate`` into the
 reference domain, and summarised (count, p50/p90/p99/max, median and max error
 bound). Pairs whose stamps the records do not carry are reported as missing,
@@ -35,6 +35,9 @@ def latency_report(
 ) -> tuple[list[dict[str, Any]], dict[str, Any], pa.Table | None]:
     """Summary rows (one per pair and scenario), facts, and all translated rows (for plots).
 
+    Facts: reference, frequency, the relations refused and spans found drifting, and
+    ``status_counts``: per pair label, the records per status (see cp_sync.translate.STATUSES).
+
     ``reference`` defaults to the domain of the end-to-end pair's end stamps, so
     every pair is expressed in the same reference domain.
     """
@@ -53,6 +56,9 @@ def latency_report(
         facts["frequency_hz"], facts["frequency_source"] = f["frequency_hz"], f["frequency_source"]
         if f["refused"]:
             facts.setdefault("refused", {}).update(f["refused"])
+        if f["drift"]:
+            facts.setdefault("drift", {}).update(f["drift"])
+        facts.setdefault("status_counts", {})[label] = f["status_counts"][method]
         outs.append(out)
         rows += [r | {"label": label} for r in summarize(out)]
     return rows, facts, (pa.concat_tables(outs) if outs else None)

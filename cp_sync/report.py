@@ -11,25 +11,36 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from cp_sync.translate import STATUSES
+
 _KEYS = ["from_point", "to_point", "method", "scenario"]
 
 
 def _groups(out: pa.Table) -> list[tuple[dict[str, str], Any]]:
-    df = out.select([*_KEYS, "duration_ns", "bound_ns"]).to_pandas()
+    cols = [*_KEYS, "duration_ns", "bound_ns"] + (["status"] if "status" in out.column_names else [])
+    df = out.select(cols).to_pandas()
     return [(dict(zip(_KEYS, k, strict=True)), g) for k, g in df.groupby(_KEYS, sort=True)]
 
 
 def summarize(out: pa.Table) -> list[dict[str, Any]]:
-    """Per (from, to, method, scenario): count, latency p50/p90/p99/max and median/max bound (us)."""
+    """Per (from, to, method, scenario): count, how many are ``ok``, latency p50/p90/p99/max and
+    median/max bound (us) over every record with figures (all statuses: see status_rows)."""
     rows = []
     for key, g in _groups(out):
         lat = g["duration_ns"].to_numpy() / 1e3
         bnd = g["bound_ns"].to_numpy() / 1e3
+        count = len(lat)
+        ok = int((g["status"] == "ok").sum()) if "status" in g else count
+        fin = np.isfinite(lat)  # a record with no relation has no figures; it is counted, not summarised
+        lat, bnd = lat[fin], bnd[fin]
+        if not len(lat):
+            lat = bnd = np.array([np.nan])
         p50, p90, p99 = np.percentile(lat, [50, 90, 99])
         rows.append(
             key
             | {
-                "count": len(lat),
+                "count": count,
+                "ok": ok,
                 "p50_us": p50,
                 "p90_us": p90,
                 "p99_us": p99,
@@ -39,6 +50,32 @@ def summarize(out: pa.Table) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def status_rows(out: pa.Table) -> list[dict[str, Any]]:
+    """Records per (from, to, method) and status: one row each, every status a key (zero included)."""
+    keys = ["from_point", "to_point", "method"]
+    if "status" not in out.column_names:
+        out = out.append_column("status", pa.array(["ok"] * out.num_rows, pa.string()))
+    g = out.group_by([*keys, "status"]).aggregate([("status", "count")]).to_pylist()
+    rows: dict[tuple[str, ...], dict[str, Any]] = {}
+    for r in g:
+        k = tuple(str(r[c]) for c in keys)
+        row = rows.setdefault(k, dict(zip(keys, k, strict=True)) | dict.fromkeys(STATUSES, 0))
+        row[str(r["status"])] = row.get(str(r["status"]), 0) + int(r["status_count"])
+    return [rows[k] for k in sorted(rows)]
+
+
+def status_table(rows: Sequence[Mapping[str, Any]], title: str = "records per status") -> Table:
+    """The status table: one line per status_rows() row, a column per status."""
+    t = Table(title=title)
+    for c in ("path", "method", *STATUSES):
+        t.add_column(c, justify="left" if c in ("path", "method") else "right")
+    for r in rows:
+        t.add_row(
+            f"{r['from_point']} -> {r['to_point']}", str(r["method"]), *(f"{r.get(s, 0):,}" for s in STATUSES)
+        )
+    return t
 
 
 Unit = Literal["us", "ms"]
@@ -94,8 +131,9 @@ def plot(out: pa.Table, path: str) -> None:
 
     lats, bnds, labels = [], [], []
     for key, g in _groups(out):
-        lats.append(g["duration_ns"].to_numpy() / 1e3)
-        bnds.append(g["bound_ns"].to_numpy() / 1e3)
+        fin = np.isfinite(g["duration_ns"].to_numpy())
+        lats.append(g["duration_ns"].to_numpy()[fin] / 1e3)
+        bnds.append(g["bound_ns"].to_numpy()[fin] / 1e3)
         labels.append(f"{key['from_point']}->{key['to_point']}\n{key['method']} {key['scenario']}")
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(min(16.0, 5.0 + 0.9 * len(labels)), 5.0))
     ax1.boxplot(lats, tick_labels=labels, showfliers=False)

@@ -8,6 +8,9 @@ against that truth; the benchmark measures translation throughput on it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Protocol
+
 import numpy as np
 import pyarrow as pa
 
@@ -23,7 +26,37 @@ DOMAINS = [
 ]
 
 
-def stamp(v: VirtualDomain, raw: np.ndarray) -> np.ndarray:
+class Domain(Protocol):
+    """What the generators need of a domain: its id and its exact reading at a raw counter value."""
+
+    @property
+    def domain(self) -> str: ...
+
+    def apply(self, tsc: int) -> int: ...
+
+
+@dataclass(frozen=True)
+class SkewChange:
+    """A domain whose skew changes at one raw instant, its reading continuous there (a drift).
+
+    Before ``at`` it reads as ``before``; from ``at`` on it advances as ``after`` does.
+    """
+
+    before: VirtualDomain
+    after: VirtualDomain
+    at: int
+
+    @property
+    def domain(self) -> str:
+        return self.before.domain
+
+    def apply(self, tsc: int) -> int:
+        if tsc < self.at:
+            return self.before.apply(tsc)
+        return self.before.apply(self.at) + self.after.apply(tsc) - self.after.apply(self.at)
+
+
+def stamp(v: Domain, raw: np.ndarray) -> np.ndarray:
     """Readings of domain ``v`` at raw counter values (exact, the same arithmetic as native_tsc)."""
     return np.array([v.apply(int(t)) for t in raw], dtype=np.int64)
 
@@ -40,7 +73,7 @@ def invert(v: VirtualDomain, c: int) -> int:
 
 
 def synth_probes(
-    domains: list[VirtualDomain],
+    domains: list[VirtualDomain] | list[Domain],
     phases: dict[str, int],
     rounds: int,
     rng: np.random.Generator,
@@ -71,3 +104,53 @@ def synth_probes(
                     probes_table(phase, a.domain, b.domain, stamp(a, ri), stamp(b, rj), stamp(a, rk), ns)
                 )
     return pa.concat_tables(tabs)
+
+
+@dataclass(frozen=True)
+class Paths:
+    """One-way delays of synthetic probes (raw cycles): uniform ranges, plus rare outliers."""
+
+    fwd: tuple[int, int] = (8_000, 40_000)
+    back: tuple[int, int] = (8_000, 40_000)
+    outlier_p: float = 0.0  # chance a one-way delay is multiplied by ``outlier_x``
+    outlier_x: int = 50
+    gap: tuple[int, int] = (50_000, 150_000)  # between probes
+
+
+def synth_phases(
+    domains: list[Domain],
+    starts: list[int],
+    rounds: int,
+    rng: np.random.Generator,
+    paths: Paths | None = None,
+    pairs: list[tuple[int, int]] | None = None,
+    names: list[str] | None = None,
+) -> pa.Table:
+    """A sync table of phases starting at raw ``starts``: ``rounds`` probes per ordered pair in ``pairs``
+    (default every ordered pair), pairs one after the other, phase names ``names`` (default p0000, ...)."""
+    paths = paths or Paths()
+    pairs = pairs or [(a, b) for a in range(len(domains)) for b in range(len(domains)) if a != b]
+    tabs = []
+    for n, start in enumerate(starts):
+        t = start
+        for a, b in pairs:
+            fwd = _delays(rng, paths.fwd, paths, rounds)
+            back = _delays(rng, paths.back, paths, rounds)
+            gaps = rng.integers(*paths.gap, size=rounds)
+            ri = t + np.cumsum(gaps + fwd + back) - fwd - back
+            rj, rk = ri + fwd, ri + fwd + back
+            t = int(rk[-1]) + paths.gap[0]
+            da, db = domains[a], domains[b]
+            name = names[n] if names else f"p{n:04d}"
+            ns = (ri // 2.6).astype(np.int64)
+            tabs.append(
+                probes_table(name, da.domain, db.domain, stamp(da, ri), stamp(db, rj), stamp(da, rk), ns)
+            )
+    return pa.concat_tables(tabs)
+
+
+def _delays(rng: np.random.Generator, span: tuple[int, int], paths: Paths, n: int) -> np.ndarray:
+    d = rng.integers(span[0], span[1] + 1, size=n)
+    if paths.outlier_p > 0:
+        d = np.where(rng.random(n) < paths.outlier_p, d * paths.outlier_x, d)
+    return d
