@@ -10,7 +10,8 @@ generator process:
   view counts per campaign; each output row carries the generator stamp of the
   window's latest tuple and is stamped when Spark hands it out.
 
-Sync agents probe every pair of TSC domains before and after the run, and the
+Sync agents probe every pair of TSC domains every few seconds for the whole
+run (continuous sync, from before the first record to after the last), and the
 records are translated into latencies with error bounds. With
 ``--simulate-nodes K`` the generators and factories run under virtual TSC
 domains, so the cross-node path is exercised on one machine (labelled as
@@ -42,8 +43,8 @@ DESCRIPTION = """Run the YSB pipeline on embedded defaults: local Spark (local[2
 "cloudprofiler" stream reader with its embedded factory, generators in background
 processes, the YSB query (filter views, join the campaigns table on ad_id,
 10-second event-time windowed count per campaign) and a per-tuple latency query
-into the cloudprofiler sink, MinRTT sync before and after. Prints what was
-offered, dropped, lost and ingested, the rate sustained, and the latency table
+into the cloudprofiler sink, MinRTT sync phases every few seconds throughout.
+Prints what was offered, dropped, lost and ingested, the rate sustained, and the latency table
 (generator to source, source to sink, end to end, windowed output) with error
 bounds; writes latency.parquet (one row per record and pair of points),
 latency.png and timeline.png beside the output.
@@ -80,6 +81,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "everything on this node's real TSC)",
     )
     p.add_argument("--rounds", type=int, default=100, help="probes per pair and sync phase (default 100)")
+    p.add_argument(
+        "--sync-every",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="with --simulate-nodes: a sync phase every SECONDS for the whole run (default 5)",
+    )
     p.add_argument("--out", help="directory for spools, checkpoints, records and plots (default: a temp dir)")
     p.add_argument("--summary", help="also write the totals as JSON to this file")
     p.add_argument("--timeout", type=float, default=180.0, help="give up after this many seconds")
@@ -98,6 +106,8 @@ def _check(args: argparse.Namespace) -> None:
         raise CommandError(f"--simulate-nodes {args.simulate_nodes}: expected 0..{len(SIM_CLOCKS)}")
     if not 2 <= args.rounds <= 10_000:
         raise CommandError(f"--rounds {args.rounds}: expected 2..10000")
+    if not 0.1 <= args.sync_every <= 3600:
+        raise CommandError(f"--sync-every {args.sync_every}: expected 0.1 to 3600 seconds")
 
 
 def _wait(predicate: Callable[[], bool], deadline: float, what: str) -> None:
@@ -166,6 +176,7 @@ class _Demo:
     queries: dict[str, Any] = field(default_factory=dict)
     summaries: dict[str, dict[str, Any]] = field(default_factory=dict)
     sync_pairs: dict[str, Any] = field(default_factory=dict)
+    _sync: tuple[threading.Event, threading.Thread, dict[str, Any]] | None = None
 
     @property
     def layout(self) -> DemoLayout:
@@ -208,6 +219,50 @@ class _Demo:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
+
+    def start_continuous_sync(self) -> None:
+        """A sync phase every --sync-every seconds until ``end_continuous_sync``; waits for the first."""
+        if self.sync_server is None:
+            self.sync_phase("before")
+            return
+        from cp_sync.periodic import Schedule, run_periodic
+
+        self.status.update("sync: the first phase")
+        stop, result = threading.Event(), dict[str, Any]()
+
+        def loop() -> None:
+            try:
+                result["load"] = run_periodic(
+                    str(self.sync_server), self.sync_dir, Schedule(self.args.sync_every), stop=stop,
+                    on_phase=lambda res, _load: self.sync_pairs.__setitem__(res["phase"], res["pairs"]),
+                    rounds=self.args.rounds, expect=len(self.nodes.virtual) + 1, wait_s=30.0,
+                )  # fmt: skip
+            except (OSError, ValueError) as e:
+                result["error"] = e
+
+        thread = threading.Thread(target=loop, name="cp-demo-sync", daemon=True)
+        thread.start()
+        self.stack.callback(thread.join, 60.0)
+        self.stack.callback(stop.set)
+        self._sync = (stop, thread, result)
+        _wait(lambda: bool(self.sync_pairs) or not thread.is_alive(), self.deadline, "the first sync phase")
+        if "error" in result:
+            raise CommandError(f"sync: {result['error']}")
+
+    def end_continuous_sync(self) -> None:
+        """Stop the periodic sync after one final phase; any failed phase or pair is an error."""
+        if self._sync is None:
+            self.sync_phase("after")
+            return
+        stop, thread, result = self._sync
+        self.status.update("sync: the final phase")
+        stop.set()
+        thread.join(max(1.0, self.deadline - time.monotonic()))
+        if thread.is_alive() or "error" in result:
+            raise CommandError(f"sync: {result.get('error', 'the final phase did not end in time')}")
+        load = result["load"]
+        if load.failed_phases or load.failed_pairs:
+            raise CommandError(f"sync: {load.failed_phases} phases and {load.failed_pairs} pairs failed")
 
     def sync_phase(self, phase: str) -> None:
         self.status.update(f"sync: {phase}")
@@ -354,11 +409,11 @@ def run(args: argparse.Namespace) -> int:
         )
         stack.callback(spark.stop)
         demo.start_sync()
-        demo.sync_phase("before")
+        demo.start_continuous_sync()
         demo.start_queries(spark)
         demo.generate()
         rows_read = demo.wait_caught_up()
-        demo.sync_phase("after")
+        demo.end_continuous_sync()
         status.update("translating and summing up")
         totals, lat, rows = collect(
             spark, demo.layout, demo.summaries, demo.nodes.virtual, demo.sync_pairs, rows_read
