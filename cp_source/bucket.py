@@ -75,7 +75,18 @@ REASONS = (
     "bad_json",
     "bad_control",
     "replayed_seq",
+    "seq_out_of_window",
 )
+# A data bucket's seq may run at most this far past the highest seq seen of its sender (a receiver
+# that sees only some of a sender's buckets sees gaps; a genuine sender never jumps this far). A
+# seq past the window is rejected without moving it, so one forged seq cannot make the sender's
+# next genuine buckets look replayed.
+SEQ_WINDOW = 1 << 20
+
+
+def seq_in_window(seq: int, seen_max: int) -> bool:
+    """True if a data bucket's ``seq`` is within the window above the sender's highest seq seen."""
+    return seq <= seen_max + SEQ_WINDOW
 
 
 def tuple_id(sender_id: int, n: int) -> int:

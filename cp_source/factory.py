@@ -45,7 +45,7 @@ import native_tsc
 from cp_source import bucket as bk
 from cp_source.deadletter import DeadLetterWriter, read_dead_letters
 from cp_source.durability import check_durability
-from cp_source.factory_front import FrontEnd
+from cp_source.factory_front import MAX_FRAMES, FrontEnd, read_front_ledger, recv_capped
 from cp_source.spool import SegmentWriter, Spool, spool_bytes
 from cp_source.spool_ledger import WorkerState
 from cp_source.workloads import Workload, resolve
@@ -156,6 +156,9 @@ class FactoryWorker:
         )
         self.dead = DeadLetterWriter(self.writer.dir / "deadletter.bin")
         self.max_seq = self.writer.max_seq_by_sender()
+        # the front end's highest seq per sender when this worker started: a worker that has seen
+        # none of a sender's buckets yet (new, or restarted with more workers) still places its window
+        self.window_base = {s: int(v["seq_max"]) for s, v in read_front_ledger(cfg.spool).items()}
         self.domain = native_tsc.domain_id()
         prev = {}
         with contextlib.suppress(FileNotFoundError, orjson.JSONDecodeError):
@@ -201,14 +204,21 @@ class FactoryWorker:
         d[reason] = d.get(reason, 0) + 1
         self.dead.write(reason, frames)
 
+    def _in_window(self, h: bk.Header) -> bool:
+        seen = max(self.max_seq.get(h.sender_id, -1), self.window_base.get(h.sender_id, -1))
+        return bk.seq_in_window(h.seq, seen)
+
     def handle(self, frames: list[Any]) -> None:
         """Validate and parse one message; anything bad is counted and dead-lettered."""
         self.counters["received"] += 1
         try:
             h = bk.check_frames(frames, self.cfg.max_frame_bytes, self.cfg.max_tuples)
         except bk.BucketError as e:
-            self._reject(e.reason, frames)
             k = e.header
+            if k is not None and not self._in_window(k):
+                self._reject("seq_out_of_window", frames)  # its ids are not the sender's to account
+                return
+            self._reject(e.reason, frames)
             if k is not None and k.seq > self.max_seq.get(k.sender_id, -1):
                 # a trusted data header: its ids are accounted as rejected, not lost in transit
                 self.max_seq[k.sender_id] = k.seq
@@ -229,6 +239,9 @@ class FactoryWorker:
             self.flush()  # this worker's data of the sender is published before its totals
             self.writer.record_eos(eos.record(h.domain))
             self.counters["eos"] += 1
+            return
+        if not self._in_window(h):
+            self._reject("seq_out_of_window", frames)  # the window does not move
             return
         if h.seq <= self.max_seq.get(h.sender_id, -1):
             self._reject("replayed_seq", frames)
@@ -364,7 +377,7 @@ class FactoryWorker:
                     if sock.poll(min(int(wait * 1000) + 1, 100), zmq.POLLIN):
                         while self.pending_rows < self.cfg.flush_rows:
                             try:
-                                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                                frames, _ = recv_capped(sock, MAX_FRAMES - 1)  # no identity frame here
                             except zmq.Again:
                                 break
                             self.last_recv_wall = time.time()
@@ -524,8 +537,9 @@ class FactoryHandle:
         front = self._ctx.socket(zmq.ROUTER)
         front.setsockopt(zmq.RCVHWM, FRONT_HWM)
         front.setsockopt(zmq.LINGER, 0)
-        # a hard cap far above the checked bound: bigger messages cost the sender its connection
-        front.setsockopt(zmq.MAXMSGSIZE, 4 * max_frame_bytes + 4096)
+        # per frame, a hard cap above the checked bound (a frame past the bound is dead-lettered, past
+        # the cap it costs the sender its connection); frames per message: FrontEnd._recv cuts them
+        front.setsockopt(zmq.MAXMSGSIZE, 2 * max_frame_bytes + 4096)
         try:
             front.bind(endpoint[:-2] + ":*" if endpoint.endswith(":0") else endpoint)
         except zmq.ZMQError as e:

@@ -43,7 +43,7 @@ FRONT_DIR = "_front"
 LEDGER_FILE = "ledger.json"
 SNAPSHOT_S = 0.2
 POLL_MS = 50
-MAX_FRAMES = 4  # identity + header + payload; more is forwarded for dead-lettering, never kept
+MAX_FRAMES = 4  # identity + header + payload + one: a longer message is read, cut here and dead-lettered
 
 
 def _merge_into(ranges: list[list[int]], first: int, count: int) -> None:
@@ -83,6 +83,11 @@ class FrontLedger:
         if s is None:
             s = self.senders[sender_id] = {"ids": [], "buckets": 0, "seq_max": -1, "eos": None}
         return s
+
+    def in_window(self, h: bk.Header) -> bool:
+        """True if a data bucket's seq is within its sender's window (``bk.SEQ_WINDOW``)."""
+        s = self.senders.get(h.sender_id)
+        return bk.seq_in_window(h.seq, s["seq_max"] if s is not None else -1)
 
     def accept(self, h: bk.Header) -> None:
         s = self._sender(h.sender_id)
@@ -134,6 +139,20 @@ class FrontLedger:
         self._lock.close()
 
 
+def recv_capped(sock: zmq.Socket, max_frames: int) -> tuple[list[zmq.Frame], int]:
+    """One message (non-blocking), its first ``max_frames`` frames kept; the rest read, dropped, counted."""
+    part = sock.recv(zmq.NOBLOCK, copy=False)
+    msg = [part]
+    dropped = 0
+    while part.more:
+        part = sock.recv(zmq.NOBLOCK, copy=False)
+        if len(msg) < max_frames:
+            msg.append(part)
+        else:
+            dropped += 1
+    return msg, dropped
+
+
 def read_front_ledger(spool: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
     """The front end's record per sender id (empty when no front end ran on this spool)."""
     try:
@@ -169,7 +188,18 @@ class FrontEnd:
         self.ledger = FrontLedger(spool, durability)
         self.max_frame_bytes = max_frame_bytes
         self.counters = dict.fromkeys(
-            ("hellos", "accepted", "eos", "heartbeats", "unexpected", "forwarded_unparsed"), 0
+            (
+                "hellos",
+                "accepted",
+                "eos",
+                "heartbeats",
+                "unexpected",
+                "forwarded_unparsed",
+                "out_of_window",
+                "long_messages",
+                "frames_dropped",
+            ),
+            0,
         )
         self._held: list[Any] | None = None  # one data message waiting for a worker to have room
         self._stop = threading.Event()
@@ -193,12 +223,16 @@ class FrontEnd:
         try:
             h = bk.check_frames(frames, self.max_frame_bytes)
         except bk.BucketError as e:
-            if e.header is not None:  # a data header we can trust: its ids were accepted
+            # a data header we can trust: its ids were accepted (unless its seq is out of the window)
+            if e.header is not None and self.ledger.in_window(e.header):
                 self.ledger.accept(e.header)
             self.counters["forwarded_unparsed"] += 1
             self._held = frames[:MAX_FRAMES]  # the workers dead-letter it, counted by reason
             return
-        if h.kind == bk.KIND_DATA:
+        if h.kind == bk.KIND_DATA and not self.ledger.in_window(h):
+            self.counters["out_of_window"] += 1  # not accepted; a worker dead-letters it by reason
+            self._held = frames
+        elif h.kind == bk.KIND_DATA:
             self.ledger.accept(h)
             self.counters["accepted"] += 1
             self._held = frames
@@ -218,6 +252,19 @@ class FrontEnd:
             self.counters["heartbeats"] += 1
         else:
             self.counters["unexpected"] += 1  # an acknowledgement sent to us: no tuples, nothing to do
+
+    def _recv(self) -> list[zmq.Frame]:
+        """One message, cut to MAX_FRAMES: the frames past it are read and dropped at once.
+
+        ZeroMQ hands a message over only once its last frame is in, each frame bounded by
+        MAXMSGSIZE; cutting here keeps a long message from being held or forwarded, and the
+        workers dead-letter the cut message (``frame_count``), so it is counted.
+        """
+        msg, dropped = recv_capped(self.front, MAX_FRAMES)
+        if dropped:
+            self.counters["frames_dropped"] += dropped
+            self.counters["long_messages"] += 1
+        return msg
 
     def _reply(self, ident: bytes, h: bk.Header) -> None:
         answer_control(self.front, ident, h)
@@ -243,7 +290,7 @@ class FrontEnd:
                 elif self.front.poll(POLL_MS, zmq.POLLIN):
                     for _ in range(256):
                         try:
-                            msg = self.front.recv_multipart(zmq.NOBLOCK, copy=False)
+                            msg = self._recv()
                         except zmq.Again:
                             break
                         self._handle([f.buffer if i else f.bytes for i, f in enumerate(msg)])
