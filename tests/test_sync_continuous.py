@@ -7,8 +7,10 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow.compute as pc
 import pytest
@@ -18,7 +20,7 @@ from cloudprofiler.cli_process import stop_processes
 from cp_sync.coordinator import Coordinator
 from cp_sync.periodic import Load, Schedule, check_prefix, first_index, phase_name
 from cp_sync.sync_table import phase_order, read_sync
-from native_tsc.domain import make_virtual
+from native_tsc.domain import VirtualDomain, make_virtual
 
 VIRTUAL = [make_virtual("cont-a", "12.5", 10**12), make_virtual("cont-b", "-88", -(10**13))]
 LOAD_RE = re.compile(
@@ -26,21 +28,22 @@ LOAD_RE = re.compile(
 )
 
 
+def _agent(server: str, v: VirtualDomain) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "cloudprofiler.cli", "sync", "agent", "--server", server],
+        env=dict(os.environ, CP_TSC_VIRTUAL=v.spec()),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 @pytest.fixture
 def agents():
-    """A coordinator in this process and two agent processes under virtual domains."""
+    """A coordinator in this process and two agent processes under virtual domains (``procs``)."""
     coord = Coordinator("127.0.0.1:0").start()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "cloudprofiler.cli", "sync", "agent", "--server", coord.address],
-            env=dict(os.environ, CP_TSC_VIRTUAL=v.spec()),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for v in VIRTUAL
-    ]
+    procs = [_agent(coord.address, v) for v in VIRTUAL]
     try:
-        yield coord
+        yield SimpleNamespace(address=coord.address, procs=procs)
     finally:
         stop_processes(procs)
         coord.stop()
@@ -195,3 +198,57 @@ def test_bad_periodic_options_are_one_line(tmp_path: Path, capsys: pytest.Captur
         assert main(base + extra) == 2
         err = capsys.readouterr().err
         assert msg in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_failed_phase_is_counted_and_the_run_goes_on(agents, tmp_path: Path) -> None:
+    """An agent leaves after the second phase and is back after the third: only the third fails."""
+    from cp_sync.coordinator import list_agents
+    from cp_sync.periodic import run_periodic, wait_agents
+
+    sync = tmp_path / "sync"
+    stop = threading.Event()
+
+    def on_phase(res: dict, load: Load) -> None:
+        if res["phase"] == "p0001":
+            stop_processes([agents.procs[1]])  # SIGTERM: it says bye, and the coordinator drops it
+            assert len(list_agents(agents.address)) == 1
+        elif res["phase"] == "p0002":
+            agents.procs.append(_agent(agents.address, VIRTUAL[1]))
+            deadline = time.monotonic() + 60
+            while len(list_agents(agents.address)) < 2:
+                assert time.monotonic() < deadline, "agent B did not come back"
+                time.sleep(0.1)
+        elif res["phase"] == "p0005":
+            stop.set()  # then one final phase
+
+    wait_agents(agents.address, 2, 60)  # the phases themselves wait only 0.5 s
+    load = run_periodic(
+        agents.address,
+        sync,
+        Schedule(every=0.5),
+        stop=stop,
+        on_phase=on_phase,
+        rounds=10,
+        expect=2,
+        wait_s=0.5,
+    )
+    assert (load.phases, load.failed_phases, load.failed_pairs) == (6, 1, 0)
+    assert len(load.errors) == 1 and load.errors[0].startswith("p0002: 1 agents registered"), load.errors
+    assert sorted(_phases(sync)) == ["p0000", "p0001", "p0003", "p0004", "p0005", "p0006"]
+    assert set(_phases(sync).values()) == {20}
+
+
+def test_responder_reports_its_cpu() -> None:
+    from cp_sync.probe import Responder, initiate
+
+    r = Responder()
+    assert r.cpu_ns() is None  # no thread yet
+    with r:
+        before = r.cpu_ns()
+        assert isinstance(before, int) and before >= 0
+        res = initiate(*r.address, 50, gap_us=100)
+        assert len(res.seq) + res.lost == 50
+        after = r.cpu_ns()
+        # It answered (and busy-polled after each answer): its own thread's CPU clock moved.
+        assert isinstance(after, int) and after > before
+    assert r.cpu_ns() is None  # closed
