@@ -46,6 +46,7 @@ from cp_source import bucket as bk
 from cp_source.deadletter import DeadLetterWriter, read_dead_letters
 from cp_source.durability import check_durability
 from cp_source.factory_front import MAX_FRAMES, FrontEnd, read_front_ledger, recv_capped
+from cp_source.private_dirs import ensure_private_dir
 from cp_source.spool import SegmentWriter, Spool, spool_bytes
 from cp_source.spool_ledger import WorkerState
 from cp_source.workloads import Workload, resolve
@@ -503,7 +504,7 @@ class FactoryHandle:
         if workers < 1 or workers > 256:
             raise ValueError(f"workers must be 1..256, got {workers}")
         self.spool = str(spool)
-        Path(self.spool).mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(self.spool)  # 0700; another user's or a group-writable one is refused
         self.max_spool_bytes = max_spool_bytes
         self.durability = check_durability(durability)
         self.warnings = check_free_space(self.spool, max_spool_bytes)

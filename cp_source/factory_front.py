@@ -37,6 +37,7 @@ import zmq
 
 from cp_source import bucket as bk
 from cp_source.durability import check_durability, fsync_dirs, fsync_path
+from cp_source.private_dirs import ensure_private_dir
 from cp_source.sender_link import answer_control
 
 FRONT_DIR = "_front"
@@ -63,7 +64,8 @@ class FrontLedger:
     def __init__(self, spool: str | os.PathLike[str], durability: str = "process") -> None:
         self.durable = check_durability(durability) == "strict"
         self.dir = Path(spool) / FRONT_DIR
-        self.dir.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(spool)
+        ensure_private_dir(self.dir)
         if self.durable:
             fsync_dirs(self.dir, self.dir.parent)  # the directory's name lasts before any snapshot
         self._lock = open(self.dir / "lock", "a+b")  # noqa: SIM115 - held while the front end runs

@@ -10,7 +10,6 @@ unpickled or evaluated, and every size is bounded.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import threading
@@ -22,6 +21,8 @@ from typing import Any
 
 import orjson
 import zmq
+
+from cp_source.private_dirs import atomic_write
 
 # A request is a tiny JSON object; anything longer is refused by ZeroMQ itself.
 MAX_REQUEST_BYTES = 512
@@ -148,14 +149,10 @@ class SegmentServer:
         """Replace the stats file; a failed write (a full disk) must not stop the serving thread."""
         if self._stats_path is None:
             return
-        tmp = self._stats_path.with_name(self._stats_path.name + f".{os.getpid()}.tmp")
         try:
-            tmp.write_bytes(orjson.dumps(self.stats()))
-            os.replace(tmp, self._stats_path)
+            atomic_write(self._stats_path, orjson.dumps(self.stats()))  # a fresh temp name each time
         except OSError:
             self._count(stats_write_errors=1)
-            with contextlib.suppress(OSError):
-                tmp.unlink()
 
     def _answer(self, raw: bytes) -> list[bytes]:
         try:

@@ -53,6 +53,7 @@ import pyarrow as pa
 
 from cp_source.bucket import merge_ranges
 from cp_source.durability import DurabilityError, check_durability, fsync_dirs, fsync_path
+from cp_source.private_dirs import atomic_write, ensure_private_dir, private_tmp
 from cp_source.spool_compact import (
     ABSORB_MIN_SEGMENTS,
     MANIFEST_KEEP,
@@ -117,7 +118,7 @@ def ensure_spool_id(root: str | os.PathLike[str], durable: bool = False) -> str:
     found = read_spool_id(root)
     if found is not None:
         return found
-    root.mkdir(parents=True, exist_ok=True)
+    ensure_private_dir(root)
     sid = uuid.uuid4().hex
     body = orjson.dumps({"spool_id": sid, "created_wall": time.time(), "created_pid": os.getpid()})
     final = root / SPOOL_FILE
@@ -215,15 +216,7 @@ def read_segment(path: str | os.PathLike) -> pa.Table:
 def _write_atomic(path: Path, data: bytes, durable: bool = False) -> None:
     """Replace ``path`` by rename. ``durable``: fsync the temp file before the rename (so the new
     name never points at unwritten data) and the directory after (so the rename itself lasts)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        if durable:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
-    if durable:
-        fsync_path(path.parent)
+    atomic_write(path, data, durable)  # a fresh random temp name: a planted symlink is never followed
 
 
 def _read_offsets(path: Path) -> dict[str, int]:
@@ -283,7 +276,8 @@ class SegmentWriter:
         self.root = Path(root)
         self.worker = worker
         self.dir = self.root / worker
-        self.dir.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(self.root)
+        ensure_private_dir(self.dir)
         # the first worker or reader creates it
         self.spool_id = ensure_spool_id(self.root, durable=self.durable)
         self._lock = open(self.dir / "lock", "a+b")  # noqa: SIM115 - held for the writer's lifetime
@@ -409,7 +403,7 @@ class SegmentWriter:
         }
         # The spool id lets a reader tell this file from one of another spool at the same path.
         meta = {"info": info, "buckets": recs.tolist(), "spool": self.spool_id}
-        tmp = path.with_name(path.name + ".tmp")
+        tmp = private_tmp(path)
         schema = table.schema.with_metadata({META_KEY: orjson.dumps(meta)})
         try:
             with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as w:
@@ -590,7 +584,7 @@ class Spool:
 
         ``spool_id``: the spool the offsets were taken from; another spool's are refused.
         """
-        self.root.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(self.root)
         with open(self.root / "commit.lock", "a+b") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             self._check_id(spool_id)
@@ -602,7 +596,7 @@ class Spool:
         ``spool_id``: the spool the offsets were taken from; another spool's are refused and
         nothing is deleted.
         """
-        self.root.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(self.root)
         with open(self.root / "commit.lock", "a+b") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             self._check_id(spool_id)
@@ -632,7 +626,7 @@ class Spool:
         ``commit`` does this by itself every ABSORB_MIN_SEGMENTS segments; each worker then
         drops what was folded from its files (``SegmentWriter.compact``).
         """
-        self.root.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(self.root)
         with open(self.root / "commit.lock", "a+b") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             return self._fold(self.committed(), 1)

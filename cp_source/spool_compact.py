@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -95,10 +96,14 @@ def fsync_path(path: Path) -> None:
 
 
 def _replace(path: Path, data: bytes, tmp_suffix: str) -> None:
-    """Replace ``path`` by a file holding ``data``: written, fsynced, then renamed."""
-    tmp = path.with_name(path.name + tmp_suffix)
+    """Replace ``path`` by a file holding ``data``: written, fsynced, then renamed.
+
+    The temp file gets a fresh random name (``mkstemp``: ``O_EXCL``), so a planted one is never followed.
+    """
+    fd, name = tempfile.mkstemp(prefix=f"{path.name}.", suffix=tmp_suffix, dir=path.parent)
+    tmp = Path(name)
     try:
-        with open(tmp, "wb") as f:
+        with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

@@ -88,6 +88,20 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> CallLog:
     return log
 
 
+def renamed_from(log: CallLog, dst: Path, after: int = -1) -> Path:
+    """The temp file renamed to ``dst`` (the first rename after ``after``): a fresh random name
+    next to it, never the fixed ``dst.tmp`` a planted symlink could sit at."""
+    want = os.path.realpath(dst)
+    for e in log.events[after + 1 :]:
+        if e[0] == "rename" and e[2] == want:
+            src = Path(e[1])
+            assert (
+                src.name.startswith(dst.name + ".") and src.suffix == ".tmp" and src.name != dst.name + ".tmp"
+            )
+            return src
+    raise AssertionError(f"no rename to {dst} after position {after} in {log.events}")
+
+
 def assert_durable_rename(log: CallLog, src: Path, dst: Path, kind: str = "rename") -> int:
     """The rename of ``src`` to ``dst`` comes after the fsync of ``src`` and before the fsync of
     ``dst``'s directory; the position of that directory fsync."""
@@ -123,7 +137,7 @@ def test_segment_publication_fsyncs_in_order(tmp_path: Path, calls: CallLog) -> 
     pos = -1
     for n in range(3):
         seg = d / seg_name(n)
-        tmp = seg.with_name(seg.name + ".tmp")
+        tmp = renamed_from(calls, seg, after=pos)
         data = calls.index("fsync", tmp, after=pos)
         renamed = calls.index("rename", tmp, seg, after=data)
         dir_synced = calls.index("fsync", d, after=renamed)
@@ -152,7 +166,7 @@ def test_writer_start_ledger_appends_and_stats_are_durable(tmp_path: Path, calls
     assert calls.fsyncs() == [str(d / "rejected.bin"), str(d / "eos.ndjson")]
     calls.clear()
     w.write_stats({"received": 1})
-    assert_durable_rename(calls, d / "stats.json.tmp", d / "stats.json")
+    assert_durable_rename(calls, renamed_from(calls, d / "stats.json"), d / "stats.json")
     w.close()
 
 
@@ -177,10 +191,11 @@ def test_commit_is_on_disk_before_any_segment_is_deleted(tmp_path: Path, calls: 
     sp = Spool(tmp_path, durability="strict")
     calls.clear()
     sp.mark_planned({"w0": 2}, sp.ensure_spool_id())
-    assert_durable_rename(calls, tmp_path / "planned.json.tmp", tmp_path / "planned.json")
+    assert_durable_rename(calls, renamed_from(calls, tmp_path / "planned.json"), tmp_path / "planned.json")
     calls.clear()
     sp.commit({"w0": 1}, sp.spool_id())
-    synced = assert_durable_rename(calls, tmp_path / "committed.json.tmp", tmp_path / "committed.json")
+    committed = tmp_path / "committed.json"
+    synced = assert_durable_rename(calls, renamed_from(calls, committed), committed)
     deleted = [i for i, e in enumerate(calls.events) if e[0] == "unlink" and "seg-" in e[1]]
     assert len(deleted) == 2 and min(deleted) > synced
     assert Spool(tmp_path).committed() == {"w0": 1}
