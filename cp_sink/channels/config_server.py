@@ -1,6 +1,6 @@
 """Online handler configuration: a table of channel name -> handler served over ZeroMQ.
 
-The server answers JSON requests on a REP socket (bound to 127.0.0.1 by
+The server answers JSON requests from REQ clients on a ROUTER socket (bound to 127.0.0.1 by
 default; a frame over 64 KiB is refused by ZeroMQ itself, a request of more
 than one frame gets an error reply, and any malformed request gets an error
 reply: the server never stops on what a client sends)::
@@ -22,7 +22,6 @@ applies to the next channel opened, without redeploying the job.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import threading
 from pathlib import Path
@@ -40,6 +39,7 @@ MAX_NAME = 128
 MAX_PARAMS = 16  # a handler takes at most a few parameters
 MAX_PARAM_TEXT = 64
 MAX_FRAMES = 1  # a request is one JSON frame
+REPLY_HWM = 16  # replies queued per peer; a REQ client has one request in flight
 
 DESCRIPTION = """Serve channel handler settings over ZeroMQ (or change them on a running server).
 
@@ -170,13 +170,20 @@ class ConfigServer:
         self.requests = 0
         self.refused = 0
         self.failures = 0  # requests whose handling raised something unexpected (answered with an error)
+        self.replies_dropped = 0  # replies to a peer that had REPLY_HWM unread ones, or was gone
 
     def _make_socket(self, bind: str) -> zmq.Socket[bytes]:
-        """The server's one socket: every option that bounds what a client can make it hold is set here."""
-        sock = self.ctx.socket(zmq.REP)
+        """The server's one socket: every option that bounds what a client can make it hold is set here.
+
+        ROUTER, not REP: REP's strict request/reply state could be wedged by a peer that never
+        reads its replies; ROUTER answers each message on its own and drops (and counts) a reply
+        its peer has no room for.
+        """
+        sock = self.ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)  # per frame; frames per request: recv_request
         sock.setsockopt(zmq.RCVHWM, 64)
-        sock.setsockopt(zmq.SNDHWM, 64)
+        sock.setsockopt(zmq.SNDHWM, REPLY_HWM)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a full peer raises EAGAIN: counted, never blocks
         sock.setsockopt(zmq.LINGER, 0)
         sock.bind(bind)
         return sock
@@ -195,11 +202,13 @@ class ConfigServer:
             if not poller.poll(100):
                 continue
             try:
-                frames, extra = recv_request(self.sock, MAX_FRAMES)
-            except zmq.Again:
+                frames, extra = recv_request(self.sock, MAX_FRAMES + 2)  # identity, delimiter, request
+            except zmq.ZMQError:
                 continue
+            ident = frames[0]
+            body = frames[2:] if len(frames) > 1 and frames[1] == b"" else frames[1:]
             try:
-                reply = self.answer(frames, extra)
+                reply = self.answer(body, extra)
             except (ValueError, OSError) as e:
                 self.refused += 1
                 reply = {"ok": False, "error": str(e)[:500]}
@@ -207,9 +216,10 @@ class ConfigServer:
                 self.failures += 1
                 reply = {"ok": False, "error": f"internal error: {type(e).__name__}"}
             self.requests += 1
-            # a peer that is gone loses its reply; REP is ready for the next request either way
-            with contextlib.suppress(zmq.ZMQError):
-                self.sock.send(orjson.dumps(reply), zmq.NOBLOCK)
+            try:
+                self.sock.send_multipart([ident, b"", orjson.dumps(reply)], zmq.NOBLOCK)
+            except zmq.ZMQError:
+                self.replies_dropped += 1  # the peer is gone or has not read its earlier replies
 
     def start(self) -> ConfigServer:
         self._thread = threading.Thread(target=self._run, name="cp-config-server", daemon=True)
