@@ -26,7 +26,6 @@ import datetime as dt
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -107,11 +106,11 @@ class NaiveZmqReader(DataSourceStreamReader):
             if self.state_file:
                 import orjson
 
-                tmp = Path(self.state_file + ".tmp")
-                tmp.write_bytes(
-                    orjson.dumps({"endpoint": s.getsockopt_string(zmq.LAST_ENDPOINT), "pid": os.getpid()})
-                )
-                tmp.rename(self.state_file)
+                from cp_source.private_dirs import atomic_write
+
+                # a fresh temp name: a symlink planted at a fixed one is never followed
+                body = {"endpoint": s.getsockopt_string(zmq.LAST_ENDPOINT), "pid": os.getpid()}
+                atomic_write(self.state_file, orjson.dumps(body))
         return self._sock
 
     def initialOffset(self) -> dict:
