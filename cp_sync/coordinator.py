@@ -257,7 +257,7 @@ class Coordinator:
             return
         run.current = None
         if "error" in h or rows is None:
-            self._pair_failed(ini, resp, str(h.get("error", "no rows")))
+            self._pair_failed(ini, resp, str(h.get("error", "no rows"))[:500])
         else:
             run.pairs += 1
             self._send(
@@ -266,8 +266,8 @@ class Coordinator:
                     "op": "pair",
                     "initiator": ini,
                     "responder": resp,
-                    "lost": h.get("lost", 0),
-                    "ignored": h.get("ignored", 0),
+                    "lost": _count_field(h, "lost"),
+                    "ignored": _count_field(h, "ignored"),
                     "cpu_ns": h.get("cpu_ns"),  # the agents' probing CPU, for the load report
                 },
                 rows,
@@ -281,6 +281,12 @@ class Coordinator:
             run.current = None
             self._pair_failed(ini, resp, "initiator did not answer in time")
             self._next()
+
+
+def _count_field(h: dict[str, Any], name: str) -> int:
+    """A non-negative count an agent reports, or 0 when it sent something else."""
+    v = h.get(name, 0)
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1 << 62 else 0
 
 
 def header_op(frames: list[bytes]) -> str | None:
