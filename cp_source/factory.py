@@ -113,6 +113,13 @@ def make_accumulator(workload: Workload, parser: str = "auto") -> Any:
     return BatchAccumulator(lambda p, c: parse_json.parse_arrow_json(p, fields, c), fields)
 
 
+def _np_array(a: np.ndarray) -> pa.Array:
+    """A 1-D numeric numpy array as Arrow, zero copy: ``pa.array(ndarray)`` would import pandas
+    (seconds of a worker's start-up) to ask whether it is a pandas object."""
+    a = np.ascontiguousarray(a)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(a.dtype), len(a), [None, pa.py_buffer(a)])
+
+
 def _repeat_strings(values: list[str], counts: np.ndarray) -> pa.Array:
     if len(set(values)) == 1:
         enc = values[0].encode()
@@ -121,7 +128,11 @@ def _repeat_strings(values: list[str], counts: np.ndarray) -> pa.Array:
         return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(enc * n))
     uniq = sorted(set(values))
     idx = np.repeat(np.array([uniq.index(v) for v in values], dtype=np.int32), counts)
-    return pa.array(uniq, pa.string()).take(pa.array(idx))
+    enc = [v.encode() for v in uniq]
+    offsets = np.zeros(len(enc) + 1, np.int32)
+    np.cumsum([len(e) for e in enc], out=offsets[1:])
+    dictionary = pa.StringArray.from_buffers(len(enc), pa.py_buffer(offsets), pa.py_buffer(b"".join(enc)))
+    return dictionary.take(_np_array(idx))
 
 
 @dataclass
@@ -276,11 +287,11 @@ class FactoryWorker:
             pa.Array.from_buffers(
                 pa.timestamp("us", tz="UTC"), n, [None, pa.py_buffer(np.repeat(event_ms * 1000, counts))]
             ),
-            pa.array(tuple_ids),
-            pa.array(np.repeat(m[:, 0].astype(np.int32), counts)),
-            pa.array(np.repeat(m[:, 4], counts)),
+            _np_array(tuple_ids),
+            _np_array(np.repeat(m[:, 0].astype(np.int32), counts)),
+            _np_array(np.repeat(m[:, 4], counts)),
             _repeat_strings(self.gen_domains, counts),
-            pa.array(np.repeat(m[:, 6], counts)),
+            _np_array(np.repeat(m[:, 6], counts)),
             _repeat_strings([self.domain], counts),
         ]
         table = pa.Table.from_arrays(cols, schema=self.schema)
