@@ -3,7 +3,7 @@
 Every handler works on an array of tuple ids (and, for the periodic counter, the
 TSC stamps), never row by row in Python. The rules:
 
-* ``id`` keeps every tuple.
+* ``identity`` (also spelled ``id``, the older name) keeps every tuple.
 * ``downsample`` (``n``) keeps tuple ``t`` iff ``t mod n == 0``. The rule is by
   id, not by position, so the kept set does not depend on how Spark splits the
   stream into partitions and micro-batches (or how a program splits its calls).
@@ -27,9 +27,11 @@ from typing import Any
 import numba
 import numpy as np
 
-HANDLERS = ("id", "downsample", "xoy", "firstlast", "pc", "null")
+HANDLERS = ("identity", "downsample", "xoy", "firstlast", "pc", "null")
+# Older spellings, accepted quietly: the sink once called identity "id" where channels did not.
+ALIASES = {"id": "identity"}
 # Handlers whose output is a subset of the tuples (records with stamps).
-SELECTING = ("id", "downsample", "xoy", "firstlast")
+SELECTING = ("identity", "downsample", "xoy", "firstlast")
 MAX_PARAM = 1 << 62
 
 
@@ -65,7 +67,7 @@ class HandlerSpec:
 
 
 _REQUIRED: dict[str, tuple[str, ...]] = {
-    "id": (),
+    "identity": (),
     "downsample": ("n",),
     "xoy": ("x", "y"),
     "firstlast": (),
@@ -90,6 +92,7 @@ def _as_int(name: str, value: Any) -> int:
 def parse_handler(name: str, params: Mapping[str, Any] | None = None) -> HandlerSpec:
     """Check a handler name and its parameters (case-insensitive keys) and fill defaults."""
     key = str(name).strip().lower()
+    key = ALIASES.get(key, key)
     if key not in _REQUIRED:
         raise ValueError(f"unknown handler {name!r}: expected one of {', '.join(HANDLERS)}")
     given = {str(k).lower(): v for k, v in (params or {}).items()}
@@ -124,7 +127,7 @@ def _select_mod(ids: np.ndarray, y: int, x: int) -> np.ndarray:
 def selected_positions(spec: HandlerSpec, ids: np.ndarray) -> np.ndarray | None:
     """Positions (int64) of the tuples the handler keeps; None means all of them."""
     n = ids.shape[0]
-    if spec.name == "id":
+    if spec.name == "identity":
         return None
     if spec.name == "downsample":
         return _select_mod(ids, spec.n, 1)

@@ -13,9 +13,10 @@ renamed to ``batch=<id>`` in one step. If ``batch=<id>`` already exists the
 batch was published before (a replay after a restart) and the new staging is
 dropped. ``abort`` removes the staging of the failed batch.
 
-Options: ``path`` (required), ``handler`` (id, downsample, xoy, firstlast, pc,
-null; default id), ``n``, ``x``, ``y``, ``periodMs``, ``tupleIdColumn``
-(default ``tuple_id``) and ``durability``:
+Options: ``path`` (required), ``handler`` (identity, downsample, xoy, firstlast,
+pc, null; default identity; ``id`` is accepted for identity), ``n``, ``x``, ``y``,
+``periodMs``, ``tupleIdColumn`` (default ``tuple_id``) and ``durability``; any
+other name is refused (a typo such as ``handlr`` would otherwise run the default):
 
 * ``process`` (default): a published batch survives a crash of any process (the
   publication is one rename), but nothing is fsynced: after an OS crash or power
@@ -54,6 +55,9 @@ from native_tsc.stamp_columns import SINK, is_stamp_column, node_column, stamp_c
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # set by Spark's micro-batch engine on every task
 DURABILITY_LEVELS = ("process", "strict")
 ROWS_PER_ROW_GROUP = 1 << 18
+# The sink's options as the user spells them; Spark adds checkpointLocation and queryName itself.
+SINK_OPTIONS = ("path", "handler", "n", "x", "y", "periodMs", "tupleIdColumn", "durability")
+_SPARK_OPTIONS = ("checkpointlocation", "queryname")
 
 
 @dataclass
@@ -80,6 +84,17 @@ def _ours(messages: list[WriterCommitMessage | None]) -> list[SinkCommitMessage]
 
 def _options(options: dict[str, str]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items()}
+
+
+def check_sink_options(options: dict[str, str]) -> None:
+    """Refuse option names the sink does not know, in one line naming them and listing the valid ones."""
+    known = {o.lower() for o in SINK_OPTIONS} | set(_SPARK_OPTIONS)
+    unknown = sorted(str(k) for k in options if str(k).lower() not in known)
+    if unknown:
+        raise ValueError(
+            f"unknown option(s) for the cloudprofiler sink: {', '.join(unknown)} "
+            f"(valid: {', '.join(SINK_OPTIONS)})"
+        )
 
 
 def _durable(opts: dict[str, str]) -> bool:
@@ -197,10 +212,11 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         from cp_sink.handlers import parse_handler
 
         opts = _options(options)
+        check_sink_options(opts)
         if not opts.get("path"):
             raise ValueError("the cloudprofiler sink needs option 'path'")
         self.path = os.path.abspath(opts["path"])  # workers may not share the driver's cwd
-        self.spec = parse_handler(opts.get("handler", "id"), opts)
+        self.spec = parse_handler(opts.get("handler", "identity"), opts)
         self.durable = _durable(opts)
         self._root_synced = False  # strict: the parent of path is fsynced once, on the first commit
         self.id_column = opts.get("tupleidcolumn", TUPLE_ID)

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import re
 import time
+from pathlib import Path
+from typing import Any
 
 from cp_source.durability import DURABILITY_LEVELS
 from cp_source.factory import PARSERS
@@ -35,6 +39,61 @@ def parse_size(s: str) -> int:
     if v <= 0:
         raise argparse.ArgumentTypeError(f"size must be positive: {s!r}")
     return v
+
+
+# Kernel filesystems: a directory there cannot be made, whatever the permissions say.
+_VIRTUAL_FS = frozenset(
+    {"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "debugfs", "securityfs", "tracefs"}
+)
+
+
+def _mount_type(path: Path) -> str:
+    """The filesystem type of the mount holding ``path`` ("" if /proc/self/mounts cannot tell)."""
+    best, kind = "", ""
+    try:
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        mnt = parts[1].replace("\\040", " ")
+        inside = str(path) == mnt or str(path).startswith(mnt.rstrip("/") + "/")
+        if inside and len(mnt) >= len(best):
+            best, kind = mnt, parts[2]
+    return kind
+
+
+def _why_not(spool: Path, err: OSError) -> str:
+    """Why ``spool`` cannot be used, from the nearest part of its path that exists."""
+    target = Path(os.path.abspath(err.filename)) if err.filename else spool
+    near = target
+    while not near.exists() and near != near.parent:
+        near = near.parent
+    kind = _mount_type(near)
+    if near != target and not near.is_dir():
+        return f"{near} is a file, not a directory"
+    if kind in _VIRTUAL_FS:
+        return f"{near} is on a {kind} filesystem (made by the kernel), which holds no spool"
+    if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS) or not os.access(near, os.W_OK | os.X_OK):
+        return f"{near} is not writable by this user ({err.strerror})"
+    return f"{err.strerror} ({target})"
+
+
+def spool_error(spool: str, err: OSError) -> str:
+    """One line saying which spool path failed and why (for an OSError raised while creating it)."""
+    path = Path(os.path.abspath(spool))
+    why = _why_not(path, err)
+    return f"--spool {spool}: cannot create {path}: {why}; give a directory on a disk you can write"
+
+
+def _spool_failed(spool: str, err: OSError) -> bool:
+    """Whether ``err`` is about the spool path (or one of its parents), not the endpoint or a worker."""
+    if not err.filename:
+        return False
+    path, name = os.path.abspath(spool), os.path.abspath(str(err.filename))
+    return path == name or path.startswith(name.rstrip("/") + "/") or name.startswith(path + "/")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,11 +132,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=None, help="stop after N seconds (default: run)")
 
 
-def run(args: argparse.Namespace) -> int:
+def _start(args: argparse.Namespace, workload: str) -> Any:
     from cp_source.factory import start_factory
 
-    workload = "file:" if args.workload == "file" else args.workload
-    handle = start_factory(
+    return start_factory(
         args.endpoint,
         args.spool,
         workers=args.workers,
@@ -90,6 +148,16 @@ def run(args: argparse.Namespace) -> int:
         parser=args.parser,
         durability="strict" if args.fsync else args.durability,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    workload = "file:" if args.workload == "file" else args.workload
+    try:
+        handle = _start(args, workload)
+    except OSError as e:
+        if _spool_failed(args.spool, e):
+            raise ValueError(spool_error(args.spool, e)) from None
+        raise
     print(
         f"factory listening on {handle.endpoint}, {args.workers} workers, spool {args.spool}, "
         f"durability {handle.durability}",

@@ -32,17 +32,57 @@ load (probes/s, bytes/s, the agents' probe-loop CPU) at the end.
 """
 
 
+SERVE_DESCRIPTION = """Run the sync coordinator: agents register with it, and ``sync run`` asks it to
+have every ordered pair of agents probe each other. It binds 127.0.0.1 by default;
+give --bind 0.0.0.0:PORT (on a trusted network) for agents on other nodes. Runs
+until Ctrl-C or SIGTERM.
+
+examples:
+  cloudprofiler sync serve                          # 127.0.0.1:5599
+  cloudprofiler sync serve --bind 0.0.0.0:5599      # agents on other nodes can register
+"""
+
+AGENT_DESCRIPTION = """Run a sync agent for this process's TSC domain: one per node (or per simulated
+node). It registers with the coordinator, answers probes on a UDP port (stamped in
+C) and sends the probes the coordinator assigns it. Runs until Ctrl-C or SIGTERM.
+
+examples:
+  cloudprofiler sync agent --server 127.0.0.1:5599
+  cloudprofiler sync agent --server 10.0.0.1:5599 --probe-bind 0.0.0.0 --advertise 10.0.0.2
+  CP_TSC_VIRTUAL=nodeB:120:1000000000 cloudprofiler sync agent --server 127.0.0.1:5599
+"""
+
+RUN_DESCRIPTION = """Probe every ordered pair of registered agents, --rounds probes each, and write
+the sync table (every probe kept) under --out: one phase (--phase NAME), or a
+phase every --every SECONDS (p0000, p0001, ...) until SIGINT/SIGTERM (after the
+phase in progress and one final phase) or --duration. ``cloudprofiler translate``
+turns records and these tables into latencies with error bounds.
+
+examples:
+  cloudprofiler sync run --server 127.0.0.1:5599 --phase before --out sync/
+  cloudprofiler sync run --server 127.0.0.1:5599 --phase after --out sync/ --expect 3
+  cloudprofiler sync run --server 127.0.0.1:5599 --every 30 --out sync/
+  cloudprofiler sync run --server 127.0.0.1:5599 --every 10 --duration 600 --phase job1- --out sync/
+"""
+
+
+def _sub(sub: Any, name: str, summary: str, description: str) -> argparse.ArgumentParser:
+    return sub.add_parser(
+        name, help=summary, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``cloudprofiler sync``."""
     sub = p.add_subparsers(dest="action", required=True, metavar="{serve,agent,run}")
-    s = sub.add_parser("serve", help="run the coordinator")
+    s = _sub(sub, "serve", "run the coordinator", SERVE_DESCRIPTION)
     s.add_argument("--bind", default="127.0.0.1:5599", help="address to listen on (default 127.0.0.1:5599)")
-    a = sub.add_parser("agent", help="run a sync agent for this process's TSC domain")
+    a = _sub(sub, "agent", "run a sync agent for this process's TSC domain", AGENT_DESCRIPTION)
     a.add_argument("--server", required=True, help="coordinator address, e.g. 127.0.0.1:5599")
     a.add_argument("--probe-bind", default="127.0.0.1", help="UDP address for probes (default 127.0.0.1)")
     a.add_argument("--probe-port", type=int, default=0, help="UDP port for probes (default: any free)")
     a.add_argument("--advertise", help="IPv4 address (or IP:PORT) other agents reach the probe port on")
-    r = sub.add_parser("run", help="probe every ordered pair of agents, once or periodically")
+    r = _sub(sub, "run", "probe every ordered pair of agents, once or periodically", RUN_DESCRIPTION)
     r.add_argument("--server", required=True, help="coordinator address")
     r.add_argument(
         "--phase",

@@ -20,6 +20,25 @@ def test_help_has_examples(name: str, capsys: pytest.CaptureFixture[str]) -> Non
     assert "example" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("action", ["serve", "agent", "run"])
+def test_sync_subcommand_help_has_description_and_examples(
+    action: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["sync", action, "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    from cp_sync import sync_cli
+
+    head, _, examples = out.partition("examples:")
+    assert examples, out
+    # the subcommand's own description (not the top-level one), and every example runs this subcommand
+    described = getattr(sync_cli, f"{action.upper()}_DESCRIPTION").split("\n\n")[0].split()
+    assert " ".join(head.split()).count(" ".join(described)) == 1
+    lines = [ln.strip() for ln in examples.splitlines() if "cloudprofiler" in ln]
+    assert len(lines) >= 2 and all(f"cloudprofiler sync {action}" in ln for ln in lines)
+
+
 def test_missing_command_module_is_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

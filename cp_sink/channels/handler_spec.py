@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from cp_sink.handlers import parse_handler
+from cp_sink.handlers import ALIASES, parse_handler
 
 CHANNEL_HANDLERS = ("identity", "buffered", "pc", "downsample", "xoy", "firstlast", "null")
-ALIASES = {"id": "identity"}
 DEFAULT_BLOCK = 1 << 16
 MAX_BLOCK = 1 << 24
 # Handlers whose own parameters (n, x/y, periodMs) are checked by cp_sink.handlers, as in the sink.

@@ -1,0 +1,107 @@
+"""What a new user meets first: one-line errors for a misspelled sink option or an unusable spool,
+one handler name, and a payload that does not fit the schema dead-lettered, not turned into nulls."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cloudprofiler.cli_process import CLI_ARGV
+from cp_sink.handlers import parse_handler, selected_positions
+from cp_sink.records import read_records
+from cp_sink.stream_writer import CloudprofilerStreamWriter
+
+SINK_TYPO = (
+    "unknown option(s) for the cloudprofiler sink: handlr "
+    "(valid: path, handler, n, x, y, periodMs, tupleIdColumn, durability)"
+)
+
+
+def _schema():  # type: ignore[no-untyped-def]
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    return StructType([StructField("tuple_id", LongType())])
+
+
+def test_sink_refuses_an_unknown_option_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ValueError) as e:
+        CloudprofilerStreamWriter(_schema(), {"path": str(tmp_path), "handlr": "null"}, False)
+    assert str(e.value) == SINK_TYPO
+    assert not (tmp_path / "_staging").exists()
+    # Spark's own options and any case of the sink's are accepted
+    opts = {"PATH": str(tmp_path), "checkpointLocation": "c", "queryName": "q", "HANDLER": "xoy", "Y": "8"}
+    w = CloudprofilerStreamWriter(_schema(), opts, False)
+    assert w.spec.describe() == "xoy(x=2,y=8)"
+
+
+def test_query_with_a_misspelled_sink_option_fails_naming_it(spark, tmp_path: Path) -> None:
+    import cloudprofiler
+
+    cloudprofiler.register(spark)
+    df = spark.range(0, 10).withColumnRenamed("id", "tuple_id")
+    src = tmp_path / "in"
+    df.write.parquet(str(src))
+    stream = spark.readStream.schema("tuple_id long").parquet(str(src))
+    q = (
+        stream.writeStream.format("cloudprofiler")
+        .option("path", str(tmp_path / "out"))
+        .option("handlr", "null")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(Exception) as e:  # awaitTermination raises the query's failure
+        q.awaitTermination(180)
+    assert f"ValueError: {SINK_TYPO}" in str(e.value).splitlines()
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("batch=*"))
+
+
+def test_identity_is_the_one_handler_name_and_id_its_alias() -> None:
+    ids = np.arange(10, dtype=np.int64)
+    assert parse_handler("identity") == parse_handler("id") == parse_handler(" ID ")
+    assert parse_handler("id").name == "identity"
+    assert selected_positions(parse_handler("id"), ids) is None
+    with pytest.raises(ValueError) as e:
+        parse_handler("ident")
+    assert str(e.value) == (
+        "unknown handler 'ident': expected one of identity, downsample, xoy, firstlast, pc, null"
+    )
+
+
+def test_sink_default_handler_keeps_every_tuple(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    w = CloudprofilerStreamWriter(_schema(), {"path": str(tmp_path / "out")}, False)
+    assert w.spec.name == "identity"
+    batch = pa.record_batch([pa.array(np.arange(50, dtype=np.int64))], names=["tuple_id"])
+    w.commit([w.write(iter([batch]))], 0)
+    assert sorted(read_records(tmp_path / "out")["tuple_id"].to_pylist()) == list(range(50))
+
+
+@pytest.mark.parametrize(
+    ("spool", "why"),
+    [
+        ("/proc/x", "/proc is on a proc filesystem (made by the kernel), which holds no spool"),
+        ("/proc/self/nope/deeper", "on a proc filesystem (made by the kernel), which holds no spool"),
+        ("{file}/spool", "{file} is a file, not a directory"),
+    ],
+)
+def test_factory_with_an_unusable_spool_says_which_path_and_why(tmp_path: Path, spool: str, why: str) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    spool, why = spool.format(file=afile), why.format(file=afile)
+    run = subprocess.run(
+        [*CLI_ARGV, "factory", "--spool", spool, "--endpoint", "tcp://127.0.0.1:0", "--duration", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2, run.stdout + run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, run.stderr
+    assert lines[0].startswith(f"cloudprofiler factory: error: --spool {spool}: cannot create {spool}: ")
+    assert why in lines[0]
+    assert lines[0].endswith("; give a directory on a disk you can write")
