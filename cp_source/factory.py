@@ -128,10 +128,12 @@ def _repeat_strings(values: list[str], counts: np.ndarray) -> pa.Array:
         return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(enc * n))
     uniq = sorted(set(values))
     idx = np.repeat(np.array([uniq.index(v) for v in values], dtype=np.int32), counts)
-    enc = [v.encode() for v in uniq]
-    offsets = np.zeros(len(enc) + 1, np.int32)
-    np.cumsum([len(e) for e in enc], out=offsets[1:])
-    dictionary = pa.StringArray.from_buffers(len(enc), pa.py_buffer(offsets), pa.py_buffer(b"".join(enc)))
+    encoded = [v.encode() for v in uniq]
+    ends = np.zeros(len(encoded) + 1, np.int32)
+    np.cumsum([len(e) for e in encoded], out=ends[1:])
+    dictionary = pa.StringArray.from_buffers(
+        len(encoded), pa.py_buffer(ends), pa.py_buffer(b"".join(encoded))
+    )
     return dictionary.take(_np_array(idx))
 
 
