@@ -11,12 +11,58 @@ offset and data buffers, with no Python object per value.
 
 from __future__ import annotations
 
+import os
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 from numba import njit
+from numba.core import config as numba_config
 
 from cp_source.bucket import BucketError
 from cp_source.parse_json import parse_orjson
+
+
+def _writable_dir(path: Path) -> bool:
+    """``path`` exists or can be made, and a file can be created in it (numba's own test)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError:
+        return False
+    return True
+
+
+def numba_cache_dir(tree: Path, user: Path, fallback: Path) -> Path | None:
+    """Where the compiled parser is cached when numba finds no place of its own, else None.
+
+    numba caches beside the source (``tree``) or in the user's cache (``user``); in a read-only
+    install run by a user without a writable home neither works, and every factory worker
+    would compile the parser again at start (seconds). Then a private directory under the
+    temp dir (``fallback``) is used.
+    """
+    if _writable_dir(tree) or _writable_dir(user):
+        return None
+    fallback.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = fallback.stat()
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        return None  # another user's or a shared directory: compiling is slower, not unsafe
+    return fallback if _writable_dir(fallback) else None
+
+
+def _use_numba_cache_dir() -> None:
+    if getattr(numba_config, "CACHE_DIR", ""):
+        return  # the user chose one (NUMBA_CACHE_DIR)
+    user = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "numba"
+    fallback = Path(tempfile.gettempdir()) / f"cloudprofiler-numba-{os.getuid()}"
+    chosen = numba_cache_dir(Path(__file__).parent / "__pycache__", user, fallback)
+    if chosen is not None:
+        os.environ["NUMBA_CACHE_DIR"] = str(chosen)  # numba rereads its config from the environment
+        setattr(numba_config, "CACHE_DIR", str(chosen))  # noqa: B010 - not in numba's stubs
+
+
+_use_numba_cache_dir()  # before the decorators below: they pick the cache's place
 
 
 @njit(cache=True, nogil=True, inline="always")
