@@ -322,6 +322,13 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--only", help="comma-separated subset of systems (default: all)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "endtoend.json"))
     ap.add_argument("--show", metavar="JSON", help="print the table of a saved result and exit")
+    ap.add_argument(
+        "--latency",
+        metavar="RATES",
+        help="also measure steady-state latency at these rates (e.g. 50000,half: half the maximum)",
+    )
+    ap.add_argument("--latency-duration", type=float, default=40.0, help="seconds per latency run")
+    ap.add_argument("--latency-warmup", type=float, default=15.0, help="seconds left out at the start")
     return ap.parse_args()
 
 
@@ -389,13 +396,102 @@ def measure_all(args: argparse.Namespace) -> dict[str, Any]:
         if not args.only or "rate" in args.only:
             console.rule("Spark rate source (ceiling)")
             results["Spark rate source (no payload)"] = rate_ceiling(spark, work / "rate", 15.0)
+        if args.latency:
+            lat = []
+            for i, rate in enumerate(latency_rates(args.latency, results, args.out)):
+                console.rule(f"latency at {rate:,.0f} tuples/s")
+                lat.append(
+                    steady_latency(spark, work / f"lat{i}", rate, args.latency_duration, args.latency_warmup)
+                )
+            console.print(latency_table(lat))
+            results["latency"] = lat
     finally:
         spark.stop()
     return results
 
 
+def steady_latency(spark: Any, work: Path, rate: float, duration: float, warmup: float) -> dict[str, Any]:
+    """End-to-end latency (generator stamp to sink stamp, one host) of the cloudprofiler pipeline
+    at a constant ``rate``: p50/p99 of the tuples generated after ``warmup`` s, and per 5 s."""
+    import numpy as np
+
+    import native_tsc
+    from cp_sink.records import read_records, total_seen
+    from native_tsc.stamp_columns import GEN, SINK, tsc_column
+
+    target, q = start_source_query(spark, work, max_spool_bytes=256 << 20, handler="xoy")
+    try:
+        summary = target.offer(rate, duration)
+        deadline = time.monotonic() + 60
+        while total_seen(target.sink) < summary["emitted"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        seen = total_seen(target.sink)
+    finally:
+        q.stop()
+    rec = read_records(target.sink)
+    gen = rec.column(tsc_column(GEN)).to_numpy()
+    lat = (rec.column(tsc_column(SINK)).to_numpy() - gen) / native_tsc.frequency_hz()
+    t = (gen - gen.min()) / native_tsc.frequency_hz()
+    steady = lat[t >= warmup]
+    per5 = [float(np.median(lat[(t >= a) & (t < a + 5)])) for a in range(0, int(duration), 5)]
+    return {
+        "rate": rate,
+        "duration": duration,
+        "warmup": warmup,
+        "emitted": summary["emitted"],
+        "dropped": summary["dropped"],
+        "seen": seen,
+        "sampled": int(len(steady)),
+        "p50_s": float(np.percentile(steady, 50)),
+        "p99_s": float(np.percentile(steady, 99)),
+        "max_s": float(steady.max()),
+        "median_per_5s": per5,
+    }
+
+
+def latency_rates(spec: str, results: dict[str, Any], saved: str) -> list[float]:
+    """``50000,half``: numbers, or half the cloudprofiler source's maximum (this run's, else ``saved``)."""
+    best = (results.get("cloudprofiler source") or {}).get("max_rate")
+    if best is None and Path(saved).exists():
+        best = json.loads(Path(saved).read_text())["results"]["cloudprofiler source"]["max_rate"]
+    out = []
+    for item in spec.split(","):
+        if item.strip() == "half":
+            if not best:
+                raise SystemExit(
+                    "--latency half: no maximum rate of the cloudprofiler source measured or saved"
+                )
+            out.append(round(best / 2))
+        else:
+            out.append(float(item))
+    return out
+
+
+def latency_table(rows: list[dict[str, Any]]) -> Any:
+    cells = [
+        (
+            f"{r['rate']:,.0f}",
+            f"{r['p50_s'] * 1e3:,.0f}",
+            f"{r['p99_s'] * 1e3:,.0f}",
+            f"{r['max_s'] * 1e3:,.0f}",
+            f"{r['seen']:,} of {r['emitted']:,} ({r['dropped']:,} dropped)",
+            " ".join(f"{x * 1e3:.0f}" for x in r["median_per_5s"]),
+        )
+        for r in rows
+    ]
+    return make_table(
+        "Steady-state latency, generator -> cloudprofiler sink, after the warm-up",
+        ("tuples/s", "p50 ms", "p99 ms", "max ms", "reached the sink", "median per 5 s, ms"),
+        cells,
+    )
+
+
 def write_result(
-    args: argparse.Namespace, load0: float, results: dict[str, Any], goals: dict[str, float]
+    args: argparse.Namespace,
+    load0: float,
+    results: dict[str, Any],
+    goals: dict[str, float],
+    latency: list[dict[str, Any]] | None = None,
 ) -> None:
     # default=str: a value JSON has no type for (a numpy scalar, say) is written as text rather
     # than failing the run at its very end
@@ -409,6 +505,7 @@ def write_result(
                 "tolerance": args.tolerance,
                 "results": results,
                 "ratios": goals,
+                "latency": latency,
             },
             indent=2,
             default=str,
@@ -421,11 +518,16 @@ def main() -> int:
     if args.show:
         doc = json.loads(Path(args.show).read_text())
         report(doc["results"], doc["load_average_start"], doc["duration"], doc["grace"], doc["tolerance"])
+        if doc.get("latency"):
+            from rich.console import Console
+
+            Console(width=130).print(latency_table(doc["latency"]))
         return 0
     load0 = os.getloadavg()[0]
     results = measure_all(args)
-    goals = report(results, load0, args.duration, args.grace, args.tolerance)
-    write_result(args, load0, results, goals)
+    latency = results.pop("latency", None)
+    goals = report(results, load0, args.duration, args.grace, args.tolerance) if results else {}
+    write_result(args, load0, results, goals, latency)
     return 0
 
 

@@ -59,12 +59,13 @@ class BareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.parts = int(options["partitions"])
         self.batch = int(options["batch"])
         self.rows = int(options["rows"])
+        self.trickle = int(options.get("trickle", 0))  # >0: a micro-batch of this many rows per trigger
 
     def initialOffset(self) -> dict:
         return {"v": 0}
 
     def latestOffset(self, start: dict, limit: Any) -> dict:
-        return {"v": 1}
+        return {"v": start["v"] + 1} if self.trickle else {"v": 1}
 
     def prepareForTriggerAvailableNow(self) -> None:
         pass
@@ -72,6 +73,10 @@ class BareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> list[RowRange]:
         if start["v"] == end["v"]:
             return []
+        if self.trickle:
+            lo = start["v"] * self.trickle % max(1, self.rows - self.trickle)
+            half = self.trickle // self.parts
+            return [RowRange(lo + i * half, lo + (i + 1) * half) for i in range(self.parts)]
         step = -(-self.rows // self.parts)
         return [RowRange(lo, min(lo + step, self.rows)) for lo in range(0, self.rows, step)]
 
@@ -208,14 +213,14 @@ def fresh_copy(spool: Path, work: Path) -> str:
     return str(dst)
 
 
-def measure(spark: Any, work: Path, spool: Path, info: dict[str, Any], repeat: int) -> list[dict[str, Any]]:
-    """Every row of the table, in one session."""
+def measure(
+    spark: Any, work: Path, spool: Path, files: tuple[str, str], n: int, repeat: int
+) -> list[dict[str, Any]]:
+    """Every row of the throughput table, in one session."""
     from cp_source.stream_reader import ReaderOptions, source_schema
 
     schema = source_schema(ReaderOptions.parse({}))
-    arrow_path, pq_dir = export_rows(spool, work, schema)
-    n = info["rows"]
-    spark.dataSource.register(BareArrowSource)
+    arrow_path, pq_dir = files
 
     def bare(parts: int, batch: int) -> Callable[[], dict[str, Any]]:
         opts = {"path": arrow_path, "partitions": str(parts), "batch": str(batch), "rows": str(n)}
@@ -258,6 +263,118 @@ def measure(spark: Any, work: Path, spool: Path, info: dict[str, Any], repeat: i
     return rows
 
 
+# ---- start-up and the per-batch floor ---------------------------------------------------------------
+def _first_rows_s(q: Any, t0: float, timeout: float = 180.0) -> float:
+    """Seconds from ``t0`` until the query's progress shows a finished micro-batch with rows."""
+    while time.monotonic() < t0 + timeout:
+        if any(int(p["numInputRows"]) > 0 for p in q.recentProgress):
+            return time.monotonic() - t0
+        if not q.isActive:
+            raise RuntimeError(f"query stopped: {q.exception()}")
+        time.sleep(0.02)
+    raise TimeoutError(f"no rows within {timeout:.0f}s")
+
+
+def _ours_live(spark: Any, work: Path, name: str, rate: float, seconds: float, bucket: int = 1000) -> Any:
+    """Start the source (embedded factory) into noop and a generator thread once the factory is ready.
+
+    Returns the query, the start time, the ready time and the generator thread."""
+    import threading
+
+    import cloudprofiler
+    from cp_source.generator import run_generator
+
+    spool = work / f"{name}-spool"
+    df = spark.readStream.format("cloudprofiler").option("endpoint", "tcp://127.0.0.1:0")
+    df = df.option("spool", str(spool)).load()
+    ckpt = tempfile.mkdtemp(prefix="ckpt-", dir=work)
+    t0 = time.monotonic()
+    q = df.writeStream.format("noop").option("checkpointLocation", ckpt).start()
+    state = cloudprofiler.wait_for_factory(str(spool), q)
+    ready = time.monotonic() - t0
+    gen = threading.Thread(
+        target=run_generator, args=(state.factory_endpoint, rate, seconds), kwargs={"bucket": bucket}
+    )
+    gen.start()
+    return q, t0, ready, gen
+
+
+def startup(spark: Any, work: Path, rounds: int = 2) -> list[dict[str, Any]]:
+    """Seconds from start() to the first micro-batch with rows: Spark's rate source, then ours."""
+    out = []
+    for i in range(rounds):
+        df = spark.readStream.format("rate").option("rowsPerSecond", 50_000).load()
+        ckpt = tempfile.mkdtemp(prefix="ckpt-", dir=work)
+        t0 = time.monotonic()
+        q = df.writeStream.format("noop").option("checkpointLocation", ckpt).start()
+        rate_s = _first_rows_s(q, t0)
+        q.stop()
+        q, t0, ready, gen = _ours_live(spark, work, f"start{i}", 50_000, 4.0)
+        ours_s = _first_rows_s(q, t0)
+        q.stop()
+        gen.join()
+        row = {
+            "round": i + 1,
+            "rate_first_rows_s": rate_s,
+            "ours_factory_ready_s": ready,
+            "ours_first_rows_s": ours_s,
+        }
+        print(f"start-up round {i + 1}: rate {rate_s:.2f}s, ours {ours_s:.2f}s (factory ready {ready:.2f}s)")
+        out.append(row)
+    return out
+
+
+def _phases(q: Any, skip: int = 3) -> dict[str, Any]:
+    """Median and p90 of each phase of the micro-batches with rows, the first ``skip`` left out."""
+    import numpy as np
+
+    progress = [p for p in q.recentProgress if int(p["numInputRows"]) > 0][skip:]
+    if not progress:
+        return {"batches": 0}
+    keys = sorted({k for p in progress for k in p["durationMs"]})
+    med = {k: float(np.median([p["durationMs"].get(k, 0) for p in progress])) for k in keys}
+    p90 = {k: float(np.percentile([p["durationMs"].get(k, 0) for p in progress], 90)) for k in keys}
+    rows = float(np.median([int(p["numInputRows"]) for p in progress]))
+    return {"batches": len(progress), "rows_median": rows, "median_ms": med, "p90_ms": p90}
+
+
+def floor(spark: Any, work: Path, arrow_path: str, n_rows: int, seconds: float) -> list[dict[str, Any]]:
+    """Micro-batches of almost no data into noop: where a batch's time goes, per source."""
+    from cp_source.stream_reader import ReaderOptions, source_schema
+
+    schema = source_schema(ReaderOptions.parse({}))
+    opts = {"path": arrow_path, "partitions": "2", "batch": "65536", "rows": str(n_rows), "trickle": "200"}
+    cases = {
+        "Spark rate-micro-batch, 200 rows/batch": spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", 200)
+        .option("numPartitions", 2)
+        .load(),
+        "bare DataSource, 200 rows/batch": spark.readStream.schema(schema)
+        .format("bare_arrow")
+        .options(**opts)
+        .load(),
+    }
+    out = []
+    for label, df in cases.items():
+        ckpt = tempfile.mkdtemp(prefix="ckpt-", dir=work)
+        q = df.writeStream.format("noop").option("checkpointLocation", ckpt).start()
+        time.sleep(seconds)
+        q.stop()
+        out.append({"path": label, **_phases(q)})
+    q, _, _, gen = _ours_live(spark, work, "floor", 2_000, seconds + 2, bucket=50)
+    time.sleep(seconds + 2)
+    q.stop()
+    gen.join()
+    out.append({"path": "cloudprofiler source, 2,000 tuples/s", **_phases(q)})
+    for r in out:
+        med = r.get("median_ms", {})
+        print(
+            f"{r['path']}: {r['batches']} batches, median trigger {med.get('triggerExecution', 0):.0f} ms",
+            med,
+        )
+    return out
+
+
 def table_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
     bare_best = max(r["mrows_s"] for r in rows if r["kind"] == "bare")
     out = []
@@ -272,31 +389,75 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=2_000_000, help="tuples prefilled (default 2,000,000)")
     ap.add_argument("--rate", type=float, default=250_000, help="generator rate for the prefill")
     ap.add_argument("--repeat", type=int, default=2, help="runs per row, best kept (default 2)")
+    ap.add_argument("--sections", default="throughput,startup,floor", help="which parts to run")
+    ap.add_argument("--floor-seconds", type=float, default=15.0, help="seconds per per-batch floor query")
     args = ap.parse_args()
-    from rich.console import Console
-
+    sections = set(args.sections.split(","))
     from cloudprofiler.spark_local import local_session
+    from cp_source.stream_reader import ReaderOptions, source_schema
 
+    doc: dict[str, Any] = {
+        **result_head("readpath"),
+        "argv": sys.argv[1:],
+        "load_average_start": os.getloadavg()[0],
+    }
     with tempfile.TemporaryDirectory(prefix="readpath-") as tmp:
         work = Path(tmp)
         info = prefill(work / "spool", args.rows, args.rate)
         print(f"prefilled {info['rows']:,} rows in {info['segments']} segments ({info['fill_s']:.1f}s)")
+        doc["spool"] = info
+        files = export_rows(work / "spool", work, source_schema(ReaderOptions.parse({})))
         spark = local_session(
             "readpath", conf={"spark.sql.streaming.forceDeleteTempCheckpointLocation": "true"}
         )
+        spark.dataSource.register(BareArrowSource)
         try:
-            rows = measure(spark, work, work / "spool", info, args.repeat)
+            if "throughput" in sections:
+                doc["rows"] = measure(spark, work, work / "spool", files, info["rows"], args.repeat)
+            if "startup" in sections:
+                doc["startup"] = startup(spark, work)
+            if "floor" in sections:
+                doc["floor"] = floor(spark, work, files[0], info["rows"], args.floor_seconds)
         finally:
             spark.stop()
-    cols = ["path", "M rows/s", "wall s", "batches", "of bare"]
-    Console().print(
-        make_table(
-            f"read path, {info['rows']:,} YSB rows, local[2], availableNow -> noop", cols, table_rows(rows)
-        )
-    )
-    doc = {**result_head("readpath"), "spool": info, "rows": rows, "argv": sys.argv[1:]}
+    print_report(doc)
     write_json(args.json, doc, announce=True)
     return 0
+
+
+def print_report(doc: dict[str, Any]) -> None:
+    from rich.console import Console
+
+    console = Console(width=130)
+    n = doc["spool"]["rows"]
+    if "rows" in doc:
+        cols = ["path", "M rows/s", "wall s", "batches", "of bare"]
+        title = f"read path, {n:,} YSB rows, local[2], availableNow -> noop"
+        console.print(make_table(title, cols, table_rows(doc["rows"])))
+    if "startup" in doc:
+        rows = [
+            [
+                str(r["round"]),
+                f"{r['rate_first_rows_s']:.2f}",
+                f"{r['ours_factory_ready_s']:.2f}",
+                f"{r['ours_first_rows_s']:.2f}",
+                f"{r['ours_first_rows_s'] - r['rate_first_rows_s']:+.2f}",
+            ]
+            for r in doc["startup"]
+        ]
+        cols = ["round", "rate: first rows s", "ours: factory ready s", "ours: first rows s", "ours - rate"]
+        console.print(make_table("start() to the first micro-batch with rows", cols, rows))
+    if "floor" in doc:
+        keys = ["latestOffset", "queryPlanning", "addBatch", "commitOffsets", "walCommit", "triggerExecution"]
+        rows = [
+            [r["path"], str(r["batches"]), *[f"{r.get('median_ms', {}).get(k, 0):.0f}" for k in keys]]
+            for r in doc["floor"]
+        ]
+        console.print(
+            make_table(
+                "per-batch floor, median ms of the batches with rows", ["path", "batches", *keys], rows
+            )
+        )
 
 
 if __name__ == "__main__":

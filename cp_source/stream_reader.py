@@ -62,6 +62,7 @@ KNOWN_OPTIONS = {
     "serverhost",
     "maxspoolbytes",
     "segmentsperpartition",
+    "rowsperpartition",
     "fetchtimeout",
     "startingoffsets",
     "durability",
@@ -110,7 +111,10 @@ class ReaderOptions:
     server_bind: str = "127.0.0.1"
     server_host: str | None = None
     max_spool_bytes: int = 2 << 30
-    segments_per_partition: int = 4
+    # A partition closes at either bound. Few large tasks: a task costs Spark tens of ms whatever
+    # it holds, and at low rates a segment holds a few thousand rows.
+    segments_per_partition: int = 1000
+    rows_per_partition: int = 500_000
     fetch_timeout: float = 60.0
     starting_offsets: str = "earliest"
     durability: str = "process"  # strict: the factory's and the reader's writes are fsynced in order
@@ -129,7 +133,7 @@ class ReaderOptions:
                 f"unknown option(s) for format 'cloudprofiler': {', '.join(unknown)} "
                 f"(known: endpoint, spool, workers, workload, schema, maxRecordsPerTrigger, "
                 f"factory, fetch, serverBind, serverHost, maxSpoolBytes, "
-                f"segmentsPerPartition, fetchTimeout, startingOffsets, durability)"
+                f"segmentsPerPartition, rowsPerPartition, fetchTimeout, startingOffsets, durability)"
             )
         endpoint = opts.get("endpoint", DEFAULT_ENDPOINT).strip()
         if not endpoint.startswith(("tcp://", "ipc://")):
@@ -167,7 +171,8 @@ class ReaderOptions:
             server_bind=bind,
             server_host=opts.get("serverhost") or None,
             max_spool_bytes=_int_option(opts, "maxSpoolBytes", 2 << 30, 1 << 20, 1 << 50),
-            segments_per_partition=_int_option(opts, "segmentsPerPartition", 4, 1, 100_000),
+            segments_per_partition=_int_option(opts, "segmentsPerPartition", 1000, 1, 100_000),
+            rows_per_partition=_int_option(opts, "rowsPerPartition", 500_000, 1, 1 << 40),
             fetch_timeout=fetch_timeout,
             starting_offsets=_choice_option(opts, "startingOffsets", STARTING_OFFSETS),
             durability=_choice_option(opts, "durability", DURABILITY_LEVELS),
@@ -334,6 +339,23 @@ class _SegmentLoader:
     def close(self) -> None:
         if self.ctx is not None:
             self.ctx.term()
+
+
+def _pack(segs: list[Any], max_segments: int, max_rows: int) -> list[list[tuple[int, str, int, int]]]:
+    """Consecutive segments in chunks of at most ``max_segments`` segments and, unless one segment
+    alone is larger, ``max_rows`` rows."""
+    chunks: list[list[tuple[int, str, int, int]]] = []
+    cur: list[tuple[int, str, int, int]] = []
+    rows = 0
+    for s in segs:
+        if cur and (len(cur) >= max_segments or rows + s.rows > max_rows):
+            chunks.append(cur)
+            cur, rows = [], 0
+        cur.append((s.number, s.path, s.rows, s.tuple_id_min))
+        rows += s.rows
+    if cur:
+        chunks.append(cur)
+    return chunks
 
 
 def _offset(spool_id: str, positions: Mapping[str, int]) -> dict[str, Any]:
@@ -548,9 +570,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                     f"spool {self.opts.spool} lacks segments of {w} in ({begin[w]}, {stop[w]}]: "
                     f"were they deleted by another query's commit?"
                 )
-            step = self.opts.segments_per_partition
-            for i in range(0, len(segs), step):
-                chunk = [(s.number, s.path, s.rows, s.tuple_id_min) for s in segs[i : i + step]]
+            for chunk in _pack(segs, self.opts.segments_per_partition, self.opts.rows_per_partition):
                 parts.append(
                     SegmentRange(
                         w, chunk, server, self.opts.fetch, self.opts.fetch_timeout, state["spool_id"]
