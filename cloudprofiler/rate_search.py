@@ -3,15 +3,22 @@
 A trial offers one rate for a fixed duration and reports what the generator
 emitted and dropped, what the factory lost in transit and what the sink
 committed. A rate is sustained when nothing was dropped or lost, everything
-emitted reached the sink, and (optionally) event-time latency did not keep
-growing. A trial in which the generator itself fell behind its schedule says
-nothing about the pipeline: it is invalid, and it caps the search instead of
-counting as a drop.
+emitted reached the sink within the grace period, and (optionally) event-time
+latency did not keep growing. A trial in which the generator itself fell
+behind its schedule says nothing about the pipeline: it is invalid, and it
+caps the search instead of counting as a drop.
+
+An overload shows as a backlog: ``(R - C) * D`` tuples for rate ``R``, capacity
+``C`` and duration ``D``, which drain ``D * (R / C - 1)`` seconds after the
+generator stops. A rate above capacity passes when that fits in the grace
+period beyond the pipeline's own latency, so the grace period over the
+duration bounds the search's precision (:func:`grace_from_landings`).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -32,6 +39,8 @@ class Step:
     achieved_rate: float = 0.0
     latency_slope: float | None = None  # seconds of event-time latency gained per second of run
     duration: float = 0.0
+    landing: float | None = None  # generator stop -> last tuple committed, s (None: never, or unknown)
+    grace: float | None = None  # the grace period this trial was judged with, s
     verdict: Verdict = "sustained"
 
     def judge(self, latency_slope_limit: float | None) -> Verdict:
@@ -59,6 +68,32 @@ class Step:
             )
         self.verdict = v
         return v
+
+
+def reference_latency(landings: list[float], k: int = 3) -> float | None:
+    """The median of the ``k`` smallest landing times: the pipeline's latency once warmed up.
+
+    A pipeline still warming up, or a slow moment on a shared machine, lands late;
+    the smallest landings are what the pipeline does when nothing else is in the
+    way. From ``k`` landings on it can only fall. None without any landing.
+    """
+    if not landings:
+        return None
+    return float(statistics.median(sorted(landings)[:k]))
+
+
+def grace_from_landings(landings: list[float], margin: float = 0.5) -> float | None:
+    """The automatic grace period: :func:`reference_latency` of ``landings`` plus ``margin`` seconds.
+
+    ``landings`` are the landing times (generator stop -> last tuple committed) of
+    loads the pipeline sustained; ``margin`` absorbs how much a sustained load's
+    landing varies with the micro-batch it falls in. A backlog that drains within
+    the grace period passes, so a trial of ``D`` seconds lets a rate pass up to
+    ``grace / D`` above capacity, and in practice about ``(grace - L) / D``
+    where ``L`` is the latency past the bottleneck. None without any landing.
+    """
+    ref = reference_latency(landings)
+    return None if ref is None else ref + margin
 
 
 @dataclass

@@ -121,6 +121,7 @@ class _Emission:
     aborted: bool
     t0: int
     end: int
+    end_wall: float  # wall time (s) the loop ended: the last bucket's emission, for landing times
 
 
 def _emit(
@@ -180,7 +181,7 @@ def _emit(
             seq += 1
         next_id += count
     end = clock()
-    return _Emission(next_id, emitted, dropped, ranges, seq, max_lag, aborted, t0, end)
+    return _Emission(next_id, emitted, dropped, ranges, seq, max_lag, aborted, t0, end, wall() / 1e9)
 
 
 def _end_of_stream(
@@ -212,6 +213,7 @@ def _end_of_stream(
         "max_lag_ms": e.max_lag / 1e6,
         "eos_delivered": eos_ok,
         "aborted": e.aborted,
+        "end_wall_s": e.end_wall,
     }
 
 
@@ -324,6 +326,7 @@ def _summary(
     elapsed = max(r["elapsed_s"] for r in results)
     achieved = (emitted + dropped) / elapsed if elapsed else 0.0
     max_lag = max(r["max_lag_ms"] for r in results)
+    end_wall = max(r["end_wall_s"] for r in results)
     aborted = any(r["aborted"] for r in results)
     bound = aborted or achieved < (1 - RATE_TOLERANCE) * rate or max_lag / 1e3 > LAG_TOLERANCE * duration
     return {
@@ -336,6 +339,7 @@ def _summary(
         "duration": duration,
         "elapsed_s": elapsed,
         "max_lag_ms": max_lag,
+        "end_wall_s": end_wall,  # the last sender's last emission, wall clock
         "bucket": bucket,
         "workload": workload,
         "endpoint": endpoint,

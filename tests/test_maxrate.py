@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cloudprofiler.cli import main
-from cloudprofiler.maxrate import find_max_rate, plot_ingestion
+from cloudprofiler.maxrate import confirming, find_max_rate, plot_ingestion
 from cloudprofiler.pipeline_trial import PipelineTrial
 from cloudprofiler.queries import start_source_query, throttle, ysb_stateless
+from cloudprofiler.rate_search import SearchResult, Step
 from cloudprofiler.sink_counter import SinkCounter
 
-CAPACITY = 10_000.0  # rows/s the throttled stage lets through; well below this machine's unthrottled query
+# rows/s the throttled stage lets through: well below what the unthrottled query does with the id
+# handler, also on a 2-core machine loaded by other test suites (a load average of 8-14: 5,000-7,000;
+# at 12-15 its latency spikes reach 3 s, and 3,000 was then more than the machine left for the query)
+CAPACITY = 2_000.0
 
 
 @pytest.fixture
@@ -33,21 +38,34 @@ def throttled(spark: Any, tmp_path: Path) -> Iterator[Any]:
     query.stop()
 
 
+TIMES = ("t_start", "t_offered", "t_judged", "t_drained")
+
+
 @pytest.mark.long
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(900)  # 3-5 min on a 2-core machine loaded by other suites, 15 s trials
 def test_maxrate_finds_throttled_capacity(throttled: Any, tmp_path: Path) -> None:
+    # A rate up to about grace / duration above capacity can pass (docs/maxrate.md): on a loaded
+    # 2-core machine the automatic grace is about 1.5 s, so 15 s trials keep that within the 10 %.
+    # Rates above 1.3x capacity only add trials whose backlog takes long to drain.
     result, trial, attempts = find_max_rate(
         throttled,
         method="bisect",
         start=CAPACITY * 0.9,
+        max_rate=CAPACITY * 1.3,
         tolerance=0.08,
-        duration=10.0,
+        duration=15.0,
         grace=None,
-        retries=1,
+        retries=2,  # a latency spike of a loaded machine fails a run, not the majority of five
         max_steps=10,
         progress=print,
     )
-    print("grace", trial.grace, "landing", trial.landing_s)
+    print("landings", [round(x, 2) for x in trial.landings], "grace", trial.current_grace())
+    for s, h in zip(attempts, trial.history, strict=True):
+        offer, judge, drain = (h[end] - h[begin] for begin, end in pairwise(TIMES))
+        print(
+            f"  {s.rate:9,.0f} landing {s.landing} grace {s.grace:.2f} -> {s.verdict} "
+            f"(offer {offer:.1f} s, judge {judge:.1f} s, drain {drain:.1f} s)"
+        )
     assert result.max_rate is not None, result.stopped_because
     assert abs(result.max_rate - CAPACITY) <= 0.10 * CAPACITY, (result.max_rate, result.stopped_because)
     # every sustained attempt: the sink committed exactly what the generator emitted, nothing dropped
@@ -117,7 +135,36 @@ def test_cli_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_result_json_roundtrip() -> None:
-    from cloudprofiler.rate_search import SearchResult, Step
-
     r = SearchResult(max_rate=10.0, method="bisect", steps=[Step(10.0, 5, 0, 0, 5, False)])
     assert json.loads(json.dumps(r.to_json()))["steps"][0]["emitted"] == 5
+
+
+def scripted(outcomes: str):
+    """A trial whose runs pass (P) or leave a backlog (F) in this order."""
+    runs = iter(outcomes)
+
+    def trial(rate: float) -> Step:
+        ok = next(runs) == "P"
+        return Step(rate, 100, 0, 0, 100 if ok else 90, False)
+
+    return trial
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "retries", "verdict", "runs"),
+    [
+        ("P", 1, "sustained", 1),
+        ("FF", 1, "backlog", 2),
+        ("FPP", 1, "sustained", 3),
+        ("FPF", 1, "backlog", 3),  # one pass in three runs: a rate just above capacity
+        ("F", 0, "backlog", 1),
+        ("FPFPP", 2, "sustained", 5),
+        ("FFF", 2, "backlog", 3),
+    ],
+)
+def test_confirming_needs_more_passes_than_failures(
+    outcomes: str, retries: int, verdict: str, runs: int
+) -> None:
+    attempts: list[Step] = []
+    step = confirming(scripted(outcomes), retries, None, attempts)(1000.0)
+    assert step.verdict == verdict and len(attempts) == runs

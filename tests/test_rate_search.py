@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
+
 import pytest
 
-from cloudprofiler.rate_search import Step, bisect_search, linear_search
+from cloudprofiler.rate_search import (
+    Step,
+    bisect_search,
+    grace_from_landings,
+    linear_search,
+    reference_latency,
+)
 
 
 def capacity_trial(capacity: float, generator_max: float = 1e12, duration: float = 10.0):
@@ -74,3 +83,65 @@ def test_bad_parameters_are_named() -> None:
         bisect_search(capacity_trial(1), start=1, tolerance=0)
     with pytest.raises(ValueError, match="increment"):
         linear_search(capacity_trial(1), start=1, increment=0)
+
+
+def landing_trial(
+    capacity: float, duration: float, latencies: list[float], grace_of: Callable[[list[float]], float | None]
+):
+    """A pipeline of ``capacity`` judged by landing time, as PipelineTrial judges the real one.
+
+    Below capacity the last tuple lands one of ``latencies`` after the generator
+    stops. Above, the spool absorbs the backlog (no drops): ``(R - C) * D`` tuples
+    that the saturated pipeline drains ``D * (R / C - 1)`` s after the stop, plus
+    0.2 s past the bottleneck. Landings of sustained trials feed ``grace_of``.
+    """
+    lat = itertools.cycle(latencies)
+    landings: list[float] = []
+
+    def trial(rate: float) -> Step:
+        grace = grace_of(landings)
+        assert grace is not None
+        over = rate > capacity
+        landing = 0.2 + duration * (rate / capacity - 1) if over else next(lat)
+        emitted = int(rate * duration)
+        received = emitted if landing <= grace else emitted - int((landing - grace) * capacity)
+        if received == emitted:
+            landings.append(landing)
+        return Step(rate, emitted, 0, 0, received, False, duration=duration, landing=landing, grace=grace)
+
+    return trial, landings
+
+
+def test_grace_from_a_late_landing_passes_an_overload() -> None:
+    # The automatic grace of a run on a loaded machine (6.87 s, the median landing of warm-ups still
+    # warming up) against 10 s trials: a 35 % overload drains within it and passes as sustained.
+    trial, _ = landing_trial(10_000, 10.0, [0.7, 0.9, 1.0], lambda _: 6.87)
+    r = bisect_search(trial, start=9_000, tolerance=0.08)
+    assert r.max_rate is not None and r.max_rate > 13_000
+
+
+def test_grace_from_the_smallest_landings_keeps_the_search_within_grace_over_duration() -> None:
+    # Warm-up landings measured on a loaded 2-core machine after the cold start: still falling.
+    warm = [2.1, 1.4, 1.3, 0.6, 0.6]
+    trial, landings = landing_trial(10_000, 15.0, [0.7, 0.9, 1.0], lambda ls: grace_from_landings(warm + ls))
+    r = bisect_search(trial, start=9_000, tolerance=0.08)
+    graces = [s.grace for s in r.steps]
+    assert graces[0] == pytest.approx(0.6 + 0.5)
+    assert graces == sorted(graces, reverse=True)  # sustained landings never raise it
+    assert r.max_rate is not None and 9_000 <= r.max_rate <= 10_000 * (1 + graces[0] / 15.0)
+    for s in r.steps:
+        assert s.landing is not None and s.grace is not None
+        assert (s.verdict == "backlog") == (s.landing > s.grace)
+
+
+def test_reference_latency_is_the_median_of_the_smallest_and_never_rises() -> None:
+    assert reference_latency([]) is None and grace_from_landings([]) is None
+    assert reference_latency([21.7]) == 21.7
+    assert reference_latency([21.7, 2.1, 1.4, 1.3, 0.6]) == 1.3
+    assert grace_from_landings([21.7, 2.1, 1.4, 1.3, 0.6], margin=0.25) == pytest.approx(1.55)
+    landings: list[float] = []
+    refs = []
+    for x in [3.0, 2.0, 5.0, 0.5, 9.0, 0.7, 8.0]:
+        landings.append(x)
+        refs.append(reference_latency(landings))
+    assert refs[2:] == sorted(refs[2:], reverse=True)  # from three landings on
