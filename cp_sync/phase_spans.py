@@ -55,6 +55,12 @@ class PairSpans:
     phases: tuple[str, ...]
     whole_run_affine: bool
     notes: tuple[str, ...]
+    # Cover for a rate change the neighbours cannot reveal (see span_cover): per span the rate range
+    # [lo, hi] a record's duration may take, the rate spread, and how the value allowance grows
+    # (0 none, 1 interior span, 2 first span, 3 last span).
+    rates: np.ndarray | None = None  # float64 (spans, 2)
+    spread: np.ndarray | None = None  # float64 per span
+    cover: np.ndarray | None = None  # int8 per span
 
 
 def _arrays(t: pa.Table) -> Probes:
@@ -143,6 +149,48 @@ def span_drift(phases: list[PhaseProbes]) -> np.ndarray:
     )
 
 
+def _rate_range(p: Polygon | None) -> tuple[float, float]:
+    return p.rate_range if p is not None else (float("nan"), float("nan"))
+
+
+def span_cover(phases: list[PhaseProbes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rates, spread, cover) per span: what a record needs so its bound survives one rate change
+    inside its span that the neighbouring phases cannot reveal (docs/sync.md, "Drift").
+
+    With one span (two phases) nothing can be checked and nothing is added. An interior span's rate
+    before and after such a change is the rate of the neighbouring spans (each affine: at most one
+    change in three spans), so the rate range is the neighbours' hull ranges with its own, and a value
+    inside the span moves off the span's relation by at most spread * (y - x_k)(x_k+1 - y) / T. In
+    the first (last) span the rate before (after) the change is bounded only through the span's
+    average rate, from its two MinRTT brackets (true whatever the clock did): a value moves by at most
+    spread * (x_1 - y) (spread * (y - x_k)).
+    """
+    n = len(phases) - 1
+    hull = np.array(
+        [_rate_range(_polygon(hull_constraints(phases[k : k + 2]), phases[k : k + 2])) for k in range(n)]
+    )
+    two = np.array(
+        [_rate_range(_polygon(minrtt_constraints(phases[k : k + 2]), phases[k : k + 2])) for k in range(n)]
+    )
+    hull = np.where(np.isnan(hull), two, hull)
+    rates = np.full((n, 2), np.nan)  # the neighbours' rates; the span's own are added where it is used
+    spread = np.zeros(n)
+    cover = np.zeros(n, np.int8)
+    if n == 1:
+        return rates, spread, cover
+    for k in range(n):
+        if 0 < k < n - 1:
+            lo, hi = min(hull[k - 1, 0], hull[k + 1, 0]), max(hull[k - 1, 1], hull[k + 1, 1])
+            cover[k] = 1
+        else:
+            nb = hull[1] if k == 0 else hull[n - 2]
+            lo, hi = min(two[k, 0], nb[0]), max(two[k, 1], nb[1])
+            cover[k] = 2 if k == 0 else 3
+        spread[k] = hi - lo
+        rates[k] = (lo, hi)
+    return rates, spread, cover
+
+
 def fit_spans(
     table: pa.Table,
     src: str,
@@ -150,6 +198,7 @@ def fit_spans(
     method: str,
     phases: list[PhaseProbes] | None = None,
     drift: np.ndarray | None = None,
+    cover: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> PairSpans:
     """The spans of src -> dst by ``method`` (minrtt or hull); ValueError when fewer than two phases.
 
@@ -185,4 +234,7 @@ def fit_spans(
             notes.append(f"span {two[0].name} -> {two[1].name}: no affine relation fits the probes nearby")
     whole = bool(not drift.any()) and (len(phases) <= 4 or _consistent(phases))
     names = tuple(p.name for p in phases)
-    return PairSpans(src, dst, method, edges, tuple(polys), drift, names, whole, tuple(notes))
+    rates, spread, kinds = span_cover(phases) if cover is None else cover
+    return PairSpans(
+        src, dst, method, edges, tuple(polys), drift, names, whole, tuple(notes), rates, spread, kinds
+    )

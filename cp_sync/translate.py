@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 from numba import njit
 
 from cp_sync.hull import Polygon
-from cp_sync.phase_spans import PairSpans, PhaseProbes, fit_spans, pair_phases, span_drift
+from cp_sync.phase_spans import PairSpans, PhaseProbes, fit_spans, pair_phases, span_cover, span_drift
 from cp_sync.sync_table import minrtt
 from native_tsc.stamp_columns import node_column, stamp_points, tsc_column
 
@@ -113,59 +113,91 @@ K_NONE, K_REF, K_SAME, K_REF_START, K_REF_END, K_TWO, K_NAIVE = -1, 0, 1, 2, 3, 
 @njit(cache=True, inline="always")
 def _locate(edges, e0, n, y):
     """(span, extrapolated) of stamp y among a relation's n spans (edges e0 .. e0 + n)."""
-    if y < edges[e0]:
-        return 0, 1
-    if y > edges[e0 + n]:
-        return n - 1, 1
     lo = 0
-    hi = n - 1
-    while lo < hi:
-        m = (lo + hi + 1) // 2
-        if edges[e0 + m] <= y:
-            lo = m
-        else:
-            hi = m - 1
-    return lo, 0
+    ext = 0
+    if y < edges[e0]:
+        ext = 1
+    elif y > edges[e0 + n]:
+        ext = 1
+        lo = n - 1
+    else:
+        hi = n - 1
+        while lo < hi:  # the last edge at or before y
+            m = (lo + hi + 1) >> 1
+            if edges[e0 + m] <= y:
+                lo = m
+            else:
+                hi = m - 1
+    return lo, ext
 
 
 @njit(cache=True, inline="always")
-def _range(alpha, rate, nv, x0, s, y):
-    dy = float(y - x0[s])
-    lo = alpha[s, 0] + rate[s, 0] * dy
+def _range(SI, AL, RT, s, y):
+    dy = float(y - SI[s, 0])
+    lo = AL[s, 0] + RT[s, 0] * dy
     hi = lo
-    for v in range(1, nv[s]):
-        val = alpha[s, v] + rate[s, v] * dy
+    for v in range(1, SI[s, 2]):
+        val = AL[s, v] + RT[s, v] * dy
         lo = min(lo, val)
         hi = max(hi, val)
     return lo, hi, abs(dy)
 
 
+# The relation arrays (see _pack): RI per relation (first span, spans, first edge), edges, SI per span
+# (x0, c0, vertices, status, cover kind), SF per span (min rate, max rate, max |alpha|, cover spread),
+# AL and RT the vertices.
+
+
 @njit(cache=True, inline="always")
-def _stamp(P, r, y):
+def _stamp(RI, edges, SI, SF, AL, RT, r, y):
     # The dst reading at the instant of stamp y (relative to the span's c0):
-    # floor(F(u)) with u in [y, y + 1) lies in (min F(y) - 1, max F(y + 1)).
-    sb, ns, eb, edges, x0, c0, nv, alpha, rate, bmin, bmax, amax, sst = P
-    sp, ext = _locate(edges, eb[r], ns[r], y)
-    s = sb[r] + sp
-    lo, _, dy = _range(alpha, rate, nv, x0, s, y)
-    _, hi, _ = _range(alpha, rate, nv, x0, s, y + 1)
-    return lo - 1.0, hi, c0[s], max(ext, sst[s]), (dy + 1.0) * bmax[s] + amax[s]
+    # floor(F(u)) with u in [y, y + 1) lies in (min F(y) - 1, max F(y + 1)), widened by the cover.
+    sp, ext = _locate(edges, RI[r, 2], RI[r, 1], y)
+    s = RI[r, 0] + sp
+    lo, _, dy = _range(SI, AL, RT, s, y)
+    _, hi, _ = _range(SI, AL, RT, s, y + 1)
+    a = _allow(RI, edges, SI, SF, r, sp, y)
+    return lo - 1.0 - a, hi + a, SI[s, 1], max(ext, SI[s, 3]), (dy + 1.0) * SF[s, 1] + SF[s, 2] + a
 
 
 @njit(cache=True, inline="always")
-def _rates(P, r, ya, yb):
-    """Rate range of relation r over every span that [ya, yb] (src counter) touches, and its status."""
-    sb, ns, eb, edges, x0, c0, nv, alpha, rate, bmin, bmax, amax, sst = P
-    s0, x_a = _locate(edges, eb[r], ns[r], ya)
-    s1, x_b = _locate(edges, eb[r], ns[r], yb)
-    lo = bmin[sb[r] + s0]
-    hi = bmax[sb[r] + s0]
+def _allow(RI, edges, SI, SF, r, sp, y):
+    """How far a value at stamp y may move off span sp's relation through a rate change its
+    neighbours cannot reveal (cp_sync.phase_spans.span_cover)."""
+    s = RI[r, 0] + sp
+    c = SI[s, 4]
+    w = 0.0
+    if c != 0:
+        xk = edges[RI[r, 2] + sp]
+        xk1 = edges[RI[r, 2] + sp + 1]
+        if c == 1:
+            w = max(float(y - xk), 0.0) * max(float(xk1 - y), 0.0) / float(xk1 - xk)
+        elif c == 2:
+            w = max(float(xk1 - y), 0.0)
+        else:
+            w = max(float(y - xk), 0.0)
+    return SF[s, 3] * w
+
+
+@njit(cache=True, inline="always")
+def _rates(RI, edges, SI, SF, r, ya, yb):
+    """Rate range of relation r over every span that [ya, yb] (src counter) touches, its status, and
+    the cycles a first or last span's cover adds to a duration there."""
+    s0, x_a = _locate(edges, RI[r, 2], RI[r, 1], ya)
+    s1, x_b = _locate(edges, RI[r, 2], RI[r, 1], yb)
+    b = RI[r, 0]
+    lo = SF[b + s0, 0]
+    hi = SF[b + s0, 1]
     st = max(x_a, x_b)
+    extra = 0.0
     for sp in range(s0, s1 + 1):
-        lo = min(lo, bmin[sb[r] + sp])
-        hi = max(hi, bmax[sb[r] + sp])
-        st = max(st, sst[sb[r] + sp])
-    return lo, hi, st
+        lo = min(lo, SF[b + sp, 0])
+        hi = max(hi, SF[b + sp, 1])
+        st = max(st, SI[b + sp, 3])
+        if SI[b + sp, 4] >= 2:
+            span = float(edges[RI[r, 2] + sp + 1] - edges[RI[r, 2] + sp])
+            extra = max(extra, SF[b + sp, 3] * span)
+    return lo, hi, st, extra
 
 
 @njit(cache=True, inline="always")
@@ -175,43 +207,45 @@ def _mul_range(alo, ahi, blo, bhi):
 
 
 @njit(cache=True, inline="always")
-def _naive(P, a, b, ys, ye):
+def _naive(RI, edges, SI, SF, AL, RT, a, b, ys, ye):
     """Both ends translated to the reference on their own (relations a for the start, b for the end)."""
-    slo, shi, cs, sts, ms = _stamp(P, a, ys)
-    elo, ehi, ce, ste, me = _stamp(P, b, ye)
+    slo, shi, cs, sts, ms = _stamp(RI, edges, SI, SF, AL, RT, a, ys)
+    elo, ehi, ce, ste, me = _stamp(RI, edges, SI, SF, AL, RT, b, ye)
     shift = float(ce - cs)
     return shift + elo - shi, shift + ehi - slo, max(sts, ste), ms + me + abs(shift)
 
 
 @njit(cache=True, inline="always")
-def _direct(P, a, b, ys, ye):
+def _direct(RI, edges, SI, SF, AL, RT, a, b, ys, ye):
     """Two other domains: the start carried into the end's counter (a), times the end's rate (b)."""
-    sb, ns, eb, edges, x0, c0, nv, alpha, rate, bmin, bmax, amax, sst = P
-    sp, ext = _locate(edges, eb[a], ns[a], ys)
-    s = sb[a] + sp
-    glo, _, dy = _range(alpha, rate, nv, x0, s, ys)
-    _, ghi, _ = _range(alpha, rate, nv, x0, s, ys + 1)
-    base = float(ye - c0[s])
+    sp, ext = _locate(edges, RI[a, 2], RI[a, 1], ys)
+    s = RI[a, 0] + sp
+    glo, _, dy = _range(SI, AL, RT, s, ys)
+    _, ghi, _ = _range(SI, AL, RT, s, ys + 1)
+    a_s = _allow(RI, edges, SI, SF, a, sp, ys)
+    glo -= a_s
+    ghi += a_s
+    base = float(ye - SI[s, 1])
     dlo = base - ghi
     dhi = base + 1.0 - glo
     start = ye
     if glo == glo and abs(glo) < 4e18:
-        start = c0[s] + np.int64(glo)
-    blo, bhi, st = _rates(P, b, min(start, ye), max(start, ye))
+        start = SI[s, 1] + np.int64(glo)
+    blo, bhi, st, extra = _rates(RI, edges, SI, SF, b, min(start, ye), max(start, ye))
     lo, hi = _mul_range(blo, bhi, dlo, dhi)
-    mag = (dy + 1.0) * bmax[s] + amax[s] + abs(base) + (abs(dlo) + abs(dhi)) * bhi
-    return lo - 1.0, hi + 1.0, max(max(ext, sst[s]), st), mag
+    mag = (dy + 1.0) * SF[s, 1] + SF[s, 2] + abs(base) + (abs(dlo) + abs(dhi)) * bhi + a_s
+    return lo - 1.0 - extra, hi + 1.0 + extra, max(max(ext, SI[s, 3]), st), mag
 
 
 @njit(cache=True, inline="always")
-def _two(P, a, b, c, ys, ye):
+def _two(RI, edges, SI, SF, AL, RT, a, b, c, ys, ye):
     """Best of the valid routes between two other domains: direct (a, then b) and through the reference."""
     lo1, hi1, st1, m1 = np.nan, np.nan, 99, 0.0
     lo2, hi2, st2, m2 = np.nan, np.nan, 99, 0.0
     if a >= 0:
-        lo1, hi1, st1, m1 = _direct(P, a, b, ys, ye)
+        lo1, hi1, st1, m1 = _direct(RI, edges, SI, SF, AL, RT, a, b, ys, ye)
     if c >= 0:
-        lo2, hi2, st2, m2 = _naive(P, c, b, ys, ye)
+        lo2, hi2, st2, m2 = _naive(RI, edges, SI, SF, AL, RT, c, b, ys, ye)
     if st2 < st1:
         return lo2, hi2, st2, m2
     if st1 < st2:
@@ -222,9 +256,32 @@ def _two(P, a, b, c, ys, ye):
     return lo, hi, st1, max(m1, m2)
 
 
-@njit(cache=True)
+# No reference counting in the kernel: it allocates nothing, and counting every array the inlined
+# helpers touch (atomic increments per use) made it several times slower.
+@njit(cache=True, _nrt=False)  # type: ignore[call-overload]  # numba's option, not in its stubs
 def _translate_kernel(
-    ys, ye, sc, ec, n_end, kind, ra, rb, rc, P, dlo_s, dhi_s, dlo_e, dhi_e, mid, half, status
+    ys,
+    ye,
+    sc,
+    ec,
+    n_end,
+    kind,
+    ra,
+    rb,
+    rc,
+    RI,
+    edges,
+    SI,
+    SF,
+    AL,
+    RT,
+    dlo_s,
+    dhi_s,
+    dlo_e,
+    dhi_e,
+    mid,
+    half,
+    status,
 ):
     for n in range(ys.shape[0]):
         g = sc[n] * n_end + ec[n]
@@ -240,31 +297,31 @@ def _translate_kernel(
             hi = lo
         elif k == 1:  # one other domain: d in (y_e - y_s - 1, y_e - y_s + 1) times its rate, +-1 for floors
             d = float(ye[n] - ys[n])
-            blo, bhi, s1 = _rates(P, a, min(ys[n], ye[n]), max(ys[n], ye[n]))
+            blo, bhi, s1, extra = _rates(RI, edges, SI, SF, a, min(ys[n], ye[n]), max(ys[n], ye[n]))
             lo, hi = _mul_range(blo, bhi, d - 1.0, d + 1.0)
-            lo -= 1.0
-            hi += 1.0
+            lo -= 1.0 + extra
+            hi += 1.0 + extra
             st = max(st, s1)
             mag = (abs(d) + 1.0) * bhi
         elif k == 2:  # start on the reference, end translated
-            elo, ehi, c, s1, mag = _stamp(P, a, ye[n])
+            elo, ehi, c, s1, mag = _stamp(RI, edges, SI, SF, AL, RT, a, ye[n])
             base = float(c - ys[n])
             lo = base + elo
             hi = base + ehi
             st = max(st, s1)
             mag += abs(base)
         elif k == 3:  # start translated, end on the reference
-            slo, shi, c, s1, mag = _stamp(P, a, ys[n])
+            slo, shi, c, s1, mag = _stamp(RI, edges, SI, SF, AL, RT, a, ys[n])
             base = float(ye[n] - c)
             lo = base - shi
             hi = base - slo
             st = max(st, s1)
             mag += abs(base)
         elif k == 4:
-            lo, hi, s1, mag = _two(P, a, b, rc[g], ys[n], ye[n])
+            lo, hi, s1, mag = _two(RI, edges, SI, SF, AL, RT, a, b, rc[g], ys[n], ye[n])
             st = max(st, s1)
         elif k == 5:
-            lo, hi, s1, mag = _naive(P, a, b, ys[n], ye[n])
+            lo, hi, s1, mag = _naive(RI, edges, SI, SF, AL, RT, a, b, ys[n], ye[n])
             st = max(st, s1)
         else:
             lo = np.nan
@@ -341,6 +398,9 @@ class Translator:
     violations: dict[tuple[str, str, str], str] = field(default_factory=dict)
     _phases: dict[tuple[str, str], list[PhaseProbes]] = field(default_factory=dict, repr=False)
     _drift: dict[tuple[str, str], np.ndarray] = field(default_factory=dict, repr=False)
+    _cover: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = field(
+        default_factory=dict, repr=False
+    )
     _ranges: dict[str, tuple[int, int]] | None = field(default=None, repr=False)
 
     def relation(self, src: str, dst: str, method: str) -> Relation | None:
@@ -354,7 +414,10 @@ class Translator:
                 pair = (min(src, dst), max(src, dst))
                 if pair not in self._drift and len(phases) >= 2:
                     self._drift[pair] = span_drift(phases)
-                spans = fit_spans(self.table, src, dst, method, phases, self._drift.get(pair))
+                if (src, dst) not in self._cover and len(phases) >= 2:
+                    self._cover[(src, dst)] = span_cover(phases)
+                drift, cover = self._drift.get(pair), self._cover.get((src, dst))
+                spans = fit_spans(self.table, src, dst, method, phases, drift, cover)
                 self.relations[key] = _relation(spans, phases)
             except ValueError as e:
                 self.violations[key] = str(e)
@@ -411,12 +474,12 @@ class Translator:
             if method not in METHODS:
                 raise ValueError(f"unknown method {method!r}: choose from {', '.join(METHODS)}")
             kind, scen, rels, packed = self._groups(method, s_names, e_names)
-            P = _pack(packed)
+            RI, edges, SI, SF, AL, RT = _pack(packed)
             mid, half = np.empty(len(ys)), np.empty(len(ys))
             status = np.empty(len(ys), np.int8)
             _translate_kernel(
-                ys, ye, s_codes, e_codes, len(e_names), kind, rels[0], rels[1], rels[2], P,
-                dlo_s, dhi_s, dlo_e, dhi_e, mid, half, status,
+                ys, ye, s_codes, e_codes, len(e_names), kind, rels[0], rels[1], rels[2],
+                RI, edges, SI, SF, AL, RT, dlo_s, dhi_s, dlo_e, dhi_e, mid, half, status,
             )  # fmt: skip
             rec_scen = scen[s_codes.astype(np.int64) * len(e_names) + e_codes]
             out.append(Translation(method, np.arange(len(ys)), rec_scen, mid, half, status))
@@ -447,34 +510,38 @@ class Translator:
 
 
 def _pack(rels: list[PairSpans]) -> tuple[np.ndarray, ...]:
-    """The kernel's relation arrays: per relation its spans' base, count and edges' base; per span
-    its origin, vertices, rate range, largest |alpha| and status (0 ok, 2 drift)."""
+    """The kernel's relation arrays: RI per relation (first span, spans, first edge), the edges, SI per
+    span (x0, c0, vertices, status 0 ok or 2 drift, cover kind), SF per span (min rate, max rate,
+    max |alpha|, rate spread of the cover), and
+    the vertices AL (alpha) and RT (rate), NaN where a span has no polygon."""
     nr = max(len(rels), 1)
-    nspans = [len(r.polygons) for r in rels]
-    total = max(sum(nspans), 1)
+    total = max(sum(len(r.polygons) for r in rels), 1)
     vmax = max([len(p.alpha) for r in rels for p in r.polygons if p is not None] + [1])
-    sb, ns, eb = np.zeros(nr, np.int32), np.ones(nr, np.int32), np.zeros(nr, np.int32)
+    RI = np.zeros((nr, 3), np.int64)
+    RI[:, 1] = 1
     edges = np.zeros(total + nr, np.int64)
-    x0, c0 = np.zeros(total, np.int64), np.zeros(total, np.int64)
-    nv = np.ones(total, np.int32)
-    alpha, rate = np.full((total, vmax), np.nan), np.full((total, vmax), np.nan)
-    bmin, bmax = np.full(total, np.nan), np.full(total, np.nan)
-    amax = np.zeros(total)
-    sst = np.zeros(total, np.int8)
+    SI = np.zeros((total, 5), np.int64)
+    SI[:, 2] = 1
+    SF = np.full((total, 4), np.nan)
+    SF[:, 2:] = 0.0
+    AL, RT = np.full((total, vmax), np.nan), np.full((total, vmax), np.nan)
     s = 0
     for i, r in enumerate(rels):
-        sb[i], ns[i], eb[i] = s, len(r.polygons), s + i
+        RI[i] = (s, len(r.polygons), s + i)
         edges[s + i : s + i + len(r.edges)] = r.edges
         for k, p in enumerate(r.polygons):
-            sst[s] = ST_DRIFT if r.drift[k] else ST_OK
+            SI[s, 3] = ST_DRIFT if r.drift[k] else ST_OK
             if p is not None:
                 n = len(p.alpha)
-                alpha[s, :n], rate[s, :n], nv[s] = p.alpha, p.rate, n
-                x0[s], c0[s] = p.x0, p.c0
-                bmin[s], bmax[s] = p.rate_range
-                amax[s] = float(np.abs(p.alpha).max())
+                AL[s, :n], RT[s, :n] = p.alpha, p.rate
+                SI[s, :3] = (p.x0, p.c0, n)
+                lo, hi = p.rate_range
+                if r.cover is not None and r.cover[k] and r.rates is not None and r.spread is not None:
+                    lo, hi = min(lo, r.rates[k, 0]), max(hi, r.rates[k, 1])
+                    SF[s, 3], SI[s, 4] = r.spread[k], r.cover[k]
+                SF[s, :3] = (lo, hi, float(np.abs(p.alpha).max()))
             s += 1
-    return sb, ns, eb, edges, x0, c0, nv, alpha, rate, bmin, bmax, amax, sst
+    return RI, edges, SI, SF, AL, RT
 
 
 def reference_hz(table: pa.Table, reference: str, reported: dict[str, float]) -> tuple[float, str]:
