@@ -105,3 +105,50 @@ def test_factory_with_an_unusable_spool_says_which_path_and_why(tmp_path: Path, 
     assert lines[0].startswith(f"cloudprofiler factory: error: --spool {spool}: cannot create {spool}: ")
     assert why in lines[0]
     assert lines[0].endswith("; give a directory on a disk you can write")
+
+
+# ---- a payload that does not fit the schema ---------------------------------------------------
+
+
+def _fields(ddl: str):  # type: ignore[no-untyped-def]
+    from cp_source.workloads import parse_ddl
+
+    return parse_ddl(ddl)
+
+
+@pytest.mark.parametrize("parser", ["orjson", "arrow"])
+def test_a_line_with_none_of_the_schemas_fields_is_rejected_naming_them(parser: str) -> None:
+    from cp_source.bucket import BucketError
+    from cp_source.parse_json import parse_arrow_json, parse_orjson
+
+    parse = parse_orjson if parser == "orjson" else parse_arrow_json
+    fields = _fields("a INT, b STRING")
+    ok = parse(b'{"a": 1, "b": "x"}\n{"a": null}\n{"b": "y", "other": 3}\n', fields, 3)
+    assert ok.to_pydict() == {"a": [1, None, None], "b": ["x", None, "y"]}  # a missing key is null
+    with pytest.raises(BucketError) as e:
+        parse(b'{"a": 1}\n{"user_id": "u", "ad_id": "d"}\n', fields, 2)
+    assert e.value.reason == "bad_json"
+    assert str(e.value).endswith(
+        "line 2 does not fit the schema: it has none of its fields (a, b); its keys: ad_id, user_id"
+    )
+
+
+@pytest.mark.parametrize("ddl", ["a INT", "a STRING"])  # the arrow parser, and the string-only one
+def test_ysb_buckets_into_a_file_schema_are_dead_lettered_not_null_rows(tmp_path: Path, ddl: str) -> None:
+    from cp_source.deadletter import read_dead_letters
+    from cp_source.factory import start_factory
+    from cp_source.generator import run_generator
+
+    f = start_factory("tcp://127.0.0.1:0", tmp_path / "spool", workers=1, workload="file:", schema=ddl)
+    try:
+        s = run_generator(f.endpoint, rate=20_000, duration=0.1, bucket=1000)
+        assert s["eos_delivered"] and s["emitted"] == 2_000 and s["dropped"] == 0
+        assert f.wait_drained(60, senders=[int(x["id"]) for x in s["senders"]])
+        st = f.spool_view().stats()
+    finally:
+        f.stop()
+    assert st.rows == 0
+    assert st.deadletters == {"bad_json": 2}
+    assert st.rejected_buckets == 2
+    letters = list(read_dead_letters(tmp_path / "spool" / "w0" / "deadletter.bin"))
+    assert [reason for reason, _ in letters] == ["bad_json", "bad_json"]
