@@ -367,6 +367,7 @@ class FactoryWorker:
         sock = ctx.socket(zmq.PULL)
         sock.setsockopt(zmq.RCVHWM, HWM)
         sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, 2 * self.cfg.max_frame_bytes + 4096)  # as the front end's cap
         sock.connect(self.cfg.backend)
         self.write_stats()
         flush_s = self.cfg.flush_ms / 1000
