@@ -67,7 +67,16 @@ def test_maxrate_finds_throttled_capacity(throttled: Any, tmp_path: Path) -> Non
             f"(offer {offer:.1f} s, judge {judge:.1f} s, drain {drain:.1f} s)"
         )
     assert result.max_rate is not None, result.stopped_because
-    assert abs(result.max_rate - CAPACITY) <= 0.10 * CAPACITY, (result.max_rate, result.stopped_because)
+    # The documented precision: a rate up to grace / duration above capacity can pass, as its backlog
+    # drains within the grace period. About 1 s of grace on a quiet 2-core machine keeps that within
+    # the 10 %; at a load average of 12-15 the reference latency reaches 3 s and the bound widens.
+    loosest = max(s.grace for s in attempts if s.grace is not None)
+    above = max(0.10, loosest / 15.0)
+    assert CAPACITY * 0.9 <= result.max_rate <= CAPACITY * (1 + above), (
+        result.max_rate,
+        loosest,
+        result.stopped_because,
+    )
     # every sustained attempt: the sink committed exactly what the generator emitted, nothing dropped
     sustained = [s for s in attempts if s.verdict == "sustained"]
     assert sustained and all(s.received == s.emitted and s.dropped == 0 and s.lost == 0 for s in sustained)
