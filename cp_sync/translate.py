@@ -111,23 +111,25 @@ K_NONE, K_REF, K_SAME, K_REF_START, K_REF_END, K_TWO, K_NAIVE = -1, 0, 1, 2, 3, 
 
 
 @njit(cache=True, inline="always")
-def _locate(edges, e0, n, y):
-    """(span, extrapolated) of stamp y among a relation's n spans (edges e0 .. e0 + n)."""
-    lo = 0
+def _locate(edges, RI, r, y):
+    """(span, extrapolated) of stamp y among relation r's spans (edges RI[r, 2] .. RI[r, 2] + RI[r, 1]).
+
+    RI[r, 3] remembers the last span found: records mostly come in time order, so it usually holds.
+    """
+    e0, n, lo = RI[r, 2], RI[r, 1], RI[r, 3]
     ext = 0
-    if y < edges[e0]:
+    if y < edges[e0] or y > edges[e0 + n]:
         ext = 1
-    elif y > edges[e0 + n]:
-        ext = 1
-        lo = n - 1
-    else:
-        hi = n - 1
-        while lo < hi:  # the last edge at or before y
-            m = (lo + hi + 1) >> 1
-            if edges[e0 + m] <= y:
-                lo = m
-            else:
-                hi = m - 1
+    if not (edges[e0 + lo] <= y <= edges[e0 + lo + 1]):
+        # The last of the first n edges at or before y (0 if none): a binary search without
+        # branches on the data.
+        lo = 0
+        size = n
+        while size > 1:
+            half = size >> 1
+            lo += half * (edges[e0 + lo + half] <= y)
+            size -= half
+        RI[r, 3] = lo
     return lo, ext
 
 
@@ -143,7 +145,8 @@ def _range(SI, AL, RT, s, y):
     return lo, hi, abs(dy)
 
 
-# The relation arrays (see _pack): RI per relation (first span, spans, first edge), edges, SI per span
+# The relation arrays (see _pack): RI per relation (first span, spans, first edge, last span found),
+# edges, SI per span
 # (x0, c0, vertices, status, cover kind), SF per span (min rate, max rate, max |alpha|, cover spread),
 # AL and RT the vertices.
 
@@ -152,7 +155,7 @@ def _range(SI, AL, RT, s, y):
 def _stamp(RI, edges, SI, SF, AL, RT, r, y):
     # The dst reading at the instant of stamp y (relative to the span's c0):
     # floor(F(u)) with u in [y, y + 1) lies in (min F(y) - 1, max F(y + 1)), widened by the cover.
-    sp, ext = _locate(edges, RI[r, 2], RI[r, 1], y)
+    sp, ext = _locate(edges, RI, r, y)
     s = RI[r, 0] + sp
     lo, _, dy = _range(SI, AL, RT, s, y)
     _, hi, _ = _range(SI, AL, RT, s, y + 1)
@@ -183,8 +186,13 @@ def _allow(RI, edges, SI, SF, r, sp, y):
 def _rates(RI, edges, SI, SF, r, ya, yb):
     """Rate range of relation r over every span that [ya, yb] (src counter) touches, its status, and
     the cycles a first or last span's cover adds to a duration there."""
-    s0, x_a = _locate(edges, RI[r, 2], RI[r, 1], ya)
-    s1, x_b = _locate(edges, RI[r, 2], RI[r, 1], yb)
+    e0, n = RI[r, 2], RI[r, 1]
+    s0, x_a = _locate(edges, RI, r, ya)
+    if yb <= edges[e0 + s0 + 1]:  # the usual case, a duration within one span: no second search
+        s1 = s0
+        x_b = 1 if yb < edges[e0] or yb > edges[e0 + n] else 0
+    else:
+        s1, x_b = _locate(edges, RI, r, yb)
     b = RI[r, 0]
     lo = SF[b + s0, 0]
     hi = SF[b + s0, 1]
@@ -218,7 +226,7 @@ def _naive(RI, edges, SI, SF, AL, RT, a, b, ys, ye):
 @njit(cache=True, inline="always")
 def _direct(RI, edges, SI, SF, AL, RT, a, b, ys, ye):
     """Two other domains: the start carried into the end's counter (a), times the end's rate (b)."""
-    sp, ext = _locate(edges, RI[a, 2], RI[a, 1], ys)
+    sp, ext = _locate(edges, RI, a, ys)
     s = RI[a, 0] + sp
     glo, _, dy = _range(SI, AL, RT, s, ys)
     _, ghi, _ = _range(SI, AL, RT, s, ys + 1)
@@ -510,14 +518,15 @@ class Translator:
 
 
 def _pack(rels: list[PairSpans]) -> tuple[np.ndarray, ...]:
-    """The kernel's relation arrays: RI per relation (first span, spans, first edge), the edges, SI per
+    """The kernel's relation arrays: RI per relation (first span, spans, first edge, last span found),
+    the edges, SI per
     span (x0, c0, vertices, status 0 ok or 2 drift, cover kind), SF per span (min rate, max rate,
     max |alpha|, rate spread of the cover), and
     the vertices AL (alpha) and RT (rate), NaN where a span has no polygon."""
     nr = max(len(rels), 1)
     total = max(sum(len(r.polygons) for r in rels), 1)
     vmax = max([len(p.alpha) for r in rels for p in r.polygons if p is not None] + [1])
-    RI = np.zeros((nr, 3), np.int64)
+    RI = np.zeros((nr, 4), np.int64)
     RI[:, 1] = 1
     edges = np.zeros(total + nr, np.int64)
     SI = np.zeros((total, 5), np.int64)
@@ -527,7 +536,7 @@ def _pack(rels: list[PairSpans]) -> tuple[np.ndarray, ...]:
     AL, RT = np.full((total, vmax), np.nan), np.full((total, vmax), np.nan)
     s = 0
     for i, r in enumerate(rels):
-        RI[i] = (s, len(r.polygons), s + i)
+        RI[i] = (s, len(r.polygons), s + i, 0)
         edges[s + i : s + i + len(r.edges)] = r.edges
         for k, p in enumerate(r.polygons):
             SI[s, 3] = ST_DRIFT if r.drift[k] else ST_OK
