@@ -10,6 +10,12 @@ generator process:
   view counts per campaign; each output row carries the generator stamp of the
   window's latest tuple and is stamped when Spark hands it out.
 
+The run warms up before it measures: the queries start, each waits for its
+factory (workers ready to parse), a short warm-up load (--warmup seconds at the
+same rate) goes through both queries until their first batches are done, and
+only then does the measured load begin. The warm-up is reported on its own line;
+the ingest and latency tables show the measured, steady-state load.
+
 Sync agents probe every pair of TSC domains every few seconds for the whole
 run (continuous sync, from before the first record to after the last), and the
 records are translated into latencies with error bounds. With
@@ -44,10 +50,13 @@ DESCRIPTION = """Run the YSB pipeline on embedded defaults: local Spark (local[2
 processes, the YSB query (filter views, join the campaigns table on ad_id,
 10-second event-time windowed count per campaign) and a per-tuple latency query
 into the cloudprofiler sink, MinRTT sync phases every few seconds throughout.
-Prints what was offered, dropped, lost and ingested, the rate sustained, and the latency table
-(generator to source, source to sink, end to end, windowed output) with error
-bounds; writes latency.parquet (one row per record and pair of points),
-latency.png and timeline.png beside the output.
+Warms up first (the queries, their factories and a --warmup load, reported on
+one line), then measures. Prints what was offered, dropped (per query), lost and
+ingested, the rate sustained, and the steady-state latency table (generator to
+source, source to sink, end to end, windowed output) with error bounds; writes
+latency.parquet (one row per record and pair of points), latency.png (latency and
+error-bound distributions), latency_error.png (latency with its error bound per
+record) and timeline.png beside the output.
 
 examples:
   cloudprofiler demo
@@ -73,6 +82,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=2, help="factory worker processes (default 2)")
     p.add_argument("--bucket", type=int, default=1000, help="tuples per bucket (default 1000)")
     p.add_argument(
+        "--warmup",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds of warm-up load at --rate before the measured run, reported apart (default 2)",
+    )
+    p.add_argument(
         "--simulate-nodes",
         type=int,
         default=0,
@@ -90,7 +106,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out", help="directory for spools, checkpoints, records and plots (default: a temp dir)")
     p.add_argument("--summary", help="also write the totals as JSON to this file")
-    p.add_argument("--timeout", type=float, default=180.0, help="give up after this many seconds")
+    p.add_argument("--timeout", type=float, default=300.0, help="give up after N seconds (default 300)")
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -100,6 +116,8 @@ def _check(args: argparse.Namespace) -> None:
         raise CommandError(f"--rate {args.rate}: expected 0 < tuples/s <= 1e8")
     if not 1 <= args.workers <= 64:
         raise CommandError(f"--workers {args.workers}: expected 1..64")
+    if not 0.5 <= args.warmup <= 600:
+        raise CommandError(f"--warmup {args.warmup}: expected 0.5 to 600 seconds")
     if not 1 <= args.bucket <= 1 << 20:
         raise CommandError(f"--bucket {args.bucket}: expected 1..1048576")
     if not 0 <= args.simulate_nodes <= len(SIM_CLOCKS):
@@ -175,6 +193,7 @@ class _Demo:
     sync_server: str | None = None
     queries: dict[str, Any] = field(default_factory=dict)
     summaries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    warm: dict[str, Any] = field(default_factory=dict)  # the warm-up: generator summaries, timings
     sync_pairs: dict[str, Any] = field(default_factory=dict)
     _sync: tuple[threading.Event, threading.Thread, dict[str, Any]] | None = None
 
@@ -317,10 +336,11 @@ class _Demo:
         for q in self.queries.values():
             self.stack.callback(_stop_query, q)
 
-    def generate(self) -> None:
-        """Wait for each query's factory, then run one generator per query to its end."""
+    def wait_factories(self) -> dict[str, str]:
+        """Each query's factory endpoint, once it listens with every worker ready to parse."""
         from cloudprofiler import wait_for_factory
 
+        self.status.update("waiting for the factories")
         endpoints = {}
         for name in QUERIES:
             left = max(1.0, self.deadline - time.monotonic())
@@ -329,13 +349,17 @@ class _Demo:
             except (RuntimeError, TimeoutError) as e:
                 raise CommandError(f"the {name} query: {e}") from e
             endpoints[name] = state.factory_endpoint
+        return endpoints
+
+    def _generators(self, endpoints: dict[str, str], duration: float, tag: str) -> dict[str, dict[str, Any]]:
+        """One generator per query for ``duration`` s at --rate, run to their end; their summaries."""
         a = self.args
-        self.status.update(f"generating {a.rate:,.0f} tuples/s for {a.duration:g} s into each query")
         gens = {}
         for name, endpoint in endpoints.items():
             argv = cli_argv(
-                "generate", "--endpoint", endpoint, "--rate", str(a.rate), "--duration", str(a.duration),
-                "--bucket", str(a.bucket), "--summary", str(self.out / f"generator-{name}.json"),
+                "generate", "--endpoint", endpoint, "--rate", str(a.rate), "--duration", str(duration),
+                "--bucket", str(a.bucket), "--summary", str(self.out / f"generator-{tag}{name}.json"),
+                "--wait-ready", str(max(1.0, self.deadline - time.monotonic())),
             )  # fmt: skip
             gens[name] = self.procs.start(
                 argv,
@@ -344,22 +368,40 @@ class _Demo:
                 stderr=subprocess.PIPE,
                 text=True,
             )
+        out = {}
         for name, gen in gens.items():
             _, err = gen.communicate(timeout=max(1.0, self.deadline - time.monotonic()))
             if gen.returncode != 0:
                 last = err.strip().splitlines()[-1] if err.strip() else ""
                 raise CommandError(f"the {name} generator failed: {last}")
-            self.summaries[name] = json.loads((self.out / f"generator-{name}.json").read_text())
+            out[name] = json.loads((self.out / f"generator-{tag}{name}.json").read_text())
+        return out
 
-    def wait_caught_up(self) -> int:
-        """Wait until the factories published everything and both queries read it; rows the windows read."""
+    def warm_up(self, started: float) -> dict[str, str]:
+        """Factories ready, then a --warmup load through both queries until read: the steady state begins."""
+        endpoints = self.wait_factories()
+        self.warm["ready_s"] = time.monotonic() - started
+        a = self.args
+        self.status.update(f"warm-up: {a.rate:,.0f} tuples/s for {a.warmup:g} s into each query")
+        self.warm["summaries"] = self._generators(endpoints, a.warmup, "warmup-")
+        self.wait_read(self.warm["summaries"])
+        self.warm["caught_up_s"] = time.monotonic() - started
+        return endpoints
+
+    def generate(self, endpoints: dict[str, str]) -> None:
+        """The measured load: one generator per query at --rate for --duration."""
+        a = self.args
+        self.status.update(f"generating {a.rate:,.0f} tuples/s for {a.duration:g} s into each query")
+        self.summaries = self._generators(endpoints, a.duration, "")
+
+    def wait_read(self, *runs: dict[str, dict[str, Any]]) -> None:
+        """Wait until the factories published every tuple of ``runs`` and both queries read it all."""
         from cloudprofiler.spark_local import source_end_offset
         from cp_sink.records import total_seen
         from cp_source.spool import Spool
 
-        self.status.update("waiting for the factories and the queries to catch up")
         for name, spool in self.spools.items():
-            senders = {int(s["id"]) for s in self.summaries[name]["senders"]}
+            senders = {int(s["id"]) for run in runs for s in run[name]["senders"]}
             _wait(partial(Spool(spool).drained, senders), self.deadline, f"the {name} factory to drain")
         latest = Spool(self.spools["windows"]).latest()
         qw, ql = self.queries["windows"], self.queries["latency"]
@@ -373,6 +415,12 @@ class _Demo:
         for name, q in self.queries.items():
             if q.exception() is not None:
                 raise CommandError(f"the {name} query failed: {q.exception()}")
+
+    def wait_caught_up(self) -> int:
+        """Wait until both queries read the warm-up and the measured run, stop them; windows rows read."""
+        self.status.update("waiting for the factories and the queries to catch up")
+        self.wait_read(self.warm["summaries"], self.summaries)
+        qw = self.queries["windows"]
         rows_read = sum(int(p["numInputRows"]) for p in qw.recentProgress)
         for q in self.queries.values():
             q.stop()
@@ -405,18 +453,25 @@ def run(args: argparse.Namespace) -> int:
         demo = _Demo(args, out, stack, status, started + args.timeout, _Nodes(args.simulate_nodes))
         stack.callback(demo.procs.close)
         spark = local_session(
-            "cloudprofiler-demo", conf={"spark.sql.streaming.noDataMicroBatches.enabled": "false"}
+            "cloudprofiler-demo",
+            conf={
+                "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+                # rows read are summed over every batch's progress: keep them all
+                "spark.sql.streaming.numRecentProgressUpdates": "100000",
+            },
         )
         stack.callback(spark.stop)
         demo.start_sync()
         demo.start_continuous_sync()
+        queries_started = time.monotonic()
         demo.start_queries(spark)
-        demo.generate()
+        endpoints = demo.warm_up(queries_started)
+        demo.generate(endpoints)
         rows_read = demo.wait_caught_up()
         demo.end_continuous_sync()
         status.update("translating and summing up")
         totals, lat, rows = collect(
-            spark, demo.layout, demo.summaries, demo.nodes.virtual, demo.sync_pairs, rows_read
+            spark, demo.layout, demo.summaries, demo.nodes.virtual, demo.sync_pairs, rows_read, demo.warm
         )
     totals["seconds"] = round(time.monotonic() - started, 1)
     report(console, totals, lat, rows, out)

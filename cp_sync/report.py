@@ -122,8 +122,48 @@ def print_latency_table(
     print_table(latency_table(rows, title, unit), file)
 
 
+_UNITS = (("s", 1e9), ("ms", 1e6), ("us", 1e3), ("ns", 1.0))
+NEGLIGIBLE_NS = 1.0  # bounds below a nanosecond: one TSC domain, shown as zero rather than as 4e-7 us
+
+
+def time_unit(values_ns: np.ndarray) -> tuple[str, float]:
+    """The unit (and nanoseconds per unit) that shows ``values_ns`` with at most 3 digits before the
+    point: s, ms, us or ns, so no axis reads "1e7 us"."""
+    v = np.abs(np.asarray(values_ns, dtype=np.float64))
+    v = v[np.isfinite(v)]
+    top = float(v.max()) if len(v) else 0.0
+    for unit, ns in _UNITS:
+        if top >= ns:
+            return unit, ns
+    return "ns", 1.0
+
+
+def _plain_axis(ax: Any) -> None:
+    # never an offset or a 1eN multiplier above the axis: the unit in the label says it all
+    ax.ticklabel_format(axis="y", style="plain", useOffset=False)
+
+
+def _bound_axis(ax: Any, bnds: list[np.ndarray], labels: list[str]) -> None:
+    """The error-bound box plot; bounds that are all below a nanosecond are drawn as zero, said so."""
+    every = np.concatenate(bnds) if bnds else np.zeros(0)
+    if not len(every) or float(np.nanmax(np.abs(every))) < NEGLIGIBLE_NS:
+        ax.boxplot([np.zeros(max(1, len(b))) for b in bnds], tick_labels=labels, showfliers=False)
+        ax.set_ylim(-0.05, 1.0)
+        ax.set_ylabel("error bound (ns)")
+        ax.text(
+            0.5, 0.6, "every bound is below 1 ns:\nboth stamps of each pair\nfrom one TSC domain",
+            transform=ax.transAxes, ha="center", va="center",
+        )  # fmt: skip
+        return
+    unit, ns = time_unit(every)
+    ax.boxplot([b / ns for b in bnds], tick_labels=labels, showfliers=False)
+    ax.set_ylabel(f"error bound ({unit})")
+
+
 def plot(out: pa.Table, path: str) -> None:
-    """Latency box plot per method and scenario, the error-bound distribution beside it (as Fig. 17)."""
+    """Latency box plot per method and scenario, the error-bound distribution beside it (as Fig. 17).
+
+    Axes are in the unit that suits the data (s, ms, us or ns)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -132,19 +172,52 @@ def plot(out: pa.Table, path: str) -> None:
     lats, bnds, labels = [], [], []
     for key, g in _groups(out):
         fin = np.isfinite(g["duration_ns"].to_numpy())
-        lats.append(g["duration_ns"].to_numpy()[fin] / 1e3)
-        bnds.append(g["bound_ns"].to_numpy()[fin] / 1e3)
+        lats.append(g["duration_ns"].to_numpy()[fin])
+        bnds.append(g["bound_ns"].to_numpy()[fin])
         labels.append(f"{key['from_point']}->{key['to_point']}\n{key['method']} {key['scenario']}")
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(min(16.0, 5.0 + 0.9 * len(labels)), 5.0))
-    ax1.boxplot(lats, tick_labels=labels, showfliers=False)
-    ax1.set_ylabel("latency (us)")
+    unit, ns = time_unit(np.concatenate(lats) if lats else np.zeros(0))
+    ax1.boxplot([v / ns for v in lats], tick_labels=labels, showfliers=False)
+    ax1.set_ylabel(f"latency ({unit})")
     ax1.set_title("translated latency")
-    ax2.boxplot(bnds, tick_labels=labels, showfliers=False)
-    ax2.set_ylabel("error bound (us)")
+    _bound_axis(ax2, bnds, labels)
     ax2.set_title("error bound per record")
     for ax in (ax1, ax2):
+        _plain_axis(ax)
         ax.tick_params(axis="x", labelsize=7, labelrotation=60)
         ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_with_error(out: pa.Table, path: str, points: int = 4000) -> None:
+    """Latency of each record with its error bound as a band (the paper's latency-with-error view):
+    one panel per pair of points, records in tuple-id order (at most ``points`` of them, evenly taken)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = _groups(out)
+    fig, axes = plt.subplots(len(groups), 1, figsize=(9.0, 2.6 * max(1, len(groups))), squeeze=False)
+    for ax, (key, g) in zip(axes[:, 0], groups, strict=True):
+        g = g[np.isfinite(g["duration_ns"].to_numpy())]
+        step = max(1, len(g) // points)
+        lat, bnd = g["duration_ns"].to_numpy()[::step], g["bound_ns"].to_numpy()[::step]
+        unit, ns = time_unit(np.concatenate([lat + bnd, lat - bnd]))
+        x = np.arange(len(lat)) * step
+        ax.fill_between(x, (lat - bnd) / ns, (lat + bnd) / ns, color="tab:orange", alpha=0.35, lw=0,
+                        label="latency +- error bound")  # fmt: skip
+        ax.plot(x, lat / ns, lw=0.8, color="tab:blue", label="latency")
+        tiny = " (every bound below 1 ns)" if len(bnd) and float(np.nanmax(bnd)) < NEGLIGIBLE_NS else ""
+        ax.set_title(f"{key['from_point']} -> {key['to_point']} ({key['method']}, {key['scenario']}){tiny}",
+                     fontsize=9)  # fmt: skip
+        ax.set_ylabel(f"latency ({unit})")
+        _plain_axis(ax)
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(loc="upper right", fontsize=8)
+    axes[-1, 0].set_xlabel("record (in tuple-id order)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
