@@ -8,6 +8,7 @@ against that truth; the benchmark measures translation throughput on it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -118,7 +119,7 @@ class Paths:
 
 
 def synth_phases(
-    domains: list[Domain],
+    domains: Sequence[Domain],
     starts: list[int],
     rounds: int,
     rng: np.random.Generator,
