@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "translate": ("cp_sync.translate_cli", "turn records and sync tables into latencies with bounds"),
     "maxrate": ("cloudprofiler.maxrate", "find the maximum rate a pipeline sustains without loss"),
     "config-server": ("cp_sink.channels.config_server", "serve channel handler settings over ZeroMQ"),
+    "keys": ("cloudprofiler.keys_cli", "make CurveZMQ key pairs for --curve-keys (generate --out DIR)"),
     "tsc": ("native_tsc.tsc_cli", "show this machine's TSC backend, flags, frequency and read cost"),
 }
 
