@@ -152,3 +152,47 @@ def test_ysb_buckets_into_a_file_schema_are_dead_lettered_not_null_rows(tmp_path
     assert st.rejected_buckets == 2
     letters = list(read_dead_letters(tmp_path / "spool" / "w0" / "deadletter.bin"))
     assert [reason for reason, _ in letters] == ["bad_json", "bad_json"]
+
+
+# ---- knowing when to start sending ------------------------------------------------------------
+
+
+def test_generate_with_wait_ready_started_with_the_query_drops_nothing(spark, tmp_path: Path) -> None:
+    """``generate --wait-ready`` started right after ``start()`` (the factory still starting) waits for
+    the factory's acknowledgement: nothing is dropped and every tuple reaches the sink once."""
+    import json
+    import socket
+
+    from conftest import wait_for
+
+    import cloudprofiler
+    from cp_sink.records import total_seen
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        endpoint = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    cloudprofiler.register(spark)
+    events = spark.readStream.format("cloudprofiler").option("endpoint", endpoint)
+    events = events.option("spool", str(tmp_path / "spool")).load()
+    records, summary = tmp_path / "records", tmp_path / "run.json"
+    query = (
+        events.writeStream.format("cloudprofiler")
+        .option("path", str(records))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
+    try:
+        gen = subprocess.run(
+            [*CLI_ARGV, "generate", "--endpoint", endpoint, "--rate", "50000", "--duration", "1",
+             "--wait-ready", "240", "--summary", str(summary)],
+            capture_output=True, text=True, timeout=400,
+        )  # fmt: skip
+        assert gen.returncode == 0, gen.stderr
+        s = json.loads(summary.read_text())
+        assert (s["emitted"], s["dropped"], s["eos_delivered"]) == (50_000, 0, True)
+        wait_for(lambda: total_seen(records) >= 50_000 or not query.isActive, 240, "the sink")
+        assert query.exception() is None
+    finally:
+        query.stop()
+    ids = read_records(records)["tuple_id"].to_numpy()
+    assert len(ids) == 50_000 == len(np.unique(ids))
