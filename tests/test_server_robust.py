@@ -109,7 +109,7 @@ def test_coordinator_survives_unhashable_fields_and_many_frames() -> None:
 
 
 def test_coordinator_refuses_a_takeover_of_a_live_domain() -> None:
-    from cp_sync.coordinator import Coordinator, list_agents
+    from cp_sync.coordinator import Coordinator
 
     with Coordinator("127.0.0.1:0") as coord:
         owner, thief = _dealer(coord.address), _dealer(coord.address)
@@ -124,7 +124,7 @@ def test_coordinator_refuses_a_takeover_of_a_live_domain() -> None:
             owner.send_multipart(_register_msg("node-a", port=40003))  # the owner's heartbeat is fine
             owner.send_multipart([b'{"op":"bye","domain":"node-a"}'])
             thief.send_multipart([b'{"op":"bye","domain":"node-a"}'])  # not the thief's to remove
-            assert list_agents(coord.address) == []
+            assert _wait_agents(coord.address, 0, exact=True) == []
             thief.send_multipart(_register_msg("node-a", port=40002))  # gone: free to take
             assert [a["port"] for a in _wait_agents(coord.address, 1)] == [40002]
         finally:
@@ -132,7 +132,9 @@ def test_coordinator_refuses_a_takeover_of_a_live_domain() -> None:
             thief.close(0)
 
 
-def _wait_agents(address: str, n: int) -> list[dict]:
+def _wait_agents(address: str, n: int, exact: bool = False) -> list[dict]:
+    """The coordinator's agents once there are ``n`` (at least, or exactly); messages sent on
+    other sockets are not ordered with this one's, so the test waits for them."""
     import time
 
     from cp_sync.coordinator import list_agents
@@ -140,7 +142,7 @@ def _wait_agents(address: str, n: int) -> list[dict]:
     deadline = time.monotonic() + 10
     while True:
         agents = list_agents(address)
-        if len(agents) >= n or time.monotonic() > deadline:
+        if (len(agents) == n if exact else len(agents) >= n) or time.monotonic() > deadline:
             return agents
         time.sleep(0.05)
 
