@@ -230,3 +230,33 @@ def test_translate_command_reports_statuses_and_strict_fails_alone(tmp_path, cap
     recs_ok = recs.slice(1)
     pq.write_table(recs_ok, rec / "part-0.parquet")
     assert main([*args, "--strict"]) == 0
+
+
+def test_summaries_count_every_status_and_skip_rows_without_figures() -> None:
+    from cp_sync.report import status_rows, summarize
+    from cp_sync.translate import translate_points
+
+    rng = np.random.default_rng(3)
+    table = synth_phases(DOMAINS[:2], [T0, T0 + SEC], 10, rng)
+    raw = T0 + SEC // 2
+    pts = pa.table(
+        {
+            "tuple_id": np.arange(3, dtype=np.int64),
+            "cp_tsc_gen": [REF.apply(raw), REF.apply(raw), REF.apply(T0 - SEC)],
+            "cp_node_gen": [REF.domain, "ghost", REF.domain],
+            "cp_tsc_sink": [B.apply(raw + 100), B.apply(raw + 100), B.apply(T0 - SEC + 100)],
+            "cp_node_sink": [B.domain] * 3,
+        }
+    )
+    out, _ = translate_points(pts, table, "gen", "sink", REF.domain, 2.6e9, ("minrtt",), hz_error=1e-4)
+    assert out["status"].to_pylist() == ["ok", "no_relation", "extrapolated"]
+    rows = summarize(out)
+    assert [(r["scenario"], r["count"], r["ok"]) for r in rows] == [
+        ("reference-node", 2, 1),
+        ("two-nodes", 1, 0),
+    ]
+    assert np.isfinite(rows[0]["max_us"]) and np.isnan(rows[1]["max_us"])
+    (st,) = status_rows(out)
+    assert (st["ok"], st["extrapolated"], st["no_relation"], st["drift"]) == (1, 1, 1, 0)
+    b = out["bound_ns"].to_numpy()[0]
+    assert b < out["bound_ns_with_hz_error"].to_numpy()[0] < b + 1.0  # the frequency's error adds little
