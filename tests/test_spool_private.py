@@ -127,3 +127,21 @@ def test_the_default_spool_is_under_a_private_per_user_directory(tmp_path: Path,
     assert path == tmp_path / "home" / ".cache" / "cloudprofiler" / "spool-tcp___127_0_0_1_5555"
     ensure_private_dir(path)
     assert _mode(path) == 0o700 and _mode(path.parent) == 0o700
+
+
+def test_the_factory_command_refuses_an_unsafe_spool_in_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    spool = tmp_path / "shared"
+    spool.mkdir()
+    os.chmod(spool, 0o777)
+    cmd = [sys.executable, "-m", "cloudprofiler.cli", "factory", "--endpoint", "tcp://127.0.0.1:0"]
+    run = subprocess.run(
+        [*cmd, "--spool", str(spool), "--duration", "1"], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [
+        f"cloudprofiler factory: error: spool directory {spool} is writable by group or others (mode 0777): "
+        f"run chmod 700 {spool} or use a private directory"
+    ]
