@@ -50,6 +50,7 @@ from cp_source.private_dirs import ensure_private_dir
 from cp_source.spool import SegmentWriter, Spool, spool_bytes
 from cp_source.spool_ledger import WorkerState
 from cp_source.workloads import Workload, resolve
+from native_tsc import curve_keys as ck
 
 # Segments are not published into the last this many bytes of the spool's filesystem, so the ledger's
 # small writes (end-of-streams, worker stats) still succeed on a full disk.
@@ -514,6 +515,7 @@ class FactoryHandle:
         max_spool_bytes: int,
         max_frame_bytes: int,
         durability: str = "process",
+        curve_keys: str | None = None,
     ) -> None:
         if workers < 1 or workers > 256:
             raise ValueError(f"workers must be 1..256, got {workers}")
@@ -528,6 +530,7 @@ class FactoryHandle:
         self.restarts: list[tuple[float, int, int]] = []  # (monotonic time, worker, exit status)
         self._ctx = zmq.Context()
         self._ipc_dir: str | None = None
+        self.curve_keys = curve_keys
         try:
             front, back = self._bind(endpoint, max_frame_bytes)
         except BaseException:
@@ -555,6 +558,12 @@ class FactoryHandle:
         # per frame, a hard cap above the checked bound (a frame past the bound is dead-lettered, past
         # the cap it costs the sender its connection); frames per message: FrontEnd._recv cuts them
         front.setsockopt(zmq.MAXMSGSIZE, 2 * max_frame_bytes + 4096)
+        if self.curve_keys:  # CURVE, and only the clients DIR/authorized lists (ZAP)
+            try:
+                ck.server_secure(front, self.curve_keys)
+            except BaseException:
+                front.close(0)
+                raise
         try:
             front.bind(endpoint[:-2] + ":*" if endpoint.endswith(":0") else endpoint)
         except zmq.ZMQError as e:
@@ -707,6 +716,7 @@ class FactoryHandle:
         self._close_sockets()
 
     def _close_sockets(self) -> None:
+        ck.release(self._ctx)  # the authenticator's socket would keep term() waiting
         self._ctx.term()
         if self._ipc_dir:
             shutil.rmtree(self._ipc_dir, ignore_errors=True)
@@ -734,11 +744,13 @@ def start_factory(
     wait: bool = True,
     parser: str = "auto",
     durability: str = "process",
+    curve_keys: str | None = None,
 ) -> FactoryHandle:
     """Start a factory bound at ``endpoint`` (``tcp://127.0.0.1:0`` or ``:*`` picks a free port).
 
     ``durability``: ``process`` (default) or ``strict`` (see cp_source.durability); ``fsync=True``
-    is the older name for ``strict``.
+    is the older name for ``strict``. ``curve_keys``: a keys directory (``cloudprofiler keys
+    generate``): generators must then hold an authorized client key.
     """
     level = "strict" if fsync else check_durability(durability)
     w = resolve(workload, schema)  # fail early on a bad workload, schema or parser
@@ -766,7 +778,9 @@ def start_factory(
     ]
     if schema:
         args += ["--schema", schema]
-    h = FactoryHandle(endpoint, os.fspath(spool), workers, args, max_spool_bytes, max_frame_bytes, level)
+    h = FactoryHandle(
+        endpoint, os.fspath(spool), workers, args, max_spool_bytes, max_frame_bytes, level, curve_keys
+    )
     if wait:
         try:
             h.wait_ready()

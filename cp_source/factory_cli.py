@@ -130,6 +130,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--fsync", action="store_true", help="the older name of --durability strict")
     parser.add_argument("--duration", type=float, default=None, help="stop after N seconds (default: run)")
+    parser.add_argument(
+        "--curve-keys",
+        default=None,
+        metavar="DIR",
+        help="CurveZMQ keys (cloudprofiler keys generate --out DIR): encrypt, and accept only "
+        "generators whose public key is in DIR/authorized",
+    )
 
 
 def _start(args: argparse.Namespace, workload: str) -> Any:
@@ -147,6 +154,7 @@ def _start(args: argparse.Namespace, workload: str) -> Any:
         max_frame_bytes=args.max_frame_bytes,
         parser=args.parser,
         durability="strict" if args.fsync else args.durability,
+        curve_keys=args.curve_keys,
     )
 
 

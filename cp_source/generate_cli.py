@@ -55,6 +55,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="wait this long for a factory to acknowledge each sender's hello (default 10)",
     )
+    parser.add_argument(
+        "--curve-keys",
+        default=None,
+        metavar="DIR",
+        help="CurveZMQ keys (cloudprofiler keys generate --out DIR): connect with the client key "
+        "in DIR (the factory runs with --curve-keys too)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         workload=args.workload,
         sender_base=args.sender_base,
         ready_timeout=args.wait_ready,
+        curve_keys=args.curve_keys,
     )
     data = orjson.dumps(summary, option=orjson.OPT_INDENT_2)
     if args.summary:

@@ -87,6 +87,7 @@ def _open_link(
     bucket_bytes: int,
     hwm: int | None,
     ready_timeout: float,
+    curve_keys: str | None = None,
 ) -> tuple[zmq.Context[Any], zmq.Socket[Any]]:
     """A context and a socket whose hello a factory acknowledged, its queue sized for ``rate``."""
     if hwm is None:
@@ -94,7 +95,7 @@ def _open_link(
         hwm = max(SEND_HWM, min(by_time, SEND_QUEUE_MAX_BYTES // max(1, bucket_bytes)))
     ctx: zmq.Context[Any] = zmq.Context()
     try:
-        return ctx, open_link(ctx, endpoint, packer, hwm, ready_timeout)
+        return ctx, open_link(ctx, endpoint, packer, hwm, ready_timeout, curve_keys)
     except BaseException:
         ctx.term()
         raise
@@ -228,14 +229,16 @@ def run_sender(
     hwm: int | None = None,
     seed: int | None = None,
     ready_timeout: float = DEFAULT_READY_TIMEOUT_S,
+    curve_keys: str | None = None,
 ) -> dict[str, Any]:
     """One sender: offer ``tuples`` tuples at ``rate`` tuples/s; return its counters.
 
-    Raises ``FactoryUnavailable`` when no factory acknowledges its hello within ``ready_timeout``.
+    Raises ``FactoryUnavailable`` when no factory acknowledges its hello within ``ready_timeout``
+    (its message says so when the CurveZMQ handshake failed: ``curve_keys``, a keys directory).
     """
     pool = build_payloads(workload, bucket, seed=sender_id if seed is None else seed)
     packer = bk.HeaderPacker(sender_id, native_tsc.domain_id())
-    ctx, sock = _open_link(endpoint, packer, rate, bucket, len(pool[0]), hwm, ready_timeout)
+    ctx, sock = _open_link(endpoint, packer, rate, bucket, len(pool[0]), hwm, ready_timeout, curve_keys)
     first = bk.tuple_id(sender_id, 0)
     try:
         emission = _emit(sock, packer, pool, bucket, rate, tuples, first, barrier)
@@ -264,9 +267,14 @@ def _check_endpoint(endpoint: str) -> None:
 SenderJob = tuple[str, int, float, int, int, str]
 
 
-def _sender_proc(q: Any, barrier: Any, args: SenderJob, hwm: int | None, ready_timeout: float) -> None:
+def _sender_proc(
+    q: Any, barrier: Any, args: SenderJob, hwm: int | None, ready_timeout: float, curve_keys: str | None
+) -> None:
     try:
-        q.put(("ok", run_sender(*args, barrier=barrier, hwm=hwm, ready_timeout=ready_timeout)))
+        result = run_sender(
+            *args, barrier=barrier, hwm=hwm, ready_timeout=ready_timeout, curve_keys=curve_keys
+        )
+        q.put(("ok", result))
     except BaseException as e:  # reported to the parent, which raises
         q.put(("error", (type(e).__name__, str(e))))
         if barrier is not None:
@@ -287,12 +295,17 @@ def _check_args(rate: float, duration: float, senders: int, bucket: int, workloa
         raise ValueError(f"unknown workload {workload!r}: expected ysb or file:PATH")
 
 
-def _run_processes(jobs: list[SenderJob], hwm: int | None, ready_timeout: float) -> list[dict[str, Any]]:
+def _run_processes(
+    jobs: list[SenderJob], hwm: int | None, ready_timeout: float, curve_keys: str | None = None
+) -> list[dict[str, Any]]:
     """Run one sender process per job, started together at a barrier; their counters by sender id."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     barrier = ctx.Barrier(len(jobs))
-    procs = [ctx.Process(target=_sender_proc, args=(q, barrier, job, hwm, ready_timeout)) for job in jobs]
+    procs = [
+        ctx.Process(target=_sender_proc, args=(q, barrier, job, hwm, ready_timeout, curve_keys))
+        for job in jobs
+    ]
     for p in procs:
         p.start()
     results: list[dict[str, Any]] = []
@@ -360,12 +373,14 @@ def run_generator(
     sender_base: int | None = None,
     hwm: int | None = None,
     ready_timeout: float = DEFAULT_READY_TIMEOUT_S,
+    curve_keys: str | None = None,
 ) -> dict[str, Any]:
     """Offer ``rate`` tuples/s for ``duration`` s from ``senders`` processes; return the JSON summary.
 
     Each sender starts its schedule only after a factory acknowledged its hello
     (``FactoryUnavailable`` after ``ready_timeout`` s); ``eos_delivered`` says the
-    factory acknowledged every sender's end-of-stream totals.
+    factory acknowledged every sender's end-of-stream totals. ``curve_keys``: a keys directory
+    (``cloudprofiler keys generate``) when the factory runs with keys.
     """
     _check_args(rate, duration, senders, bucket, workload)
     _check_endpoint(endpoint)
@@ -380,12 +395,20 @@ def run_generator(
     if senders == 1:
         results = [
             run_sender(
-                endpoint, base, per_rate, shares[0], bucket, workload, hwm=hwm, ready_timeout=ready_timeout
+                endpoint,
+                base,
+                per_rate,
+                shares[0],
+                bucket,
+                workload,
+                hwm=hwm,
+                ready_timeout=ready_timeout,
+                curve_keys=curve_keys,
             )
         ]
     else:
         jobs: list[SenderJob] = [
             (endpoint, base + i, per_rate, shares[i], bucket, workload) for i in range(senders)
         ]
-        results = _run_processes(jobs, hwm, ready_timeout)
+        results = _run_processes(jobs, hwm, ready_timeout, curve_keys)
     return _summary(results, rate, duration, bucket, workload, endpoint, base)

@@ -22,6 +22,7 @@ import zmq
 
 import native_tsc
 from cp_source import bucket as bk
+from native_tsc import curve_keys as ck
 
 DEFAULT_READY_TIMEOUT_S = 10.0
 RESEND_S = 1.0
@@ -65,12 +66,44 @@ def await_ack(sock: zmq.Socket, sender_id: int, kind: int, seq: int, timeout_s: 
 
 
 def open_link(
-    ctx: zmq.Context, endpoint: str, packer: bk.HeaderPacker, hwm: int, timeout_s: float
+    ctx: zmq.Context,
+    endpoint: str,
+    packer: bk.HeaderPacker,
+    hwm: int,
+    timeout_s: float,
+    curve_keys: str | None = None,
 ) -> zmq.Socket:
-    """A DEALER connected to ``endpoint`` whose hello a factory acknowledged within ``timeout_s``."""
+    """A DEALER connected to ``endpoint`` whose hello a factory acknowledged within ``timeout_s``.
+
+    With ``curve_keys`` the socket speaks CURVE with the client key in that directory. A factory
+    refuses a wrong or missing key without a word: the handshake watch names that failure in the
+    ``FactoryUnavailable`` message instead of a bare timeout.
+    """
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.SNDHWM, hwm)
     sock.setsockopt(zmq.LINGER, 0)
+    try:
+        if curve_keys:
+            ck.client_secure(sock, curve_keys)
+    except BaseException:
+        sock.close(0)
+        raise
+    watch = ck.HandshakeWatch(sock)
+    try:
+        return _hello(sock, watch, endpoint, packer, timeout_s, bool(curve_keys))
+    finally:
+        watch.close()
+
+
+def _hello(
+    sock: zmq.Socket,
+    watch: ck.HandshakeWatch,
+    endpoint: str,
+    packer: bk.HeaderPacker,
+    timeout_s: float,
+    keyed: bool,
+) -> zmq.Socket:
+    """Connect, say hello and wait for its acknowledgement; the socket is closed on failure."""
     try:
         sock.connect(endpoint)
     except zmq.ZMQError as e:
@@ -80,7 +113,13 @@ def open_link(
         ) from None
     sock.send_multipart(_control(packer, bk.KIND_HELLO, 0, b""))
     if not await_ack(sock, packer.sender_id, bk.KIND_HELLO, 0, timeout_s):
+        hint = ck.refusal_hint(watch, keyed)
         sock.close(0)
+        if hint:
+            raise FactoryUnavailable(
+                f"the handshake with the factory at {endpoint} failed (no answer within {timeout_s:g} s)"
+                f"{hint}"
+            )
         raise FactoryUnavailable(
             f"no factory answered at {endpoint} within {timeout_s:g} s: start the factory (or the query "
             "whose cloudprofiler source embeds it) first, or wait longer (--wait-ready)"
