@@ -42,6 +42,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow  # noqa
 
 # The bare source's partition/batch shapes: (partitions, rows per batch).
 BARE_SHAPES = [(2, 65_536), (8, 65_536), (20, 10_000)]
+OLD_PLAN = {"segmentsPerPartition": "4", "rowsPerPartition": str(1 << 40)}
 
 
 # ---- the bare Python DataSource: the API's ceiling for the same Arrow data ----------------------
@@ -228,8 +229,10 @@ def measure(
             spark.readStream.schema(schema).format("bare_arrow").options(**opts).load(), work
         )
 
-    def ours(fetch: str, sink: Callable[[Any], Any] | None = None) -> Callable[[], dict[str, Any]]:
-        return lambda: run_query(ours_df(spark, fresh_copy(spool, work), fetch), work, sink)
+    def ours(
+        fetch: str, sink: Callable[[Any], Any] | None = None, extra: dict[str, str] | None = None
+    ) -> Callable[[], dict[str, Any]]:
+        return lambda: run_query(ours_df(spark, fresh_copy(spool, work), fetch, extra), work, sink)
 
     def into_sink(handler: str) -> Callable[[Any], Any]:
         return lambda w: (
@@ -250,6 +253,8 @@ def measure(
         ],
         ("cloudprofiler source, fetch local", "ours", ours("local")),
         ("cloudprofiler source, fetch network", "ours", ours("network")),
+        # how partitions were planned before rowsPerPartition: 4 segments each
+        ("cloudprofiler source, fetch local, 4 segments/partition", "ours", ours("local", None, OLD_PLAN)),
         ("cloudprofiler source -> sink (null)", "ours+sink", ours("local", into_sink("null"))),
         ("cloudprofiler source -> sink (id)", "ours+sink", ours("local", into_sink("id"))),
     ]
@@ -359,6 +364,8 @@ def floor(spark: Any, work: Path, arrow_path: str, n_rows: int, seconds: float) 
         ckpt = tempfile.mkdtemp(prefix="ckpt-", dir=work)
         q = df.writeStream.format("noop").option("checkpointLocation", ckpt).start()
         time.sleep(seconds)
+        if not q.isActive:
+            raise RuntimeError(f"{label}: the query stopped: {q.exception()}")
         q.stop()
         out.append({"path": label, **_phases(q)})
     q, _, _, gen = _ours_live(spark, work, "floor", 2_000, seconds + 2, bucket=50)
