@@ -1,9 +1,11 @@
-"""Cross-node time: C-timed MinRTT probes against a pure-Python probe loop, translation throughput, and
-the error bounds of this method beside return-trip and NTP, all in one run.
+"""Cross-node time: C-timed MinRTT probes against a pure-Python probe loop, translation throughput
+(also over many sync phases), the error bounds of this method beside return-trip and NTP, and the
+probing load of continuous sync (a coordinator and three agent processes on loopback).
 
-Run: python benchmarks/sync.py [--json benchmarks/results/sync.json]
+Run: python benchmarks/sync.py [--only PART ...] [--every S --duration S] [--json FILE]
 Responders run in their own processes (as on another node), so a round trip is
 two processes on loopback. Ratios are what count on a shared 2-core machine.
+With --only, the parts run are replaced in an existing result file and the others kept.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable
 from functools import partial
 
 import numpy as np
+import orjson
 import pyarrow as pa
 from bench_common import arg_parser, make_table, print_goals, result_head, write_json
 from rich.console import Console
@@ -26,6 +29,7 @@ import native_tsc
 from cp_sync import probe, probe_python
 from cp_sync.coordinator import Coordinator, run_phase
 from cp_sync.ntp import ntp_bound
+from cp_sync.periodic import Schedule, run_periodic, wait_agents
 from cp_sync.returntrip import probe_returntrip
 from cp_sync.sync_table import read_sync
 from cp_sync.synthetic import DOMAINS, synth_phases, synth_probes
@@ -232,10 +236,12 @@ def bounds_side_by_side(rounds: int, gap_s: float) -> dict:
             }
     rt_est, rt_bound = probe_returntrip(table, ref.domain, virt[1].domain)
     del rt_est
-    half_min = {
-        k: min(v for v in (r.e_before, r.e_after)) / hz * 1e6
-        for k, r in ((d.domain, tr.relation(d.domain, ref.domain, "minrtt")) for d in virt[1:])
-    }
+    half_min = {}
+    for d in virt[1:]:
+        rel = tr.relation(d.domain, ref.domain, "minrtt")
+        if rel is None:
+            raise RuntimeError(f"no relation {d.domain} -> {ref.domain}: {tr.violations}")
+        half_min[d.domain] = min(rel.e_before, rel.e_after) / hz * 1e6
     nb, why = ntp_bound()
     return {
         "scenarios": res,
@@ -247,6 +253,73 @@ def bounds_side_by_side(rounds: int, gap_s: float) -> dict:
     }
 
 
+def _proc_cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of these processes so far (from /proc, Linux)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / tick
+
+
+def continuous_overhead(every: float, duration: float, rounds: int) -> dict:
+    """``sync run --every``'s probing load: a coordinator here, three agent processes on loopback.
+
+    The figures are ``Load``'s (what the phases report). Beside them, the agents' whole-process
+    CPU (probe loops, heartbeats, the interpreter idling) and this process's (the coordinator and
+    the schedule), both from the moment every agent is registered to the end of the run.
+    """
+    virt = [make_virtual(f"cont-{k}", skew, off) for k, skew, off in (("a", "35", 10**13),
+            ("b", "-120", -(10**13)), ("c", "240", 5 * 10**14))]  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp, Coordinator("127.0.0.1:0") as coord:
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "cloudprofiler.cli", "sync", "agent", "--server", coord.address],
+                env=dict(os.environ, CP_TSC_VIRTUAL=v.spec()),
+                stdout=subprocess.DEVNULL,
+            )
+            for v in virt
+        ]
+        try:
+            # The agents' start-up (imports, registration) is not probing: sample once all are there.
+            wait_agents(coord.address, len(virt), 60.0)
+            t0, agents0, here0 = time.monotonic(), _proc_cpu_s([p.pid for p in procs]), time.process_time()
+            load = run_periodic(
+                coord.address, tmp, Schedule(every, duration), rounds=rounds, expect=3, wait_s=60.0
+            )
+            span = time.monotonic() - t0
+            agents_cpu = _proc_cpu_s([p.pid for p in procs]) - agents0
+            here_cpu = time.process_time() - here0
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(10)
+    r = load.rates()
+    return {
+        "every_s": every,
+        "duration_s": duration,
+        "rounds": rounds,
+        "agents": len(virt),
+        "phases": load.phases,
+        "failed_phases": load.failed_phases,
+        "pairs": load.pairs,
+        "failed_pairs": load.failed_pairs,
+        "probes_sent": load.sent,
+        "probes_lost": load.lost,
+        "seconds": load.seconds,
+        "probes_per_s": r["probes_per_s"],
+        "kb_per_s": None if r["bytes_per_s"] is None else r["bytes_per_s"] / 1e3,
+        "probing_share": r["busy_share"],
+        "probe_loop_cpu_pct_of_core": None if r["cpu_share"] is None else r["cpu_share"] * 100,
+        "agent_process_cpu_pct_of_core": agents_cpu / span * 100,
+        "coordinator_process_cpu_pct_of_core": here_cpu / span * 100,
+        "summary": load.summary(),
+    }
+
+
 # The goals use the responder as `sync agent` runs it (spinning after each answer, the
 # default); the blocking responder's ratio is printed beside it.
 C_KEY = "C initiator + C responder (spins 2 ms after each answer)"
@@ -255,11 +328,18 @@ PY_KEY = "Python loop + Python responder"
 SCENARIOS = ("same-node", "reference-node", "two-nodes")
 
 
+PARTS = ("probes", "translation", "phases", "bounds", "continuous")
+
+
 def parse_args() -> argparse.Namespace:
     ap = arg_parser(__doc__, "sync")
-    ap.add_argument("--probes", type=int, default=5000)
-    ap.add_argument("--records", type=int, default=5_000_000)
-    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--probes", type=int, default=5000, help="probes per variant in the round-trip table")
+    ap.add_argument("--records", type=int, default=5_000_000, help="records per translation timing")
+    ap.add_argument("--rounds", type=int, default=100, help="probes per ordered pair and sync phase")
+    ap.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS), metavar="PART",
+                    help=f"run only these parts ({', '.join(PARTS)}; default all)")  # fmt: skip
+    ap.add_argument("--every", type=float, default=2.0, help="continuous sync: seconds between phases")
+    ap.add_argument("--duration", type=float, default=20.0, help="continuous sync: seconds to run")
     return ap.parse_args()
 
 
@@ -315,18 +395,76 @@ def report_bounds(console: Console, b: dict) -> None:
     print("e (half MinRTT) per node: " + ", ".join(f"{k} {v:.2f} us" for k, v in b["e_us"].items()))
 
 
-def check_goals(
-    rtts: dict, ratio_min: float, rates: dict[str, float], b: dict, phased: dict[str, dict[str, float]]
-) -> dict[str, bool]:
-    sc = b["scenarios"]
-    most = max(phased, key=int)
-    return {
-        "MinRTT <= 15 us with probes timed in C": rtts[C_KEY]["min_us"] <= 15.0,
-        "C MinRTT well below the Python loop's (>= 2x)": ratio_min >= 2.0,
-        ">= 20 M records/s per core (minrtt)": rates["minrtt"] >= 20e6,
-        f">= 20 M records/s per core with {most} phases (minrtt)": phased[most]["minrtt"] >= 20e6,
-        "every bound holds against the truth": all(v["holds"] for s in sc.values() for v in s.values()),
-    }
+def report_continuous(console: Console, c: dict) -> None:
+    title = (
+        f"Continuous sync probing load: {c['agents']} agent processes on loopback, --every {c['every_s']:g} "
+        f"--duration {c['duration_s']:g}, {c['rounds']} probes per ordered pair and phase"
+    )
+    cells = [
+        ("phases (failed)", f"{c['phases']} ({c['failed_phases']})"),
+        ("pairs probed (failed)", f"{c['pairs']} ({c['failed_pairs']})"),
+        ("probes sent (lost)", f"{c['probes_sent']} ({c['probes_lost']})"),
+        ("probes/s", f"{c['probes_per_s']:.1f}"),
+        ("kB/s on the wire (IP+UDP)", f"{c['kb_per_s']:.2f}"),
+        ("share of time probing", f"{c['probing_share'] * 100:.2f}%"),
+        ("agents' probe-loop CPU, % of one core", _pct(c["probe_loop_cpu_pct_of_core"])),
+        ("agent processes' whole CPU, % of one core", _pct(c["agent_process_cpu_pct_of_core"])),
+        ("coordinator process CPU, % of one core", _pct(c["coordinator_process_cpu_pct_of_core"])),
+    ]
+    console.print(make_table(title, ("figure", "value"), cells))
+    print(c["summary"])
+
+
+def _pct(v: float | None) -> str:
+    return "not reported" if v is None else f"{v:.3f}%"
+
+
+def check_goals(r: dict) -> dict[str, bool]:
+    """The goals of the parts that ran (``r``: their results by part)."""
+    goals: dict[str, bool] = {}
+    if "probes" in r:
+        goals["MinRTT <= 15 us with probes timed in C"] = r["probes"][C_KEY]["min_us"] <= 15.0
+        goals["C MinRTT well below the Python loop's (>= 2x)"] = r["ratios"]["python_over_c_min"] >= 2.0
+    if "translation" in r:
+        goals[">= 20 M records/s per core (minrtt)"] = r["translation"]["minrtt"] >= 20e6
+    if "phases" in r:
+        most = max(r["phases"], key=int)
+        goals[f">= 20 M records/s per core with {most} phases (minrtt)"] = r["phases"][most]["minrtt"] >= 20e6
+    if "bounds" in r:
+        sc = r["bounds"]["scenarios"]
+        goals["every bound holds against the truth"] = all(
+            v["holds"] for s in sc.values() for v in s.values()
+        )
+    if "continuous" in r:
+        c = r["continuous"]
+        goals["continuous sync: every phase and pair succeeded"] = (
+            c["failed_phases"] == c["failed_pairs"] == 0
+        )
+    return goals
+
+
+def run_parts(args: argparse.Namespace, hz: float, console: Console) -> tuple[dict, dict[str, float]]:
+    """Run and print the parts asked for; their results by part, and the load average before each."""
+    r: dict = {}
+    loads: dict[str, float] = {}
+    for part in (p for p in PARTS if p in args.only):
+        loads[part] = os.getloadavg()[0]
+        if part == "probes":
+            r["probes"] = probe_rtts(args.probes, hz)
+            r["ratios"] = report_probes(console, r["probes"], args.probes)
+        elif part == "translation":
+            r["translation"] = translation_rate(args.records)
+            report_translation(console, r["translation"], args.records)
+        elif part == "phases":
+            r["phases"] = translation_rate_phases(args.records)
+            report_phases(console, r["phases"], args.records)
+        elif part == "bounds":
+            r["bounds"] = bounds_side_by_side(args.rounds, 1.0)
+            report_bounds(console, r["bounds"])
+        else:
+            r["continuous"] = continuous_overhead(args.every, args.duration, args.rounds)
+            report_continuous(console, r["continuous"])
+    return r, loads
 
 
 def main() -> None:
@@ -334,29 +472,25 @@ def main() -> None:
     hz = native_tsc.clock.real_hz()
     console = Console(width=120)
     print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-
-    rtts = probe_rtts(args.probes, hz)
-    ratios = report_probes(console, rtts, args.probes)
-    rates = translation_rate(args.records)
-    report_translation(console, rates, args.records)
-    phased = translation_rate_phases(args.records)
-    report_phases(console, phased, args.records)
-    b = bounds_side_by_side(args.rounds, 1.0)
-    report_bounds(console, b)
-
-    goals = check_goals(rtts, ratios["python_over_c_min"], rates, b, phased)
+    r, loads = run_parts(args, hz, console)
+    goals = check_goals(r)
     print_goals(goals)
-    out = {
-        **result_head("sync"),
-        "cpu_hz": hz,
-        "load": os.getloadavg()[0],
-        "probes": rtts,
-        **ratios,
-        "translation_records_per_s": rates,
-        "translation_records_per_s_by_phases": phased,
-        "bounds": b,
-        "goals": goals,
+    keys = {
+        "probes": "probes",
+        "translation": "translation_records_per_s",
+        "phases": "translation_records_per_s_by_phases",
+        "bounds": "bounds",
+        "continuous": "continuous_sync_load",
     }
+    out = {**result_head("sync"), "cpu_hz": hz, "load": os.getloadavg()[0]}
+    if len(args.only) < len(PARTS) and os.path.exists(args.json):
+        # A partial run replaces its own parts in the existing results and keeps the others.
+        with open(args.json, "rb") as f:
+            out = {**orjson.loads(f.read()), **out}
+    out.update({keys[k]: v for k, v in r.items() if k in keys})
+    out.update(r.get("ratios", {}))
+    out["load_by_part"] = {**out.get("load_by_part", {}), **loads}
+    out["goals"] = {**out.get("goals", {}), **goals}
     write_json(args.json, out)
 
 
