@@ -61,6 +61,7 @@ record) and timeline.png beside the output.
 examples:
   cloudprofiler demo
   cloudprofiler demo --duration 5 --rate 20000
+  cloudprofiler demo --warmup 5                    # a longer warm-up before measuring
   cloudprofiler demo --simulate-nodes 2            # generator and factory on simulated nodes
   cloudprofiler demo --out /tmp/ysb --summary /tmp/ysb/summary.json
 """
@@ -73,6 +74,7 @@ SIM_CLOCKS = [
     ("-37.25", 900_000_000_000_000),
 ]
 QUERIES = ("latency", "windows")
+QUEUE_MS = 1000
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -360,6 +362,9 @@ class _Demo:
                 "generate", "--endpoint", endpoint, "--rate", str(a.rate), "--duration", str(duration),
                 "--bucket", str(a.bucket), "--summary", str(self.out / f"generator-{tag}{name}.json"),
                 "--wait-ready", str(max(1.0, self.deadline - time.monotonic())),
+                # Spark, two factories and two generators share local cores: a sender may queue 1 s of
+                # buckets through a scheduling stall before a send counts as a drop
+                "--queue-ms", str(QUEUE_MS),
             )  # fmt: skip
             gens[name] = self.procs.start(
                 argv,

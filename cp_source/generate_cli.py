@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -24,6 +25,7 @@ examples:
   cloudprofiler generate --rate 2e6 --duration 30 --senders 2 --bucket 2000 --summary run.json
   cloudprofiler generate --rate 50000 --duration 5 --workload file:events.ndjson
   cloudprofiler generate --rate 20000 --duration 5 --wait-ready 120   # the query is still starting
+  cloudprofiler generate --rate 50000 --duration 10 --queue-ms 1000   # a busy machine: absorb 1 s stalls
 """
 
 
@@ -62,6 +64,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="CurveZMQ keys (cloudprofiler keys generate --out DIR): connect with the client key "
         "in DIR (the factory runs with --curve-keys too)",
     )
+    parser.add_argument(
+        "--queue-ms",
+        type=_positive_float,
+        default=None,
+        metavar="MS",
+        help="each sender may queue this many milliseconds of its buckets while the factory is slow to "
+        "take them before a send counts as dropped (default 50 ms, at least 8 buckets)",
+    )
+
+
+MAX_QUEUE_BUCKETS = 4096
+
+
+def queue_buckets(queue_ms: float | None, rate: float, senders: int, bucket: int) -> int | None:
+    """The send queue (buckets per sender) that holds ``queue_ms`` of a sender's schedule; None: default."""
+    if queue_ms is None:
+        return None
+    per_sender = rate / max(1, senders)
+    return max(8, min(MAX_QUEUE_BUCKETS, math.ceil(queue_ms / 1000.0 * per_sender / max(1, bucket))))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         workload=args.workload,
         sender_base=args.sender_base,
         ready_timeout=args.wait_ready,
+        hwm=queue_buckets(args.queue_ms, args.rate, args.senders, args.bucket),
         curve_keys=args.curve_keys,
     )
     data = orjson.dumps(summary, option=orjson.OPT_INDENT_2)

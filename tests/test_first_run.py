@@ -196,3 +196,13 @@ def test_generate_with_wait_ready_started_with_the_query_drops_nothing(spark, tm
         query.stop()
     ids = read_records(records)["tuple_id"].to_numpy()
     assert len(ids) == 50_000 == len(np.unique(ids))
+
+
+def test_generate_queue_ms_sizes_each_senders_queue_in_buckets() -> None:
+    from cp_source.generate_cli import MAX_QUEUE_BUCKETS, queue_buckets
+
+    assert queue_buckets(None, 50_000, 1, 1000) is None  # the generator's own default
+    assert queue_buckets(1000, 50_000, 1, 1000) == 50  # one second of a sender's buckets
+    assert queue_buckets(1000, 50_000, 2, 1000) == 25
+    assert queue_buckets(1, 1000, 1, 1000) == 8  # never below the default's floor
+    assert queue_buckets(60_000, 1e8, 1, 1) == MAX_QUEUE_BUCKETS
