@@ -23,6 +23,7 @@ import orjson
 import zmq
 
 from cp_source.private_dirs import atomic_write
+from native_tsc import curve_keys as ck
 
 # A request is a tiny JSON object; anything longer is refused by ZeroMQ itself.
 MAX_REQUEST_BYTES = 512
@@ -94,12 +95,13 @@ class SegmentServer:
         bind: str = "tcp://127.0.0.1:*",
         advertise_host: str | None = None,
         stats_path: str | os.PathLike[str] | None = None,
+        curve_keys: str | None = None,
     ) -> None:
         self._lookup = lookup
         self._root = Path(root).resolve()
         self._stats_path = Path(stats_path) if stats_path is not None else None
         self._ctx = zmq.Context()
-        self._sock = self._make_socket(bind)
+        self._sock = self._make_socket(bind, curve_keys)
         bound = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         host, port = bound.rsplit(":", 1)
         host = host.removeprefix("tcp://")
@@ -123,8 +125,11 @@ class SegmentServer:
         self._thread = threading.Thread(target=self._serve, name="cp-segment-server", daemon=True)
         self._thread.start()
 
-    def _make_socket(self, bind: str) -> zmq.Socket:
-        """The server's one socket, bound: every option bounding what a peer can make it hold is here."""
+    def _make_socket(self, bind: str, curve_keys: str | None) -> zmq.Socket:
+        """The server's one socket, bound: every option bounding what a peer can make it hold is here.
+
+        With ``curve_keys`` it speaks CURVE and accepts only the clients in ``DIR/authorized``.
+        """
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES * 4)  # per frame; frames: _recv_bounded
@@ -132,7 +137,14 @@ class SegmentServer:
         sock.setsockopt(zmq.SNDHWM, REPLY_HWM)
         # a full peer pipe raises EAGAIN on a non-blocking send instead of a silent drop, so it is counted
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        sock.bind(bind[:-2] + ":*" if bind.endswith(":0") else bind)
+        try:
+            if curve_keys:
+                ck.server_secure(sock, curve_keys)
+            sock.bind(bind[:-2] + ":*" if bind.endswith(":0") else bind)
+        except BaseException:
+            sock.close(0)
+            ck.release(self._ctx)
+            raise
         return sock
 
     def stats(self) -> dict[str, Any]:
@@ -221,6 +233,7 @@ class SegmentServer:
         self._thread.join(timeout=5)
         self._write_stats()
         self._sock.close(0)
+        ck.release(self._ctx)  # the authenticator's socket would keep term() waiting
         self._ctx.term()
 
 
@@ -244,14 +257,20 @@ def fetch_segment(
     timeout: float = 30.0,
     max_bytes: int = MAX_SEGMENT_BYTES,
     ctx: zmq.Context | None = None,
+    curve_keys: str | None = None,
 ) -> bytes:
-    """Fetch one segment's Arrow IPC bytes from a segment server."""
+    """Fetch one segment's Arrow IPC bytes from a segment server (``curve_keys``: a keys directory
+    when the server runs with keys; a refused key fails with the handshake named)."""
     own = ctx is None
     ctx = ctx or zmq.Context()
     sock = ctx.socket(zmq.REQ)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.MAXMSGSIZE, max_bytes + 4096)
+    watch = None
     try:
+        if curve_keys:
+            ck.client_secure(sock, curve_keys)
+        watch = ck.HandshakeWatch(sock)
         sock.connect(endpoint)
         sock.send(orjson.dumps({"op": "segment", "worker": worker, "number": number}))
         deadline = time.monotonic() + timeout
@@ -259,9 +278,12 @@ def fetch_segment(
             if time.monotonic() > deadline:
                 raise FetchError(
                     f"no answer from segment server {endpoint} for {worker}/{number} within {timeout:.0f}s"
+                    f"{ck.refusal_hint(watch, bool(curve_keys))}"
                 )
         frames = sock.recv_multipart()
     finally:
+        if watch is not None:
+            watch.close()
         sock.close(0)
         if own:
             ctx.term()
@@ -276,12 +298,14 @@ def fetch_segment(
     return frames[1]
 
 
-def server_stats(endpoint: str, timeout: float = 10.0) -> dict[str, Any]:
+def server_stats(endpoint: str, timeout: float = 10.0, curve_keys: str | None = None) -> dict[str, Any]:
     """Ask a running segment server for its counters."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.REQ)
     sock.setsockopt(zmq.LINGER, 0)
     try:
+        if curve_keys:
+            ck.client_secure(sock, curve_keys)
         sock.connect(endpoint)
         sock.send(orjson.dumps({"op": "stats"}))
         if not sock.poll(int(timeout * 1000)):

@@ -117,8 +117,7 @@ def _hello(
         sock.close(0)
         if hint:
             raise FactoryUnavailable(
-                f"the handshake with the factory at {endpoint} failed (no answer within {timeout_s:g} s)"
-                f"{hint}"
+                f"no factory answered the hello at {endpoint} within {timeout_s:g} s{hint}"
             )
         raise FactoryUnavailable(
             f"no factory answered at {endpoint} within {timeout_s:g} s: start the factory (or the query "

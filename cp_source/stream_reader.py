@@ -66,6 +66,7 @@ KNOWN_OPTIONS = {
     "fetchtimeout",
     "startingoffsets",
     "durability",
+    "curvekeys",
     "path",
 }
 
@@ -118,6 +119,8 @@ class ReaderOptions:
     fetch_timeout: float = 60.0
     starting_offsets: str = "earliest"
     durability: str = "process"  # strict: the factory's and the reader's writes are fsynced in order
+    # a keys directory (cloudprofiler keys generate): CURVE on the factory and the segment server
+    curve_keys: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], strict: bool = True) -> ReaderOptions:
@@ -176,6 +179,7 @@ class ReaderOptions:
             fetch_timeout=fetch_timeout,
             starting_offsets=_choice_option(opts, "startingOffsets", STARTING_OFFSETS),
             durability=_choice_option(opts, "durability", DURABILITY_LEVELS),
+            curve_keys=opts.get("curvekeys") or None,
         )
 
 
@@ -213,6 +217,7 @@ def _start_factory(opts: ReaderOptions) -> Any:
             schema=opts.schema_ddl,
             max_spool_bytes=opts.max_spool_bytes,
             durability=opts.durability,
+            curve_keys=opts.curve_keys,
         )
     except (zmq.ZMQError, OSError) as e:
         raise ValueError(
@@ -259,6 +264,7 @@ class SegmentRange(InputPartition):
     fetch: str = "auto"
     fetch_timeout: float = 60.0
     spool_id: str = ""  # the spool every segment must come from
+    curve_keys: str | None = None  # the keys directory on the executor when the server has keys
 
     def __post_init__(self) -> None:
         super().__init__(self.worker)
@@ -326,7 +332,9 @@ class _SegmentLoader:
         p = self.part
         assert p.server is not None
         self.ctx = self.ctx or zmq.Context()
-        body = fetch_segment(p.server, p.worker, number, timeout=p.fetch_timeout, ctx=self.ctx)
+        body = fetch_segment(
+            p.server, p.worker, number, timeout=p.fetch_timeout, ctx=self.ctx, curve_keys=p.curve_keys
+        )
         try:
             table = _read_bytes(body)
             why = segment_mismatch(table, p, number, rows, first_id)
@@ -441,6 +449,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                     bind=f"tcp://{bind}",
                     advertise_host=o.server_host,
                     stats_path=os.path.join(o.spool, SERVER_STATS_FILE),
+                    curve_keys=o.curve_keys,
                 )
             self._publish_state(state)
         except BaseException:
@@ -573,7 +582,13 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             for chunk in _pack(segs, self.opts.segments_per_partition, self.opts.rows_per_partition):
                 parts.append(
                     SegmentRange(
-                        w, chunk, server, self.opts.fetch, self.opts.fetch_timeout, state["spool_id"]
+                        w,
+                        chunk,
+                        server,
+                        self.opts.fetch,
+                        self.opts.fetch_timeout,
+                        state["spool_id"],
+                        self.opts.curve_keys,
                     )
                 )
         return parts

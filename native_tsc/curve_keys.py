@@ -174,9 +174,9 @@ class HandshakeWatch:
                 break
             self._seen |= int(event["event"])
         if self._seen & zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-            return "the server refused this client's key (CurveZMQ authentication failed)"
+            return "the CurveZMQ handshake failed: the server refused this client's key"
         if self._seen & (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL):
-            return "the security handshake failed (keys missing on one side, or the wrong server key)"
+            return "the CurveZMQ handshake failed: keys missing on one side, or the wrong server key"
         return None
 
     def close(self) -> None:

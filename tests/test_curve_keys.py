@@ -8,7 +8,9 @@ import stat
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 from conftest import wait_for
 from ingest_truth import assert_exactly_once, expected_ids, published_ids, spool_drained
@@ -128,3 +130,156 @@ def test_the_generate_command_says_the_handshake_failed(
     assert run.returncode == 2
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and "handshake" in lines[0] and "refused this client's key" in lines[0], run.stderr
+
+
+@pytest.fixture
+def keyed_segment_server(tmp_path: Path, keys: Path) -> Iterator[tuple[Any, bytes]]:
+    import pyarrow as pa
+
+    from cp_source.segment_server import SegmentRef, SegmentServer
+
+    root = tmp_path / "spool"
+    root.mkdir()
+    seg = root / "w0-0.arrow"
+    table = pa.table({"tuple_id": list(range(5))})
+    with pa.OSFile(str(seg), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+        w.write_table(table)
+    ref = SegmentRef(str(seg), 5, seg.stat().st_size)
+    server = SegmentServer(lambda w, n: ref, root, curve_keys=str(keys))
+    yield server, seg.read_bytes()
+    server.stop()
+
+
+def test_a_segment_fetch_with_the_right_keys_gets_the_segment(
+    keyed_segment_server: tuple[Any, bytes], keys: Path
+) -> None:
+    from cp_source.segment_server import fetch_segment
+
+    server, body = keyed_segment_server
+    assert fetch_segment(server.endpoint, "w0", 0, timeout=30, curve_keys=str(keys)) == body
+    assert server.stats()["segments_served"] == 1
+
+
+@pytest.mark.parametrize("which", ["missing", "unauthorized", "wrong_server"])
+def test_a_segment_fetch_without_the_right_key_is_refused_clearly(
+    keyed_segment_server: tuple[Any, bytes], keys: Path, other_keys: Path, tmp_path: Path, which: str
+) -> None:
+    from cp_source.segment_server import FetchError, fetch_segment
+
+    server, _ = keyed_segment_server
+    client = _client_keys(which, keys, other_keys, tmp_path)
+    with pytest.raises(FetchError, match="handshake") as err:
+        fetch_segment(server.endpoint, "w0", 0, timeout=3, curve_keys=client)
+    if which == "unauthorized":
+        assert "refused this client's key" in str(err.value)
+    assert server.stats()["requests"] == 0  # the request never reached the server
+
+
+@pytest.mark.long
+def test_an_embedded_factory_run_with_keys_is_exactly_once(spark: Any, tmp_path: Path, keys: Path) -> None:
+    """test_exactly_once's run with curveKeys on: the generator, the factory, and every segment
+    fetched over the keyed segment server (fetch=network)."""
+    from ingest_truth import output_ids
+
+    import cloudprofiler
+    from cloudprofiler import wait_for_factory
+    from cloudprofiler.spark_local import source_end_offset
+
+    cloudprofiler.register(spark)
+    spool = tmp_path / "spool"
+    df = (
+        spark.readStream.format("cloudprofiler")
+        .option("endpoint", "tcp://127.0.0.1:0")
+        .option("spool", str(spool))
+        .option("workers", "2")
+        .option("fetch", "network")
+        .option("curveKeys", str(keys))
+        .option("maxRecordsPerTrigger", "40000")
+        .load()
+        .select("tuple_id", "cp_tsc_factory", "cp_tsc_source")
+    )
+    out = tmp_path / "out"
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="300 milliseconds")
+        .start()
+    )
+    try:
+        state = wait_for_factory(str(spool), query)
+        with pytest.raises(FactoryUnavailable, match="handshake"):  # no key: refused, nothing sent
+            run_generator(state.factory_endpoint, rate=1000, duration=0.5, ready_timeout=3.0)
+        summary = run_generator(
+            state.factory_endpoint, rate=40_000, duration=3.0, senders=2, bucket=500, curve_keys=str(keys)
+        )
+        assert summary["eos_delivered"]
+        wait_for(lambda: spool_drained(spool, summary), 60, "the factory to publish everything")
+        latest = Spool(spool).latest()
+        wait_for(lambda: source_end_offset(query) == latest, 120, f"the query to reach {latest}")
+        assert query.exception() is None
+    finally:
+        query.stop()
+    stats = Spool(spool).stats()
+    want, counts = expected_ids(summary, stats)
+    assert counts == {"offered": 120_000, "dropped": 0, "lost": 0, "rejected": 0}
+    assert stats.deadletters_total == 0
+    got = output_ids(spark, out)
+    assert_exactly_once(got, want)
+    assert len(got) == 120_000
+    served = orjson.loads((spool / "_segment_server.json").read_bytes())
+    assert served["rows_served"] == 120_000  # every row came through the keyed segment server
+
+
+@pytest.fixture
+def keyed_config_server(keys: Path) -> Iterator[Any]:
+    from cp_sink.channels.config_server import ConfigServer, HandlerTable
+
+    srv = ConfigServer(HandlerTable(default="null"), curve_keys=str(keys)).start()
+    yield srv
+    srv.stop()
+
+
+def test_the_config_server_with_keys_serves_a_keyed_client(keyed_config_server: Any, keys: Path) -> None:
+    from cp_sink.channels.config_client import request
+
+    req = {"op": "set", "channel": "lat", "handler": "identity", "params": {}}
+    assert (
+        request(keyed_config_server.endpoint, req, timeout=30, curve_keys=str(keys))["handler"] == "identity"
+    )
+    got = request(
+        keyed_config_server.endpoint, {"op": "get", "channel": "lat"}, timeout=30, curve_keys=str(keys)
+    )
+    assert got["handler"] == "identity" and got["source"] == "table"
+
+
+@pytest.mark.parametrize("which", ["missing", "unauthorized", "wrong_server"])
+def test_the_config_server_refuses_a_write_without_the_right_key(
+    keyed_config_server: Any, keys: Path, other_keys: Path, tmp_path: Path, which: str
+) -> None:
+    from cp_sink.channels.config_client import request
+
+    client = _client_keys(which, keys, other_keys, tmp_path)
+    req = {"op": "set", "channel": "victim", "handler": "identity", "params": {}}
+    with pytest.raises(TimeoutError, match="handshake"):
+        request(keyed_config_server.endpoint, req, timeout=3, curve_keys=client)
+    # the write never reached the table: the client could not even connect
+    assert keyed_config_server.requests == 0
+    assert "victim" not in keyed_config_server.table.channels
+
+
+def test_the_config_command_with_a_wrong_key_fails_in_one_line(
+    keyed_config_server: Any, keys: Path, other_keys: Path, tmp_path: Path
+) -> None:
+    client = _client_keys("unauthorized", keys, other_keys, tmp_path)
+    run = subprocess.run(
+        cli_argv("config-server", "--connect", keyed_config_server.endpoint, "--set", "x=identity")
+        + ["--curve-keys", client],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "refused this client's key" in lines[0], run.stderr
+    assert "x" not in keyed_config_server.table.channels

@@ -11,28 +11,45 @@ from typing import Any
 import orjson
 import zmq
 
+from native_tsc import curve_keys as ck
+
 ENV_SERVER = "CP_CONFIG_SERVER"
 ENV_TIMEOUT = "CP_CONFIG_TIMEOUT"  # seconds a channel waits for the server before using its own handler
+ENV_KEYS = "CP_CONFIG_KEYS"  # a keys directory (cloudprofiler keys generate) when the server has keys
 LOOKUP_TIMEOUT_S = 2.0
 MAX_MESSAGE = 1 << 16  # bytes; ZeroMQ drops larger messages on either side
 
 
-def request(endpoint: str, req: dict[str, Any], timeout: float = 2.0) -> dict[str, Any]:
-    """Send one request to a config server and return its reply (ValueError if it refused)."""
+def request(
+    endpoint: str, req: dict[str, Any], timeout: float = 2.0, curve_keys: str | None = None
+) -> dict[str, Any]:
+    """Send one request to a config server and return its reply (ValueError if it refused).
+
+    ``curve_keys``: a keys directory, by default ``$CP_CONFIG_KEYS``. A server with keys refuses
+    a wrong or missing key silently: the TimeoutError then says the handshake failed.
+    """
+    keys = curve_keys or os.environ.get(ENV_KEYS) or None
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     sock = ctx.socket(zmq.REQ)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
     sock.setsockopt(zmq.RCVTIMEO, int(timeout * 1000))
     sock.setsockopt(zmq.SNDTIMEO, int(timeout * 1000))
+    watch = None
     try:
+        if keys:
+            ck.client_secure(sock, keys)
+        watch = ck.HandshakeWatch(sock)
         sock.connect(endpoint)
-        sock.send(orjson.dumps(req))
-        try:
+        try:  # a REQ send waits for a connected peer: a refused handshake times out here or in recv
+            sock.send(orjson.dumps(req))
             reply = orjson.loads(sock.recv())
         except zmq.Again:
-            raise TimeoutError(f"no answer from {endpoint} in {timeout:g}s") from None
+            hint = ck.refusal_hint(watch, bool(keys))
+            raise TimeoutError(f"no answer from {endpoint} in {timeout:g}s{hint}") from None
     finally:
+        if watch is not None:
+            watch.close()
         sock.close(0)
     if not isinstance(reply, dict) or not reply.get("ok"):
         raise ValueError(f"config server refused: {reply.get('error') if isinstance(reply, dict) else reply}")

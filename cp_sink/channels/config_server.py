@@ -32,6 +32,7 @@ import zmq
 
 from cp_sink.channels.config_client import MAX_MESSAGE, request
 from cp_sink.channels.handler_spec import parse_channel_handler
+from native_tsc import curve_keys as ck
 
 DEFAULT_BIND = "tcp://127.0.0.1:5590"
 MAX_CHANNELS = 10_000
@@ -160,10 +161,12 @@ class HandlerTable:
 class ConfigServer:
     """A REP socket answering HandlerTable requests in a background thread (or in ``serve``)."""
 
-    def __init__(self, table: HandlerTable, bind: str = "tcp://127.0.0.1:*") -> None:
+    def __init__(
+        self, table: HandlerTable, bind: str = "tcp://127.0.0.1:*", curve_keys: str | None = None
+    ) -> None:
         self.table = table
         self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
-        self.sock = self._make_socket(bind)
+        self.sock = self._make_socket(bind, curve_keys)
         self.endpoint: str = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -172,8 +175,11 @@ class ConfigServer:
         self.failures = 0  # requests whose handling raised something unexpected (answered with an error)
         self.replies_dropped = 0  # replies to a peer that had REPLY_HWM unread ones, or was gone
 
-    def _make_socket(self, bind: str) -> zmq.Socket[bytes]:
+    def _make_socket(self, bind: str, curve_keys: str | None) -> zmq.Socket[bytes]:
         """The server's one socket: every option that bounds what a client can make it hold is set here.
+
+        With ``curve_keys`` it speaks CURVE only and ZAP admits only the client keys in
+        ``DIR/authorized``: a client without one cannot connect, so it can neither read nor write.
 
         ROUTER, not REP: REP's strict request/reply state could be wedged by a peer that never
         reads its replies; ROUTER answers each message on its own and drops (and counts) a reply
@@ -185,7 +191,13 @@ class ConfigServer:
         sock.setsockopt(zmq.SNDHWM, REPLY_HWM)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a full peer raises EAGAIN: counted, never blocks
         sock.setsockopt(zmq.LINGER, 0)
-        sock.bind(bind)
+        try:
+            if curve_keys:
+                ck.server_secure(sock, curve_keys)
+            sock.bind(bind)
+        except BaseException:
+            sock.close(0)
+            raise
         return sock
 
     def answer(self, frames: list[bytes], extra: int) -> dict[str, Any]:
@@ -275,6 +287,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--connect", help="talk to a running server instead of serving")
     parser.add_argument("--set", action="append", default=[], metavar="CHANNEL=HANDLER[:k=v,...]")
     parser.add_argument("--get", action="append", default=[], metavar="CHANNEL")
+    parser.add_argument(
+        "--curve-keys",
+        default=None,
+        metavar="DIR",
+        help="CurveZMQ keys (cloudprofiler keys generate --out DIR): serving, accept only clients "
+        "whose key is in DIR/authorized; with --connect, use the client key (programs: CP_CONFIG_KEYS)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -284,17 +303,19 @@ def run(args: argparse.Namespace) -> int:
         for text in args.set:
             name, handler, params = parse_assignment(text)
             reply = request(
-                args.connect, {"op": "set", "channel": name, "handler": handler, "params": params}
+                args.connect,
+                {"op": "set", "channel": name, "handler": handler, "params": params},
+                curve_keys=args.curve_keys,
             )
             print(f"{name}: {reply['handler']} {orjson.dumps(reply['params']).decode()}")
         for name in args.get:
-            reply = request(args.connect, {"op": "get", "channel": name})
+            reply = request(args.connect, {"op": "get", "channel": name}, curve_keys=args.curve_keys)
             print(f"{name}: {reply['handler']} {orjson.dumps(reply['params']).decode()} ({reply['source']})")
         return 0
     if args.set or args.get:
         raise ValueError("--set and --get need --connect")
     table = HandlerTable(args.default, args.table)
-    server = ConfigServer(table, args.bind)
+    server = ConfigServer(table, args.bind, args.curve_keys)
     print(f"config server on {server.endpoint}; default handler {table.default['handler']}", flush=True)
     try:
         server.serve()
