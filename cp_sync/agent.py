@@ -18,10 +18,16 @@ import zmq
 import native_tsc
 from cp_sync import control
 from cp_sync.probe import Responder, initiate
+from native_tsc import curve_keys as ck
 
 
 class Agent:
-    """Registers with ``server`` and serves probe tasks until ``stop()``."""
+    """Registers with ``server`` and serves probe tasks until ``stop()``.
+
+    ``curve_keys``: a keys directory when the coordinator runs with keys. A coordinator that
+    refuses this agent's key says nothing; the agent sees the failed handshake on its socket's
+    monitor and ``run`` raises ``ConnectionRefusedError`` naming it, instead of waiting forever.
+    """
 
     def __init__(
         self,
@@ -30,8 +36,10 @@ class Agent:
         probe_port: int = 0,
         advertise: str | None = None,
         heartbeat_s: float = 1.0,
+        curve_keys: str | None = None,
     ) -> None:
         self.server = control.endpoint(server)
+        self.curve_keys = curve_keys
         self.domain = native_tsc.domain_id()
         self.hz = native_tsc.frequency_hz()
         self.responder = Responder(probe_bind, probe_port)
@@ -71,6 +79,13 @@ class Agent:
         ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         sock = ctx.socket(zmq.DEALER)
         control.configure(sock)
+        try:
+            if self.curve_keys:
+                ck.client_secure(sock, self.curve_keys)
+        except BaseException:
+            sock.close(0)
+            raise
+        watch = ck.HandshakeWatch(sock)
         sock.connect(self.server)
         self.responder.start()
         try:
@@ -78,6 +93,11 @@ class Agent:
             last = time.monotonic()
             while not self._stop.is_set():
                 if sock.poll(200) == 0:
+                    why = watch.failure()
+                    if why is not None:  # a refused key never heals: fail loudly, not wait forever
+                        raise ConnectionRefusedError(
+                            f"the coordinator at {self.server} refused this agent: {why}"
+                        )
                     if time.monotonic() - last >= self.heartbeat_s:
                         # Re-registering doubles as a heartbeat and survives a coordinator restart.
                         self._register(sock)
@@ -92,6 +112,7 @@ class Agent:
                     self.tasks_done += 1
             sock.send_multipart(control.pack({"op": "bye", "domain": self.domain}), zmq.NOBLOCK)
         finally:
+            watch.close()
             sock.close(0)
             self.responder.close()
 

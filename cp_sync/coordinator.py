@@ -23,6 +23,7 @@ import zmq
 
 from cp_sync import control
 from cp_sync.sync_table import probes_table, write_sync
+from native_tsc import curve_keys as ck
 
 _PHASE_RE = re.compile(r"^[A-Za-z0-9_\-]{1,32}$")
 AGENT_STALE_S = 5.0
@@ -67,9 +68,9 @@ class _Run:
 class Coordinator:
     """Runs the control plane in a background thread (``start``) or the caller's (``serve_forever``)."""
 
-    def __init__(self, bind: str = "127.0.0.1:0") -> None:
+    def __init__(self, bind: str = "127.0.0.1:0", curve_keys: str | None = None) -> None:
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
-        self._sock, self.address = self._make_socket(control.endpoint(bind))
+        self._sock, self.address = self._make_socket(control.endpoint(bind), curve_keys)
         self.agents: dict[str, _AgentInfo] = {}
         self.refused = 0  # messages answered with an error or dropped as malformed
         self.failures = 0  # messages whose handling raised something unexpected
@@ -78,12 +79,22 @@ class Coordinator:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _make_socket(self, ep: str) -> tuple[zmq.Socket[bytes], str]:
-        """The coordinator's one socket, bound: every option bounding what a peer can make it hold is here."""
+    def _make_socket(self, ep: str, curve_keys: str | None) -> tuple[zmq.Socket[bytes], str]:
+        """The coordinator's one socket, bound: every option bounding what a peer can make it hold is here.
+
+        With ``curve_keys``: CURVE only, and ZAP admits only the client keys in ``DIR/authorized``,
+        so an unauthenticated peer cannot connect (neither register nor start a run).
+        """
         sock = self._ctx.socket(zmq.ROUTER)
         control.configure(sock)  # MAXMSGSIZE (per frame) and no linger; frames per message: recv_bounded
         sock.setsockopt(zmq.RCVHWM, 256)
         sock.setsockopt(zmq.SNDHWM, 256)  # per peer; a peer that never reads loses replies past it
+        if curve_keys:
+            try:
+                ck.server_secure(sock, curve_keys)
+            except BaseException:
+                sock.close(0)
+                raise
         host, _, port = ep[len("tcp://") :].rpartition(":")
         if port in ("0", "*"):
             return sock, f"tcp://{host}:{sock.bind_to_random_port(f'tcp://{host}')}"
@@ -297,27 +308,39 @@ def header_op(frames: list[bytes]) -> str | None:
         return None
 
 
-def list_agents(server: str, timeout_s: float = 5.0) -> list[dict[str, Any]]:
-    """The agents registered with the coordinator at ``server``."""
-    with _client(server) as sock:
-        sock.send_multipart(control.pack({"op": "agents"}))
-        if not sock.poll(int(timeout_s * 1000)):
-            raise OSError(f"no answer from the coordinator at {server}")
-        h, _ = control.unpack(sock.recv_multipart())
+def list_agents(server: str, timeout_s: float = 5.0, curve_keys: str | None = None) -> list[dict[str, Any]]:
+    """The agents registered with the coordinator at ``server`` (``curve_keys``: a keys directory)."""
+    with _client(server, curve_keys) as c:
+        c.sock.send_multipart(control.pack({"op": "agents"}))
+        if not c.sock.poll(int(timeout_s * 1000)):
+            raise OSError(
+                f"no answer from the coordinator at {server}{ck.refusal_hint(c.watch, bool(curve_keys))}"
+            )
+        h, _ = control.unpack(c.sock.recv_multipart())
         return list(h.get("agents", []))
 
 
 class _client:
-    def __init__(self, server: str) -> None:
+    """A DEALER to the coordinator, keyed when ``curve_keys`` is given, its handshake watched."""
+
+    def __init__(self, server: str, curve_keys: str | None = None) -> None:
         ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self.sock = ctx.socket(zmq.DEALER)
         control.configure(self.sock)
+        try:
+            if curve_keys:
+                ck.client_secure(self.sock, curve_keys)
+        except BaseException:
+            self.sock.close(0)
+            raise
+        self.watch = ck.HandshakeWatch(self.sock)
         self.sock.connect(control.endpoint(server))
 
-    def __enter__(self) -> zmq.Socket[bytes]:
-        return self.sock
+    def __enter__(self) -> _client:
+        return self
 
     def __exit__(self, *exc: object) -> None:
+        self.watch.close()
         self.sock.close(0)
 
 
@@ -331,6 +354,7 @@ def run_phase(
     gap_us: int = 100,
     timeout_ms: int = 200,
     progress: Any = None,
+    curve_keys: str | None = None,
 ) -> dict[str, Any]:
     """Probe every ordered pair of registered agents and write the phase's sync table under ``out_dir``."""
     check_phase(phase)
@@ -338,7 +362,7 @@ def run_phase(
         raise ValueError(f"rounds must be 1..{control.MAX_ROUNDS}")
     deadline = time.monotonic() + wait_s
     while True:
-        agents = list_agents(server)
+        agents = list_agents(server, curve_keys=curve_keys)
         if len(agents) >= max(expect, 2):
             break
         if time.monotonic() > deadline:
@@ -346,7 +370,8 @@ def run_phase(
             raise OSError(f"{len(agents)} agents registered at {server} after {wait_s:.0f}s, need {need}")
         time.sleep(0.2)
     tables, pairs, failures = [], [], []
-    with _client(server) as sock:
+    with _client(server, curve_keys) as c:
+        sock = c.sock
         sock.send_multipart(
             control.pack(
                 {"op": "run", "phase": phase, "rounds": rounds, "gap_us": gap_us, "timeout_ms": timeout_ms}

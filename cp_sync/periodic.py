@@ -166,12 +166,12 @@ class Schedule:
         return slot, False
 
 
-def wait_agents(server: str, expect: int, wait_s: float) -> int:
+def wait_agents(server: str, expect: int, wait_s: float, curve_keys: str | None = None) -> int:
     """Wait until at least ``expect`` (and 2) agents are registered; OSError after ``wait_s``."""
     need = max(expect, 2)
     deadline = time.monotonic() + wait_s
     while True:
-        n = len(list_agents(server))
+        n = len(list_agents(server, curve_keys=curve_keys))
         if n >= need:
             return n
         if time.monotonic() > deadline:
@@ -200,7 +200,12 @@ def run_periodic(
     load = Load()
     index = first_index(out_dir, prefix)
     # Wait for the agents first, so the schedule and the load count from the first phase's start.
-    wait_agents(server, int(phase_kw.get("expect", 2)), float(phase_kw.get("wait_s", 10.0)))
+    wait_agents(
+        server,
+        int(phase_kw.get("expect", 2)),
+        float(phase_kw.get("wait_s", 10.0)),
+        phase_kw.get("curve_keys"),
+    )
     schedule.t0 = time.monotonic()
     last = False
     while True:

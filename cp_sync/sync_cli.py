@@ -77,11 +77,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", required=True, metavar="{serve,agent,run}")
     s = _sub(sub, "serve", "run the coordinator", SERVE_DESCRIPTION)
     s.add_argument("--bind", default="127.0.0.1:5599", help="address to listen on (default 127.0.0.1:5599)")
+    s.add_argument(
+        "--curve-keys",
+        metavar="DIR",
+        help="CurveZMQ keys (cloudprofiler keys generate --out DIR): accept only agents and "
+        "clients whose key is in DIR/authorized",
+    )
     a = _sub(sub, "agent", "run a sync agent for this process's TSC domain", AGENT_DESCRIPTION)
     a.add_argument("--server", required=True, help="coordinator address, e.g. 127.0.0.1:5599")
     a.add_argument("--probe-bind", default="127.0.0.1", help="UDP address for probes (default 127.0.0.1)")
     a.add_argument("--probe-port", type=int, default=0, help="UDP port for probes (default: any free)")
     a.add_argument("--advertise", help="IPv4 address (or IP:PORT) other agents reach the probe port on")
+    a.add_argument(
+        "--curve-keys",
+        metavar="DIR",
+        help="CurveZMQ keys (cloudprofiler keys generate --out DIR): connect with the client key in DIR",
+    )
     r = _sub(sub, "run", "probe every ordered pair of agents, once or periodically", RUN_DESCRIPTION)
     r.add_argument("--server", required=True, help="coordinator address")
     r.add_argument(
@@ -106,6 +117,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--wait", type=float, default=10.0, help="seconds to wait for them (default 10)")
     r.add_argument("--gap-us", type=int, default=100, help="pause between probes in microseconds")
     r.add_argument("--timeout-ms", type=int, default=200, help="a probe is lost after this long")
+    r.add_argument(
+        "--curve-keys",
+        metavar="DIR",
+        help="CurveZMQ keys (cloudprofiler keys generate --out DIR): connect with the client key in DIR",
+    )
 
 
 def _stop_on_sigterm(stop: Callable[[], None]) -> None:
@@ -117,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "serve":
         from cp_sync.coordinator import Coordinator
 
-        coord = Coordinator(args.bind)
+        coord = Coordinator(args.bind, args.curve_keys)
         _stop_on_sigterm(coord.stop)  # serve_forever runs in this thread: stop() only signals it
         print(f"sync coordinator listening on {coord.address}", flush=True)
         coord.serve_forever()
@@ -128,7 +144,9 @@ def run(args: argparse.Namespace) -> int:
         from cp_sync.probe import ProbeUnavailable
 
         try:
-            agent = Agent(args.server, args.probe_bind, args.probe_port, args.advertise)
+            agent = Agent(
+                args.server, args.probe_bind, args.probe_port, args.advertise, curve_keys=args.curve_keys
+            )
         except ProbeUnavailable as e:
             # ValueError: one line from the CLI however it was started (also python -m cloudprofiler.cli).
             raise ValueError(str(e)) from None
@@ -154,6 +172,7 @@ def _phase_kw(args: argparse.Namespace) -> dict[str, Any]:
         "wait_s": args.wait,
         "gap_us": args.gap_us,
         "timeout_ms": args.timeout_ms,
+        "curve_keys": args.curve_keys,
     }
 
 

@@ -274,7 +274,7 @@ def test_the_config_command_with_a_wrong_key_fails_in_one_line(
     client = _client_keys("unauthorized", keys, other_keys, tmp_path)
     run = subprocess.run(
         cli_argv("config-server", "--connect", keyed_config_server.endpoint, "--set", "x=identity")
-        + ["--curve-keys", client],
+        + ["--curve-keys", str(client)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -283,3 +283,53 @@ def test_the_config_command_with_a_wrong_key_fails_in_one_line(
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and "refused this client's key" in lines[0], run.stderr
     assert "x" not in keyed_config_server.table.channels
+
+
+def _agent(server: str, name: str, keys: str | None) -> subprocess.Popen:
+    """A ``sync agent`` process under its own virtual TSC domain."""
+    from native_tsc.domain import make_virtual
+
+    argv = cli_argv("sync", "agent", "--server", server) + (["--curve-keys", keys] if keys else [])
+    env = dict(os.environ, CP_TSC_VIRTUAL=make_virtual(name, "1.5", 1_000_000_000).spec())
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _end(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def test_sync_with_keys_probes_keyed_agents_and_refuses_the_others(
+    keys: Path, other_keys: Path, tmp_path: Path
+) -> None:
+    from cp_sync.coordinator import Coordinator, list_agents, run_phase
+
+    with Coordinator("127.0.0.1:0", curve_keys=str(keys)) as coord:
+        good = [_agent(coord.address, f"keyed-{i}", str(keys)) for i in range(2)]
+        bad = {
+            which: _agent(coord.address, f"bad-{which}", _client_keys(which, keys, other_keys, tmp_path))
+            for which in ("missing", "unauthorized", "wrong_server")
+        }
+        try:
+            for which, p in bad.items():  # each refused agent exits with one line, never waits silently
+                _, err = p.communicate(timeout=120)
+                lines = err.strip().splitlines()
+                assert p.returncode == 2 and len(lines) == 1, (which, err)
+                assert "refused this agent" in lines[0] and "handshake" in lines[0], (which, err)
+            wait_for(lambda: len(list_agents(coord.address, curve_keys=str(keys))) == 2, 60, "2 keyed agents")
+            res = run_phase(coord.address, "p0", 20, tmp_path / "sync", expect=2, curve_keys=str(keys))
+            assert res["failures"] == [] and len(res["pairs"]) == 2
+            assert sorted(res["domains"]) == sorted(
+                a["domain"] for a in list_agents(coord.address, curve_keys=str(keys))
+            )
+            with pytest.raises(OSError, match="handshake"):  # an unkeyed client cannot even list agents
+                list_agents(coord.address, timeout_s=3)
+        finally:
+            _end(good + list(bad.values()))
