@@ -9,6 +9,8 @@ reported frequency (Hz) as JSON.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -73,9 +75,15 @@ def write_sync(
     table = pa.concat_tables(tabs) if tabs else SCHEMA.empty_table()
     table = table.replace_schema_metadata({_META_KEY: orjson.dumps(dict(domains_hz))})
     path = out / f"sync-{phase}-{time.time_ns()}.parquet"
-    tmp = out / f".{path.name}.tmp"
-    pq.write_table(table, tmp, compression="zstd")
-    tmp.rename(path)
+    # a fresh temp name (O_EXCL): a name planted in a shared directory is never followed
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=out)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            pq.write_table(table, f, compression="zstd")
+        os.replace(name, path)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
     return path
 
 
