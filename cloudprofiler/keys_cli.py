@@ -9,7 +9,9 @@ from native_tsc import curve_keys
 DESCRIPTION = """\
 Make the CurveZMQ key pairs for authenticated, encrypted sockets.
 
+example:
   cloudprofiler keys generate --out ~/.cloudprofiler-keys
+  cloudprofiler factory --spool /data/spool --endpoint tcp://0.0.0.0:5555 --curve-keys ~/.cloudprofiler-keys
 
 DIR gets server.key / server.key_secret, client.key / client.key_secret and
 authorized/ (the client public keys servers accept). DIR is created 0700 and

@@ -80,7 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--curve-keys",
         metavar="DIR",
-        help="CurveZMQ keys (cloudprofiler keys generate --out DIR): accept only agents and "
+        help="CurveZMQ keys directory (made by: keys generate --out DIR): accept only agents and "
         "clients whose key is in DIR/authorized",
     )
     a = _sub(sub, "agent", "run a sync agent for this process's TSC domain", AGENT_DESCRIPTION)
@@ -91,7 +91,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument(
         "--curve-keys",
         metavar="DIR",
-        help="CurveZMQ keys (cloudprofiler keys generate --out DIR): connect with the client key in DIR",
+        help="CurveZMQ keys directory (made by: keys generate --out DIR): connect with the client key in DIR",
     )
     r = _sub(sub, "run", "probe every ordered pair of agents, once or periodically", RUN_DESCRIPTION)
     r.add_argument("--server", required=True, help="coordinator address")
@@ -120,7 +120,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument(
         "--curve-keys",
         metavar="DIR",
-        help="CurveZMQ keys (cloudprofiler keys generate --out DIR): connect with the client key in DIR",
+        help="CurveZMQ keys directory (made by: keys generate --out DIR): connect with the client key in DIR",
     )
 
 
