@@ -18,9 +18,16 @@ def wait_for_factory(spool: str, query: Any = None, timeout: float = 120.0) -> R
     """Wait until the factory of the query reading ``spool`` listens; its endpoint is ``.factory_endpoint``.
 
     Start the generator only after this returns: what is sent before a factory
-    listens is queued by ZeroMQ or dropped. With ``query`` (a StreamingQuery),
-    waiting stops with an error as soon as the query has died.
+    listens is queued by ZeroMQ or dropped. The factory is ready when its workers
+    parse at full speed (imports done, the parser compiled or loaded, run once).
+    With ``query`` (a StreamingQuery), waiting stops with an error as soon as the
+    query has died, and goes on until the query has finished its first
+    micro-batch: Spark runs that one even without data, and it starts Spark's
+    Python workers and plans the query (seconds); tuples sent during it would
+    wait behind it and show Spark's start-up as their latency.
     """
+    import time
+
     from cp_source.reader_state import wait_reader_state
 
     def why_stopped() -> str | None:
@@ -28,7 +35,16 @@ def wait_for_factory(spool: str, query: Any = None, timeout: float = 120.0) -> R
             return None
         return str(query.exception() or "the query is not active")
 
-    return wait_reader_state(spool, timeout, why_stopped)
+    deadline = time.monotonic() + timeout
+    state = wait_reader_state(spool, timeout, why_stopped)
+    while query is not None and query.lastProgress is None:
+        why = why_stopped()
+        if why:
+            raise RuntimeError(f"the query reading spool {spool} stopped before its first micro-batch: {why}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the query reading spool {spool} finished no micro-batch in {timeout:.0f}s")
+        time.sleep(0.05)
+    return state
 
 
 __all__ = ["ReaderState", "register", "wait_for_factory"]
