@@ -333,3 +333,23 @@ def test_sync_with_keys_probes_keyed_agents_and_refuses_the_others(
                 list_agents(coord.address, timeout_s=3)
         finally:
             _end(good + list(bad.values()))
+
+
+def test_a_keyed_client_at_a_server_without_keys_is_told_so(tmp_path: Path, keys: Path) -> None:
+    from cp_source.segment_server import FetchError, SegmentServer, fetch_segment
+
+    server = SegmentServer(lambda w, n: None, tmp_path)
+    try:
+        with pytest.raises(FetchError, match="keys missing on one side"):
+            fetch_segment(server.endpoint, "w0", 0, timeout=3, curve_keys=str(keys))
+        assert server.stats()["requests"] == 0
+    finally:
+        server.stop()
+
+
+def test_a_missing_keys_directory_is_named(tmp_path: Path) -> None:
+    from cp_source.segment_server import SegmentServer
+
+    gone = tmp_path / "no-such-keys"
+    with pytest.raises(curve_keys.KeysError, match="no-such-keys does not exist"):
+        SegmentServer(lambda w, n: None, tmp_path, curve_keys=str(gone))
