@@ -580,18 +580,19 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                     f"were they deleted by another query's commit?"
                 )
             for chunk in _pack(segs, self.opts.segments_per_partition, self.opts.rows_per_partition):
-                parts.append(
-                    SegmentRange(
-                        w,
-                        chunk,
-                        server,
-                        self.opts.fetch,
-                        self.opts.fetch_timeout,
-                        state["spool_id"],
-                        self.opts.curve_keys,
-                    )
-                )
+                parts.append(self._partition(w, chunk, server))
+        if not parts:
+            # A batch without data (Spark's first one is): a task per worker that reads nothing, so
+            # the executors start their Python workers now and not in the first batch with data.
+            parts = [self._partition(w, [], server) for w in workers]
         return parts
+
+    def _partition(
+        self, worker: str, chunk: list[tuple[int, str, int, int]], server: str | None
+    ) -> SegmentRange:
+        o = self.opts
+        spool_id = self._driver()["spool_id"]
+        return SegmentRange(worker, chunk, server, o.fetch, o.fetch_timeout, spool_id, o.curve_keys)
 
     def commit(self, end: dict) -> None:
         state = self._driver()

@@ -35,3 +35,21 @@ def test_wait_for_factory_returns_once_workers_are_warm_and_the_first_batch_ran(
             assert stats["ready"] is True
     finally:
         query.stop()
+
+
+def test_a_batch_without_data_is_one_empty_task_per_worker(tmp_path: Path) -> None:
+    """Spark's first batch has no data; its tasks start the executors' Python workers."""
+    import pickle
+
+    from cp_source.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
+
+    options = {"spool": str(tmp_path / "spool"), "factory": "external", "fetch": "local", "workers": "3"}
+    reader = CloudprofilerStreamReader(source_schema(ReaderOptions.parse(options)), options)
+    try:
+        start = reader.initialOffset()
+        parts = reader.partitions(start, start)
+        assert [(p.worker, p.segments) for p in parts] == [("w0", []), ("w1", []), ("w2", [])]
+        executor = pickle.loads(pickle.dumps(reader))
+        assert [b for p in parts for b in executor.read(pickle.loads(pickle.dumps(p)))] == []
+    finally:
+        reader.stop()
