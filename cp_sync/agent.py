@@ -20,6 +20,9 @@ from cp_sync import control
 from cp_sync.probe import Responder, initiate
 from native_tsc import curve_keys as ck
 
+# how long a refused registration is retried: the coordinator frees a silent agent's domain after 5 s
+REFUSED_GIVE_UP_S = 15.0
+
 
 class Agent:
     """Registers with ``server`` and serves probe tasks until ``stop()``.
@@ -91,6 +94,7 @@ class Agent:
         try:
             self._register(sock)
             last = time.monotonic()
+            refused_since: float | None = None
             while not self._stop.is_set():
                 if sock.poll(200) == 0:
                     why = watch.failure()
@@ -108,8 +112,17 @@ class Agent:
                 except ValueError:
                     continue
                 if header["op"] == "probe":
+                    refused_since = None
                     sock.send_multipart(self._probe(header))
                     self.tasks_done += 1
+                elif header["op"] == "error":
+                    # a refused registration (its domain held by a live agent): the holder may be this
+                    # agent's own crashed predecessor, silent for 5 s at most, so retry before failing
+                    refused_since = refused_since or time.monotonic()
+                    if time.monotonic() - refused_since > REFUSED_GIVE_UP_S:
+                        raise ConnectionRefusedError(
+                            f"the coordinator at {self.server} refused this agent: {header.get('error')}"
+                        )
             sock.send_multipart(control.pack({"op": "bye", "domain": self.domain}), zmq.NOBLOCK)
         finally:
             watch.close()

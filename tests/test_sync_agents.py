@@ -264,3 +264,31 @@ def test_coordinator_survives_malformed_and_oversized_messages() -> None:
             s.close(0)
         # Nothing above registered an agent, and the coordinator still answers.
         assert list_agents(coord.address) == []
+
+
+def test_agent_refused_its_domain_fails_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second agent of a domain a live agent holds is refused; it retries, then fails naming why."""
+    import threading
+
+    from cp_sync import agent as agent_mod
+
+    monkeypatch.setattr(agent_mod, "REFUSED_GIVE_UP_S", 1.0)
+    coord = Coordinator("127.0.0.1:0").start()
+    first = agent_mod.Agent(coord.address)
+    t = threading.Thread(target=first.run, daemon=True)
+    t.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not list_agents(coord.address) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [a["domain"] for a in list_agents(coord.address)] == [native_tsc.domain_id()]
+        second = agent_mod.Agent(coord.address)
+        with pytest.raises(ConnectionRefusedError, match="refused this agent") as e:
+            second.run()
+        assert "\n" not in str(e.value) and native_tsc.domain_id() in str(e.value)
+        # the live agent keeps its domain
+        assert [a["domain"] for a in list_agents(coord.address)] == [native_tsc.domain_id()]
+    finally:
+        first.stop()
+        t.join(10)
+        coord.stop()
