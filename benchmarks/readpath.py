@@ -452,7 +452,13 @@ def print_report(doc: dict[str, Any]) -> None:
             ]
             for r in doc["startup"]
         ]
-        cols = ["round", "rate: first rows s", "ours: factory ready s", "ours: first rows s", "ours - rate"]
+        cols = [
+            "round",
+            "rate: first rows s",
+            "ours: wait_for_factory s",
+            "ours: first rows s",
+            "ours - rate",
+        ]
         console.print(make_table("start() to the first micro-batch with rows", cols, rows))
     if "floor" in doc:
         keys = ["latestOffset", "queryPlanning", "addBatch", "commitOffsets", "walCommit", "triggerExecution"]
