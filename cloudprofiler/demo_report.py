@@ -91,8 +91,8 @@ def _warmup_totals(warm: dict[str, Any], lat: pa.Table) -> dict[str, Any]:
     ms = e2e["duration_ns"].to_numpy() / 1e6
     return {
         "seconds": s["windows"]["duration"],
-        "emitted": {name: s[name]["emitted"] for name in s},
-        "dropped": {name: s[name]["dropped"] for name in s},
+        "emitted": {name: s[name]["emitted"] for name in ("windows", "latency")},
+        "dropped": {name: s[name]["dropped"] for name in ("windows", "latency")},
         "factories_ready_s": round(warm["ready_s"], 1),
         "caught_up_s": round(warm["caught_up_s"], 1),
         "end_to_end_p50_ms": float(np.percentile(ms, 50)) if len(ms) else None,
@@ -268,9 +268,9 @@ def report(console: Any, totals: dict[str, Any], lat: pa.Table, rows: list, out:
 
     from cp_sync.report import plot, plot_with_error, print_latency_table
 
-    console.print(warmup_line(totals))
+    console.print(warmup_line(totals), soft_wrap=True)  # one line, also into a pipe
     console.print(_ingest_table(totals))
-    console.print(rate_line(totals))
+    console.print(rate_line(totals), soft_wrap=True)
     domains = totals["simulated_domains"]
     where = "simulated nodes " + ", ".join(domains) if domains else "one node"
     ref = totals["reference_domain"]
