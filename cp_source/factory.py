@@ -607,6 +607,8 @@ class FactoryHandle:
                 for i, p in enumerate(self._procs):
                     if p.poll() is not None:
                         self._restart_dead(i, p.returncode)
+                if not self._front_end.workers_ready.is_set() and self._all_ready():
+                    self._front_end.workers_ready.set()  # a factory started without wait=True
 
     def _restart_dead(self, i: int, status: int) -> None:
         now = time.monotonic()
@@ -650,6 +652,13 @@ class FactoryHandle:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"factory worker w{i} not ready after {timeout:.0f}s")
                 time.sleep(0.02)
+        self._front_end.workers_ready.set()  # from now on the front end acknowledges hellos
+
+    def _all_ready(self) -> bool:
+        return all(
+            s.get("pid") == p.pid and s.get("ready")
+            for s, p in ((self._worker_stats(i), p) for i, p in enumerate(self._procs))
+        )
 
     def restart_worker(self, i: int, timeout: float = 120.0) -> None:
         """Restart worker ``i`` (killing it first if it still runs); it resumes on its spool directory."""

@@ -44,6 +44,7 @@ FRONT_DIR = "_front"
 LEDGER_FILE = "ledger.json"
 SNAPSHOT_S = 0.2
 POLL_MS = 50
+MAX_PENDING_HELLOS = 1024  # senders waiting for the workers: bounded, a hello is a few bytes
 MAX_FRAMES = 4  # identity + header + payload + one: a longer message is read, cut here and dead-lettered
 
 
@@ -204,6 +205,10 @@ class FrontEnd:
             0,
         )
         self._held: list[Any] | None = None  # one data message waiting for a worker to have room
+        # hellos are answered once every worker is ready: a generator acknowledged earlier would run
+        # its schedule into workers still starting, and its queue would fill into counted drops
+        self.workers_ready = threading.Event()
+        self._pending_hellos: dict[bytes, bk.Header] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cp-factory-front", daemon=True)
         self.error: BaseException | None = None
@@ -240,7 +245,10 @@ class FrontEnd:
             self._held = frames
         elif h.kind == bk.KIND_HELLO:
             self.counters["hellos"] += 1
-            self._reply(ident, h)
+            if self.workers_ready.is_set():
+                self._reply(ident, h)
+            elif ident in self._pending_hellos or len(self._pending_hellos) < MAX_PENDING_HELLOS:
+                self._pending_hellos[ident] = h
         elif h.kind == bk.KIND_EOS:
             try:
                 eos = bk.parse_eos(h, frames[1])
@@ -298,6 +306,10 @@ class FrontEnd:
                         self._handle([f.buffer if i else f.bytes for i, f in enumerate(msg)])
                         if not self._forward_held():
                             break
+                if self._pending_hellos and self.workers_ready.is_set():
+                    for ident, h in self._pending_hellos.items():
+                        self._reply(ident, h)
+                    self._pending_hellos.clear()
                 self.ledger.maybe_write()
         except zmq.ContextTerminated:
             pass
