@@ -23,7 +23,6 @@ driver planned (spool id, worker, number, first tuple id, rows).
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,9 +91,11 @@ def _choice_option(opts: Mapping[str, str], name: str, choices: tuple[str, ...])
 
 
 def default_spool(endpoint: str) -> str:
-    """The spool directory used when none is given: one per factory endpoint, under the temp dir."""
-    safe = "".join(c if c.isalnum() else "_" for c in endpoint)
-    return os.path.join(tempfile.gettempdir(), "cloudprofiler", f"spool-{safe}")
+    """The spool directory used when none is given: one per factory endpoint, in a per-user
+    private directory (``$XDG_RUNTIME_DIR`` or the user's cache dir), never a shared temp dir."""
+    from cp_source.private_dirs import default_spool as private_default
+
+    return private_default(endpoint)
 
 
 @dataclass(frozen=True)

@@ -145,3 +145,15 @@ def test_the_factory_command_refuses_an_unsafe_spool_in_one_line(tmp_path: Path)
         f"cloudprofiler factory: error: spool directory {spool} is writable by group or others (mode 0777): "
         f"run chmod 700 {spool} or use a private directory"
     ]
+
+
+def test_the_readers_default_spool_is_the_private_one(tmp_path: Path, monkeypatch) -> None:
+    """A query given no spool option uses the per-user private default, never the shared temp dir."""
+    from cp_source.stream_reader import ReaderOptions
+    from cp_source.stream_reader import default_spool as reader_default
+
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert reader_default("tcp://127.0.0.1:5555") == default_spool("tcp://127.0.0.1:5555")
+    spool = ReaderOptions.parse({"endpoint": "tcp://127.0.0.1:5555"}).spool
+    assert spool == str(tmp_path / "cache" / "cloudprofiler" / "spool-tcp___127_0_0_1_5555")
