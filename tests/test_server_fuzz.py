@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import socket
 import struct
-import time
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -107,48 +108,68 @@ def raw_streams(draw: st.DrawFn) -> bytes:
 # -- the servers ------------------------------------------------------------------------------------
 
 
-def _tcp_port(endpoint: str) -> int:
-    return int(endpoint.rsplit(":", 1)[1])
+class Sender:
+    """Sends each example from a child process (tests/fuzz_sender.py).
 
-
-def _send_raw(endpoint: str, data: bytes) -> None:
-    with socket.create_connection(("127.0.0.1", _tcp_port(endpoint)), timeout=5) as s:
-        s.sendall(data)
-        time.sleep(0.005)
-
-
-class Client:
-    """One DEALER that sends fuzz messages and drops whatever comes back."""
+    libzmq can abort a client process whose peer cut it off in the middle of a message (an
+    assertion in its I/O thread); in the test process that would end the whole session. A dead
+    sender is counted and restarted: it is the client, not the server under test.
+    """
 
     def __init__(self, endpoint: str) -> None:
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.SNDTIMEO, 5000)
-        self.sock.connect(endpoint)
+        self.endpoint = endpoint
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.crashes = 0
 
-    def send(self, frames: list[bytes]) -> None:
-        self.sock.send_multipart(frames)
-        while self.sock.poll(0):
-            self.sock.recv_multipart()
+    def run(self, actions: list[tuple[bytes, list[bytes]]]) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            script = Path(__file__).with_name("fuzz_sender.py")
+            self.proc = subprocess.Popen(
+                [sys.executable, str(script), self.endpoint], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            )
+        out = [struct.pack("<I", len(actions))]
+        for kind, frames in actions:
+            out += [kind, struct.pack("<I", len(frames))]
+            out += [struct.pack("<I", len(f)) + f for f in frames]
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(b"".join(out))
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except BrokenPipeError:
+            line = b""
+        if line != b"done\n":
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+            self.crashes += 1
 
     def close(self) -> None:
-        self.sock.close(0)
-        self.ctx.term()
+        if self.proc is not None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 def _fuzz(
-    server: LiveServer, lead: list[bytes], healthy: Callable[[], None], data: st.DataObject, rounds: int
+    server: LiveServer,
+    sender: Sender,
+    lead: list[bytes],
+    healthy: Callable[[], None],
+    data: st.DataObject,
+    rounds: int,
 ) -> None:
-    client = Client(server.endpoint)
-    try:
-        for _ in range(rounds):
-            if data.draw(st.integers(0, 4)) == 0:
-                _send_raw(server.endpoint, data.draw(raw_streams()))
-            else:
-                client.send(data.draw(messages(lead)))
-    finally:
-        client.close()
+    actions: list[tuple[bytes, list[bytes]]] = []
+    for _ in range(rounds):
+        if data.draw(st.integers(0, 4)) == 0:
+            actions.append((b"r", [data.draw(raw_streams())]))
+        else:
+            actions.append((b"z", data.draw(messages(lead))))
+    sender.run(actions)
     assert server.alive()
     healthy()
 
@@ -196,12 +217,17 @@ def test_config_server_survives_fuzz(servers: dict[str, LiveServer]) -> None:
 
     before = _warm_rss(srv, healthy)
 
+    sender = Sender(srv.endpoint)
+
     @FUZZ
     @given(st.data())
     def run(data: st.DataObject) -> None:
-        _fuzz(srv, [b""], healthy, data, 5)
+        _fuzz(srv, sender, [b""], healthy, data, 5)
 
-    run()
+    try:
+        run()
+    finally:
+        sender.close()
     _check_rss(srv, before)
 
 
@@ -214,12 +240,17 @@ def test_coordinator_survives_fuzz(servers: dict[str, LiveServer]) -> None:
 
     before = _warm_rss(srv, healthy)
 
+    sender = Sender(srv.endpoint)
+
     @FUZZ
     @given(st.data())
     def run(data: st.DataObject) -> None:
-        _fuzz(srv, [], healthy, data, 5)
+        _fuzz(srv, sender, [], healthy, data, 5)
 
-    run()
+    try:
+        run()
+    finally:
+        sender.close()
     _check_rss(srv, before)
 
 
@@ -232,12 +263,17 @@ def test_segment_server_survives_fuzz(servers: dict[str, LiveServer], segment_ro
 
     before = _warm_rss(srv, healthy)
 
+    sender = Sender(srv.endpoint)
+
     @FUZZ
     @given(st.data())
     def run(data: st.DataObject) -> None:
-        _fuzz(srv, [b""], healthy, data, 5)
+        _fuzz(srv, sender, [b""], healthy, data, 5)
 
-    run()
+    try:
+        run()
+    finally:
+        sender.close()
     _check_rss(srv, before)
     assert server_stats(srv.endpoint)["failures"] == 0
 
@@ -270,19 +306,18 @@ def test_factory_front_end_survives_fuzz(servers: dict[str, LiveServer]) -> None
 
     before = _warm_rss(srv, healthy)
 
+    sender = Sender(srv.endpoint)
+
     @FUZZ
     @given(st.data())
     def run(data: st.DataObject) -> None:
-        client = Client(srv.endpoint)
-        try:
-            for _ in range(5):
-                if data.draw(st.integers(0, 4)) == 0:
-                    _send_raw(srv.endpoint, data.draw(raw_streams()))
-                else:
-                    msg = data.draw(st.one_of(bucket_messages(), messages([])))
-                    client.send(msg)
-        finally:
-            client.close()
+        actions: list[tuple[bytes, list[bytes]]] = []
+        for _ in range(5):
+            if data.draw(st.integers(0, 4)) == 0:
+                actions.append((b"r", [data.draw(raw_streams())]))
+            else:
+                actions.append((b"z", data.draw(st.one_of(bucket_messages(), messages([])))))
+        sender.run(actions)
         assert srv.alive()
         healthy()
 
@@ -290,6 +325,7 @@ def test_factory_front_end_survives_fuzz(servers: dict[str, LiveServer]) -> None
         run()
         _check_rss(srv, before)
     finally:
+        sender.close()
         ctx.term()
 
 
