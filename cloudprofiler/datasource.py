@@ -23,15 +23,23 @@ class CloudprofilerDataSource(DataSource):
         return "cloudprofiler"
 
     def schema(self) -> StructType | str:
-        """Workload columns, ids, event time and the gen/factory/source stamp columns."""
+        """Workload columns, ids, event time and the gen/factory/source stamp columns.
+
+        Spark calls this at ``load()`` (never for a write, nor when the user gives ``.schema()``):
+        the reader's options are checked here, strictly, so a typo fails before the query starts.
+        """
         from cp_source.stream_reader import ReaderOptions, source_schema
 
-        return source_schema(ReaderOptions.parse(self.options, strict=False))
+        return source_schema(ReaderOptions.parse(self.options, strict=True))
 
     def streamReader(self, schema: StructType) -> Any:
-        from cp_source.stream_reader import CloudprofilerStreamReader
+        """The reader of one query; a bad option or schema found now fails Spark's first call to it."""
+        from cp_source.stream_reader import CloudprofilerStreamReader, RefusedStreamReader
 
-        return CloudprofilerStreamReader(schema, self.options)
+        try:
+            return CloudprofilerStreamReader(schema, self.options)
+        except ValueError as e:
+            return RefusedStreamReader(str(e))
 
     def streamWriter(self, schema: Any, overwrite: bool) -> Any:
         from cp_sink.stream_writer import CloudprofilerStreamWriter

@@ -23,10 +23,10 @@ driver planned (spool id, worker, number, first tuple id, rows).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -48,26 +48,28 @@ SPOOL_KEY = "spool"  # the offset key naming the spool; every other key is a wor
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5555"
 SERVER_STATS_FILE = "_segment_server.json"
 
-KNOWN_OPTIONS = {
+# The reader's options as the docs spell them (Spark passes them lower-cased).
+OPTION_NAMES = (
     "endpoint",
     "spool",
     "workers",
     "workload",
     "schema",
-    "maxrecordspertrigger",
+    "maxRecordsPerTrigger",
     "factory",
     "fetch",
-    "serverbind",
-    "serverhost",
-    "maxspoolbytes",
-    "segmentsperpartition",
-    "rowsperpartition",
-    "fetchtimeout",
-    "startingoffsets",
+    "serverBind",
+    "serverHost",
+    "maxSpoolBytes",
+    "segmentsPerPartition",
+    "rowsPerPartition",
+    "fetchTimeout",
+    "startingOffsets",
     "durability",
-    "curvekeys",
+    "curveKeys",
     "path",
-}
+)
+KNOWN_OPTIONS = {name.lower() for name in OPTION_NAMES}
 
 
 def _int_option(opts: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
@@ -127,17 +129,15 @@ class ReaderOptions:
     def parse(cls, options: Mapping[str, Any], strict: bool = True) -> ReaderOptions:
         """Validate Spark's (case-insensitive) option map; a bad option raises ValueError naming it.
 
-        ``strict`` also rejects unknown option names (typos); schema() is lenient because
-        the sink shares the data source and has options of its own.
+        ``strict`` also rejects unknown option names (typos). Spark calls the data source's
+        schema() only for a read, so it parses strictly there and a typo fails at ``load()``.
         """
         opts = {str(k).lower(): str(v) for k, v in dict(options).items()}
         unknown = sorted(set(opts) - KNOWN_OPTIONS)
         if unknown and strict:
             raise ValueError(
-                f"unknown option(s) for format 'cloudprofiler': {', '.join(unknown)} "
-                f"(known: endpoint, spool, workers, workload, schema, maxRecordsPerTrigger, "
-                f"factory, fetch, serverBind, serverHost, maxSpoolBytes, "
-                f"segmentsPerPartition, rowsPerPartition, fetchTimeout, startingOffsets, durability)"
+                f"unknown option(s) for the cloudprofiler source: {', '.join(unknown)} "
+                f"(valid: {', '.join(OPTION_NAMES)})"
             )
         endpoint = opts.get("endpoint", DEFAULT_ENDPOINT).strip()
         if not endpoint.startswith(("tcp://", "ipc://")):
@@ -196,6 +196,67 @@ def source_schema(opts: ReaderOptions) -> StructType:
     fields = list(from_arrow_schema(seg).fields)
     fields += [StructField(tsc_column(SOURCE), LongType()), StructField(node_column(SOURCE), StringType())]
     return StructType(fields)
+
+
+def check_schema(given: StructType, opts: ReaderOptions) -> None:
+    """Refuse a user schema (``.schema(...)``) that is not the source's: one line naming the columns.
+
+    Spark does not call the data source's schema() when the user gives one, so this runs when the
+    query starts, before anything is read (otherwise a missing column fails in an executor).
+    """
+    have = source_schema(opts)
+    want = {f.name: f.dataType.simpleString() for f in have.fields}
+    got = {f.name: f.dataType.simpleString() for f in given.fields}
+    problems = []
+    extra = [n for n in got if n not in want]
+    missing = [n for n in want if n not in got]
+    retyped = [f"{n} {got[n]} (it is {want[n]})" for n in got if n in want and got[n] != want[n]]
+    if extra:
+        problems.append(f"columns it does not provide: {', '.join(extra)}")
+    if missing:
+        problems.append(f"columns left out: {', '.join(missing)}")
+    if retyped:
+        problems.append(f"other types: {', '.join(retyped)}")
+    if problems:
+        provides = ", ".join(f"{n} {t}" for n, t in want.items())
+        raise ValueError(
+            f"the schema given with .schema() does not match the cloudprofiler source "
+            f"(workload {opts.workload}): {'; '.join(problems)}; the source provides: {provides}; "
+            f"leave .schema() out (the source knows its schema)"
+        )
+
+
+class RefusedStreamReader(DataSourceStreamReader):
+    """A reader that only fails, with one line, on Spark's first call.
+
+    PySpark's streaming runner masks an exception raised while the reader is created (its
+    cleanup then fails with UnboundLocalError), so a bad option or schema found at start() is
+    raised from initialOffset instead, where it reaches the user as it is.
+    """
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def _refuse(self) -> NoReturn:
+        raise ValueError(self.message)
+
+    def initialOffset(self) -> dict:
+        self._refuse()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        self._refuse()
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        self._refuse()
+
+    def commit(self, end: dict) -> None:
+        self._refuse()
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        self._refuse()
+
+    def stop(self) -> None:
+        return None
 
 
 def _open_spool(opts: ReaderOptions) -> Any:
@@ -415,6 +476,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def __init__(self, schema: StructType, options: Mapping[str, Any]) -> None:
         self.schema = schema
         self.opts = ReaderOptions.parse(options)
+        check_schema(schema, self.opts)
         self._driver_state: dict[str, Any] | None = None
         self._target: dict[str, int] | None = None
 

@@ -1,0 +1,101 @@
+"""The reader's errors reach the user up front and in one line: a misspelled option at ``load()``,
+a user schema that does not fit when the query starts (Spark does not ask the source then)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cp_source.stream_reader import OPTION_NAMES, ReaderOptions, check_schema, source_schema
+
+VALID = (
+    "endpoint, spool, workers, workload, schema, maxRecordsPerTrigger, factory, fetch, serverBind, "
+    "serverHost, maxSpoolBytes, segmentsPerPartition, rowsPerPartition, fetchTimeout, startingOffsets, "
+    "durability, curveKeys, path"
+)
+TYPO = f"unknown option(s) for the cloudprofiler source: endpont (valid: {VALID})"
+
+
+def _lines(e: BaseException) -> list[str]:
+    return [line.strip() for line in str(e).splitlines()]
+
+
+def test_options_parse_refuses_a_typo_naming_it_and_the_valid_ones() -> None:
+    assert ", ".join(OPTION_NAMES) == VALID
+    with pytest.raises(ValueError) as e:
+        ReaderOptions.parse({"ENDPONT": "tcp://127.0.0.1:1"})
+    assert str(e.value) == TYPO
+    assert ReaderOptions.parse({"endpont": "x"}, strict=False).endpoint == "tcp://127.0.0.1:5555"
+
+
+def test_a_misspelled_option_fails_at_load_in_one_line(spark) -> None:
+    import cloudprofiler
+
+    cloudprofiler.register(spark)
+    reader = spark.readStream.format("cloudprofiler").option("endpont", "tcp://127.0.0.1:5999")
+    with pytest.raises(Exception) as e:
+        reader.load()
+    assert f"ValueError: {TYPO}" in _lines(e.value)
+    # the same options, spelled right, load
+    df = spark.readStream.format("cloudprofiler").option("Endpoint", "tcp://127.0.0.1:5999").load()
+    assert "tuple_id" in df.columns
+
+
+def _ysb() -> ReaderOptions:
+    return ReaderOptions.parse({})
+
+
+def test_check_schema_names_the_columns_that_do_not_match() -> None:
+    from pyspark.sql.types import StructType
+
+    opts = _ysb()
+    full = source_schema(opts)
+    check_schema(full, opts)  # the source's own schema fits
+    provides = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in full.fields)
+    with pytest.raises(ValueError) as e:
+        check_schema(StructType.fromDDL("a INT"), opts)
+    names = ", ".join(f.name for f in full.fields)
+    assert str(e.value) == (
+        "the schema given with .schema() does not match the cloudprofiler source (workload ysb): "
+        f"columns it does not provide: a; columns left out: {names}; the source provides: {provides}; "
+        "leave .schema() out (the source knows its schema)"
+    )
+    retyped = StructType([f if f.name != "tuple_id" else f.__class__("tuple_id", _string()) for f in full])
+    with pytest.raises(ValueError, match=r": other types: tuple_id string \(it is bigint\); the source"):
+        check_schema(retyped, opts)
+
+
+def _string() -> Any:
+    from pyspark.sql.types import StringType
+
+    return StringType()
+
+
+def test_a_schema_that_does_not_fit_fails_the_query_before_reading(spark, tmp_path: Path) -> None:
+    import cloudprofiler
+
+    cloudprofiler.register(spark)
+    df = (
+        spark.readStream.format("cloudprofiler")
+        .schema("a INT")
+        .option("factory", "external")
+        .option("spool", str(tmp_path / "spool"))
+        .load()
+    )
+    q = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck")).start()
+    try:
+        with pytest.raises(Exception) as e:
+            q.awaitTermination(180)
+    finally:
+        q.stop()
+    from pyspark.sql.types import StructType
+
+    with pytest.raises(ValueError) as direct:
+        check_schema(StructType.fromDDL("a INT"), _ysb())
+    lines = _lines(e.value)
+    assert f"ValueError: {direct.value}" in lines, str(e.value)
+    assert "columns it does not provide: a; columns left out: user_id, page_id," in str(direct.value)
+    assert not any("UnboundLocalError" in line for line in lines)
+    assert not (tmp_path / "spool").exists()  # refused before the reader touched anything
