@@ -47,6 +47,9 @@ STARTING_OFFSETS = ("earliest", "latest")
 SPOOL_KEY = "spool"  # the offset key naming the spool; every other key is a worker
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5555"
 SERVER_STATS_FILE = "_segment_server.json"
+READER_LOCK_FILE = "_reader.lock"  # held by the one query whose embedded factory writes the spool
+# A query restarted on its spool may start while the old runner is still stopping its factory.
+READER_LOCK_WAIT_S = 20.0
 
 # The reader's options as the docs spell them (Spark passes them lower-cased).
 OPTION_NAMES = (
@@ -288,6 +291,32 @@ def _start_factory(opts: ReaderOptions) -> Any:
         ) from e
 
 
+def _lock_spool(opts: ReaderOptions) -> int:
+    """Take the spool for this query's embedded factory; another query holding it is refused.
+
+    One streaming DataFrame feeding two queries gives both the same endpoint and spool: without
+    this, the second factory fails on the port or on the spool's worker locks, deep in a log.
+    """
+    import fcntl
+    import time
+
+    fd = os.open(os.path.join(opts.spool, READER_LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + READER_LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise ValueError(
+                    f"spool {opts.spool} (endpoint {opts.endpoint}) is already used by another query's "
+                    f"embedded factory: give each query its own DataFrame with its own endpoint and "
+                    f"spool options, or one query that writes to several sinks (foreachBatch)"
+                ) from None
+            time.sleep(0.2)
+
+
 def _lookup_segment(spool: Any, worker: str, number: int) -> Any:
     from cp_source.segment_server import SegmentRef
 
@@ -492,9 +521,11 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             return self._driver_state
         o = self.opts
         Path(o.spool).mkdir(parents=True, exist_ok=True)
-        state: dict[str, Any] = {"factory": None, "server": None, "initial": None}
+        state: dict[str, Any] = {"factory": None, "server": None, "initial": None, "lock": None}
         self._driver_state = state
         try:
+            if o.factory == "embedded":
+                state["lock"] = _lock_spool(o)
             state["spool"] = _open_spool(o)
             # Before the factory starts: its workers find the id (or race to the same one).
             state["spool_id"] = state["spool"].ensure_spool_id()
@@ -672,6 +703,8 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             state["factory"].stop()
         if state.get("reader_state") is not None:
             clear_reader_state(self.opts.spool, state["reader_state"])
+        if state.get("lock") is not None:
+            os.close(state["lock"])  # last: the factory has stopped writing the spool
 
     # ---- executor side -----------------------------------------------------------------------
     def read(self, partition: SegmentRange) -> Iterator[Any]:  # type: ignore[override]

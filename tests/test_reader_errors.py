@@ -99,3 +99,49 @@ def test_a_schema_that_does_not_fit_fails_the_query_before_reading(spark, tmp_pa
     assert "columns it does not provide: a; columns left out: user_id, page_id," in str(direct.value)
     assert not any("UnboundLocalError" in line for line in lines)
     assert not (tmp_path / "spool").exists()  # refused before the reader touched anything
+
+
+# ---- one streaming DataFrame feeding two queries ------------------------------------------------
+
+
+@pytest.mark.long
+def test_a_second_query_on_the_same_dataframe_is_refused_in_one_line(spark, tmp_path: Path) -> None:
+    """Both queries would start an embedded factory on the same endpoint and spool: the second is
+    refused naming them and what to do; the first runs on, and its spool is free once it stops."""
+    import cloudprofiler
+
+    cloudprofiler.register(spark)
+    spool = tmp_path / "spool"
+    df = (
+        spark.readStream.format("cloudprofiler")
+        .option("endpoint", "tcp://127.0.0.1:0")
+        .option("spool", str(spool))
+        .option("workers", "1")
+        .load()
+    )
+
+    def start(name: str) -> Any:
+        return df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / name)).start()
+
+    first = start("ck1")
+    try:
+        cloudprofiler.wait_for_factory(str(spool), first, timeout=240)
+        second = start("ck2")
+        with pytest.raises(Exception) as e:
+            second.awaitTermination(240)
+        assert first.isActive and first.exception() is None
+    finally:
+        first.stop()
+    want = (
+        f"ValueError: spool {spool} (endpoint tcp://127.0.0.1:0) is already used by another query's "
+        "embedded factory: give each query its own DataFrame with its own endpoint and spool options, "
+        "or one query that writes to several sinks (foreachBatch)"
+    )
+    assert want in _lines(e.value), str(e.value)
+    # the first query's stop released the spool: a third query on the same DataFrame starts
+    third = start("ck3")
+    try:
+        cloudprofiler.wait_for_factory(str(spool), third, timeout=240)
+        assert third.isActive and third.exception() is None
+    finally:
+        third.stop()
