@@ -300,7 +300,10 @@ def _lock_spool(opts: ReaderOptions) -> int:
     import fcntl
     import time
 
-    fd = os.open(os.path.join(opts.spool, READER_LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o600)
+    from cp_source.private_dirs import ensure_private_dir
+
+    path = os.path.join(ensure_private_dir(opts.spool), READER_LOCK_FILE)  # owner and mode checked
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     deadline = time.monotonic() + READER_LOCK_WAIT_S
     while True:
         try:
@@ -524,12 +527,11 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         state: dict[str, Any] = {"factory": None, "server": None, "initial": None, "lock": None}
         self._driver_state = state
         try:
-            if o.factory == "embedded":
-                state["lock"] = _lock_spool(o)
             state["spool"] = _open_spool(o)
             # Before the factory starts: its workers find the id (or race to the same one).
             state["spool_id"] = state["spool"].ensure_spool_id()
             if o.factory == "embedded":
+                state["lock"] = _lock_spool(o)
                 state["factory"] = _start_factory(o)
             if o.fetch != "local":
                 from cp_source.segment_server import SegmentServer
@@ -609,6 +611,15 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return ReadMaxRows(self.opts.max_records)
 
     def prepareForTriggerAvailableNow(self) -> None:
+        if self.opts.factory == "embedded":
+            # The target is what the spool holds now, and the embedded factory only starts now:
+            # the query would end at once with 0 rows and no word.
+            raise ValueError(
+                "trigger(availableNow=True) reads what the spool holds when the query starts, but "
+                "the embedded factory starts with the query (it would end with 0 rows): run "
+                "`cloudprofiler factory` and read its spool with factory=external, or use a "
+                "processing-time trigger"
+            )
         self._target = None
         self._target = self._latest()
 

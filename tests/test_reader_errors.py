@@ -145,3 +145,38 @@ def test_a_second_query_on_the_same_dataframe_is_refused_in_one_line(spark, tmp_
         assert third.isActive and third.exception() is None
     finally:
         third.stop()
+
+
+# ---- trigger(availableNow=True) ------------------------------------------------------------------
+
+AVAILABLE_NOW = (
+    "ValueError: trigger(availableNow=True) reads what the spool holds when the query starts, but the "
+    "embedded factory starts with the query (it would end with 0 rows): run `cloudprofiler factory` and "
+    "read its spool with factory=external, or use a processing-time trigger"
+)
+
+
+def test_available_now_with_the_embedded_factory_is_refused_in_one_line(spark, tmp_path: Path) -> None:
+    import cloudprofiler
+
+    cloudprofiler.register(spark)
+    spool = tmp_path / "spool"
+    df = (
+        spark.readStream.format("cloudprofiler")
+        .option("endpoint", "tcp://127.0.0.1:0")
+        .option("spool", str(spool))
+        .load()
+    )
+    q = (
+        df.writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        with pytest.raises(Exception) as e:
+            q.awaitTermination(180)
+    finally:
+        q.stop()
+    assert AVAILABLE_NOW in _lines(e.value), str(e.value)
+    assert not (spool / "_reader.json").exists()  # refused before a factory started

@@ -397,8 +397,6 @@ def test_file_workload_with_a_ddl_schema(spark, tmp_path: Path) -> None:
 
 
 def test_embedded_factory_on_a_busy_endpoint_names_the_option(spark, tmp_path: Path) -> None:
-    from conftest import run_available_now
-
     import cloudprofiler
 
     cloudprofiler.register(spark)
@@ -413,8 +411,12 @@ def test_embedded_factory_on_a_busy_endpoint_names_the_option(spark, tmp_path: P
             .option("spool", str(tmp_path / "spool"))
             .load()
         )
-        with pytest.raises(Exception, match="option endpoint="):
-            run_available_now(df, "parquet", str(tmp_path / "ckpt"), str(tmp_path / "out"), timeout=120)
+        query = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ckpt")).start()
+        try:
+            with pytest.raises(Exception, match="option endpoint="):
+                query.awaitTermination(120)
+        finally:
+            query.stop()
     finally:
         holder.close(0)
         ctx.term()
