@@ -262,6 +262,7 @@ def test_sink_files_and_directory_are_on_disk_before_the_publishing_rename(
         assert sorted(read_records(out)["tuple_id"].to_pylist()) == sorted(list(range(100)) * 2)
 
 
+@pytest.mark.long  # a minute: every file fsynced on a real query
 def test_strict_query_through_reader_and_sink(spark, tmp_path: Path) -> None:
     """A real query: the reader (durability=strict: its commits) into the sink with durability=strict."""
     from conftest import run_available_now

@@ -250,6 +250,7 @@ def _run(ns: dict[str, str], delay_us: int, tmp: Path) -> dict:
     }
 
 
+@pytest.mark.long  # about a minute of probes through a delayed veth
 def test_asymmetric_delay_widens_the_bound_and_it_holds(netns, tmp_path) -> None:
     delay_us = 400
     hz = native_tsc.clock.real_hz()

@@ -28,6 +28,7 @@ def _run(path: Path, ns: dict[str, Any]) -> dict[str, Any]:
     return ns
 
 
+@pytest.mark.long  # each tutorial twice: 20-50 s apiece
 @pytest.mark.parametrize("name", NAMES)
 def test_tutorial_runs_twice_in_a_row(name: str, spark: Any, tmp_path: Path) -> None:
     for run in (1, 2):
