@@ -24,6 +24,7 @@ import zmq
 
 from cp_source.private_dirs import atomic_write
 from native_tsc import curve_keys as ck
+from native_tsc.zmq_bounds import recv_bounded
 
 # A request is a tiny JSON object; anything longer is refused by ZeroMQ itself.
 MAX_REQUEST_BYTES = 512
@@ -132,7 +133,7 @@ class SegmentServer:
         """
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES * 4)  # per frame; frames: _recv_bounded
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES * 4)  # per frame; frames: recv_bounded
         sock.setsockopt(zmq.RCVHWM, REQUEST_HWM)
         sock.setsockopt(zmq.SNDHWM, REPLY_HWM)
         # a full peer pipe raises EAGAIN on a non-blocking send instead of a silent drop, so it is counted
@@ -208,7 +209,7 @@ class SegmentServer:
                 self._count(failures=1)
 
     def _serve_one(self) -> None:
-        frames, extra = _recv_bounded(self._sock, MAX_FRAMES)
+        frames, extra = recv_bounded(self._sock, MAX_FRAMES)
         self._count(requests=1)
         # ROUTER framing from a REQ peer: identity, empty delimiter, request.
         if extra or len(frames) != 3 or frames[1] != b"":
@@ -235,19 +236,6 @@ class SegmentServer:
         self._sock.close(0)
         ck.release(self._ctx)  # the authenticator's socket would keep term() waiting
         self._ctx.term()
-
-
-def _recv_bounded(sock: zmq.Socket, max_frames: int) -> tuple[list[bytes], int]:
-    """One message, keeping at most ``max_frames`` frames; the rest are read and dropped, counted."""
-    frames = [sock.recv(zmq.NOBLOCK)]
-    extra = 0
-    while sock.getsockopt(zmq.RCVMORE):
-        part = sock.recv(zmq.NOBLOCK)
-        if len(frames) < max_frames:
-            frames.append(part)
-        else:
-            extra += 1
-    return frames, extra
 
 
 def fetch_segment(

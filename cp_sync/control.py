@@ -54,23 +54,6 @@ def check_probe_host(host: str) -> str:
     return host
 
 
-def recv_bounded(sock: zmq.Socket, max_frames: int) -> tuple[list[bytes], int]:
-    """One message, keeping at most ``max_frames`` frames; the rest are read and dropped, counted.
-
-    Frames arrive whole (ZeroMQ delivers a message only once its last frame is in), each bounded
-    by MAXMSGSIZE; this keeps a message of many frames from being copied into Python objects.
-    """
-    frames = [sock.recv(zmq.NOBLOCK)]
-    extra = 0
-    while sock.getsockopt(zmq.RCVMORE):
-        part = sock.recv(zmq.NOBLOCK)
-        if len(frames) < max_frames:
-            frames.append(part)
-        else:
-            extra += 1
-    return frames, extra
-
-
 def configure(sock: zmq.Socket) -> None:
     """Bounded message size and no lingering on close."""
     sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)

@@ -24,6 +24,7 @@ import zmq
 from cp_sync import control
 from cp_sync.sync_table import probes_table, write_sync
 from native_tsc import curve_keys as ck
+from native_tsc.zmq_bounds import recv_bounded
 
 _PHASE_RE = re.compile(r"^[A-Za-z0-9_\-]{1,32}$")
 AGENT_STALE_S = 5.0
@@ -126,7 +127,7 @@ class Coordinator:
         try:
             while not self._stop.is_set():
                 if self._sock.poll(100):
-                    frames, extra = control.recv_bounded(self._sock, MAX_FRAMES)
+                    frames, extra = recv_bounded(self._sock, MAX_FRAMES)
                     if extra or len(frames) < 2:
                         self.refused += 1  # more frames than any request has: dropped unread
                     else:

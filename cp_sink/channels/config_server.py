@@ -33,6 +33,7 @@ import zmq
 from cp_sink.channels.config_client import MAX_MESSAGE, request
 from cp_sink.channels.handler_spec import parse_channel_handler
 from native_tsc import curve_keys as ck
+from native_tsc.zmq_bounds import recv_bounded
 
 DEFAULT_BIND = "tcp://127.0.0.1:5590"
 MAX_CHANNELS = 10_000
@@ -186,7 +187,7 @@ class ConfigServer:
         its peer has no room for.
         """
         sock = self.ctx.socket(zmq.ROUTER)
-        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)  # per frame; frames per request: recv_request
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)  # per frame; frames per request: recv_bounded
         sock.setsockopt(zmq.RCVHWM, 64)
         sock.setsockopt(zmq.SNDHWM, REPLY_HWM)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a full peer raises EAGAIN: counted, never blocks
@@ -214,7 +215,7 @@ class ConfigServer:
             if not poller.poll(100):
                 continue
             try:
-                frames, extra = recv_request(self.sock, MAX_FRAMES + 2)  # identity, delimiter, request
+                frames, extra = recv_bounded(self.sock, MAX_FRAMES + 2)  # identity, delimiter, request
             except zmq.ZMQError:
                 continue
             ident = frames[0]
@@ -250,19 +251,6 @@ class ConfigServer:
             self._thread.join(5)
         else:
             self.sock.close(0)
-
-
-def recv_request(sock: zmq.Socket[bytes], max_frames: int) -> tuple[list[bytes], int]:
-    """One message, keeping at most ``max_frames`` frames; the rest are read and dropped, counted."""
-    frames = [sock.recv(zmq.NOBLOCK)]
-    extra = 0
-    while sock.getsockopt(zmq.RCVMORE):
-        part = sock.recv(zmq.NOBLOCK)
-        if len(frames) < max_frames:
-            frames.append(part)
-        else:
-            extra += 1
-    return frames, extra
 
 
 def parse_assignment(text: str) -> tuple[str, str, dict[str, str]]:
