@@ -26,12 +26,41 @@ YSB_ROW_BYTES = 320  # a YSB row in a spool segment, stamps included (upper esti
 Offer = Callable[[float, float], dict[str, Any]]
 
 
+def sender_blocks(senders: int, start: int | None = None) -> Callable[[], int]:
+    """A source of sender-id bases: consecutive blocks of ``senders`` ids from a random ``start``.
+
+    Ids never repeat within one source until all 2^24 are used, where a random base per run would
+    repeat one now and then (1 in 65,535 per pair of runs).
+    """
+    from cp_source.bucket import MAX_SENDER
+    from cp_source.generator import fresh_sender_base
+
+    block = max(1, senders)
+    nxt = [fresh_sender_base(block) if start is None else start]
+
+    def take() -> int:
+        base = nxt[0]
+        if base + block - 1 > MAX_SENDER:
+            base = block  # wrapped: a search long enough to get here has long left the start behind
+        nxt[0] = base + block
+        return base
+
+    return take
+
+
 def generator_offer(
     endpoint: str, bucket: int = 1000, senders: int = 1, workload: str = "ysb", timeout: float = 600.0
 ) -> Offer:
-    """An offer function that runs ``cloudprofiler generate`` in its own process (fresh sender ids)."""
+    """An offer function that runs ``cloudprofiler generate`` in its own process (fresh sender ids).
+
+    Each call takes the next block of ``senders`` ids after a random start, never a random one
+    per call: two runs that drew the same ids would share a sequence, and the factory would
+    dead-letter the later run's buckets as replays while its own count of the ids looked whole.
+    """
+    take_base = sender_blocks(senders)
 
     def offer(rate: float, duration: float) -> dict[str, Any]:
+        base = take_base()
         with tempfile.TemporaryDirectory(prefix="cp-maxrate-") as tmp:
             summary = Path(tmp) / "gen.json"
             cmd = cli_argv(
@@ -50,6 +79,8 @@ def generator_offer(
                 workload,
                 "--summary",
                 str(summary),
+                "--sender-base",
+                str(base),
             )
             done = subprocess.run(
                 cmd,

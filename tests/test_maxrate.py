@@ -180,3 +180,16 @@ def test_confirming_needs_more_passes_than_failures(
     attempts: list[Step] = []
     step = confirming(scripted(outcomes), retries, None, attempts)(1000.0)
     assert step.verdict == verdict and len(attempts) == runs
+
+
+def test_sender_blocks_never_repeat_an_id_within_a_search() -> None:
+    """The trials of one search take consecutive sender-id blocks: no two runs share an id."""
+    from cloudprofiler.queries import sender_blocks
+    from cp_source.bucket import MAX_SENDER
+
+    take = sender_blocks(3)
+    bases = [take() for _ in range(5000)]
+    ids = [b + i for b in bases for i in range(3)]
+    assert len(set(ids)) == len(ids) and all(0 < i <= MAX_SENDER for i in ids)
+    near_end = sender_blocks(4, start=MAX_SENDER - 5)
+    assert [near_end() for _ in range(3)] == [MAX_SENDER - 5, 4, 8]  # wraps before passing the last id
