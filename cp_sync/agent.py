@@ -22,6 +22,8 @@ from native_tsc import curve_keys as ck
 
 # how long a refused registration is retried: the coordinator frees a silent agent's domain after 5 s
 REFUSED_GIVE_UP_S = 15.0
+# a keyed agent whose registration is never acknowledged: its handshake failed without an event
+KEYED_SILENCE_GIVE_UP_S = 30.0
 
 
 class Agent:
@@ -95,9 +97,16 @@ class Agent:
             self._register(sock)
             last = time.monotonic()
             refused_since: float | None = None
+            started, heard = time.monotonic(), False
             while not self._stop.is_set():
                 if sock.poll(200) == 0:
                     why = watch.failure()
+                    silent = time.monotonic() - started > KEYED_SILENCE_GIVE_UP_S
+                    if why is None and self.curve_keys and not heard and silent:
+                        why = (
+                            f"no answer to its registration in {KEYED_SILENCE_GIVE_UP_S:.0f} s with keys "
+                            "configured: the handshake failed (wrong or unauthorized key?)"
+                        )
                     if why is not None:  # a refused key never heals: fail loudly, not wait forever
                         raise ConnectionRefusedError(
                             f"the coordinator at {self.server} refused this agent: {why}"
@@ -111,6 +120,7 @@ class Agent:
                     header, _ = control.unpack(sock.recv_multipart())
                 except ValueError:
                     continue
+                heard = True
                 if header["op"] == "probe":
                     refused_since = None
                     sock.send_multipart(self._probe(header))

@@ -171,6 +171,8 @@ class Coordinator:
             if len(self.agents) >= MAX_AGENTS:
                 raise Refused(f"the coordinator has {MAX_AGENTS} live agents, its limit")
         self.agents[dom] = _AgentInfo(ident, dom, float(hz), host, port, now)
+        # acknowledged, so a keyed agent that hears nothing at all knows its handshake failed
+        self._send(ident, {"op": "registered", "domain": dom})
 
     def _handle(self, ident: bytes, frames: list[bytes]) -> None:
         try:

@@ -159,6 +159,9 @@ def test_coordinator_bounds_its_agents_and_checks_probe_targets() -> None:
             for i in range(MAX_AGENTS):
                 s.send_multipart(_register_msg(f"d{i:03d}"))
             s.send_multipart(_register_msg("one-too-many"))
+            # each accepted registration is acknowledged, in order; then the refusal
+            acks = [_next_reply(s) for _ in range(MAX_AGENTS)]
+            assert acks == [{"op": "registered", "domain": f"d{i:03d}"} for i in range(MAX_AGENTS)]
             assert _next_reply(s) == {
                 "op": "error",
                 "error": f"the coordinator has {MAX_AGENTS} live agents, its limit",
