@@ -115,7 +115,10 @@ def _check_latencies_against_truth(out: Path, t: dict) -> None:
         yb = _real_tsc(rows[f"cp_tsc_{b}"].to_numpy(), rows[f"cp_node_{b}"].to_numpy(), virtual)
         truth = yb - ya
         err = np.abs(g["duration_cycles"].to_numpy() - truth)
-        assert np.all(err <= g["bound_cycles"].to_numpy() + 2), (a, b)
+        # the bound is guaranteed where the status says ok (docs/sync.md); the others say why not
+        ok = (g["status"] == "ok").to_numpy()
+        print((a, b), "status", g["status"].value_counts().to_dict())
+        assert ok.any() and np.all(err[ok] <= g["bound_cycles"].to_numpy()[ok] + 2), (a, b)
         expected = lm["records"] if b != "window" else t["window_campaign_counts"]
         assert len(g) >= expected if b == "window" else len(g) == expected
         checked.add((a, b))
