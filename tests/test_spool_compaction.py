@@ -363,14 +363,18 @@ def test_sigkill_at_any_moment_of_compaction_leaves_an_exact_ledger(
     spans = [marks[0], marks[1] - marks[0], marks[2] - marks[1]]
     rng = random.Random(7)
     seen = set()
+    kills = 0
     for attempt in range(15):
         _reset(twin)
         phase = attempt % 3
         status, _ = _compact_in_child(twin.root, MARKS[phase], rng.uniform(0, spans[phase]))
-        assert status == -signal.SIGKILL
+        # on a loaded machine the child may finish its phase before the kill lands: the ledger holds too
+        assert status in (-signal.SIGKILL, 0), status
+        kills += status == -signal.SIGKILL
         trimmed = sum(ledger_file_bytes(twin.root / w)["buckets.bin"] for w in WORKERS)
         seen.add(((twin.root / SUMMARY_FILE).exists(), trimmed < 1000))
         assert ledger(Spool(twin.root)) == want, f"killed {attempt}: {seen}"
+    assert kills >= 5, kills
     assert (True, False) in seen  # killed after the fold, before the trims were done
     # restart on the spool as a worker would: nothing lost, numbering goes on
     twin.writers = {w: SegmentWriter(twin.root, w, lock_timeout=30) for w in WORKERS}
