@@ -282,8 +282,12 @@ def test_asymmetric_delay_widens_the_bound_and_it_holds(netns, tmp_path) -> None
     err_b, bnd_b = s2(base, "minrtt")
     err_s, bnd_s = s2(slow, "minrtt")
     assert abs((np.median(err_s) - np.median(err_b)) - half) < 60e-6 * hz
-    # Each record's bound interpolates the phases' e, so it widens by the phases' widening.
-    assert widening.min() - 3 <= np.median(bnd_s) - np.median(bnd_b) <= widening.max() + 3
+    # Each record's bound interpolates the phases' e, so it widens by the phases' widening, plus
+    # the cover for a rate change the drift check cannot see, which follows the probes' spread
+    # (docs/sync.md, "Many phases"): a few microseconds here.
+    grown = np.median(bnd_s) - np.median(bnd_b)
+    slack = 10e-6 * hz  # both runs carry that cover, each from its own probes
+    assert widening.min() - slack <= grown <= widening.max() + slack, (grown, widening)
     # The hull also uses B's undelayed probes to A, so the asymmetry costs it far less.
     _, hull_s = s2(slow, "hull")
     assert np.median(hull_s) < 0.6 * np.median(bnd_s)
