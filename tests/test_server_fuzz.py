@@ -209,26 +209,30 @@ def _check_rss(server: LiveServer, before: float) -> None:
     assert grown < RSS_BOUND_MB, f"grew by {grown:.0f} MiB under fuzzing (bound {RSS_BOUND_MB} MiB)"
 
 
-def test_config_server_survives_fuzz(servers: dict[str, LiveServer]) -> None:
-    srv = servers["config"]
-
-    def healthy() -> None:
-        assert lookup(srv.endpoint, "probe-channel", timeout=10) == ("null", {})
-
+def _fuzz_server(srv: LiveServer, lead: list[bytes], healthy: Callable[[], None]) -> None:
+    """Hypothesis against ``srv`` from one sender process; then its RSS within the bound."""
     before = _warm_rss(srv, healthy)
-
     sender = Sender(srv.endpoint)
 
     @FUZZ
     @given(st.data())
     def run(data: st.DataObject) -> None:
-        _fuzz(srv, sender, [b""], healthy, data, 5)
+        _fuzz(srv, sender, lead, healthy, data, 5)
 
     try:
         run()
     finally:
         sender.close()
     _check_rss(srv, before)
+
+
+def test_config_server_survives_fuzz(servers: dict[str, LiveServer]) -> None:
+    srv = servers["config"]
+
+    def healthy() -> None:
+        assert lookup(srv.endpoint, "probe-channel", timeout=10) == ("null", {})
+
+    _fuzz_server(srv, [b""], healthy)
 
 
 def test_coordinator_survives_fuzz(servers: dict[str, LiveServer]) -> None:
@@ -238,20 +242,7 @@ def test_coordinator_survives_fuzz(servers: dict[str, LiveServer]) -> None:
         agents = list_agents(srv.endpoint, timeout_s=10)
         assert isinstance(agents, list)
 
-    before = _warm_rss(srv, healthy)
-
-    sender = Sender(srv.endpoint)
-
-    @FUZZ
-    @given(st.data())
-    def run(data: st.DataObject) -> None:
-        _fuzz(srv, sender, [], healthy, data, 5)
-
-    try:
-        run()
-    finally:
-        sender.close()
-    _check_rss(srv, before)
+    _fuzz_server(srv, [], healthy)
 
 
 def test_segment_server_survives_fuzz(servers: dict[str, LiveServer], segment_root: Path) -> None:
@@ -261,20 +252,7 @@ def test_segment_server_survives_fuzz(servers: dict[str, LiveServer], segment_ro
     def healthy() -> None:
         assert fetch_segment(srv.endpoint, "w0", 0, timeout=10) == body
 
-    before = _warm_rss(srv, healthy)
-
-    sender = Sender(srv.endpoint)
-
-    @FUZZ
-    @given(st.data())
-    def run(data: st.DataObject) -> None:
-        _fuzz(srv, sender, [b""], healthy, data, 5)
-
-    try:
-        run()
-    finally:
-        sender.close()
-    _check_rss(srv, before)
+    _fuzz_server(srv, [b""], healthy)
     assert server_stats(srv.endpoint)["failures"] == 0
 
 
