@@ -5,7 +5,10 @@ Same machine, same SparkSession, same tuples (YSB ad events), same downstream
 null handler, which only counts), same search (bisection over constant-rate
 trials, ``cloudprofiler.maxrate.find_max_rate``):
 
-1. the cloudprofiler source: generator -> factory (Arrow) -> spool -> stream reader;
+1. the cloudprofiler source: generator -> factory (Arrow) -> spool -> stream reader; twice more
+   with every executor fetching its segments from the segment server (``fetch=network``), once
+   with CurveZMQ keys off and once on (``curveKeys`` on the reader, ``--curve-keys`` on the
+   generator): the cost of encryption on every ZeroMQ link, printed as the on/off ratio;
 2. the naive Python DataSource ``cp_naive_zmq``: the same generator, JSON parsed row by row in ``read``;
 3. Spark's ``socket`` source + ``from_json``: NDJSON lines offered over a local TCP connection;
 4. Spark's JSON file source: NDJSON files dropped into a directory at the offered rate;
@@ -17,6 +20,7 @@ receiver cannot take is a counted drop (socket), and an offer that falls behind 
 is generator-bound. Writes benchmarks/results/endtoend.json.
 
     python benchmarks/endtoend.py [--duration 5] [--only cloudprofiler,naive]
+    python benchmarks/endtoend.py --only keys     # the two fetch=network rows, keys off and on
     python benchmarks/endtoend.py --show benchmarks/results/endtoend.json   # re-print a saved run
 """
 
@@ -27,6 +31,7 @@ import json
 import os
 import random
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -42,15 +47,27 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+from cloudprofiler.cli_process import cli_argv  # noqa: E402
+from cloudprofiler.errors import TrialError  # noqa: E402
 from cloudprofiler.maxrate import find_max_rate  # noqa: E402
-from cloudprofiler.queries import Target, generator_offer, start_source_query, ysb_stateless  # noqa: E402
+from cloudprofiler.queries import (  # noqa: E402
+    Target,
+    generator_offer,
+    sender_blocks,
+    start_source_query,
+    ysb_stateless,
+)
 from cp_source.bucket import tuple_id  # noqa: E402
 from cp_source.workloads import YSB_FIELDS, ysb_rows  # noqa: E402
 
 BUCKET = 1000
+OLD_BEST = 400_000  # the cloudprofiler source's maximum before issue 13 (docs/benchmarks.md)
+KEYS_OFF, KEYS_ON = "cloudprofiler, fetch network, keys off", "cloudprofiler, fetch network, keys on"
 # The systems searched, each with the rate its search starts from (tuples/s).
 SYSTEMS = [
     ("cloudprofiler source", 40_000),
+    ("cloudprofiler, fetch network, keys off", 40_000),
+    ("cloudprofiler, fetch network, keys on", 40_000),
     ("naive Python source", 5_000),
     ("Spark socket + from_json", 10_000),
     ("Spark JSON files", 10_000),
@@ -192,11 +209,81 @@ def _alive(q: Any) -> Any:
     return lambda: None if q.isActive else f"{q.exception() or 'stopped'}"
 
 
+def keyed_offer(endpoint: str, keys: str) -> Any:
+    """``generator_offer`` with ``--curve-keys``: the generator process connects with the client key."""
+    take_base = sender_blocks(1)
+
+    def offer(rate: float, duration: float) -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(prefix="cp-endtoend-gen-") as tmp:
+            summary = Path(tmp) / "gen.json"
+            cmd = cli_argv(
+                "generate",
+                *("--endpoint", endpoint, "--rate", repr(float(rate)), "--duration", repr(float(duration))),
+                *("--bucket", str(BUCKET), "--summary", str(summary), "--sender-base", str(take_base())),
+                *("--curve-keys", keys),
+            )
+            done = subprocess.run(
+                cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600
+            )
+            if done.returncode != 0:
+                tail = done.stderr.strip().splitlines()[-1:] or ["(no message)"]
+                raise TrialError(f"generator failed: {tail[0]}")
+            return dict(json.loads(summary.read_text()))
+
+    return offer
+
+
+def start_network_source(spark: Any, work: Path, keys: str | None) -> tuple[Target, Any]:
+    """``start_source_query``'s pipeline with every segment fetched from the segment server, keys optional.
+
+    The same options as ``start_source_query`` (embedded factory, 2 workers, 256 MiB spool, the
+    YSB join, the null handler) plus ``fetch=network`` and, with ``keys``, ``curveKeys``: the
+    factory's front end, the segment server and every executor fetch then speak CurveZMQ.
+    """
+    import cloudprofiler
+    from cloudprofiler.queries import YSB_ROW_BYTES
+
+    spool_bytes = 256 << 20
+    cloudprofiler.register(spark)
+    reader = (
+        spark.readStream.format("cloudprofiler")
+        .option("endpoint", "tcp://127.0.0.1:0")
+        .option("spool", str(work / "spool"))
+        .option("workers", "2")
+        .option("maxSpoolBytes", str(spool_bytes))
+        .option("maxRecordsPerTrigger", str(spool_bytes // (3 * YSB_ROW_BYTES)))
+        .option("fetch", "network")
+    )
+    if keys:
+        reader = reader.option("curveKeys", keys)
+    sink, q = _start(ysb_stateless(reader.load()), work)
+    try:
+        endpoint = cloudprofiler.wait_for_factory(str(work / "spool"), q, 120).factory_endpoint
+    except (RuntimeError, TimeoutError) as e:
+        q.stop()
+        raise TrialError(str(e)) from e
+    offer = keyed_offer(endpoint, keys) if keys else generator_offer(endpoint, bucket=BUCKET)
+    label = KEYS_ON if keys else KEYS_OFF
+    return Target(sink, offer, spool=str(work / "spool"), alive=_alive(q), label=label), q
+
+
+def make_keys(work: Path) -> str:
+    """A fresh keys directory, as ``cloudprofiler keys generate --out DIR`` makes it."""
+    from native_tsc import curve_keys
+
+    out = work / "keys"
+    curve_keys.generate(out)
+    return str(out)
+
+
 def build(name: str, spark: Any, work: Path) -> tuple[Target, Any, Any]:
     """Start system ``name``'s query; return its target, the query and a cleanup function."""
     work.mkdir(parents=True)
     if name == "cloudprofiler source":
         target, q = start_source_query(spark, work, max_spool_bytes=256 << 20, handler="null")
+        return target, q, lambda: None
+    if name in (KEYS_OFF, KEYS_ON):
+        target, q = start_network_source(spark, work, make_keys(work) if name == KEYS_ON else None)
         return target, q, lambda: None
     if name == "naive Python source":
         from cp_source.naive_source import NaiveZmqDataSource
@@ -306,8 +393,16 @@ def report(
         goals["vs naive (goal >= 5x)"] = ours / naive
     if ours and spark_best:
         goals["vs better of socket and files (goal >= 1.5x)"] = ours / spark_best
+    if ours:
+        goals[f"vs the {OLD_BEST:,} before issue 13 (goal >= 2x)"] = ours / OLD_BEST
     for k, v in goals.items():
-        console.print(f"{k}: {v:.2f}x -> {'met' if v >= (5 if 'naive' in k else 1.5) else 'NOT met'}")
+        need = 5 if "naive" in k else 2 if "issue 13" in k else 1.5
+        console.print(f"{k}: {v:.2f}x -> {'met' if v >= need else 'NOT met'}")
+    off = (results.get(KEYS_OFF) or {}).get("max_rate")
+    on = (results.get(KEYS_ON) or {}).get("max_rate")
+    if off and on:
+        goals["keys on / keys off (fetch network)"] = on / off
+        console.print(f"cost of CurveZMQ keys end to end, fetch network: on / off = {on / off:.2f}")
     return goals
 
 
@@ -337,7 +432,10 @@ def selected_systems(only: str | None) -> list[tuple[str, int]]:
     if not only:
         return SYSTEMS
     keep = {s.strip() for s in only.split(",")}
-    return [s for s in SYSTEMS if s[0] in keep or s[0].split()[0] in keep]
+    # "keys": the two fetch=network rows, keys off and on, side by side
+    return [
+        s for s in SYSTEMS if s[0] in keep or s[0].split()[0] in keep or ("keys" in keep and "keys" in s[0])
+    ]
 
 
 def _progress(console: Any) -> Callable[[Any], None]:
