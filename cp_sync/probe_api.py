@@ -7,6 +7,7 @@ else changes. The Protocols are checked by mypy and at run time for both.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -44,10 +45,15 @@ class ProbeResult:
 
 @runtime_checkable
 class ProbeResponder(Protocol):
-    """Answers probes on a UDP socket from a background thread between ``start()`` and ``close()``."""
+    """Answers probes on a UDP socket from a background thread between ``start()`` and ``close()``.
+
+    ``served`` counts answers, ``ignored`` malformed datagrams, ``refused`` requests from a source not
+    on the allow-list or without a valid tag when keyed.
+    """
 
     served: int
     ignored: int
+    refused: int
 
     @property
     def address(self) -> tuple[str, int]:
@@ -56,6 +62,14 @@ class ProbeResponder(Protocol):
 
     def start(self) -> ProbeResponder:
         """Start answering; returns the responder."""
+        ...
+
+    def set_allowed(self, hosts: Iterable[str] | None) -> None:
+        """Answer only these IPv4 sources from now on (None: any)."""
+        ...
+
+    def set_key(self, key: bytes | None) -> None:
+        """Answer only probes tagged with this 16-byte key from now on (None: unkeyed probes)."""
         ...
 
     def close(self) -> None:
@@ -74,8 +88,13 @@ class ProbeLoops(Protocol):
     LABEL: str  # how results are labelled: "c" or "python"
 
     # Capitalised because each module provides it as a class; a class is a callable returning a responder.
-    def Responder(self, bind: str = ..., port: int = ...) -> ProbeResponder:
-        """A responder bound to bind:port (0: any free port), not yet started."""
+    def Responder(
+        self, bind: str = ..., port: int = ..., *, allow: Iterable[str] | None = ..., key: bytes | None = ...
+    ) -> ProbeResponder:
+        """A responder bound to bind:port (0: any free port), not yet started.
+
+        ``allow``: the IPv4 sources it answers (None: any); ``key``: 16 bytes for keyed probes.
+        """
         ...
 
     def initiate(
@@ -87,6 +106,10 @@ class ProbeLoops(Protocol):
         gap_us: int = ...,
         spin: bool = ...,
         bind: str | None = ...,
+        key: bytes | None = ...,
     ) -> ProbeResult:
-        """Send ``count`` probes to the responder at host:port and return the answered ones."""
+        """Send ``count`` probes to the responder at host:port and return the answered ones.
+
+        ``key``: 16 bytes to send keyed probes; a reply without a valid tag is ignored.
+        """
         ...

@@ -13,11 +13,17 @@
  * given (the same exact 128-bit arithmetic as native_tsc._tsc) before
  * replying: c_j travels in the responder's own domain.
  *
- * Wire format (32 bytes, little-endian), identical for request and reply:
+ * Wire format (little-endian), identical for request and reply:
  *   u32 magic 'CPRB' | u8 version | u8 type (1 request, 2 reply) | u16 0
  *   u32 seq | u32 0 | u64 probe_id | i64 stamp (0 in requests, c_j in replies)
- * Anything else (size, magic, version, type, probe id, sequence, sender
- * address) is ignored and counted. IPv4 only.
+ * version 1: those 32 bytes. version 2 (keyed): 40 bytes, the 32 above and a
+ * u64 SipHash-2-4 tag over them under a 16-byte key shared through the
+ * (CurveZMQ) control channel. Anything else (size, magic, version, type, probe
+ * id, sequence, sender address, tag) is ignored and counted. IPv4 only.
+ *
+ * The responder can be given an allow-list of IPv4 sources: a datagram from
+ * any other address gets no answer (counted as refused), so the responder
+ * cannot be aimed at a third host as a reflector.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -33,8 +39,12 @@
 #include "tsc_counter.h"
 
 #define PKT_SIZE 32
+#define KEYED_SIZE 40 /* PKT_SIZE + the u64 tag */
+#define KEY_SIZE 16
 #define PKT_MAGIC 0x42525043u /* "CPRB" little-endian */
 #define PKT_VERSION 1
+#define PKT_VERSION_KEYED 2
+#define MAX_ALLOW 256 /* allowed sources: the coordinator's agent limit */
 #define TYPE_REQUEST 1
 #define TYPE_REPLY 2
 #define MAX_PROBES 1000000
@@ -54,6 +64,117 @@ typedef struct {
 
 _Static_assert(sizeof(packet_t) == PKT_SIZE, "packet layout");
 
+/* SipHash-2-4 (Aumasson and Bernstein, "SipHash: a fast short-input PRF", 2012). */
+#define ROTL64(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                                                             \
+    do {                                                                                                     \
+        v0 += v1;                                                                                            \
+        v1 = ROTL64(v1, 13);                                                                                 \
+        v1 ^= v0;                                                                                            \
+        v0 = ROTL64(v0, 32);                                                                                 \
+        v2 += v3;                                                                                            \
+        v3 = ROTL64(v3, 16);                                                                                 \
+        v3 ^= v2;                                                                                            \
+        v0 += v3;                                                                                            \
+        v3 = ROTL64(v3, 21);                                                                                 \
+        v3 ^= v0;                                                                                            \
+        v2 += v1;                                                                                            \
+        v1 = ROTL64(v1, 17);                                                                                 \
+        v1 ^= v2;                                                                                            \
+        v2 = ROTL64(v2, 32);                                                                                 \
+    } while (0)
+
+static uint64_t load_le64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) {
+        v = (v << 8) | p[i];
+    }
+    return v;
+}
+
+static uint64_t siphash24(const unsigned char key[KEY_SIZE], const unsigned char *in, size_t len) {
+    uint64_t k0 = load_le64(key), k1 = load_le64(key + 8);
+    uint64_t v0 = k0 ^ 0x736f6d6570736575ULL, v1 = k1 ^ 0x646f72616e646f6dULL;
+    uint64_t v2 = k0 ^ 0x6c7967656e657261ULL, v3 = k1 ^ 0x7465646279746573ULL;
+    size_t full = len - len % 8;
+    for (size_t i = 0; i < full; i += 8) {
+        uint64_t m = load_le64(in + i);
+        v3 ^= m;
+        SIPROUND;
+        SIPROUND;
+        v0 ^= m;
+    }
+    /* The last block: the leftover bytes, and the length's low byte in the top byte. */
+    uint64_t b = (uint64_t)(len & 0xff) << 56;
+    for (size_t i = 0; i < len % 8; i++) {
+        b |= (uint64_t)in[full + i] << (8 * i);
+    }
+    v3 ^= b;
+    SIPROUND;
+    SIPROUND;
+    v0 ^= b;
+    v2 ^= 0xff;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* The keyed packet's tag, appended little-endian after the 32 bytes it covers. */
+static void put_tag(unsigned char *pkt, const unsigned char key[KEY_SIZE]) {
+    uint64_t t = siphash24(key, pkt, PKT_SIZE);
+    for (int i = 0; i < 8; i++) {
+        pkt[PKT_SIZE + i] = (unsigned char)(t >> (8 * i));
+    }
+}
+
+/* Constant time, so a forger learns nothing from how fast a wrong tag is dropped. */
+static int tag_ok(const unsigned char *pkt, const unsigned char key[KEY_SIZE]) {
+    uint64_t want = siphash24(key, pkt, PKT_SIZE), got = load_le64(pkt + PKT_SIZE);
+    return (want ^ got) == 0;
+}
+
+static int allowed(const uint32_t *allow, Py_ssize_t n_allow, uint32_t addr) {
+    for (Py_ssize_t i = 0; i < n_allow; i++) {
+        if (allow[i] == addr) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* An optional key argument: None, or exactly KEY_SIZE bytes (copied to out). -1 with an exception on error. */
+static int parse_key(PyObject *obj, unsigned char out[KEY_SIZE], int *keyed) {
+    *keyed = 0;
+    if (obj == NULL || obj == Py_None) {
+        return 0;
+    }
+    if (!PyBytes_Check(obj) || PyBytes_GET_SIZE(obj) != KEY_SIZE) {
+        PyErr_Format(PyExc_ValueError, "probe key must be %d bytes", KEY_SIZE);
+        return -1;
+    }
+    memcpy(out, PyBytes_AS_STRING(obj), KEY_SIZE);
+    *keyed = 1;
+    return 0;
+}
+
+static PyObject *probe_siphash24(PyObject *self, PyObject *args) {
+    Py_buffer key, data;
+    if (!PyArg_ParseTuple(args, "y*y*", &key, &data)) {
+        return NULL;
+    }
+    PyObject *res = NULL;
+    if (key.len != KEY_SIZE) {
+        PyErr_Format(PyExc_ValueError, "SipHash key must be %d bytes", KEY_SIZE);
+    } else {
+        res = PyLong_FromUnsignedLongLong(siphash24(key.buf, data.buf, (size_t)data.len));
+    }
+    PyBuffer_Release(&key);
+    PyBuffer_Release(&data);
+    return res;
+}
+
 static int64_t mono_raw_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_RAW, &ts);
@@ -69,25 +190,72 @@ static PyObject *probe_transform(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(cp_transform((uint64_t)raw, on, skew_e12, offset));
 }
 
+/* What the responder does with one datagram. */
+enum { REQ_ANSWER, REQ_IGNORE, REQ_REFUSE };
+
 /*
- * respond(fd, stop_fd, timeout_ms, max_packets, virtual_on, skew_e12, offset[, spin_us])
- *   -> (served, ignored, reason)
+ * Checks a received datagram: malformed ones are ignored; a well-formed request from a source not on the
+ * allow-list, or without a valid tag when the responder is keyed, is refused.
+ */
+static int classify(const unsigned char *buf, ssize_t n, const struct sockaddr_in *src, const uint32_t *allow,
+                    Py_ssize_t n_allow, const unsigned char *key) {
+    if (n_allow >= 0 && (src->sin_family != AF_INET || !allowed(allow, n_allow, src->sin_addr.s_addr))) {
+        return REQ_REFUSE;
+    }
+    packet_t p;
+    if (n != PKT_SIZE && n != KEYED_SIZE) {
+        return REQ_IGNORE;
+    }
+    memcpy(&p, buf, PKT_SIZE);
+    int version = n == KEYED_SIZE ? PKT_VERSION_KEYED : PKT_VERSION;
+    if (p.magic != PKT_MAGIC || p.version != version || p.type != TYPE_REQUEST) {
+        return REQ_IGNORE;
+    }
+    if (key == NULL) {
+        return version == PKT_VERSION ? REQ_ANSWER : REQ_IGNORE; /* a keyed probe cannot be checked here */
+    }
+    return version == PKT_VERSION_KEYED && tag_ok(buf, key) ? REQ_ANSWER : REQ_REFUSE;
+}
+
+/*
+ * respond(fd, stop_fd, timeout_ms, max_packets, virtual_on, skew_e12, offset[, spin_us[, allow[, key]]])
+ *   -> (served, ignored, refused, reason)
  * reason: 0 stop_fd readable, 1 idle timeout, 2 max_packets reached.
  * spin_us > 0: after each answered probe, busy-poll the socket for that long before blocking again, so
  * the rest of a burst of probes does not pay the scheduler's wake-up (the core is busy only meanwhile).
+ * allow: None (answer any source) or bytes of up to MAX_ALLOW IPv4 addresses, 4 bytes each in network order.
+ * key: None (version 1 probes) or 16 bytes (only version 2 probes with a valid tag are answered, tagged).
  */
 static PyObject *probe_respond(PyObject *self, PyObject *args) {
     int fd, stop_fd, timeout_ms, on, spin_us = 0;
     long long max_packets, skew_e12, offset;
-    if (!PyArg_ParseTuple(args, "iiiLpLL|i", &fd, &stop_fd, &timeout_ms, &max_packets, &on, &skew_e12,
-                          &offset, &spin_us)) {
+    PyObject *allow_obj = Py_None, *key_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "iiiLpLL|iOO", &fd, &stop_fd, &timeout_ms, &max_packets, &on, &skew_e12,
+                          &offset, &spin_us, &allow_obj, &key_obj)) {
         return NULL;
     }
     if (spin_us < 0 || spin_us > 1000000) {
         PyErr_SetString(PyExc_ValueError, "spin_us must be 0..1000000");
         return NULL;
     }
-    long long served = 0, ignored = 0;
+    uint32_t allow[MAX_ALLOW];
+    Py_ssize_t n_allow = -1; /* -1: no list, every source is answered */
+    if (allow_obj != Py_None) {
+        if (!PyBytes_Check(allow_obj) || PyBytes_GET_SIZE(allow_obj) % 4 ||
+            PyBytes_GET_SIZE(allow_obj) / 4 > MAX_ALLOW) {
+            PyErr_Format(PyExc_ValueError, "allow must be bytes of at most %d IPv4 addresses (4 bytes each)",
+                         MAX_ALLOW);
+            return NULL;
+        }
+        n_allow = PyBytes_GET_SIZE(allow_obj) / 4;
+        memcpy(allow, PyBytes_AS_STRING(allow_obj), (size_t)n_allow * 4);
+    }
+    unsigned char key[KEY_SIZE];
+    int keyed;
+    if (parse_key(key_obj, key, &keyed) < 0) {
+        return NULL;
+    }
+    long long served = 0, ignored = 0, refused = 0;
     int reason = -1, err = 0;
     Py_BEGIN_ALLOW_THREADS
     struct pollfd pfd[2];
@@ -96,7 +264,7 @@ static PyObject *probe_respond(PyObject *self, PyObject *args) {
     pfd[1].fd = stop_fd;
     pfd[1].events = POLLIN;
     int nfds = stop_fd >= 0 ? 2 : 1;
-    unsigned char buf[PKT_SIZE + 1];
+    unsigned char buf[KEYED_SIZE + 1];
     int64_t spin_until = 0;
     unsigned int spins = 0;
     while (reason < 0) {
@@ -139,20 +307,27 @@ static PyObject *probe_respond(PyObject *self, PyObject *args) {
             err = errno;
             break;
         }
+        /* The checks and the reply's tag run after c_j is stamped: they only widen the initiator's round
+         * trip by a few hundred ns, which the MinRTT bracket [c_i, c_k] already covers. */
+        int verdict = classify(buf, n, &src, allow, n_allow, keyed ? key : NULL);
+        if (verdict != REQ_ANSWER) {
+            if (verdict == REQ_REFUSE) {
+                refused++;
+            } else {
+                ignored++;
+            }
+            continue;
+        }
         packet_t p;
-        if (n != PKT_SIZE) {
-            ignored++;
-            continue;
-        }
         memcpy(&p, buf, PKT_SIZE);
-        if (p.magic != PKT_MAGIC || p.version != PKT_VERSION || p.type != TYPE_REQUEST) {
-            ignored++;
-            continue;
-        }
         p.type = TYPE_REPLY;
         p.stamp = cp_transform(c_j, on, skew_e12, offset);
+        memcpy(buf, &p, PKT_SIZE);
+        if (keyed) {
+            put_tag(buf, key);
+        }
         /* A failed reply is a lost probe for the initiator; keep serving. */
-        sendto(fd, &p, PKT_SIZE, 0, (struct sockaddr *)&src, slen);
+        sendto(fd, buf, (size_t)n, 0, (struct sockaddr *)&src, slen);
         served++;
         if (spin_us > 0) {
             spin_until = mono_raw_ns() + (int64_t)spin_us * 1000;
@@ -166,22 +341,30 @@ static PyObject *probe_respond(PyObject *self, PyObject *args) {
         errno = err;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
-    return Py_BuildValue("(LLi)", served, ignored, reason);
+    return Py_BuildValue("(LLLi)", served, ignored, refused, reason);
 }
 
 /*
- * initiate(fd, host, port, count, probe_id, timeout_ms, gap_us, spin)
+ * initiate(fd, host, port, count, probe_id, timeout_ms, gap_us, spin[, key])
  *   -> (rows: bytes of count_ok x 5 int64 [seq, c_i raw, c_j, c_k raw, ns_i], lost, ignored)
+ * key: None (version 1 probes) or 16 bytes (version 2: requests tagged, replies without a valid tag ignored).
  */
 static PyObject *probe_initiate(PyObject *self, PyObject *args) {
     int fd, port, timeout_ms, gap_us, spin;
     const char *host;
     long long count;
     unsigned long long probe_id;
-    if (!PyArg_ParseTuple(args, "isiLKiip", &fd, &host, &port, &count, &probe_id, &timeout_ms, &gap_us,
-                          &spin)) {
+    PyObject *key_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "isiLKiip|O", &fd, &host, &port, &count, &probe_id, &timeout_ms, &gap_us,
+                          &spin, &key_obj)) {
         return NULL;
     }
+    unsigned char key[KEY_SIZE];
+    int keyed;
+    if (parse_key(key_obj, key, &keyed) < 0) {
+        return NULL;
+    }
+    const ssize_t size = keyed ? KEYED_SIZE : PKT_SIZE;
     if (count < 1 || count > MAX_PROBES) {
         PyErr_Format(PyExc_ValueError, "count must be 1..%d", MAX_PROBES);
         return NULL;
@@ -205,7 +388,7 @@ static PyObject *probe_initiate(PyObject *self, PyObject *args) {
     long long ok = 0, lost = 0, ignored = 0;
     int err = 0;
     Py_BEGIN_ALLOW_THREADS
-    unsigned char buf[PKT_SIZE + 1];
+    unsigned char buf[KEYED_SIZE + 1], out[KEYED_SIZE];
     struct pollfd pfd = {fd, POLLIN, 0};
     /* Drain replies left over from an earlier call (bounded, in case of a flood); they are stale anyway. */
     for (int d = 0; d < 4096 && recv(fd, buf, sizeof(buf), MSG_DONTWAIT) >= 0; d++) {
@@ -214,13 +397,17 @@ static PyObject *probe_initiate(PyObject *self, PyObject *args) {
         packet_t req;
         memset(&req, 0, sizeof(req));
         req.magic = PKT_MAGIC;
-        req.version = PKT_VERSION;
+        req.version = keyed ? PKT_VERSION_KEYED : PKT_VERSION;
         req.type = TYPE_REQUEST;
         req.seq = (uint32_t)s;
         req.probe_id = probe_id;
+        memcpy(out, &req, PKT_SIZE);
+        if (keyed) {
+            put_tag(out, key); /* before c_i: the tag costs the round trip nothing on this side */
+        }
         int64_t ns_i = mono_raw_ns();
         uint64_t c_i = cp_raw_read();
-        if (sendto(fd, &req, PKT_SIZE, 0, (struct sockaddr *)&dst, sizeof(dst)) != PKT_SIZE) {
+        if (sendto(fd, out, (size_t)size, 0, (struct sockaddr *)&dst, sizeof(dst)) != size) {
             if (errno == EINTR || errno == ECONNREFUSED || errno == EAGAIN) {
                 lost++;
                 continue;
@@ -262,14 +449,15 @@ static PyObject *probe_initiate(PyObject *self, PyObject *args) {
                 break;
             }
             packet_t rep;
-            if (n != PKT_SIZE || src.sin_family != AF_INET || src.sin_port != dst.sin_port ||
+            if (n != size || src.sin_family != AF_INET || src.sin_port != dst.sin_port ||
                 src.sin_addr.s_addr != dst.sin_addr.s_addr) {
                 ignored++;
                 continue;
             }
             memcpy(&rep, buf, PKT_SIZE);
-            if (rep.magic != PKT_MAGIC || rep.version != PKT_VERSION || rep.type != TYPE_REPLY ||
-                rep.probe_id != probe_id || rep.seq != (uint32_t)s) {
+            /* c_k is already stamped: checking the tag widens nothing. */
+            if (rep.magic != PKT_MAGIC || rep.version != req.version || rep.type != TYPE_REPLY ||
+                rep.probe_id != probe_id || rep.seq != (uint32_t)s || (keyed && !tag_ok(buf, key))) {
                 ignored++;
                 continue;
             }
@@ -303,12 +491,15 @@ static PyObject *probe_initiate(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"respond", probe_respond, METH_VARARGS,
-     "respond(fd, stop_fd, timeout_ms, max_packets, virtual_on, skew_e12, offset[, spin_us]) -> (served, "
-     "ignored, reason): answer probes until stop_fd is readable (reason 0), idle timeout (1) or max_packets "
-     "(2); spin_us busy-polls that long after each answer."},
+     "respond(fd, stop_fd, timeout_ms, max_packets, virtual_on, skew_e12, offset[, spin_us[, allow[, key]]]) "
+     "-> (served, ignored, refused, reason): answer probes until stop_fd is readable (reason 0), idle timeout "
+     "(1) or max_packets (2); spin_us busy-polls that long after each answer; allow (packed IPv4 sources) "
+     "and key (16 bytes) refuse other sources and untagged probes."},
     {"initiate", probe_initiate, METH_VARARGS,
-     "initiate(fd, host, port, count, probe_id, timeout_ms, gap_us, spin) -> (rows, lost, ignored): "
+     "initiate(fd, host, port, count, probe_id, timeout_ms, gap_us, spin[, key]) -> (rows, lost, ignored): "
      "rows is bytes of int64 [seq, c_i raw, c_j, c_k raw, ns_i] per answered probe."},
+    {"siphash24", probe_siphash24, METH_VARARGS,
+     "siphash24(key, data) -> int: SipHash-2-4 of data under a 16-byte key, as keyed probes are tagged."},
     {"transform", probe_transform, METH_VARARGS,
      "transform(raw, virtual_on, skew_e12, offset) -> int: the responder's stamp transform."},
     {NULL, NULL, 0, NULL},
@@ -327,5 +518,8 @@ PyMODINIT_FUNC PyInit__probe(void) {
     PyModule_AddIntConstant(m, "PACKET_SIZE", PKT_SIZE);
     PyModule_AddIntConstant(m, "MAX_PROBES", MAX_PROBES);
     PyModule_AddIntConstant(m, "ROW_FIELDS", ROW_FIELDS);
+    PyModule_AddIntConstant(m, "KEYED_PACKET_SIZE", KEYED_SIZE);
+    PyModule_AddIntConstant(m, "KEY_SIZE", KEY_SIZE);
+    PyModule_AddIntConstant(m, "MAX_ALLOW", MAX_ALLOW);
     return m;
 }

@@ -93,9 +93,18 @@ def test_probe_twin_signatures_match_the_protocol() -> None:
     want = names(ProbeLoops.initiate, True)
     assert names(probe.initiate, False) == names(probe_python.initiate, False) == want
     assert inspect.signature(probe.initiate) == inspect.signature(probe_python.initiate)
-    want_r = names(ProbeLoops.Responder, True)
+
+    def kinds(fn: Any, drop_self: bool) -> tuple[list[str], list[str]]:
+        ps = list(inspect.signature(fn).parameters.values())[1 if drop_self else 0 :]
+        kw = [p.name for p in ps if p.kind == p.KEYWORD_ONLY]
+        return [p.name for p in ps if p.kind != p.KEYWORD_ONLY], kw
+
+    want_pos, want_kw = kinds(ProbeLoops.Responder, True)
+    assert want_kw == ["allow", "key"]
     for cls in (probe.Responder, probe_python.Responder):
-        assert names(cls, False)[: len(want_r)] == want_r
+        pos, kw = kinds(cls, False)
+        # the Protocol's positional parameters first (a twin may add its own after), the same keyword-only
+        assert pos[: len(want_pos)] == want_pos and kw == want_kw
 
 
 def test_a_module_missing_a_member_is_not_a_backend() -> None:
