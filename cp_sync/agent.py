@@ -1,15 +1,22 @@
 """A sync agent: one per node or TSC domain. It answers probes and runs the probes it is asked to.
 
-It registers with the coordinator (domain id, frequency, UDP probe address),
-keeps a C responder running, and on a ``probe`` task runs the C initiator
-against another agent's responder and sends the stamps back, already in its
-own domain (its virtual transform applied).
+It registers with the coordinator (domain id, frequency, UDP probe address and
+the address its probes leave from), keeps a C responder running, and on a
+``probe`` task runs the C initiator against another agent's responder and sends
+the stamps back, already in its own domain (its virtual transform applied).
+
+The responder answers nobody until the coordinator names the run's agents (a
+``peers`` message before each run), so it cannot be used as a reflector. With
+keys, the coordinator also hands out a probe key over the encrypted channel and
+every probe carries a SipHash-2-4 tag under it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -19,11 +26,36 @@ import native_tsc
 from cp_sync import control
 from cp_sync.probe import Responder, initiate
 from native_tsc import curve_keys as ck
+from native_tsc import probe_loops
 
 # how long a refused registration is retried: the coordinator frees a silent agent's domain after 5 s
 REFUSED_GIVE_UP_S = 15.0
 # a keyed agent whose registration is never acknowledged: its handshake failed without an event
 KEYED_SILENCE_GIVE_UP_S = 30.0
+MAX_PEERS = probe_loops.MAX_ALLOW  # addresses in one ``peers`` message
+
+
+def parse_probe_key(header: dict[str, Any]) -> bytes | None:
+    """The probe key a coordinator message carries (hex, 16 bytes), or None when it carries none."""
+    v = header.get("probe_key")
+    if v is None:
+        return None
+    if not isinstance(v, str) or len(v) != 2 * probe_loops.KEY_SIZE:
+        raise ValueError(f"field 'probe_key' must be {2 * probe_loops.KEY_SIZE} hex digits")
+    try:
+        return bytes.fromhex(v)
+    except ValueError:
+        raise ValueError(f"field 'probe_key' must be {2 * probe_loops.KEY_SIZE} hex digits") from None
+
+
+def parse_peers(header: dict[str, Any]) -> list[str]:
+    """The IPv4 addresses a ``peers`` message lists (bounded, each checked)."""
+    hosts = header.get("hosts")
+    if not isinstance(hosts, list) or len(hosts) > MAX_PEERS:
+        raise ValueError(f"field 'hosts' must be a list of at most {MAX_PEERS} addresses")
+    if not all(isinstance(h, str) for h in hosts):
+        raise ValueError("field 'hosts' must hold IPv4 addresses as strings")
+    return [control.check_ipv4(h) for h in hosts]
 
 
 class Agent:
@@ -32,6 +64,9 @@ class Agent:
     ``curve_keys``: a keys directory when the coordinator runs with keys. A coordinator that
     refuses this agent's key says nothing; the agent sees the failed handshake on its socket's
     monitor and ``run`` raises ``ConnectionRefusedError`` naming it, instead of waiting forever.
+
+    ``allow_from``: IPv4 sources the responder always answers besides the run's agents, for probes
+    that reach it through a relay which sends them on from its own address.
     """
 
     def __init__(
@@ -42,12 +77,16 @@ class Agent:
         advertise: str | None = None,
         heartbeat_s: float = 1.0,
         curve_keys: str | None = None,
+        allow_from: Iterable[str] = (),
     ) -> None:
         self.server = control.endpoint(server)
         self.curve_keys = curve_keys
         self.domain = native_tsc.domain_id()
         self.hz = native_tsc.frequency_hz()
-        self.responder = Responder(probe_bind, probe_port)
+        self.allow_from = tuple(control.check_ipv4(h) for h in allow_from)
+        # Nobody but allow_from is answered until the coordinator names a run's agents.
+        self.responder = Responder(probe_bind, probe_port, allow=self.allow_from)
+        self.probe_key: bytes | None = None
         host, port = self.responder.address
         if advertise and ":" in advertise:
             # HOST:PORT when peers reach the probe port through a relay or a port mapping.
@@ -57,6 +96,10 @@ class Agent:
         if self.advertise == "0.0.0.0":
             raise ValueError("probe address 0.0.0.0 cannot be reached: pass --advertise with this node's IP")
         self.port = port
+        # Where this agent's probes leave from, for its peers' allow-lists: the bound address, else the
+        # advertised one (the kernel picks the source of a socket on 0.0.0.0, normally that address).
+        self.probe_bind = probe_bind
+        self.src = self.advertise if probe_bind == "0.0.0.0" else control.check_ipv4(probe_bind)
         self.heartbeat_s = heartbeat_s
         self._stop = threading.Event()
         self.tasks_done = 0
@@ -75,6 +118,7 @@ class Agent:
                     "hz": self.hz,
                     "host": self.advertise,
                     "port": self.port,
+                    "src": self.src,
                 }
             )
         )
@@ -121,10 +165,9 @@ class Agent:
                 except ValueError:
                     continue
                 heard = True
-                if header["op"] == "probe":
+                if header["op"] in ("registered", "peers", "probe"):
                     refused_since = None
-                    sock.send_multipart(self._probe(header))
-                    self.tasks_done += 1
+                    self._dispatch(sock, header)
                 elif header["op"] == "error":
                     # a refused registration (its domain held by a live agent): the holder may be this
                     # agent's own crashed predecessor, silent for 5 s at most, so retry before failing
@@ -138,6 +181,46 @@ class Agent:
             watch.close()
             sock.close(0)
             self.responder.close()
+
+    def _dispatch(self, sock: zmq.Socket[bytes], header: dict[str, Any]) -> None:
+        """Handle one message of the coordinator's: its acknowledgement, a run's peers, a probe task."""
+        op = header["op"]
+        if op == "registered":
+            # A malformed key changes nothing here: the run's peers message carries it again, and that
+            # failure goes back to the coordinator, which fails the agent's pairs naming it.
+            with contextlib.suppress(ValueError):
+                self._set_key(parse_probe_key(header))
+        elif op == "peers":
+            sock.send_multipart(self._peers(header))
+        elif op == "probe":
+            sock.send_multipart(self._probe(header))
+            self.tasks_done += 1
+
+    def _set_key(self, key: bytes | None) -> None:
+        self.probe_key = key
+        self.responder.set_key(key)
+
+    def _peers(self, header: dict[str, Any]) -> list[bytes]:
+        """Answer the run's agents (and ``allow_from``) from now on; acknowledge, or say what was wrong."""
+        run = header.get("run")
+        reply: dict[str, Any] = {"op": "peers_ok", "run": run if isinstance(run, int) else -1}
+        try:
+            key = parse_probe_key(header)
+            hosts = parse_peers(header)
+            if key is not None:
+                self._set_key(key)
+            self.responder.set_allowed([*self.allow_from, *hosts])
+        except ValueError as e:
+            reply["error"] = str(e)
+        return control.pack(reply)
+
+    def _initiator_bind(self, host: str) -> str | None:
+        """The address probes to ``host`` leave from: the one peers were told (``src``) where it can be."""
+        if host.startswith("127."):
+            return None  # loopback: the initiator's default, 127.0.0.1
+        if self.probe_bind == "0.0.0.0" or self.probe_bind.startswith("127."):
+            return "0.0.0.0"
+        return self.probe_bind
 
     def _probe(self, task: dict[str, Any]) -> list[bytes]:
         try:
@@ -157,7 +240,8 @@ class Agent:
                 count,
                 timeout_ms=timeout_ms,
                 gap_us=gap_us,
-                bind=None if host.startswith("127.") else "0.0.0.0",
+                bind=self._initiator_bind(host),
+                key=self.probe_key,
             )
             initiator_cpu = time.thread_time_ns() - cpu0
         except (ValueError, OSError) as e:

@@ -4,6 +4,12 @@ One ZeroMQ ROUTER socket (127.0.0.1 by default) carries everything. Pairs are
 probed one at a time so probes of different pairs never compete for the CPU
 or the network. Results stream back to the client that asked for the run,
 one message per pair, then ``done``.
+
+Agents' probe responders answer nobody until told whom to answer: a run first
+sends every agent in it the run's addresses (``peers``) and waits for each
+acknowledgement (``peers_ok``) before the first probe task. With keys, the
+coordinator makes a random probe key at start and hands it to each agent over
+the encrypted channel (in the registration acknowledgement and in ``peers``).
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import re
+import secrets
 import threading
 import time
 from collections import deque
@@ -30,6 +37,8 @@ _PHASE_RE = re.compile(r"^[A-Za-z0-9_\-]{1,32}$")
 AGENT_STALE_S = 5.0
 MAX_AGENTS = 256  # registered agents; stale ones make room, past that a registration is refused
 MAX_FRAMES = 3  # identity, header, rows: frames past this are read and dropped
+PEERS_ACK_S = 5.0  # how long a run waits for each agent to confirm whom its responder answers
+PROBE_KEY_BYTES = 16
 
 
 class Refused(ValueError):
@@ -51,6 +60,7 @@ class _AgentInfo:
     host: str
     port: int
     seen: float
+    src: str  # where its probes leave from, as it says (its peers' responders answer this address)
 
 
 @dataclass
@@ -64,6 +74,9 @@ class _Run:
     current: tuple[int, str, str, float] | None = None  # task id, initiator, responder, deadline
     pairs: int = 0
     failed: int = 0
+    run_id: int = 0
+    waiting: dict[str, float] = field(default_factory=dict)  # agents yet to confirm peers: deadline
+    unready: dict[str, str] = field(default_factory=dict)  # agents that did not: why
 
 
 class Coordinator:
@@ -77,6 +90,8 @@ class Coordinator:
         self.failures = 0  # messages whose handling raised something unexpected
         self._run: _Run | None = None
         self._ids = itertools.count(1)
+        # Probes are keyed only with keys: without them the control channel could not keep it secret.
+        self._probe_key = secrets.token_bytes(PROBE_KEY_BYTES) if curve_keys else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -161,6 +176,8 @@ class Coordinator:
             raise ValueError("bad frequency")
         host = control.check_probe_host(control.str_field(header, "host", 64))
         port = control.int_field(header, "port", control.MIN_PROBE_PORT, 65535)
+        # An agent that does not say where its probes leave from sends them from its probe host.
+        src = control.check_probe_host(control.str_field(header, "src", 64)) if "src" in header else host
         now = time.monotonic()
         old = self.agents.get(dom)
         if old is not None and old.identity != ident and now - old.seen < AGENT_STALE_S:
@@ -170,9 +187,12 @@ class Coordinator:
                 del self.agents[stale]
             if len(self.agents) >= MAX_AGENTS:
                 raise Refused(f"the coordinator has {MAX_AGENTS} live agents, its limit")
-        self.agents[dom] = _AgentInfo(ident, dom, float(hz), host, port, now)
+        self.agents[dom] = _AgentInfo(ident, dom, float(hz), host, port, now, src)
         # acknowledged, so a keyed agent that hears nothing at all knows its handshake failed
-        self._send(ident, {"op": "registered", "domain": dom})
+        self._send(ident, {"op": "registered", "domain": dom, **self._key_field()})
+
+    def _key_field(self) -> dict[str, str]:
+        return {} if self._probe_key is None else {"probe_key": self._probe_key.hex()}
 
     def _handle(self, ident: bytes, frames: list[bytes]) -> None:
         try:
@@ -199,6 +219,8 @@ class Coordinator:
                 self._start_run(ident, header)
             elif op == "result":
                 self._result(ident, header, rows)
+            elif op == "peers_ok":
+                self._peers_ok(ident, header)
         except Refused as e:
             self.refused += 1
             self._send(ident, {"op": "error", "error": str(e)})
@@ -225,6 +247,49 @@ class Coordinator:
             client, {"op": "started", "pairs": len(run.tasks), "domains": {a.domain: a.hz for a in live}}
         )
         self._run = run
+        self._send_peers(run, live)
+
+    def _send_peers(self, run: _Run, live: list[_AgentInfo]) -> None:
+        """Tell every agent of the run whom its responder answers; tasks wait for their acknowledgements.
+
+        The list holds each agent's probe host and the source it probes from: loopback agents are
+        listed as registered, and a relay in front of a responder is answered when it sends from the
+        host it is reached at (other relays: the agent's ``allow_from``).
+        """
+        run.run_id = next(self._ids)
+        hosts = sorted({a.host for a in live} | {a.src for a in live})
+        msg = {"op": "peers", "run": run.run_id, "hosts": hosts, **self._key_field()}
+        deadline = time.monotonic() + PEERS_ACK_S
+        for a in live:
+            run.waiting[a.domain] = deadline
+            self._send(a.identity, msg)
+
+    def _peers_ok(self, ident: bytes, h: dict[str, Any]) -> None:
+        run = self._run
+        if run is None or not run.waiting or h.get("run") != run.run_id:
+            return  # late or forged: ignore
+        dom = next((d for d in run.waiting if self.agents.get(d) and self.agents[d].identity == ident), None)
+        if dom is None:
+            return
+        del run.waiting[dom]
+        if "error" in h:
+            run.unready[dom] = f"agent {dom} could not set whom to answer: {str(h['error'])[:200]}"
+        if not run.waiting:
+            self._begin_tasks()
+
+    def _begin_tasks(self) -> None:
+        """Fail the pairs of agents that did not confirm their peers, then dispatch the rest."""
+        run = self._run
+        assert run is not None
+        if run.unready:
+            kept: deque = deque()
+            for ini, resp in run.tasks:
+                why = run.unready.get(ini) or run.unready.get(resp)
+                if why is None:
+                    kept.append((ini, resp))
+                else:
+                    self._pair_failed(ini, resp, why)
+            run.tasks = kept
         self._next()
 
     def _next(self) -> None:
@@ -290,6 +355,12 @@ class Coordinator:
 
     def _check_timeout(self) -> None:
         run = self._run
+        if run is not None and run.waiting and time.monotonic() > min(run.waiting.values()):
+            for dom in run.waiting:
+                run.unready[dom] = f"agent {dom} did not confirm whom to answer within {PEERS_ACK_S:.0f} s"
+            run.waiting.clear()
+            self._begin_tasks()
+            return
         if run is not None and run.current is not None and time.monotonic() > run.current[3]:
             _, ini, resp, _ = run.current
             run.current = None

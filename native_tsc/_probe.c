@@ -44,7 +44,7 @@
 #define PKT_MAGIC 0x42525043u /* "CPRB" little-endian */
 #define PKT_VERSION 1
 #define PKT_VERSION_KEYED 2
-#define MAX_ALLOW 256 /* allowed sources: the coordinator's agent limit */
+#define MAX_ALLOW 512 /* allowed sources: two per agent (reached at, probes from) of the coordinator's 256 */
 #define TYPE_REQUEST 1
 #define TYPE_REPLY 2
 #define MAX_PROBES 1000000
