@@ -42,6 +42,7 @@ from typing import Any
 
 import orjson
 from bench_common import make_table
+from proc_cpu import CpuByRole
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -448,11 +449,60 @@ def _progress(console: Any) -> Callable[[Any], None]:
     return progress
 
 
+def _wall(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+class TrialWindows:
+    """Wraps a target's offer: each trial's time window and the micro-batches Spark started in it."""
+
+    def __init__(self, offer: Any, query: Any) -> None:
+        self.offer, self.query = offer, query
+        self.trials: list[dict[str, Any]] = []
+
+    def __call__(self, rate: float, duration: float) -> dict[str, Any]:
+        t0, w0 = time.monotonic(), time.time()
+        try:
+            return dict(self.offer(rate, duration))
+        finally:
+            t1, w1 = time.monotonic(), time.time()
+            batches = [p for p in self.query.recentProgress if w0 <= _wall(p["timestamp"]) < w1]
+            busy_ms = sum(int(p["batchDuration"]) for p in batches)
+            rows = sum(int(p["numInputRows"]) for p in batches)
+            self.trials.append(
+                {
+                    "rate": rate,
+                    "t0": t0,
+                    "t1": t1,
+                    "batches": len(batches),
+                    "spark_rows": rows,
+                    # the share of the trial Spark spent running micro-batches, and its rate while it did
+                    "spark_busy": busy_ms / 1e3 / (w1 - w0),
+                    "spark_rows_per_busy_s": rows / (busy_ms / 1e3) if busy_ms else None,
+                    "add_batch_ms": sum(int(p["durationMs"].get("addBatch", 0)) for p in batches),
+                }
+            )
+
+    def finish(self, cpu: Any, attempts: list[Any]) -> list[dict[str, Any]]:
+        """The trials with the CPU each role used during them and the search's verdict."""
+        # the search's warm-up loads come first and are no attempts
+        verdicts = ["warm-up"] * (len(self.trials) - len(attempts)) + [a.verdict for a in attempts]
+        out = []
+        for tr, verdict in zip(self.trials, verdicts, strict=False):
+            roles = cpu.window(tr["t0"], tr["t1"]) if cpu is not None else {}
+            out.append({**tr, "verdict": verdict, "cpu_cores": roles})
+        return out
+
+
 def search_system(
-    name: str, start: int, spark: Any, work: Path, args: argparse.Namespace, console: Any
+    name: str, start: int, spark: Any, work: Path, args: argparse.Namespace, console: Any, cpu: Any = None
 ) -> dict[str, Any]:
     """Start system ``name``'s query and bisect to its maximum sustainable rate; always stop it."""
     target, q, cleanup = build(name, spark, work)
+    windows = TrialWindows(target.offer, q)
+    target.offer = windows
     try:
         res, _trial, attempts = find_max_rate(
             target,
@@ -474,6 +524,7 @@ def search_system(
         "stopped_because": res.stopped_because,
         "generator_cap": res.generator_cap,
         "attempts": [a.__dict__ for a in attempts],
+        "trials": windows.finish(cpu, attempts),
     }
 
 
@@ -487,10 +538,12 @@ def measure_all(args: argparse.Namespace) -> dict[str, Any]:
     spark = local_session("cloudprofiler-endtoend", conf={"spark.driver.memory": "2g"})
     results: dict[str, Any] = {}
     work = Path(tempfile.mkdtemp(prefix="cp-endtoend-"))
+    cpu = CpuByRole(1.0).__enter__()
     try:
         for i, (name, start) in enumerate(selected_systems(args.only)):
             console.rule(name)
-            results[name] = search_system(name, start, spark, work / f"s{i}", args, console)
+            results[name] = search_system(name, start, spark, work / f"s{i}", args, console, cpu)
+            Console(width=160).print(where_time_goes(name, results[name]["trials"]))
         if not args.only or "rate" in args.only:
             console.rule("Spark rate source (ceiling)")
             results["Spark rate source (no payload)"] = rate_ceiling(spark, work / "rate", 15.0)
@@ -504,8 +557,43 @@ def measure_all(args: argparse.Namespace) -> dict[str, Any]:
             console.print(latency_table(lat))
             results["latency"] = lat
     finally:
+        cpu.__exit__()
         spark.stop()
     return results
+
+
+SHORT = {
+    "generator": "gen",
+    "factory workers": "workers",
+    "factory front end + segment server": "front+seg",
+    "Spark JVM": "JVM",
+    "Spark Python workers": "py workers",
+    "this script": "driver py",
+    "rest of the machine": "others",
+}
+
+
+def where_time_goes(name: str, trials: list[dict[str, Any]]) -> Any:
+    """Per trial: CPU by role (cores, of 2), and how busy Spark was running micro-batches."""
+    cells = []
+    for t in trials:
+        c = t.get("cpu_cores") or {}
+        per_busy = t["spark_rows_per_busy_s"]
+        cells.append(
+            (
+                f"{t['rate']:,.0f}",
+                t["verdict"],
+                *(f"{c.get(k, 0.0):.2f}" for k in SHORT),
+                f"{t['spark_busy']:.0%}",
+                f"{t['batches']}",
+                "-" if per_busy is None else f"{per_busy:,.0f}",
+            )
+        )
+    return make_table(
+        f"{name}: CPU by role during each trial (cores of {os.cpu_count()}) and Spark's micro-batches",
+        ("offered/s", "verdict", *SHORT.values(), "Spark busy", "batches", "Spark rows/busy s"),
+        cells,
+    )
 
 
 def steady_latency(spark: Any, work: Path, rate: float, duration: float, warmup: float) -> dict[str, Any]:
@@ -615,10 +703,13 @@ def main() -> int:
     args = parse_args()
     if args.show:
         doc = json.loads(Path(args.show).read_text())
+        from rich.console import Console
+
+        for name, r in doc["results"].items():
+            if r.get("trials"):
+                Console(width=150).print(where_time_goes(name, r["trials"]))
         report(doc["results"], doc["load_average_start"], doc["duration"], doc["grace"], doc["tolerance"])
         if doc.get("latency"):
-            from rich.console import Console
-
             Console(width=130).print(latency_table(doc["latency"]))
         return 0
     load0 = os.getloadavg()[0]
