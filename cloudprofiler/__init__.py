@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from cp_source.reader_state import ReaderState
@@ -47,4 +48,15 @@ def wait_for_factory(spool: str, query: Any = None, timeout: float = 120.0) -> R
     return state
 
 
-__all__ = ["ReaderState", "register", "wait_for_factory"]
+def source_status(spool: str | os.PathLike[str], query: Any = None) -> dict[str, Any]:
+    """Backlog, dead letters, losses and the factory's state of the source reading ``spool``.
+
+    Read-only and safe while the query runs; see ``cloudprofiler.source_watch`` and the
+    reader guide's "Watching a query".
+    """
+    from cloudprofiler.source_watch import source_status as status
+
+    return status(spool, query)
+
+
+__all__ = ["ReaderState", "register", "source_status", "wait_for_factory"]

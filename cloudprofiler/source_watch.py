@@ -1,0 +1,197 @@
+"""What a cloudprofiler source holds and has lost, read from its spool: the call behind "watching a query".
+
+PySpark's Python data source API (4.3) gives a streaming reader no way to
+report custom source metrics or a description to ``lastProgress`` (the JVM
+side, ``PythonMicroBatchStream``, does not implement ``ReportsSourceMetrics``
+and its runner protocol has no call for it; see docs/reader.md). So the
+numbers a user wants while a query runs are read here from the spool's own
+files, through the same readers the source uses (``Spool``, its ledger,
+``_reader.json``). Everything is read-only: a running query and its factory
+are never disturbed, and files they replace while being read are read again.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from cp_source.reader_state import process_start_ticks, read_reader_state
+from cp_source.spool import SPOOL_FILE, WORKER_RE, Spool, SpoolMismatchError
+
+READ_ATTEMPTS = 3  # a commit or compaction between two reads makes them disagree: read again
+
+
+def _check_spool(path: Path) -> None:
+    """One line naming the path when it is not a spool."""
+    if not path.exists():
+        raise ValueError(f"spool {path} does not exist: pass the `spool` option of the query's source")
+    if not path.is_dir():
+        raise ValueError(f"spool {path} is not a directory: pass the `spool` option of the query's source")
+    names = os.listdir(path)
+    if SPOOL_FILE not in names and not any(WORKER_RE.match(n) for n in names):
+        raise ValueError(
+            f"{path} is not a cloudprofiler spool (it has no {SPOOL_FILE} and no worker directories)"
+        )
+
+
+def _segments(spool: Spool, after: dict[str, int], upto: dict[str, int]) -> dict[str, int] | None:
+    """Segments, rows and bytes published in (after[w], upto[w]]; None when the manifest has moved on."""
+    out = {"segments": 0, "rows": 0, "bytes": 0}
+    for w, hi in upto.items():
+        lo = after.get(w, -1)
+        segs = spool.segments(w, lo, hi)
+        if [s.number for s in segs] != list(range(lo + 1, hi + 1)):
+            return None  # committed and compacted meanwhile
+        out["segments"] += len(segs)
+        out["rows"] += sum(s.rows for s in segs)
+        out["bytes"] += sum(s.nbytes for s in segs)
+    return out
+
+
+def _why_query_failed(query: Any) -> str | None:
+    """The line of a dead query's exception that says why (the factory's own line when there is one)."""
+    if query is None or query.isActive:
+        return None
+    err = query.exception()
+    if err is None:
+        return None
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    for ln in lines:
+        if "factory failed" in ln:
+            return ln
+    return lines[0] if lines else type(err).__name__
+
+
+def _factory(spool: Spool, per_worker: dict[str, Any], query: Any) -> dict[str, Any]:
+    """The factory's state (ready, starting, paused, stopped or failed, with why) and each worker's."""
+    now = time.time()
+    workers = {
+        w: {
+            "pid": s.pid,
+            # fresh stats and a running process: a worker's last report stays fresh for a second
+            "live": s.live(now) and (s.pid is None or process_start_ticks(s.pid) is not None),
+            "ready": s.ready,
+            "paused": s.paused,
+            "paused_reason": s.counters.get("paused_reason"),
+            "pending_rows": s.pending_rows,
+        }
+        for w, s in per_worker.items()
+    }
+    reader = read_reader_state(spool.root)
+    reader_live = reader is not None and reader.owner_alive()
+    failed = _why_query_failed(query)
+    paused = [f"{w}: {d['paused_reason'] or 'the spool is full (maxSpoolBytes)'}" for w, d in workers.items()
+              if d["live"] and d["paused"]]  # fmt: skip
+    live = [w for w, d in workers.items() if d["live"]]
+    if failed:
+        state, why = "failed", failed
+    elif paused:
+        state, why = "paused", "; ".join(paused)
+    elif workers and all(d["live"] and d["ready"] for d in workers.values()):
+        state, why = "ready", None
+    elif reader_live or live:
+        waiting = [w for w, d in workers.items() if not (d["live"] and d["ready"])]
+        state, why = "starting", f"workers not ready yet: {', '.join(waiting) or 'none started'}"
+    else:
+        state, why = "stopped", "no live reader or factory worker on this spool"
+    return {
+        "state": state,
+        "why": why,
+        "kind": reader.factory if reader else None,
+        "endpoint": reader.factory_endpoint if reader_live and reader else None,
+        "segment_server": reader.segment_server if reader_live and reader else None,
+        "workers": workers,
+    }
+
+
+def _losses(stats: Any) -> dict[str, Any]:
+    """Tuples that did not reach the spool, by where they were lost (exact counts, see SpoolStats)."""
+    by_reason: dict[str, int] = {"in_factory": 0, "before_factory": 0}
+    for reasons in stats.lost_reasons.values():
+        for reason, ranges in reasons.items():
+            by_reason[reason] = by_reason.get(reason, 0) + sum(c for _, c in ranges)
+    return {
+        "dropped_by_generator": sum(int(e.get("dropped", 0)) for e in stats.end_of_stream.values()),
+        "lost_in_transit": stats.lost_in_transit_total,
+        "lost_by_reason": by_reason,
+        "rejected": sum(c for _, c in stats.rejected_ranges),
+        "senders_finished": len(stats.end_of_stream),
+        "senders_open": len(stats.open_senders),
+    }
+
+
+def _offsets(stats: Any, planned: dict[str, int], query: Any) -> dict[str, Any]:
+    from cloudprofiler.spark_local import source_end_offset
+
+    return {
+        "committed": stats.committed,
+        "planned": planned,
+        "latest": stats.latest,
+        "query_end": source_end_offset(query) if query is not None else None,
+    }
+
+
+def _read_once(spool: Spool, query: Any) -> dict[str, Any] | None:
+    stats = spool.stats()
+    workers = list(stats.latest)
+    committed = {w: stats.committed.get(w, -1) for w in workers}
+    planned_all = spool.planned()
+    planned = {w: planned_all.get(w, -1) for w in workers}
+    backlog = _segments(spool, committed, {w: max(stats.latest[w], committed[w]) for w in workers})
+    unread = _segments(spool, planned, {w: max(stats.latest[w], planned[w]) for w in workers})
+    if backlog is None or unread is None:
+        return None
+    return {
+        "spool": str(spool.root),
+        "spool_id": spool.spool_id(),
+        "published": {
+            "rows": stats.rows,
+            "buckets": stats.buckets,
+            "segments": sum(n + 1 for n in stats.latest.values()),
+        },
+        "backlog": backlog,
+        "unread": unread,
+        "spool_bytes": stats.used_bytes,
+        "dead_letters": dict(sorted(stats.deadletters.items())),
+        "dead_letters_total": stats.deadletters_total,
+        "losses": _losses(stats),
+        "offsets": _offsets(stats, planned_all, query),
+        "factory": _factory(spool, stats.per_worker, query),
+    }
+
+
+def source_status(spool: str | os.PathLike[str], query: Any = None) -> dict[str, Any]:
+    """The state of a cloudprofiler source's spool, for watching a query (read-only, safe while it runs).
+
+    ``spool``: the source's ``spool`` option. ``query`` (a StreamingQuery, optional) adds the
+    query's last end offset and, when it died, why. The dict holds:
+
+    * ``published``: rows, buckets and segments the factory has published;
+    * ``backlog``: segments, rows and bytes published and not yet committed by the query
+      (Spark commits a batch when it plans the next one with data, so the last batch read
+      stays here); ``unread``: the part no micro-batch has taken yet (how far behind);
+    * ``dead_letters`` (count per reason) and ``losses``: generator drops, tuples lost in
+      transit (by reason: ``in_factory``, ``before_factory``), rejected tuples, senders finished
+      or still open (their losses are known once their end-of-stream arrives);
+    * ``offsets``: ``committed``, ``planned``, ``latest`` per worker, and ``query_end``;
+    * ``factory``: ``state`` (ready, starting, paused, stopped, failed), ``why`` and per worker.
+
+    Raises ``ValueError`` naming the path when it is not a spool.
+    """
+    path = Path(spool)
+    _check_spool(path)
+    last: Exception | None = None
+    for _ in range(READ_ATTEMPTS):
+        try:
+            status = _read_once(Spool(path), query)
+        except SpoolMismatchError as e:
+            raise ValueError(f"spool {path}: {e}") from None
+        except (FileNotFoundError, ValueError) as e:
+            status, last = None, e  # a file replaced or trimmed between two reads
+        if status is not None:
+            return status
+        time.sleep(0.05)
+    why = f": {last}" if last else " (committed and compacted while being read)"
+    raise RuntimeError(f"spool {path} could not be read consistently in {READ_ATTEMPTS} attempts{why}")
