@@ -567,8 +567,9 @@ SHORT = {
     "factory workers": "workers",
     "factory front end + segment server": "front+seg",
     "Spark JVM": "JVM",
-    "Spark Python workers": "py workers",
-    "this script": "driver py",
+    "Spark Python tasks": "py tasks",
+    "Spark Python driver side": "py driver",
+    "this script": "script",
     "rest of the machine": "others",
 }
 

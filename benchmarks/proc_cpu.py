@@ -4,9 +4,10 @@ A thread samples every ``period`` s the cumulative CPU time (utime + stime) of e
 process below this one and files the increase under a role read from its command
 line: the generator, the factory workers, the process that holds the factory's front
 end and segment server (the factory workers' parent), the Spark JVM, Spark's Python
-workers, this script. ``/proc/stat`` gives the whole machine's busy time beside it, so
-the load of other users shows as "rest of the machine". A process that exits between
-two samples loses at most one period of its CPU.
+workers that run tasks (the source's ``read``, the sink's writes), the other Python
+workers (planning, the sink's commit), this script. ``/proc/stat`` gives the whole
+machine's busy time beside it, so the load of other users shows as "rest of the
+machine". A process that exits between two samples loses at most one period of its CPU.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ ROLES = (
     "factory workers",
     "factory front end + segment server",
     "Spark JVM",
-    "Spark Python workers",
+    "Spark Python tasks",
+    "Spark Python driver side",
     "this script",
     "other children",
 )
@@ -89,8 +91,10 @@ class CpuByRole:
             return "generator"
         if argv and os.path.basename(argv[0]) == "java":
             return "Spark JVM"
+        if "pyspark.worker" in argv:
+            return "Spark Python tasks"
         if any("pyspark" in a for a in argv):
-            return "Spark Python workers"
+            return "Spark Python driver side"
         return "other children"
 
     def _sample(self) -> None:
