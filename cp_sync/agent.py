@@ -216,11 +216,10 @@ class Agent:
 
     def _initiator_bind(self, host: str) -> str | None:
         """The address probes to ``host`` leave from: the one peers were told (``src``) where it can be."""
-        if host.startswith("127."):
-            return None  # loopback: the initiator's default, 127.0.0.1
-        if self.probe_bind == "0.0.0.0" or self.probe_bind.startswith("127."):
-            return "0.0.0.0"
-        return self.probe_bind
+        if self.probe_bind != "0.0.0.0" and host.startswith("127.") == self.probe_bind.startswith("127."):
+            return self.probe_bind
+        # Another scope than the bound address: the kernel picks (loopback: 127.0.0.1).
+        return None if host.startswith("127.") else "0.0.0.0"
 
     def _probe(self, task: dict[str, Any]) -> list[bytes]:
         try:

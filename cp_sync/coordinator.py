@@ -303,7 +303,7 @@ class Coordinator:
                 continue
             tid = next(self._ids)
             # The task's deadline allows every probe its timeout plus the gaps, and a margin.
-            budget = run.rounds * (run.gap_us / 1e6 + 0.002) + 5.0
+            budget = run.rounds * (run.gap_us / 1e6 + run.timeout_ms / 1e3) + 5.0
             run.current = (tid, ini, resp, time.monotonic() + budget)
             self._send(
                 a.identity,
@@ -337,6 +337,14 @@ class Coordinator:
         run.current = None
         if "error" in h or rows is None:
             self._pair_failed(ini, resp, str(h.get("error", "no rows"))[:500])
+        elif len(rows) == 0:
+            # Nothing to sync from, and most likely a responder that does not list this source.
+            self._pair_failed(
+                ini,
+                resp,
+                f"none of {run.rounds} probes was answered: the responder refuses the initiator's source "
+                "(behind a relay? give its agent --probe-allow RELAY_IP), a wrong probe key, or no route",
+            )
         else:
             run.pairs += 1
             self._send(

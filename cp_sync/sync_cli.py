@@ -89,6 +89,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--probe-port", type=int, default=0, help="UDP port for probes (default: any free)")
     a.add_argument("--advertise", help="IPv4 address (or IP:PORT) other agents reach the probe port on")
     a.add_argument(
+        "--probe-allow",
+        metavar="IP",
+        action="append",
+        default=[],
+        help="also answer probes from IP (repeatable): a relay in front of --advertise that forwards from "
+        "its own address; the run's agents are answered without it",
+    )
+    a.add_argument(
         "--curve-keys",
         metavar="DIR",
         help="CurveZMQ keys directory (made by: keys generate --out DIR): connect with the client key in DIR",
@@ -145,7 +153,12 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             agent = Agent(
-                args.server, args.probe_bind, args.probe_port, args.advertise, curve_keys=args.curve_keys
+                args.server,
+                args.probe_bind,
+                args.probe_port,
+                args.advertise,
+                curve_keys=args.curve_keys,
+                allow_from=args.probe_allow,
             )
         except ProbeUnavailable as e:
             # ValueError: one line from the CLI however it was started (also python -m cloudprofiler.cli).

@@ -177,6 +177,8 @@ def _run(ns: dict[str, str], delay_us: int, tmp: Path) -> dict:
                 "7002",
                 "--advertise",
                 "10.201.1.1:7102",
+                "--probe-allow",  # the relay forwards A's probes from M's address on B's side
+                "10.201.2.1",
             ],
             {"CP_TSC_VIRTUAL": B_V.spec()},
         )

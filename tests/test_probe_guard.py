@@ -271,8 +271,10 @@ def test_the_initiator_ignores_replies_without_a_valid_tag(loops: ModuleType) ->
 # -- agents and the coordinator --------------------------------------------
 
 
-def _agent(server: str, name: str, keys: str | None = None) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "cloudprofiler.cli", "sync", "agent", "--server", server]
+def _agent(
+    server: str, name: str, keys: str | None = None, extra: list[str] | None = None
+) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "cloudprofiler.cli", "sync", "agent", "--server", server, *(extra or [])]
     env = dict(os.environ, CP_TSC_VIRTUAL=make_virtual(name, "2.5", 5_000_000_000).spec())
     if keys:
         argv += ["--curve-keys", keys]
@@ -387,5 +389,66 @@ def test_an_agent_that_never_confirms_its_peers_fails_its_pairs(
         assert len(peers) == 1 and peers[0]["hosts"] == ["127.0.0.1"] and "probe_key" not in peers[0]
     finally:
         mute.close(0)
+        _end([real])
+        coord.stop()
+
+
+def test_agents_on_their_own_addresses_refuse_the_rest_of_loopback(tmp_path: Path) -> None:
+    """Agents bound to 127.0.0.2 and .3 probe from those: a run succeeds, 127.0.0.1 gets no answer."""
+    coord = Coordinator("127.0.0.1:0").start()
+    procs = [
+        _agent(coord.address, f"guard-own-{i}", extra=["--probe-bind", f"127.0.0.{i + 2}"]) for i in range(2)
+    ]
+    try:
+        wait_for(lambda: len(list_agents(coord.address)) == 2, 60, "2 agents")
+        res = run_phase(coord.address, "o0", 30, tmp_path / "sync", expect=2)
+        assert res["failures"] == [] and [p["probes"] for p in res["pairs"]] == [30, 30]
+        for a in list_agents(coord.address):
+            assert probe.initiate(a["host"], a["port"], 3, timeout_ms=100, gap_us=0).lost == 3
+            mine = probe.initiate(a["host"], a["port"], 3, timeout_ms=2000, gap_us=0, bind="127.0.0.3")
+            assert mine.lost == 0
+    finally:
+        _end(procs)
+        coord.stop()
+
+
+def test_a_pair_without_one_answered_probe_fails_naming_why(tmp_path: Path) -> None:
+    """A peer whose responder never answers: its pair is a failure that says why, not a pair of 0 probes."""
+    coord = Coordinator("127.0.0.1:0").start()
+    real = _agent(coord.address, "guard-real")
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # the fake agent's responder: never answers
+    silent.bind(("127.0.0.1", 0))
+    fake = zmq.Context.instance().socket(zmq.DEALER)
+    control.configure(fake)
+    fake.connect(coord.address)
+    stop = threading.Event()
+
+    def serve() -> None:
+        hello = {"op": "register", "domain": "guard-fake", "hz": 1e9, "host": "127.0.0.1"}
+        fake.send_multipart(control.pack({**hello, "port": silent.getsockname()[1]}))
+        while not stop.is_set():
+            if fake.poll(100):
+                h, _ = control.unpack(fake.recv_multipart())
+                if h["op"] == "peers":
+                    fake.send_multipart(control.pack({"op": "peers_ok", "run": h["run"]}))
+                elif h["op"] == "probe":
+                    fake.send_multipart(control.pack({"op": "result", "task": h["task"], "error": "no loop"}))
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        wait_for(lambda: len(list_agents(coord.address)) == 2, 60, "2 agents")
+        res = run_phase(coord.address, "f0", 5, tmp_path / "sync", expect=2, timeout_ms=50)
+        assert res["pairs"] == []
+        assert sorted(res["failures"]) == [
+            "guard-fake -> guard-real: no loop",
+            "guard-real -> guard-fake: none of 5 probes was answered: the responder refuses the initiator's "
+            "source (behind a relay? give its agent --probe-allow RELAY_IP), a wrong probe key, or no route",
+        ]
+    finally:
+        stop.set()
+        t.join(5)
+        fake.close(0)
+        silent.close()
         _end([real])
         coord.stop()
