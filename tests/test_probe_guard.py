@@ -300,28 +300,37 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(params=["plain", "keyed"])
-def cluster(request: pytest.FixtureRequest, keys: Path) -> Iterator[tuple[Coordinator, str | None]]:
-    """A coordinator in this process and two agent processes, with keys or without."""
+def cluster(request: pytest.FixtureRequest, keys: Path) -> Iterator[tuple[str, str | None]]:
+    """A coordinator process and two agent processes, with keys or without: (address, keys).
+
+    The coordinator runs in its own process: a process accepts the clients of one keys directory, and
+    other test modules' keyed servers may run in this one.
+    """
     k = str(keys) if request.param == "keyed" else None
-    coord = Coordinator("127.0.0.1:0", curve_keys=k).start()
-    procs = [_agent(coord.address, f"guard-{request.param}-{i}", k) for i in range(2)]
+    argv = [sys.executable, "-m", "cloudprofiler.cli", "sync", "serve", "--bind", "127.0.0.1:0"]
+    coord = subprocess.Popen(argv + (["--curve-keys", k] if k else []), stdout=subprocess.PIPE, text=True)
+    procs = [coord]
     try:
-        wait_for(lambda: len(list_agents(coord.address, curve_keys=k)) == 2, 60, "2 agents")
-        yield coord, k
+        assert coord.stdout is not None
+        line = coord.stdout.readline()
+        assert line.startswith("sync coordinator listening on "), line
+        address = line.split()[-1]
+        procs += [_agent(address, f"guard-{request.param}-{i}", k) for i in range(2)]
+        wait_for(lambda: len(list_agents(address, curve_keys=k)) == 2, 60, "2 agents")
+        yield address, k
     finally:
         _end(procs)
-        coord.stop()
 
 
-def test_agents_answer_only_the_runs_agents(cluster: tuple[Coordinator, str | None], tmp_path: Path) -> None:
-    coord, k = cluster
-    agents = list_agents(coord.address, curve_keys=k)
+def test_agents_answer_only_the_runs_agents(cluster: tuple[str, str | None], tmp_path: Path) -> None:
+    address, k = cluster
+    agents = list_agents(address, curve_keys=k)
     targets = [(a["host"], a["port"]) for a in agents]
-    key = None if k is None else _registered_key(coord.address, k)
+    key = None if k is None else _registered_key(address, k)
     # Before any run an agent answers nobody, not even a loopback prober with the right key.
     for host, port in targets:
         assert probe.initiate(host, port, 3, timeout_ms=100, gap_us=0, key=key).lost == 3
-    res = run_phase(coord.address, "g0", 50, tmp_path / "sync", expect=2, curve_keys=k)
+    res = run_phase(address, "g0", 50, tmp_path / "sync", expect=2, curve_keys=k)
     assert res["failures"] == [] and len(res["pairs"]) == 2
     assert all(p["probes"] == 50 and p["lost"] == 0 for p in res["pairs"])
     for host, port in targets:
