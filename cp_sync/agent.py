@@ -14,6 +14,7 @@ every probe carries a SipHash-2-4 tag under it.
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 import time
 from collections.abc import Iterable
@@ -58,6 +59,17 @@ def parse_peers(header: dict[str, Any]) -> list[str]:
     return [control.check_ipv4(h) for h in hosts]
 
 
+def _source_towards(server: str) -> str:
+    """This host's IPv4 address towards ``server``'s host, as the kernel would pick it (nothing is sent)."""
+    host = server[len("tcp://") :].rpartition(":")[0]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((host, 9))  # a UDP connect only chooses the route and the source
+        except OSError as e:
+            raise ValueError(f"cannot tell the probe source address towards {host}: {e}") from None
+        return str(s.getsockname()[0])
+
+
 class Agent:
     """Registers with ``server`` and serves probe tasks until ``stop()``.
 
@@ -88,6 +100,7 @@ class Agent:
         self.responder = Responder(probe_bind, probe_port, allow=self.allow_from)
         self.probe_key: bytes | None = None
         host, port = self.responder.address
+        relayed = bool(advertise and ":" in advertise)
         if advertise and ":" in advertise:
             # HOST:PORT when peers reach the probe port through a relay or a port mapping.
             advertise, _, port_s = advertise.rpartition(":")
@@ -96,10 +109,13 @@ class Agent:
         if self.advertise == "0.0.0.0":
             raise ValueError("probe address 0.0.0.0 cannot be reached: pass --advertise with this node's IP")
         self.port = port
-        # Where this agent's probes leave from, for its peers' allow-lists: the bound address, else the
-        # advertised one (the kernel picks the source of a socket on 0.0.0.0, normally that address).
+        # Where this agent's probes leave from, for its peers' allow-lists: the bound address; on 0.0.0.0
+        # the advertised one, unless that is a relay's (HOST:PORT), then the address towards the server.
         self.probe_bind = probe_bind
-        self.src = self.advertise if probe_bind == "0.0.0.0" else control.check_ipv4(probe_bind)
+        if probe_bind != "0.0.0.0":
+            self.src = control.check_ipv4(probe_bind)
+        else:
+            self.src = _source_towards(self.server) if relayed else self.advertise
         self.heartbeat_s = heartbeat_s
         self._stop = threading.Event()
         self.tasks_done = 0

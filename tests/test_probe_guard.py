@@ -461,3 +461,77 @@ def test_a_pair_without_one_answered_probe_fails_naming_why(tmp_path: Path) -> N
         silent.close()
         _end([real])
         coord.stop()
+
+
+def _free_udp_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("allow_relay", [False, True], ids=["relay-refused", "relay-allowed"])
+def test_a_relay_that_forwards_from_its_own_address_needs_probe_allow(
+    allow_relay: bool, tmp_path: Path
+) -> None:
+    """B is reached through a relay on 127.0.0.4 that forwards from 127.0.0.1, an address no agent has."""
+    coord = Coordinator("127.0.0.1:0").start()
+    relay_port = _free_udp_port("127.0.0.4")
+    b_port = _free_udp_port("127.0.0.5")
+    relay_argv = [sys.executable, str(Path(__file__).with_name("delay_relay.py")), "--delay-us", "0"]
+    relay_argv += ["--listen", f"127.0.0.4:{relay_port}", "--target", f"127.0.0.5:{b_port}"]
+    relay = subprocess.Popen(relay_argv, stdout=subprocess.DEVNULL)
+    b_args = [
+        "--probe-bind",
+        "127.0.0.5",
+        "--probe-port",
+        str(b_port),
+        "--advertise",
+        f"127.0.0.4:{relay_port}",
+    ]
+    procs = [
+        relay,
+        _agent(coord.address, "guard-relay-a", extra=["--probe-bind", "127.0.0.2"]),
+        _agent(
+            coord.address,
+            "guard-relay-b",
+            extra=b_args + (["--probe-allow", "127.0.0.1"] if allow_relay else []),
+        ),
+    ]
+    try:
+        wait_for(lambda: len(list_agents(coord.address)) == 2, 60, "2 agents")
+        res = run_phase(coord.address, "r0", 20, tmp_path / "sync", expect=2, timeout_ms=100)
+        done = {(p["initiator"], p["responder"]): p["probes"] for p in res["pairs"]}
+        if allow_relay:
+            assert res["failures"] == [] and done == {
+                ("guard-relay-a", "guard-relay-b"): 20,
+                ("guard-relay-b", "guard-relay-a"): 20,
+            }
+        else:  # B's probes to A go straight; A's reach B from the relay's address, which B refuses
+            assert done == {("guard-relay-b", "guard-relay-a"): 20}
+            assert len(res["failures"]) == 1
+            assert res["failures"][0].startswith(
+                "guard-relay-a -> guard-relay-b: none of 20 probes was answered"
+            )
+            assert "--probe-allow" in res["failures"][0]
+    finally:
+        _end(procs)
+        coord.stop()
+
+
+def test_an_agent_registers_where_its_probes_leave_from() -> None:
+    from cp_sync.agent import Agent
+
+    cases = [
+        ({"probe_bind": "127.0.0.2"}, "127.0.0.2"),  # bound: its probes leave from there
+        ({"probe_bind": "0.0.0.0", "advertise": "10.1.2.3"}, "10.1.2.3"),  # this node's address
+        ({"probe_bind": "0.0.0.0", "advertise": "10.1.2.3:7000"}, "127.0.0.1"),  # a relay's: the route's
+    ]
+    for kw, src in cases:
+        a = Agent("127.0.0.1:5599", **kw)
+        try:
+            assert a.src == src, kw
+            assert a.responder.allowed == ()  # nobody is answered before a run lists its agents
+        finally:
+            a.responder.close()
+    with pytest.raises(ValueError, match="not an IPv4 address: 'nohost'"):
+        Agent("127.0.0.1:5599", allow_from=["nohost"])
