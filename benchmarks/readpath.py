@@ -273,6 +273,9 @@ def _first_rows_s(q: Any, t0: float, timeout: float = 180.0) -> float:
     """Seconds from ``t0`` until the query's progress shows a finished micro-batch with rows."""
     while time.monotonic() < t0 + timeout:
         if any(int(p["numInputRows"]) > 0 for p in q.recentProgress):
+            from cp_source.startup_trace import mark
+
+            mark("bench: first rows seen")
             return time.monotonic() - t0
         if not q.isActive:
             raise RuntimeError(f"query stopped: {q.exception()}")
@@ -288,14 +291,21 @@ def _ours_live(spark: Any, work: Path, name: str, rate: float, seconds: float, b
 
     import cloudprofiler
     from cp_source.generator import run_generator
+    from cp_source.reader_state import wait_reader_state
+    from cp_source.startup_trace import mark
 
     spool = work / f"{name}-spool"
     df = spark.readStream.format("cloudprofiler").option("endpoint", "tcp://127.0.0.1:0")
     df = df.option("spool", str(spool)).load()
     ckpt = tempfile.mkdtemp(prefix="ckpt-", dir=work)
     t0 = time.monotonic()
+    mark("bench: start()")
     q = df.writeStream.format("noop").option("checkpointLocation", ckpt).start()
+    mark("bench: start() returned")
+    wait_reader_state(str(spool), 120.0)
+    mark("bench: reader state live")
     state = cloudprofiler.wait_for_factory(str(spool), q)
+    mark("bench: wait_for_factory returned")
     ready = time.monotonic() - t0
     gen = threading.Thread(
         target=run_generator, args=(state.factory_endpoint, rate, seconds), kwargs={"bucket": bucket}
@@ -304,26 +314,67 @@ def _ours_live(spark: Any, work: Path, name: str, rate: float, seconds: float, b
     return q, t0, ready, gen
 
 
-def startup(spark: Any, work: Path, rounds: int = 2) -> list[dict[str, Any]]:
-    """Seconds from start() to the first micro-batch with rows: Spark's rate source, then ours."""
+def _batches(q: Any, wall0: float, n: int = 3) -> list[dict[str, Any]]:
+    """The query's first ``n`` micro-batches: start (s after ``wall0``), rows and phases (ms)."""
+    from datetime import datetime
+
+    out = []
+    for p in q.recentProgress[:n]:
+        at = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+        out.append(
+            {
+                "batch": int(p["batchId"]),
+                "start_s": round(at - wall0, 3),
+                "rows": int(p["numInputRows"]),
+                "ms": dict(p["durationMs"]),
+            }
+        )
+    return out
+
+
+def _timeline(path: str, wall0: float, wall1: float) -> list[tuple[float, int, str]]:
+    """The trace's events between ``wall0`` and ``wall1``, as seconds after ``wall0``."""
+    from cp_source.startup_trace import read_trace
+
+    return [(round(t - wall0, 3), pid, ev) for t, pid, ev in read_trace(path) if wall0 - 5 <= t <= wall1]
+
+
+def startup(spark: Any, work: Path, rounds: int = 2, trace: str | None = None) -> list[dict[str, Any]]:
+    """Seconds from start() to the first micro-batch with rows: Spark's rate source, then ours.
+
+    With ``trace`` (the file of ``CLOUDPROFILER_STARTUP_TRACE``) each round also keeps the timeline
+    of our query's start-up and the first micro-batches of both queries."""
     out = []
     for i in range(rounds):
         df = spark.readStream.format("rate").option("rowsPerSecond", 50_000).load()
         ckpt = tempfile.mkdtemp(prefix="ckpt-", dir=work)
-        t0 = time.monotonic()
+        t0, rate_wall0 = time.monotonic(), time.time()
         q = df.writeStream.format("noop").option("checkpointLocation", ckpt).start()
         rate_s = _first_rows_s(q, t0)
         q.stop()
+        rate_batches = _batches(q, rate_wall0)
+        wall0 = time.time()
         q, t0, ready, gen = _ours_live(spark, work, f"start{i}", 50_000, 4.0)
         ours_s = _first_rows_s(q, t0)
+        wall1 = time.time()
+        gen.join()  # before stop(): a stopped factory leaves the generator waiting for its EOS ack
         q.stop()
-        gen.join()
         row = {
             "round": i + 1,
+            "load_average": os.getloadavg()[0],
             "rate_first_rows_s": rate_s,
             "ours_factory_ready_s": ready,
             "ours_first_rows_s": ours_s,
+            "rate_batches": rate_batches,
+            "ours_batches": _batches(q, wall0),
         }
+        if trace:
+            row["timeline"] = _timeline(trace, wall0, wall1)
+            for t, pid, ev in row["timeline"]:
+                print(f"  {t:7.3f} s  {pid:>7}  {ev}")
+            for label in ("rate_batches", "ours_batches"):
+                for b in row[label]:
+                    print(f"  {label} {b}")
         print(f"start-up round {i + 1}: rate {rate_s:.2f}s, ours {ours_s:.2f}s (factory ready {ready:.2f}s)")
         out.append(row)
     return out
@@ -398,6 +449,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=2, help="runs per row, best kept (default 2)")
     ap.add_argument("--sections", default="throughput,startup,floor", help="which parts to run")
     ap.add_argument("--floor-seconds", type=float, default=15.0, help="seconds per per-batch floor query")
+    ap.add_argument("--rounds", type=int, default=2, help="start-up rounds (default 2)")
+    ap.add_argument("--trace", action="store_true", help="start-up: print where the time goes")
     args = ap.parse_args()
     sections = set(args.sections.split(","))
     from cloudprofiler.spark_local import local_session
@@ -410,6 +463,12 @@ def main() -> int:
     }
     with tempfile.TemporaryDirectory(prefix="readpath-") as tmp:
         work = Path(tmp)
+        trace = None
+        if args.trace:
+            from cp_source.startup_trace import TRACE_ENV
+
+            trace = str(work / "startup-trace.txt")
+            os.environ[TRACE_ENV] = trace  # before the session: Spark's Python workers inherit it
         info = prefill(work / "spool", args.rows, args.rate)
         print(f"prefilled {info['rows']:,} rows in {info['segments']} segments ({info['fill_s']:.1f}s)")
         doc["spool"] = info
@@ -422,7 +481,7 @@ def main() -> int:
             if "throughput" in sections:
                 doc["rows"] = measure(spark, work, work / "spool", files, info["rows"], args.repeat)
             if "startup" in sections:
-                doc["startup"] = startup(spark, work)
+                doc["startup"] = startup(spark, work, args.rounds, trace)
             if "floor" in sections:
                 doc["floor"] = floor(spark, work, files[0], info["rows"], args.floor_seconds)
         finally:

@@ -49,6 +49,7 @@ from cp_source.factory_front import MAX_FRAMES, FrontEnd, read_front_ledger, rec
 from cp_source.private_dirs import ensure_private_dir
 from cp_source.spool import SegmentWriter, Spool, spool_bytes
 from cp_source.spool_ledger import WorkerState
+from cp_source.startup_trace import mark, mark_process_start
 from cp_source.workloads import Workload, resolve
 from native_tsc import curve_keys as ck
 
@@ -165,7 +166,9 @@ class FactoryWorker:
         self.fields = self.workload.fields
         self.schema = self.workload.schema
         self.acc = make_accumulator(self.workload, cfg.parser)
+        mark(f"worker {cfg.worker}: parser imported")
         self._warm_up()
+        mark(f"worker {cfg.worker}: warm-up parse done")
         self.writer = SegmentWriter(
             cfg.spool, cfg.worker, lock_timeout=cfg.lock_timeout, durability=cfg.durability
         )
@@ -371,6 +374,7 @@ class FactoryWorker:
         sock.setsockopt(zmq.MAXMSGSIZE, 2 * self.cfg.max_frame_bytes + 4096)  # as the front end's cap
         sock.connect(self.cfg.backend)
         self.write_stats()
+        mark(f"worker {self.cfg.worker}: ready")
         flush_s = self.cfg.flush_ms / 1000
         next_stats = time.monotonic() + 0.2
         used = spool_bytes(self.cfg.spool)
@@ -422,8 +426,21 @@ class FactoryWorker:
         self.writer.close()
 
 
+def skip_scipy() -> None:
+    """Make ``import scipy`` fail in this process (a factory worker), unless it is already imported.
+
+    numba's first compile or cache load imports ``scipy.linalg`` only to learn whether ``np.dot``
+    has a BLAS (``numba.np.arraymath``); the parsers use none. That import (with numpy.f2py) was
+    0.4 s of an idle worker's start and seconds under load; without scipy numba records "no BLAS".
+    """
+    sys.modules.setdefault("scipy", None)  # type: ignore[arg-type]  # None: "not importable"
+
+
 def worker_main(argv: list[str] | None = None) -> int:
     """Entry point of a worker process (``python -m cp_source.factory ...``)."""
+    mark_process_start("worker")
+    mark("worker: module imported")
+    skip_scipy()
     p = argparse.ArgumentParser(prog="cp_source.factory")
     for name, typ in (
         ("backend", str),
@@ -545,6 +562,7 @@ class FactoryHandle:
             raise
         self._front_end.start()
         self._worker_args = worker_args
+        mark("factory: spawning workers")
         self._procs: list[subprocess.Popen] = [self._spawn(i) for i in range(workers)]
         self._stopped = False
         self._lock = threading.Lock()
@@ -653,6 +671,7 @@ class FactoryHandle:
                     raise TimeoutError(f"factory worker w{i} not ready after {timeout:.0f}s")
                 time.sleep(0.02)
         self._front_end.workers_ready.set()  # from now on the front end acknowledges hellos
+        mark("factory: workers ready")
 
     def _all_ready(self) -> bool:
         return all(

@@ -34,6 +34,7 @@ import zmq
 import native_tsc
 from cp_source import bucket as bk
 from cp_source.sender_link import DEFAULT_READY_TIMEOUT_S, FactoryUnavailable, close_stream, open_link
+from cp_source.startup_trace import mark
 from cp_source.workloads import file_lines, ysb_rows
 
 SEND_HWM = 8  # at least this many buckets may wait in a sender's queue ...
@@ -236,6 +237,7 @@ def run_sender(
     Raises ``FactoryUnavailable`` when no factory acknowledges its hello within ``ready_timeout``
     (its message says so when the CurveZMQ handshake failed: ``curve_keys``, a keys directory).
     """
+    mark(f"sender {sender_id}: started")
     pool = build_payloads(workload, bucket, seed=sender_id if seed is None else seed)
     packer = bk.HeaderPacker(sender_id, native_tsc.domain_id())
     ctx, sock = _open_link(endpoint, packer, rate, bucket, len(pool[0]), hwm, ready_timeout, curve_keys)

@@ -22,6 +22,7 @@ import zmq
 
 import native_tsc
 from cp_source import bucket as bk
+from cp_source.startup_trace import mark
 from native_tsc import curve_keys as ck
 
 DEFAULT_READY_TIMEOUT_S = 10.0
@@ -112,6 +113,7 @@ def _hello(
             f"invalid endpoint {endpoint!r}: {e.strerror} (expected e.g. tcp://127.0.0.1:5555)"
         ) from None
     sock.send_multipart(_control(packer, bk.KIND_HELLO, 0, b""))
+    mark(f"sender {packer.sender_id}: hello sent")
     if not await_ack(sock, packer.sender_id, bk.KIND_HELLO, 0, timeout_s):
         hint = ck.refusal_hint(watch, keyed)
         sock.close(0)
@@ -123,6 +125,7 @@ def _hello(
             f"no factory answered at {endpoint} within {timeout_s:g} s: start the factory (or the query "
             "whose cloudprofiler source embeds it) first, or wait longer (--wait-ready)"
         )
+    mark(f"sender {packer.sender_id}: hello acknowledged")
     return sock
 
 

@@ -23,6 +23,7 @@ driver planned (spool id, worker, number, first tuple id, rows).
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,7 @@ from pyspark.sql.types import StructType
 
 from cp_source.durability import DURABILITY_LEVELS
 from cp_source.reader_state import clear_reader_state, write_reader_state
+from cp_source.startup_trace import mark, mark_process_start
 from native_tsc.stamp_columns import SOURCE, node_column, tsc_column
 
 FETCH_MODES = ("auto", "local", "network")
@@ -50,6 +52,7 @@ SERVER_STATS_FILE = "_segment_server.json"
 READER_LOCK_FILE = "_reader.lock"  # held by the one query whose embedded factory writes the spool
 # A query restarted on its spool may start while the old runner is still stopping its factory.
 READER_LOCK_WAIT_S = 20.0
+FACTORY_READY_TIMEOUT_S = 120.0  # the embedded factory's workers importing and loading the parser
 
 # The reader's options as the docs spell them (Spark passes them lower-cased).
 OPTION_NAMES = (
@@ -269,6 +272,7 @@ def _open_spool(opts: ReaderOptions) -> Any:
 
 
 def _start_factory(opts: ReaderOptions) -> Any:
+    """Bind the endpoint and spawn the workers, without waiting for them to be ready."""
     import zmq
 
     from cp_source.factory import start_factory
@@ -283,6 +287,7 @@ def _start_factory(opts: ReaderOptions) -> Any:
             max_spool_bytes=opts.max_spool_bytes,
             durability=opts.durability,
             curve_keys=opts.curve_keys,
+            wait=False,
         )
     except (zmq.ZMQError, OSError) as e:
         raise ValueError(
@@ -506,6 +511,8 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     partitions are segment ranges."""
 
     def __init__(self, schema: StructType, options: Mapping[str, Any]) -> None:
+        mark_process_start("reader")
+        mark("reader: constructed")
         self.schema = schema
         self.opts = ReaderOptions.parse(options)
         check_schema(schema, self.opts)
@@ -522,9 +529,11 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def _driver(self) -> dict[str, Any]:
         if self._driver_state is not None:
             return self._driver_state
+        mark("reader: driver state begins")
         o = self.opts
         Path(o.spool).mkdir(parents=True, exist_ok=True)
         state: dict[str, Any] = {"factory": None, "server": None, "initial": None, "lock": None}
+        state["publish"] = threading.Lock()  # publishing the reader state vs stop()
         self._driver_state = state
         try:
             state["spool"] = _open_spool(o)
@@ -532,6 +541,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             state["spool_id"] = state["spool"].ensure_spool_id()
             if o.factory == "embedded":
                 state["lock"] = _lock_spool(o)
+                mark("reader: spool opened and locked")
                 state["factory"] = _start_factory(o)
             if o.fetch != "local":
                 from cp_source.segment_server import SegmentServer
@@ -547,11 +557,31 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                     stats_path=os.path.join(o.spool, SERVER_STATS_FILE),
                     curve_keys=o.curve_keys,
                 )
-            self._publish_state(state)
+            if state["factory"] is None:
+                self._publish_state(state)
+            else:
+                # Spark's first micro-batch (planning, starting the executors' Python workers) runs
+                # while the workers warm up; the state is published, and hellos acknowledged, only
+                # once they parse at full speed.
+                state["ready_thread"] = threading.Thread(
+                    target=self._await_factory, args=(state,), name="cp-reader-factory-ready", daemon=True
+                )
+                state["ready_thread"].start()
         except BaseException:
             self.stop()
             raise
         return state
+
+    def _await_factory(self, state: dict[str, Any]) -> None:
+        """Wait for the embedded factory's workers, then publish the reader state (a thread)."""
+        try:
+            state["factory"].wait_ready(FACTORY_READY_TIMEOUT_S)
+            mark("reader: factory ready")
+            with state["publish"]:
+                if not state.get("stopping"):
+                    self._publish_state(state)
+        except Exception as e:  # reported by the next latestOffset, which fails the query with it
+            state["start_error"] = f"the cloudprofiler source's factory did not start: {e}"
 
     def _publish_state(self, state: dict[str, Any]) -> None:
         """Record where the factory and segment server listen, for tools and tests (``_reader.json``)."""
@@ -561,6 +591,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             factory_endpoint=getattr(state["factory"], "endpoint", self.opts.endpoint),
             segment_server=state["server"].endpoint if state["server"] is not None else None,
         )
+        mark("reader: state published")
 
     def _positions(self, offset: Mapping[str, Any]) -> dict[str, int]:
         """An offset Spark hands back, checked to be of this spool, as per-worker segment numbers."""
@@ -585,6 +616,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def initialOffset(self) -> dict:
         # Spark asks again on every trigger until its first batch: the answer must not move.
+        mark("reader: initialOffset")
         state = self._driver()
         if state["initial"] is None:
             state["initial"] = self._starting_positions()
@@ -624,6 +656,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         self._target = self._latest()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        mark("reader: latestOffset")
         self._check_factory()
         start_pos = self._positions(start)
         workers = self._workers(start_pos)
@@ -636,9 +669,12 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def _check_factory(self) -> None:
         """Fail the query when the embedded factory failed (workers kept dying): never go on silently."""
-        factory = self._driver()["factory"]
+        state = self._driver()
+        factory = state["factory"]
         if factory is not None and factory.failure:
             raise RuntimeError(f"the cloudprofiler source's factory failed: {factory.failure}")
+        if state.get("start_error"):
+            raise RuntimeError(state["start_error"])
 
     def _admit(self, workers: list[str], begin: dict[str, int], end: dict[str, int], budget: int) -> dict:
         """Admission control in whole segments: interleave workers so none starves, stop before the
@@ -664,6 +700,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return self._wrap(self._latest())
 
     def partitions(self, start: dict, end: dict) -> list[SegmentRange]:
+        mark("reader: partitions")
         state = self._driver()
         spool = state["spool"]
         start_pos, end_pos = self._positions(start), self._positions(end)
@@ -700,6 +737,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return SegmentRange(worker, chunk, server, o.fetch, o.fetch_timeout, spool_id, o.curve_keys)
 
     def commit(self, end: dict) -> None:
+        mark("reader: commit")
         state = self._driver()
         # Checked twice: here against the id this reader holds, and by the spool under its lock.
         state["spool"].commit(self._positions(end), state["spool_id"])
@@ -708,10 +746,14 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         state, self._driver_state = self._driver_state, None
         if not state:
             return
+        with state["publish"]:
+            state["stopping"] = True  # a factory becoming ready from now on is not announced
         if state.get("server") is not None:
             state["server"].stop()
         if state.get("factory") is not None:
             state["factory"].stop()
+        if state.get("ready_thread") is not None:
+            state["ready_thread"].join(30.0)  # ends once the factory's workers are gone
         if state.get("reader_state") is not None:
             clear_reader_state(self.opts.spool, state["reader_state"])
         if state.get("lock") is not None:
@@ -724,6 +766,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
         import native_tsc
 
+        mark(f"executor: read {len(partition.segments)} segments")
         target = to_arrow_schema(self.schema, timezone="UTC")
         node = pa.scalar(native_tsc.domain_id(), pa.string())
         loader = _SegmentLoader(partition)

@@ -35,3 +35,35 @@ def test_a_shared_fallback_dir_is_not_used(tmp_path: Path) -> None:
     fallback.mkdir()
     fallback.chmod(0o777)
     assert numba_cache_dir(_blocked(tmp_path, "ro-tree"), _blocked(tmp_path, "home"), fallback) is None
+
+
+def test_a_worker_parses_with_the_numba_kernel_without_importing_scipy() -> None:
+    """Factory workers keep numba from importing scipy (its BLAS probe): the kernel still runs."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import sys
+        from cp_source.factory import skip_scipy
+        skip_scipy()
+        import orjson
+        from cp_source.parse_ysb import StringRowParser
+        from cp_source.workloads import resolve
+        fields = resolve("ysb", None).fields
+        rows = [{f.name: f"{f.name}-{i}" for f in fields} for i in range(3)]
+        payload = b"\\n".join(orjson.dumps(r) for r in rows) + b"\\n"
+        batch = StringRowParser(fields).fast(payload, 3)
+        assert batch is not None, "the numba kernel gave up on canonical rows"
+        assert batch.to_pylist() == rows, batch.to_pylist()
+        assert not [m for m in sys.modules if m.startswith("scipy") and sys.modules[m] is not None]
+        print("ok")
+        """
+    )
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": root}
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
