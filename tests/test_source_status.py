@@ -68,7 +68,7 @@ def test_status_counts_published_dead_letters_and_backlog_of_a_query(spark: Any,
     try:
         endpoint = cloudprofiler.wait_for_factory(str(spool), query, timeout=240).factory_endpoint
         st = cloudprofiler.source_status(spool, query)
-        assert st["factory"]["state"] == "ready" and st["factory"]["why"] is None
+        assert st["factory"]["state"] == "ready" and st["factory"]["why"] is None, st["factory"]
         assert st["factory"]["kind"] == "embedded" and st["factory"]["endpoint"] == endpoint
         assert sorted(st["factory"]["workers"]) == ["w0", "w1"]
         assert st["published"]["rows"] == 0 and st["dead_letters"] == {}
@@ -120,7 +120,7 @@ def test_status_of_a_spool_written_by_a_factory_without_a_query(tmp_path: Path) 
         s = _load(f.endpoint, 5_000)
         assert f.wait_drained(120, senders=[int(x["id"]) for x in s["senders"]])
         st = cloudprofiler.source_status(tmp_path / "spool")
-        assert st["factory"]["state"] == "ready"
+        assert st["factory"]["state"] == "ready", st["factory"]
         assert st["published"]["rows"] == s["emitted"]
         # nothing committed: all of it is backlog, none of it taken by a batch
         assert st["backlog"] == st["unread"] and st["backlog"]["rows"] == s["emitted"]
