@@ -403,7 +403,15 @@ def report(
     on = (results.get(KEYS_ON) or {}).get("max_rate")
     if off and on:
         goals["keys on / keys off (fetch network)"] = on / off
-        console.print(f"cost of CurveZMQ keys end to end, fetch network: on / off = {on / off:.2f}")
+        console.print(f"CurveZMQ keys end to end, fetch network: maximum rate on / off = {on / off:.2f}")
+    cpu_off = (results.get(KEYS_OFF) or {}).get("cpu_us_per_tuple") or {}
+    cpu_on = (results.get(KEYS_ON) or {}).get("cpu_us_per_tuple") or {}
+    if cpu_off.get("all of ours") and cpu_on.get("all of ours"):
+        goals["keys on / keys off, CPU per tuple"] = cpu_on["all of ours"] / cpu_off["all of ours"]
+        console.print(
+            "CPU us per tuple over each search, keys off -> on: "
+            + "; ".join(f"{SHORT.get(k, k)} {cpu_off.get(k, 0):.2f} -> {v:.2f}" for k, v in cpu_on.items())
+        )
     return goals
 
 
@@ -464,8 +472,10 @@ class TrialWindows:
 
     def __call__(self, rate: float, duration: float) -> dict[str, Any]:
         t0, w0 = time.monotonic(), time.time()
+        summary: dict[str, Any] = {}
         try:
-            return dict(self.offer(rate, duration))
+            summary = dict(self.offer(rate, duration))
+            return summary
         finally:
             t1, w1 = time.monotonic(), time.time()
             batches = [p for p in self.query.recentProgress if w0 <= _wall(p["timestamp"]) < w1]
@@ -474,6 +484,7 @@ class TrialWindows:
             self.trials.append(
                 {
                     "rate": rate,
+                    "emitted": int(summary.get("emitted", 0)),
                     "t0": t0,
                     "t1": t1,
                     "batches": len(batches),
@@ -503,6 +514,7 @@ def search_system(
     target, q, cleanup = build(name, spark, work)
     windows = TrialWindows(target.offer, q)
     target.offer = windows
+    t_start = time.monotonic()
     try:
         res, _trial, attempts = find_max_rate(
             target,
@@ -525,7 +537,23 @@ def search_system(
         "generator_cap": res.generator_cap,
         "attempts": [a.__dict__ for a in attempts],
         "trials": windows.finish(cpu, attempts),
+        "cpu_us_per_tuple": cpu_per_tuple(cpu, t_start, time.monotonic(), windows.trials),
     }
+
+
+def cpu_per_tuple(cpu: Any, t0: float, t1: float, trials: list[dict[str, Any]]) -> dict[str, float]:
+    """CPU us per emitted tuple by role over a whole search (warm-ups, trials, drains, idle gaps).
+
+    Less sensitive to other load than the maximum rate: what a tuple costs each process,
+    whichever share of the cores it got.
+    """
+    emitted = sum(t["emitted"] for t in trials)
+    if cpu is None or not emitted:
+        return {}
+    cores = cpu.window(t0, t1)
+    per = {k: v * (t1 - t0) / emitted * 1e6 for k, v in cores.items() if k != "rest of the machine"}
+    per["all of ours"] = sum(per.values())
+    return per
 
 
 def measure_all(args: argparse.Namespace) -> dict[str, Any]:
@@ -534,7 +562,7 @@ def measure_all(args: argparse.Namespace) -> dict[str, Any]:
 
     from cloudprofiler.spark_local import local_session
 
-    console = Console()
+    console = Console(width=160)
     spark = local_session("cloudprofiler-endtoend", conf={"spark.driver.memory": "2g"})
     results: dict[str, Any] = {}
     work = Path(tempfile.mkdtemp(prefix="cp-endtoend-"))
@@ -543,7 +571,7 @@ def measure_all(args: argparse.Namespace) -> dict[str, Any]:
         for i, (name, start) in enumerate(selected_systems(args.only)):
             console.rule(name)
             results[name] = search_system(name, start, spark, work / f"s{i}", args, console, cpu)
-            Console(width=160).print(where_time_goes(name, results[name]["trials"]))
+            console.print(where_time_goes(name, results[name]["trials"]))
         if not args.only or "rate" in args.only:
             console.rule("Spark rate source (ceiling)")
             results["Spark rate source (no payload)"] = rate_ceiling(spark, work / "rate", 15.0)
