@@ -478,6 +478,11 @@ class TrialWindows:
             return summary
         finally:
             t1, w1 = time.monotonic(), time.time()
+            # the generator's emission, not its process's start-up (seconds at a high load)
+            end = float(summary.get("end_wall_s") or w1)
+            start = max(w0, end - float(summary.get("elapsed_s") or (end - w0)))
+            if end > start:
+                t0, t1, w0, w1 = t0 + (start - w0), t1 - (w1 - end), start, end
             batches = [p for p in self.query.recentProgress if w0 <= _wall(p["timestamp"]) < w1]
             busy_ms = sum(int(p["batchDuration"]) for p in batches)
             rows = sum(int(p["numInputRows"]) for p in batches)
