@@ -336,23 +336,38 @@ def _timeline(path: str, wall0: float, wall1: float) -> list[tuple[float, int, s
     """The trace's events between ``wall0`` and ``wall1``, as seconds after ``wall0``."""
     from cp_source.startup_trace import read_trace
 
-    return [(round(t - wall0, 3), pid, ev) for t, pid, ev in read_trace(path) if wall0 - 5 <= t <= wall1]
+    return [(round(t - wall0, 3), pid, ev) for t, pid, ev in read_trace(path) if wall0 <= t <= wall1]
 
 
-def startup(spark: Any, work: Path, rounds: int = 2, trace: str | None = None) -> list[dict[str, Any]]:
-    """Seconds from start() to the first micro-batch with rows: Spark's rate source, then ours.
+def _first_rows_of(df: Any, work: Path) -> tuple[float, list[dict[str, Any]]]:
+    """Seconds from start() to the first micro-batch with rows, and the first micro-batches."""
+    ckpt = tempfile.mkdtemp(prefix="ckpt-", dir=work)
+    t0, wall0 = time.monotonic(), time.time()
+    q = df.writeStream.format("noop").option("checkpointLocation", ckpt).start()
+    first = _first_rows_s(q, t0)
+    q.stop()
+    return first, _batches(q, wall0)
+
+
+def startup(
+    spark: Any, work: Path, arrow: tuple[str, int], rounds: int = 2, trace: str | None = None
+) -> list[dict[str, Any]]:
+    """Seconds from start() to the first micro-batch with rows: Spark's rate source, a bare Python
+    DataSource (the floor of any Python source: ``arrow`` is its file and rows), then ours.
 
     With ``trace`` (the file of ``CLOUDPROFILER_STARTUP_TRACE``) each round also keeps the timeline
-    of our query's start-up and the first micro-batches of both queries."""
+    of our query's start-up and the first micro-batches of each query."""
+    from cp_source.stream_reader import ReaderOptions, source_schema
+
+    schema = source_schema(ReaderOptions.parse({}))
+    bare_opts = {"path": arrow[0], "partitions": "2", "batch": "65536", "rows": str(arrow[1])}
     out = []
     for i in range(rounds):
-        df = spark.readStream.format("rate").option("rowsPerSecond", 50_000).load()
-        ckpt = tempfile.mkdtemp(prefix="ckpt-", dir=work)
-        t0, rate_wall0 = time.monotonic(), time.time()
-        q = df.writeStream.format("noop").option("checkpointLocation", ckpt).start()
-        rate_s = _first_rows_s(q, t0)
-        q.stop()
-        rate_batches = _batches(q, rate_wall0)
+        rate_s, rate_batches = _first_rows_of(
+            spark.readStream.format("rate").option("rowsPerSecond", 50_000).load(), work
+        )
+        bare = spark.readStream.schema(schema).format("bare_arrow").options(**bare_opts, trickle="2000")
+        bare_s, bare_batches = _first_rows_of(bare.load(), work)
         wall0 = time.time()
         q, t0, ready, gen = _ours_live(spark, work, f"start{i}", 50_000, 4.0)
         ours_s = _first_rows_s(q, t0)
@@ -363,19 +378,24 @@ def startup(spark: Any, work: Path, rounds: int = 2, trace: str | None = None) -
             "round": i + 1,
             "load_average": os.getloadavg()[0],
             "rate_first_rows_s": rate_s,
+            "bare_first_rows_s": bare_s,
             "ours_factory_ready_s": ready,
             "ours_first_rows_s": ours_s,
             "rate_batches": rate_batches,
+            "bare_batches": bare_batches,
             "ours_batches": _batches(q, wall0),
         }
         if trace:
             row["timeline"] = _timeline(trace, wall0, wall1)
             for t, pid, ev in row["timeline"]:
                 print(f"  {t:7.3f} s  {pid:>7}  {ev}")
-            for label in ("rate_batches", "ours_batches"):
+            for label in ("rate_batches", "bare_batches", "ours_batches"):
                 for b in row[label]:
                     print(f"  {label} {b}")
-        print(f"start-up round {i + 1}: rate {rate_s:.2f}s, ours {ours_s:.2f}s (factory ready {ready:.2f}s)")
+        print(
+            f"start-up round {i + 1}: rate {rate_s:.2f}s, bare {bare_s:.2f}s, ours {ours_s:.2f}s "
+            f"(wait_for_factory {ready:.2f}s)"
+        )
         out.append(row)
     return out
 
@@ -481,7 +501,7 @@ def main() -> int:
             if "throughput" in sections:
                 doc["rows"] = measure(spark, work, work / "spool", files, info["rows"], args.repeat)
             if "startup" in sections:
-                doc["startup"] = startup(spark, work, args.rounds, trace)
+                doc["startup"] = startup(spark, work, (files[0], info["rows"]), args.rounds, trace)
             if "floor" in sections:
                 doc["floor"] = floor(spark, work, files[0], info["rows"], args.floor_seconds)
         finally:
@@ -504,7 +524,9 @@ def print_report(doc: dict[str, Any]) -> None:
         rows = [
             [
                 str(r["round"]),
+                f"{r.get('load_average', 0):.1f}",
                 f"{r['rate_first_rows_s']:.2f}",
+                f"{r.get('bare_first_rows_s', float('nan')):.2f}",
                 f"{r['ours_factory_ready_s']:.2f}",
                 f"{r['ours_first_rows_s']:.2f}",
                 f"{r['ours_first_rows_s'] - r['rate_first_rows_s']:+.2f}",
@@ -513,7 +535,9 @@ def print_report(doc: dict[str, Any]) -> None:
         ]
         cols = [
             "round",
+            "load",
             "rate: first rows s",
+            "bare DataSource: first rows s",
             "ours: wait_for_factory s",
             "ours: first rows s",
             "ours - rate",

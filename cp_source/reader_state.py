@@ -123,7 +123,7 @@ def wait_reader_state(
     spool: str | os.PathLike[str],
     timeout: float,
     why_stopped: Callable[[], str | None] = lambda: None,
-    poll_s: float = 0.05,
+    poll_s: float = 0.02,  # a small file read; a tool waiting here starts its sender this much late
 ) -> ReaderState:
     """Wait for a live reader state in ``spool``.
 

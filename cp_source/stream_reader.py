@@ -7,7 +7,9 @@ Spark runs this class in three kinds of Python processes:
 * one long-lived driver-side process per query and source
   (``python_streaming_source_runner``) calls initialOffset, latestOffset,
   partitions, commit and finally stop: the embedded factory and the segment
-  server live there, created on first use and stopped in ``stop()``;
+  server live there, created on first use and stopped in ``stop()`` (the
+  factory's workers warm up while Spark runs its first micro-batch; the
+  reader state, ``_reader.json``, is published once they are ready);
 * executor Python workers call ``read(partition)``.
 
 So the constructor only parses options; driver-side state is created lazily
