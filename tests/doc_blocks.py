@@ -155,11 +155,14 @@ def run_page(path: Path, workdir: Path, ns: dict[str, Any], bash_timeout: float 
     try:
         with working_directory(workdir):
             for block in page_blocks(path):
+                began = time.monotonic()
                 if block.lang == "python":
                     exec(compile("\n" * (block.line) + block.code, str(path), "exec"), ns)
                 elif block.lang == "bash":
                     shell = shell or BashSession(workdir, path.name)
                     shell.run(block, bash_timeout)
+                if block.lang:  # where a slow page spends its time (pytest -s shows it)
+                    print(f"{path.name}:{block.line} {block.lang} {time.monotonic() - began:.1f} s")
     finally:
         if shell is not None:
             shell.close()
