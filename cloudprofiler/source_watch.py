@@ -85,12 +85,15 @@ def _factory(spool: Spool, per_worker: dict[str, Any], query: Any) -> dict[str, 
     paused = [f"{w}: {d['paused_reason'] or 'the spool is full (maxSpoolBytes)'}" for w, d in workers.items()
               if d["live"] and d["paused"]]  # fmt: skip
     live = [w for w, d in workers.items() if d["live"]]
+    why: str | None
     if failed:
         state, why = "failed", failed
     elif paused:
         state, why = "paused", "; ".join(paused)
-    elif workers and all(d["live"] and d["ready"] for d in workers.values()):
-        state, why = "ready", None
+    elif live and all(workers[w]["ready"] for w in live):
+        # a spool may keep directories of an earlier factory's extra workers: named, not waited for
+        idle = [w for w in workers if w not in live]
+        state, why = "ready", f"not running: {', '.join(idle)}" if idle else None
     elif reader_live or live:
         waiting = [w for w, d in workers.items() if not (d["live"] and d["ready"])]
         state, why = "starting", f"workers not ready yet: {', '.join(waiting) or 'none started'}"
