@@ -277,9 +277,22 @@ def make_keys(work: Path) -> str:
     return str(out)
 
 
+def with_rounds(systems: list[tuple[str, int]], rounds: int) -> list[tuple[str, int]]:
+    """``systems`` with the keys off/on pair searched ``rounds`` times in turn (off, on, off, on...).
+
+    Other load on a shared machine moves a search's result by more than encryption costs; pairs
+    searched in turn, best of each side, compare the two under the most similar conditions.
+    """
+    pair = [s for s in systems if s[0] in (KEYS_OFF, KEYS_ON)]
+    rest = [s for s in systems if s not in pair]
+    more = [(f"{n} #{r + 1}", start) for r in range(1, rounds) for n, start in pair]
+    return rest + pair + more
+
+
 def build(name: str, spark: Any, work: Path) -> tuple[Target, Any, Any]:
     """Start system ``name``'s query; return its target, the query and a cleanup function."""
     work.mkdir(parents=True)
+    name = name.split(" #")[0]  # a later round of the keys pair
     if name == "cloudprofiler source":
         target, q = start_source_query(spark, work, max_spool_bytes=256 << 20, handler="null")
         return target, q, lambda: None
@@ -399,13 +412,18 @@ def report(
     for k, v in goals.items():
         need = 5 if "naive" in k else 2 if "issue 13" in k else 1.5
         console.print(f"{k}: {v:.2f}x -> {'met' if v >= need else 'NOT met'}")
-    off = (results.get(KEYS_OFF) or {}).get("max_rate")
-    on = (results.get(KEYS_ON) or {}).get("max_rate")
+    rounds = {k: [r for n, r in results.items() if n.split(" #")[0] == k] for k in (KEYS_OFF, KEYS_ON)}
+    off = max((r["max_rate"] or 0 for r in rounds[KEYS_OFF]), default=0)
+    on = max((r["max_rate"] or 0 for r in rounds[KEYS_ON]), default=0)
     if off and on:
         goals["keys on / keys off (fetch network)"] = on / off
-        console.print(f"CurveZMQ keys end to end, fetch network: maximum rate on / off = {on / off:.2f}")
-    cpu_off = (results.get(KEYS_OFF) or {}).get("cpu_us_per_tuple") or {}
-    cpu_on = (results.get(KEYS_ON) or {}).get("cpu_us_per_tuple") or {}
+        n = len(rounds[KEYS_ON])
+        console.print(
+            f"CurveZMQ keys end to end, fetch network: maximum rate on / off = {on / off:.2f}"
+            + (f" (best of {n} searches each, in turn)" if n > 1 else "")
+        )
+    cpu_off = _least_cpu(rounds[KEYS_OFF])
+    cpu_on = _least_cpu(rounds[KEYS_ON])
     if cpu_off.get("all of ours") and cpu_on.get("all of ours"):
         goals["keys on / keys off, CPU per tuple"] = cpu_on["all of ours"] / cpu_off["all of ours"]
         console.print(
@@ -413,6 +431,13 @@ def report(
             + "; ".join(f"{SHORT.get(k, k)} {cpu_off.get(k, 0):.2f} -> {v:.2f}" for k, v in cpu_on.items())
         )
     return goals
+
+
+def _least_cpu(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Of several searches, the CPU per tuple of the one that cost least in all (the least disturbed)."""
+    costs = [r.get("cpu_us_per_tuple") or {} for r in runs]
+    costs = [c for c in costs if c.get("all of ours")]
+    return min(costs, key=lambda c: c["all of ours"]) if costs else {}
 
 
 def parse_args() -> argparse.Namespace:
@@ -424,6 +449,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--tolerance", type=float, default=0.1, help="bisection stops within this (default 0.1)")
     ap.add_argument("--max-steps", type=int, default=9)
     ap.add_argument("--only", help="comma-separated subset of systems (default: all)")
+    ap.add_argument(
+        "--keys-rounds", type=int, default=1, help="search the keys off/on pair this many times in turn"
+    )
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "endtoend.json"))
     ap.add_argument("--show", metavar="JSON", help="print the table of a saved result and exit")
     ap.add_argument(
@@ -573,7 +601,7 @@ def measure_all(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="cp-endtoend-"))
     cpu = CpuByRole(1.0).__enter__()
     try:
-        for i, (name, start) in enumerate(selected_systems(args.only)):
+        for i, (name, start) in enumerate(with_rounds(selected_systems(args.only), args.keys_rounds)):
             console.rule(name)
             results[name] = search_system(name, start, spark, work / f"s{i}", args, console, cpu)
             console.print(where_time_goes(name, results[name]["trials"]))
