@@ -16,7 +16,7 @@ from doc_blocks import page_blocks, run_page
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 PAGES = sorted(p.name for p in DOCS.glob("*.md"))
 # Pages that start queries, factories or the demo: tens of seconds per run.
-SLOW = {"quickstart.md", "sink.md", "ingest.md", "channels.md"}
+SLOW = {"quickstart.md", "sink.md", "ingest.md", "channels.md", "reader.md"}
 # Pages whose blocks are not marked yet; their owners mark them (then they run here like the rest).
 NOT_MARKED_YET = {
     "architecture.md": "its data-flow diagram is a fence without a language (```text wanted)",
@@ -41,9 +41,11 @@ def test_every_page_is_covered() -> None:
 
 
 @pytest.mark.parametrize("name", _params())
-def test_page_runs_twice_in_a_row(name: str, spark: Any, tmp_path: Path) -> None:
+def test_page_runs_twice_in_a_row(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     page = DOCS / name
-    page_blocks(page)  # an unmarked block fails the page before anything runs
+    blocks = page_blocks(page)  # an unmarked block fails the page before anything runs
+    # Spark only for pages with Python: a page of commands alone stays in the fast tier
+    spark = request.getfixturevalue("spark") if any(b.lang == "python" for b in blocks) else None
     for run in (1, 2):
         run_page(page, tmp_path, {"spark": spark, "__name__": f"docs_{name}_{run}"})
 
