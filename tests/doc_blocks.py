@@ -87,10 +87,7 @@ class BashSession:
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,  # its own process group: whatever it leaves is stopped with it
-            env={
-                **os.environ,
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-            },
+            env=_with_package(dict(os.environ)),
         )
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.log: list[str] = []
@@ -139,14 +136,26 @@ class BashSession:
         self.proc.wait()
 
 
+def _with_package(env: dict[str, str]) -> dict[str, str]:
+    """``env`` whose Python finds this checkout's packages from any directory, as an installed package."""
+    path = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return {**env, "PYTHONPATH": path}
+
+
 @contextmanager
 def working_directory(path: Path) -> Iterator[None]:
-    old = os.getcwd()
+    """Run in ``path``; child processes (``python -m cloudprofiler.cli``) still find the package."""
+    old, old_env = os.getcwd(), os.environ.get("PYTHONPATH")
     os.chdir(path)
+    os.environ["PYTHONPATH"] = _with_package(dict(os.environ))["PYTHONPATH"]
     try:
         yield
     finally:
         os.chdir(old)
+        if old_env is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old_env
 
 
 def run_page(path: Path, workdir: Path, ns: dict[str, Any], bash_timeout: float = 600.0) -> dict[str, Any]:
