@@ -56,6 +56,10 @@ class BareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """One micro-batch of every row of the file, split into ``partitions`` row ranges."""
 
     def __init__(self, options: dict[str, str]) -> None:
+        from cp_source.startup_trace import mark, mark_process_start
+
+        mark_process_start("bare reader")
+        mark("bare reader: constructed")
         self.path = options["path"]
         self.parts = int(options["partitions"])
         self.batch = int(options["batch"])
@@ -339,13 +343,20 @@ def _timeline(path: str, wall0: float, wall1: float) -> list[tuple[float, int, s
     return [(round(t - wall0, 3), pid, ev) for t, pid, ev in read_trace(path) if wall0 <= t <= wall1]
 
 
-def _first_rows_of(df: Any, work: Path) -> tuple[float, list[dict[str, Any]]]:
+def _first_rows_of(df: Any, work: Path, trace: str | None) -> tuple[float, list[dict[str, Any]]]:
     """Seconds from start() to the first micro-batch with rows, and the first micro-batches."""
+    from cp_source.startup_trace import mark
+
     ckpt = tempfile.mkdtemp(prefix="ckpt-", dir=work)
     t0, wall0 = time.monotonic(), time.time()
+    mark("bench: start()")
     q = df.writeStream.format("noop").option("checkpointLocation", ckpt).start()
     first = _first_rows_s(q, t0)
+    wall1 = time.time()
     q.stop()
+    if trace:
+        for t, pid, ev in _timeline(trace, wall0, wall1):
+            print(f"  {t:7.3f} s  {pid:>7}  {ev}")
     return first, _batches(q, wall0)
 
 
@@ -364,10 +375,10 @@ def startup(
     out = []
     for i in range(rounds):
         rate_s, rate_batches = _first_rows_of(
-            spark.readStream.format("rate").option("rowsPerSecond", 50_000).load(), work
+            spark.readStream.format("rate").option("rowsPerSecond", 50_000).load(), work, None
         )
         bare = spark.readStream.schema(schema).format("bare_arrow").options(**bare_opts, trickle="2000")
-        bare_s, bare_batches = _first_rows_of(bare.load(), work)
+        bare_s, bare_batches = _first_rows_of(bare.load(), work, trace)
         wall0 = time.time()
         q, t0, ready, gen = _ours_live(spark, work, f"start{i}", 50_000, 4.0)
         ours_s = _first_rows_s(q, t0)
