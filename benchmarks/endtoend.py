@@ -422,22 +422,46 @@ def report(
             f"CurveZMQ keys end to end, fetch network: maximum rate on / off = {on / off:.2f}"
             + (f" (best of {n} searches each, in turn)" if n > 1 else "")
         )
-    cpu_off = _least_cpu(rounds[KEYS_OFF])
-    cpu_on = _least_cpu(rounds[KEYS_ON])
-    if cpu_off.get("all of ours") and cpu_on.get("all of ours"):
-        goals["keys on / keys off, CPU per tuple"] = cpu_on["all of ours"] / cpu_off["all of ours"]
+    for rate, costs in cost_at_shared_rates(rounds[KEYS_OFF], rounds[KEYS_ON]).items():
+        off_c, on_c = costs
+        goals[f"keys on / off, CPU per tuple at {rate:,.0f}/s"] = on_c["all of ours"] / off_c["all of ours"]
         console.print(
-            "CPU us per tuple over each search, keys off -> on: "
-            + "; ".join(f"{SHORT.get(k, k)} {cpu_off.get(k, 0):.2f} -> {v:.2f}" for k, v in cpu_on.items())
+            f"CPU us per tuple at {rate:,.0f} tuples/s offered, keys off -> on: "
+            + "; ".join(f"{SHORT.get(k, k)} {off_c.get(k, 0):.2f} -> {v:.2f}" for k, v in on_c.items())
         )
     return goals
 
 
-def _least_cpu(runs: list[dict[str, Any]]) -> dict[str, float]:
-    """Of several searches, the CPU per tuple of the one that cost least in all (the least disturbed)."""
-    costs = [r.get("cpu_us_per_tuple") or {} for r in runs]
-    costs = [c for c in costs if c.get("all of ours")]
-    return min(costs, key=lambda c: c["all of ours"]) if costs else {}
+def cost_at_shared_rates(
+    off: list[dict[str, Any]], on: list[dict[str, Any]]
+) -> dict[float, tuple[dict[str, float], dict[str, float]]]:
+    """CPU us per emitted tuple by role, keys off and on, at each rate both sides' searches offered.
+
+    A search's maximum moves with other load by more than encryption costs, and CPU per tuple
+    falls as the rate grows (a micro-batch has a fixed cost); at the same offered rate the two
+    sides' CPU per tuple compare what each tuple costs, whatever share of the cores each got.
+    """
+
+    def per_rate(runs: list[dict[str, Any]]) -> dict[float, dict[str, float]]:
+        acc: dict[float, dict[str, float]] = {}
+        for r in runs:
+            for t in r.get("trials") or []:
+                if t["verdict"] == "warm-up" or not t["emitted"] or not t.get("cpu_cores"):
+                    continue
+                a = acc.setdefault(float(t["rate"]), {"emitted": 0.0})
+                a["emitted"] += t["emitted"]
+                for k, v in t["cpu_cores"].items():
+                    if k != "rest of the machine":
+                        a[k] = a.get(k, 0.0) + v * (t["t1"] - t["t0"])
+        out = {}
+        for rate, a in acc.items():
+            n = a.pop("emitted")
+            out[rate] = {k: v / n * 1e6 for k, v in a.items() if v > 0}
+            out[rate]["all of ours"] = sum(out[rate].values())
+        return out
+
+    a, b = per_rate(off), per_rate(on)
+    return {rate: (a[rate], b[rate]) for rate in sorted(set(a) & set(b))}
 
 
 def parse_args() -> argparse.Namespace:
