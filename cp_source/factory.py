@@ -644,6 +644,10 @@ class FactoryHandle:
         )
         self._procs[i] = self._spawn(i)
 
+    def front_counters(self) -> dict[str, int]:
+        """The front end's message counters (hellos, hellos refused, data accepted, ...), a copy."""
+        return dict(self._front_end.counters)
+
     def worker_pids(self) -> list[int]:
         return [p.pid for p in self._procs]
 

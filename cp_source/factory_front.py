@@ -38,12 +38,13 @@ import zmq
 from cp_source import bucket as bk
 from cp_source.durability import check_durability, fsync_dirs, fsync_path
 from cp_source.private_dirs import ensure_private_dir
-from cp_source.sender_link import answer_control
+from cp_source.sender_link import REFUSED_SENDER_IN_USE, answer_control
 
 FRONT_DIR = "_front"
 LEDGER_FILE = "ledger.json"
 SNAPSHOT_S = 0.2
 POLL_MS = 50
+MAX_GREETED = 1 << 20  # sender ids remembered from hellos (the ledger keeps those that sent tuples)
 MAX_PENDING_HELLOS = 1024  # senders waiting for the workers: bounded, a hello is a few bytes
 MAX_FRAMES = 4  # identity + header + payload + one: a longer message is read, cut here and dead-lettered
 
@@ -193,6 +194,7 @@ class FrontEnd:
         self.counters = dict.fromkeys(
             (
                 "hellos",
+                "hellos_refused",
                 "accepted",
                 "eos",
                 "heartbeats",
@@ -209,6 +211,7 @@ class FrontEnd:
         # its schedule into workers still starting, and its queue would fill into counted drops
         self.workers_ready = threading.Event()
         self._pending_hellos: dict[bytes, bk.Header] = {}
+        self._greeted: dict[int, bytes] = {}  # sender id -> the connection that said hello as it
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cp-factory-front", daemon=True)
         self.error: BaseException | None = None
@@ -245,7 +248,10 @@ class FrontEnd:
             self._held = frames
         elif h.kind == bk.KIND_HELLO:
             self.counters["hellos"] += 1
-            if self.workers_ready.is_set():
+            if self._sender_taken(ident, h.sender_id):
+                self.counters["hellos_refused"] += 1
+                answer_control(self.front, ident, h, REFUSED_SENDER_IN_USE)
+            elif self.workers_ready.is_set():
                 self._reply(ident, h)
             elif ident in self._pending_hellos or len(self._pending_hellos) < MAX_PENDING_HELLOS:
                 self._pending_hellos[ident] = h
@@ -262,6 +268,21 @@ class FrontEnd:
             self.counters["heartbeats"] += 1
         else:
             self.counters["unexpected"] += 1  # an acknowledgement sent to us: no tuples, nothing to do
+
+    def _sender_taken(self, ident: bytes, sender_id: int) -> bool:
+        """True when another connection said hello as ``sender_id``, or the spool holds its tuples.
+
+        A second run under a sender id would number its tuples with ids already used: its buckets
+        would be dead-lettered as replays while the sink's count per sender looked whole.
+        """
+        if sender_id in self.ledger.senders:
+            return True
+        greeted = self._greeted.get(sender_id)
+        if greeted is not None and greeted != ident:
+            return True
+        if len(self._greeted) < MAX_GREETED:
+            self._greeted[sender_id] = ident
+        return False
 
     def _recv(self) -> list[zmq.Frame]:
         """One message, cut to MAX_FRAMES: the frames past it are read and dropped at once.

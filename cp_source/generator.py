@@ -33,7 +33,13 @@ import zmq
 
 import native_tsc
 from cp_source import bucket as bk
-from cp_source.sender_link import DEFAULT_READY_TIMEOUT_S, FactoryUnavailable, close_stream, open_link
+from cp_source.sender_link import (
+    DEFAULT_READY_TIMEOUT_S,
+    FactoryUnavailable,
+    SenderIdInUse,
+    close_stream,
+    open_link,
+)
 from cp_source.startup_trace import mark
 from cp_source.workloads import file_lines, ysb_rows
 
@@ -47,6 +53,7 @@ RATE_TOLERANCE = 0.01
 LAG_TOLERANCE = 0.10  # of the run's duration
 SPIN_NS = 200_000  # busy-wait the last 200 us before a deadline; sleep before that (sleep overshoots ~60 us)
 SLEEP_MIN_NS = 300_000
+FRESH_BASE_ATTEMPTS = 5  # random sender-id bases tried when the factory has seen the drawn one
 ABORT_FACTOR = 2.0  # a sender still emitting after 2x its duration (+1 s) stops: it cannot offer the rate
 
 
@@ -317,9 +324,11 @@ def _run_processes(
         (results if status == "ok" else errors).append(value)
     for p in procs:
         p.join()
-    unavailable = [msg for name, msg in errors if name == FactoryUnavailable.__name__]
-    if unavailable:
-        raise FactoryUnavailable(unavailable[0])  # the others stopped at the barrier because of it
+    # the others stopped at the barrier because of it, before any data bucket
+    for kind in (SenderIdInUse, FactoryUnavailable):
+        first = next((msg for name, msg in errors if name == kind.__name__), None)
+        if first is not None:
+            raise kind(first)
     if errors:
         raise OSError("generator sender failed: " + "; ".join(f"{n}: {m}" for n, m in errors))
     results.sort(key=lambda r: r["id"])
@@ -365,6 +374,40 @@ def _summary(
     }
 
 
+def _run_senders(
+    endpoint: str,
+    base: int,
+    rate: float,
+    total: int,
+    senders: int,
+    bucket: int,
+    workload: str,
+    hwm: int | None,
+    ready_timeout: float,
+    curve_keys: str | None,
+) -> list[dict[str, Any]]:
+    """Senders ``base`` .. ``base + senders - 1`` sharing ``total`` tuples at ``rate``; their counters."""
+    shares = [total // senders + (i < total % senders) for i in range(senders)]
+    per_rate = rate / senders
+    if senders == 1:
+        one = run_sender(
+            endpoint,
+            base,
+            per_rate,
+            shares[0],
+            bucket,
+            workload,
+            hwm=hwm,
+            ready_timeout=ready_timeout,
+            curve_keys=curve_keys,
+        )
+        return [one]
+    jobs: list[SenderJob] = [
+        (endpoint, base + i, per_rate, shares[i], bucket, workload) for i in range(senders)
+    ]
+    return _run_processes(jobs, hwm, ready_timeout, curve_keys)
+
+
 def run_generator(
     endpoint: str,
     rate: float,
@@ -386,31 +429,20 @@ def run_generator(
     """
     _check_args(rate, duration, senders, bucket, workload)
     _check_endpoint(endpoint)
-    base = fresh_sender_base(senders) if sender_base is None else sender_base
-    if base < 0 or base + senders - 1 > bk.MAX_SENDER:
-        raise ValueError(f"sender ids {base}..{base + senders - 1} outside 0..{bk.MAX_SENDER}")
     total = round(rate * duration)
     if total >= bk.MAX_TUPLES_PER_SENDER:
         raise ValueError("rate x duration exceeds the tuple ids one sender can number")
-    shares = [total // senders + (i < total % senders) for i in range(senders)]
-    per_rate = rate / senders
-    if senders == 1:
-        results = [
-            run_sender(
-                endpoint,
-                base,
-                per_rate,
-                shares[0],
-                bucket,
-                workload,
-                hwm=hwm,
-                ready_timeout=ready_timeout,
-                curve_keys=curve_keys,
+    for attempt in range(1, FRESH_BASE_ATTEMPTS + 1):
+        base = fresh_sender_base(senders) if sender_base is None else sender_base
+        if base < 0 or base + senders - 1 > bk.MAX_SENDER:
+            raise ValueError(f"sender ids {base}..{base + senders - 1} outside 0..{bk.MAX_SENDER}")
+        try:
+            results = _run_senders(
+                endpoint, base, rate, total, senders, bucket, workload, hwm, ready_timeout, curve_keys
             )
-        ]
-    else:
-        jobs: list[SenderJob] = [
-            (endpoint, base + i, per_rate, shares[i], bucket, workload) for i in range(senders)
-        ]
-        results = _run_processes(jobs, hwm, ready_timeout, curve_keys)
+            break
+        except SenderIdInUse:
+            # a random base the factory has seen: nothing was sent yet, draw another
+            if sender_base is not None or attempt == FRESH_BASE_ATTEMPTS:
+                raise
     return _summary(results, rate, duration, bucket, workload, endpoint, base)

@@ -29,20 +29,34 @@ DEFAULT_READY_TIMEOUT_S = 10.0
 RESEND_S = 1.0
 
 
+# The payload of an acknowledgement that refuses a hello: the sender id already numbered tuples
+# on this factory's spool, so a second run under it would reuse its tuple ids.
+REFUSED_SENDER_IN_USE = b"sender_id_in_use"
+
+
 class FactoryUnavailable(ConnectionError):
     """No factory acknowledged the sender's hello (or its end of stream) in time."""
 
 
-def ack_frames(h: bk.Header) -> list[bytes]:
-    """The acknowledgement of ``h`` (a hello or an end-of-stream): an ACK header naming its kind and seq."""
-    ack = bk.Header(bk.KIND_ACK, h.sender_id, h.seq, h.kind, 0, 0, native_tsc.now(), time.time_ns(), "")
-    return [bk.pack_header(ack), b""]
+class SenderIdInUse(ValueError):
+    """The factory refused the hello: its spool already holds tuples of this sender id."""
 
 
-def answer_control(sock: zmq.Socket, ident: bytes, h: bk.Header) -> None:
-    """Acknowledge a hello or end-of-stream on a ROUTER socket; a peer that went away gets nothing."""
+def ack_frames(h: bk.Header, refusal: bytes = b"") -> list[bytes]:
+    """The acknowledgement of ``h`` (a hello or an end-of-stream): an ACK header naming its kind and seq.
+
+    A non-empty ``refusal`` (a reason code such as ``REFUSED_SENDER_IN_USE``) turns it into a refusal.
+    """
+    ack = bk.Header(
+        bk.KIND_ACK, h.sender_id, h.seq, h.kind, 0, len(refusal), native_tsc.now(), time.time_ns(), ""
+    )
+    return [bk.pack_header(ack), refusal]
+
+
+def answer_control(sock: zmq.Socket, ident: bytes, h: bk.Header, refusal: bytes = b"") -> None:
+    """Acknowledge (or refuse) a hello or end-of-stream on a ROUTER socket; a gone peer gets nothing."""
     with contextlib.suppress(zmq.ZMQError):
-        sock.send_multipart([ident, *ack_frames(h)], zmq.NOBLOCK)
+        sock.send_multipart([ident, *ack_frames(h, refusal)], zmq.NOBLOCK)
 
 
 def _control(packer: bk.HeaderPacker, kind: int, seq: int, payload: bytes) -> list[Any]:
@@ -63,6 +77,12 @@ def await_ack(sock: zmq.Socket, sender_id: int, kind: int, seq: int, timeout_s: 
         except bk.BucketError:
             continue
         if h.kind == bk.KIND_ACK and h.sender_id == sender_id and h.first_id == kind and h.seq == seq:
+            if len(frames) > 1 and frames[1] == REFUSED_SENDER_IN_USE:
+                raise SenderIdInUse(
+                    f"the factory refused sender id {sender_id}: its spool already holds tuples of that "
+                    "sender (an earlier run with the same --sender-base); leave --sender-base unset for a "
+                    "fresh random one, or pick another"
+                )
             return True
 
 
@@ -114,7 +134,12 @@ def _hello(
         ) from None
     sock.send_multipart(_control(packer, bk.KIND_HELLO, 0, b""))
     mark(f"sender {packer.sender_id}: hello sent")
-    if not await_ack(sock, packer.sender_id, bk.KIND_HELLO, 0, timeout_s):
+    try:
+        acked = await_ack(sock, packer.sender_id, bk.KIND_HELLO, 0, timeout_s)
+    except SenderIdInUse:
+        sock.close(0)
+        raise
+    if not acked:
         hint = ck.refusal_hint(watch, keyed)
         sock.close(0)
         if hint:

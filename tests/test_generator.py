@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
+from ingest_truth import expected_ids, published_ids, spool_drained
 
+from cloudprofiler.cli_process import CLI_ARGV
 from cp_source import bucket as bk
+from cp_source import generator
 from cp_source.factory import FactoryHandle, start_factory
 from cp_source.generator import run_generator
+from cp_source.sender_link import SenderIdInUse
 
 
 @pytest.fixture
@@ -127,3 +133,68 @@ def test_bad_or_busy_endpoints_are_clear_errors(
     f = factory(workers=1)
     with pytest.raises(OSError, match="cannot bind"):
         start_factory(f.endpoint, tmp_path / "other")
+
+
+def _published_after(spool: Path, summaries: list[dict]) -> np.ndarray:
+    """The spool's published ids once every run's senders ended their streams."""
+    deadline = time.monotonic() + 60
+    while not all(spool_drained(spool, s) for s in summaries):
+        assert time.monotonic() < deadline, "the factory did not publish every run"
+        time.sleep(0.1)
+    return published_ids(spool)
+
+
+def test_a_reused_sender_id_is_refused_and_the_first_runs_tuples_stay_whole(
+    factory: Callable[..., FactoryHandle], tmp_path: Path
+) -> None:
+    f = factory(workers=1)
+    first = run_generator(f.endpoint, rate=20_000, duration=0.5, bucket=500, senders=2, sender_base=7000)
+    with pytest.raises(SenderIdInUse, match="refused sender id 700[01]: its spool already holds"):
+        run_generator(f.endpoint, rate=20_000, duration=0.5, bucket=500, senders=2, sender_base=7001)
+    want, _ = expected_ids(first)
+    got = _published_after(tmp_path / "spool0", [first])
+    assert np.array_equal(got, want) and len(got) == first["emitted"]
+    assert f.front_counters()["hellos_refused"] >= 1
+
+
+def test_a_random_base_the_factory_has_seen_is_drawn_again(
+    factory: Callable[..., FactoryHandle], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A random base collides with an earlier run's 1 time in 65,535: forced here by the draw."""
+    f = factory(workers=1)
+    first = run_generator(f.endpoint, rate=20_000, duration=0.5, bucket=500, sender_base=9000)
+    draws = iter([9000, 9256])
+    monkeypatch.setattr(generator, "fresh_sender_base", lambda senders: next(draws))
+    second = run_generator(f.endpoint, rate=20_000, duration=0.5, bucket=500)
+    assert [s["id"] for s in second["senders"]] == [9256]
+    want = np.concatenate([expected_ids(first)[0], expected_ids(second)[0]])
+    got = _published_after(tmp_path / "spool0", [first, second])
+    assert np.array_equal(got, np.sort(want)) and len(got) == first["emitted"] + second["emitted"]
+
+
+def test_a_restarted_factory_remembers_the_sender_ids_of_its_spool(tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    f = start_factory("tcp://127.0.0.1:0", spool, workers=1)
+    try:
+        first = run_generator(f.endpoint, rate=20_000, duration=0.5, bucket=500, sender_base=5000)
+        _published_after(spool, [first])
+    finally:
+        f.stop()
+    f = start_factory("tcp://127.0.0.1:0", spool, workers=1)
+    try:
+        r = subprocess.run(
+            [*CLI_ARGV, "generate", "--endpoint", f.endpoint, "--rate", "1000", "--duration", "0.2"]
+            + ["--sender-base", "5000"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        f.stop()
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "cloudprofiler generate: error: the factory refused sender id 5000: its spool already holds tuples "
+        "of that sender (an earlier run with the same --sender-base); leave --sender-base unset for a "
+        "fresh random one, or pick another"
+    ]
+    assert np.array_equal(published_ids(spool), expected_ids(first)[0])
