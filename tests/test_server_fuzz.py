@@ -9,6 +9,7 @@ grown past ``RSS_BOUND_MB`` (the servers' own bounds are a few MiB per peer; see
 
 from __future__ import annotations
 
+import itertools
 import socket
 import struct
 import subprocess
@@ -27,7 +28,7 @@ from live_server import LiveServer
 from cp_sink.channels.config_client import lookup
 from cp_source import bucket as bk
 from cp_source.segment_server import fetch_segment, server_stats
-from cp_source.sender_link import open_link
+from cp_source.sender_link import SenderIdInUse, open_link
 from cp_sync.coordinator import list_agents
 
 RSS_BOUND_MB = 40
@@ -278,8 +279,15 @@ def test_factory_front_end_survives_fuzz(servers: dict[str, LiveServer]) -> None
     srv = servers["factory"]
     ctx = zmq.Context()
 
+    fresh_ids = itertools.count(0x5A5A00)
+
     def healthy() -> None:
-        sock = open_link(ctx, srv.endpoint, bk.HeaderPacker(bk.MAX_SENDER, "fuzz-check"), 16, 10.0)
+        """A hello under a new sender id is answered: acknowledged, or refused when the fuzz sent
+        tuples under that id (a sender id is said hello to once per spool)."""
+        try:
+            sock = open_link(ctx, srv.endpoint, bk.HeaderPacker(next(fresh_ids), "fuzz-check"), 16, 10.0)
+        except SenderIdInUse:
+            return
         sock.close(0)
 
     before = _warm_rss(srv, healthy)
