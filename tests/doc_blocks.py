@@ -158,7 +158,7 @@ def working_directory(path: Path) -> Iterator[None]:
             os.environ["PYTHONPATH"] = old_env
 
 
-def run_page(path: Path, workdir: Path, ns: dict[str, Any], bash_timeout: float = 600.0) -> dict[str, Any]:
+def run_page(path: Path, workdir: Path, ns: dict[str, Any], bash_timeout: float = 300.0) -> dict[str, Any]:
     """Run every block of the page in order; Python in ``ns``, bash in one session; ``ns`` after."""
     shell: BashSession | None = None
     try:
