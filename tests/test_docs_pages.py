@@ -17,20 +17,12 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 PAGES = sorted(p.name for p in DOCS.glob("*.md"))
 # Pages that start queries, factories or the demo: tens of seconds per run.
 SLOW = {"quickstart.md", "sink.md", "ingest.md", "channels.md", "reader.md"}
-# Pages whose blocks are not marked yet; their owners mark them (then they run here like the rest).
-NOT_MARKED_YET = {
-    "architecture.md": "its data-flow diagram is a fence without a language (```text wanted)",
-    "benchmarks.md": "its outputs are fences without a language (```text wanted)",
-    "security.md": "its `cloudprofiler keys generate` step is a fence without a language (```bash wanted)",
-}
 
 
 def _params() -> list[Any]:
     out = []
     for name in PAGES:
         marks = [pytest.mark.long] if name in SLOW else []
-        if name in NOT_MARKED_YET:
-            marks.append(pytest.mark.skip(reason=NOT_MARKED_YET[name]))
         out.append(pytest.param(name, marks=marks))
     return out
 
