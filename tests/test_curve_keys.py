@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 import pytest
 from conftest import wait_for
+from embedded_source import embedded_source
 from ingest_truth import assert_exactly_once, expected_ids, published_ids, spool_drained
 
 from cloudprofiler.cli_process import cli_argv
@@ -181,23 +182,13 @@ def test_an_embedded_factory_run_with_keys_is_exactly_once(spark: Any, tmp_path:
     fetched over the keyed segment server (fetch=network)."""
     from ingest_truth import output_ids
 
-    import cloudprofiler
     from cloudprofiler import wait_for_factory
     from cloudprofiler.spark_local import source_end_offset
 
-    cloudprofiler.register(spark)
     spool = tmp_path / "spool"
-    df = (
-        spark.readStream.format("cloudprofiler")
-        .option("endpoint", "tcp://127.0.0.1:0")
-        .option("spool", str(spool))
-        .option("workers", "2")
-        .option("fetch", "network")
-        .option("curveKeys", str(keys))
-        .option("maxRecordsPerTrigger", "40000")
-        .load()
-        .select("tuple_id", "cp_tsc_factory", "cp_tsc_source")
-    )
+    df = embedded_source(
+        spark, spool, workers="2", fetch="network", curveKeys=str(keys), maxRecordsPerTrigger="40000"
+    ).select("tuple_id", "cp_tsc_factory", "cp_tsc_source")
     out = tmp_path / "out"
     query = (
         df.writeStream.format("parquet")

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from conftest import wait_for
+from embedded_source import embedded_source
 from ingest_truth import assert_exactly_once, expected_ids, output_ids, spool_drained
 
 from cloudprofiler import wait_for_factory
@@ -23,18 +24,9 @@ def _pid_alive(pid: int) -> bool:
 
 
 def test_embedded_factory_run_is_exactly_once(spark, tmp_path: Path) -> None:
-    import cloudprofiler
-
-    cloudprofiler.register(spark)
     spool = tmp_path / "spool"
-    df = (
-        spark.readStream.format("cloudprofiler")
-        .option("endpoint", "tcp://127.0.0.1:0")  # the embedded factory picks a free port
-        .option("spool", str(spool))
-        .option("workers", "2")
-        .option("maxRecordsPerTrigger", "40000")
-        .load()
-        .select("tuple_id", "cp_tsc_factory", "cp_tsc_source")
+    df = embedded_source(spark, spool, workers="2", maxRecordsPerTrigger="40000").select(
+        "tuple_id", "cp_tsc_factory", "cp_tsc_source"
     )
     out = tmp_path / "out"
     query = (

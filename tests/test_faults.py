@@ -27,6 +27,7 @@ import numpy as np
 import orjson
 import pytest
 from conftest import wait_for
+from embedded_source import embedded_source
 from ingest_truth import assert_ledger_balances, published_ids
 
 from cloudprofiler.cli_process import cli_argv, stop_processes
@@ -294,14 +295,9 @@ def test_a_stopped_factory_and_an_exited_process_leave_no_temp_files(tmp_path: P
 def test_a_query_fails_with_the_reason_when_factory_workers_keep_dying(spark: Any, tmp_path: Path) -> None:
     import cloudprofiler
 
-    cloudprofiler.register(spark)
     spool = tmp_path / "spool"
     query = (
-        spark.readStream.format("cloudprofiler")
-        .option("endpoint", "tcp://127.0.0.1:0")
-        .option("spool", str(spool))
-        .option("workers", "2")
-        .load()
+        embedded_source(spark, spool, workers="2")
         .writeStream.format("noop")
         .option("checkpointLocation", str(tmp_path / "ckpt"))
         .trigger(processingTime="200 milliseconds")

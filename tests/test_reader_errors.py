@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from embedded_source import embedded_source
 
 from cp_source.stream_reader import OPTION_NAMES, ReaderOptions, check_schema, source_schema
 
@@ -110,15 +111,8 @@ def test_a_second_query_on_the_same_dataframe_is_refused_in_one_line(spark, tmp_
     refused naming them and what to do; the first runs on, and its spool is free once it stops."""
     import cloudprofiler
 
-    cloudprofiler.register(spark)
     spool = tmp_path / "spool"
-    df = (
-        spark.readStream.format("cloudprofiler")
-        .option("endpoint", "tcp://127.0.0.1:0")
-        .option("spool", str(spool))
-        .option("workers", "1")
-        .load()
-    )
+    df = embedded_source(spark, spool, workers="1")
 
     def start(name: str) -> Any:
         return df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / name)).start()
@@ -157,16 +151,8 @@ AVAILABLE_NOW = (
 
 
 def test_available_now_with_the_embedded_factory_is_refused_in_one_line(spark, tmp_path: Path) -> None:
-    import cloudprofiler
-
-    cloudprofiler.register(spark)
     spool = tmp_path / "spool"
-    df = (
-        spark.readStream.format("cloudprofiler")
-        .option("endpoint", "tcp://127.0.0.1:0")
-        .option("spool", str(spool))
-        .load()
-    )
+    df = embedded_source(spark, spool)
     q = (
         df.writeStream.format("noop")
         .option("checkpointLocation", str(tmp_path / "ck"))

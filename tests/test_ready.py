@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from embedded_source import embedded_source
 
 import cloudprofiler
 
@@ -13,15 +14,8 @@ import cloudprofiler
 def test_wait_for_factory_returns_once_workers_are_warm_and_the_first_batch_ran(
     spark: Any, tmp_path: Path
 ) -> None:
-    cloudprofiler.register(spark)
     spool = tmp_path / "spool"
-    df = (
-        spark.readStream.format("cloudprofiler")
-        .option("endpoint", "tcp://127.0.0.1:0")
-        .option("spool", str(spool))
-        .option("workers", "2")
-        .load()
-    )
+    df = embedded_source(spark, spool, workers="2")
     query = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ckpt")).start()
     try:
         state = cloudprofiler.wait_for_factory(str(spool), query, timeout=300)

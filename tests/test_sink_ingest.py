@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from conftest import wait_for
+from embedded_source import embedded_source
 from ingest_truth import assert_exactly_once, expected_ids, spool_drained
 
 from cp_sink import read_counts, read_records, total_seen
@@ -40,22 +41,14 @@ def test_ingest_to_sink_exactly_once_with_a_task_retry(spark, tmp_path: Path) ->
                 raise RuntimeError("injected task failure")
 
     spool = tmp_path / "spool"
-    df = (
-        spark.readStream.format("cloudprofiler")
-        .option("endpoint", "tcp://127.0.0.1:0")
-        .option("spool", str(spool))
-        .option("workers", "2")
-        .option("maxRecordsPerTrigger", "30000")
-        .load()
-        .select(
-            "tuple_id",
-            "cp_tsc_gen",
-            "cp_node_gen",
-            "cp_tsc_factory",
-            "cp_node_factory",
-            "cp_tsc_source",
-            "cp_node_source",
-        )
+    df = embedded_source(spark, spool, workers="2", maxRecordsPerTrigger="30000").select(
+        "tuple_id",
+        "cp_tsc_gen",
+        "cp_node_gen",
+        "cp_tsc_factory",
+        "cp_node_factory",
+        "cp_tsc_source",
+        "cp_node_source",
     )
     df = df.mapInArrow(fail_first_attempt, df.schema)
     out = tmp_path / "records"

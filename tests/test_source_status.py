@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import zmq
 from conftest import wait_for
+from embedded_source import embedded_source
 
 import cloudprofiler
 from cp_source.generator import run_generator
@@ -50,14 +51,8 @@ def _load(endpoint: str, rate: int) -> dict[str, Any]:
 
 @pytest.mark.long  # a query, two loads and their batches: 30-60 s on a busy 2-core machine
 def test_status_counts_published_dead_letters_and_backlog_of_a_query(spark: Any, tmp_path: Path) -> None:
-    cloudprofiler.register(spark)
     spool = tmp_path / "spool"
-    df = (
-        spark.readStream.format("cloudprofiler")
-        .option("endpoint", "tcp://127.0.0.1:0")
-        .option("spool", str(spool))
-        .load()
-    )
+    df = embedded_source(spark, spool)
     query = (
         df.writeStream.format("cloudprofiler")
         .option("path", str(tmp_path / "records"))

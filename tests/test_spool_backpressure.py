@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import wait_for
+from embedded_source import embedded_source
 from ingest_truth import assert_exactly_once, expected_ids, output_ids, spool_drained
 
 from cloudprofiler import wait_for_factory
@@ -34,20 +35,9 @@ def test_full_spool_with_no_admission_limit_does_not_stall(spark, tmp_path: Path
     segments still counted against the bound, the factory would pause for good and
     no next batch would ever come.
     """
-    import cloudprofiler
-
-    cloudprofiler.register(spark)
     spool = tmp_path / "spool"
     bound = 3 << 20  # about 12k YSB rows: far less than the load below
-    df = (
-        spark.readStream.format("cloudprofiler")
-        .option("endpoint", "tcp://127.0.0.1:0")
-        .option("spool", str(spool))
-        .option("workers", "1")
-        .option("maxSpoolBytes", str(bound))
-        .load()
-        .select("tuple_id")
-    )
+    df = embedded_source(spark, spool, workers="1", maxSpoolBytes=str(bound)).select("tuple_id")
     out = tmp_path / "out"
     query = (
         df.writeStream.format("parquet")
