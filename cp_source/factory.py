@@ -308,6 +308,7 @@ class FactoryWorker:
             int(event_ms.max()),
             int(tuple_ids.min()),
             int(tuple_ids.max()),
+            _sender_marks(m[:, 0], m[:, 1], event_ms),
         )
         self.pending = False
         self.meta.clear()
@@ -424,6 +425,15 @@ class FactoryWorker:
         self.write_stats(ready=False)
         self.dead.close()
         self.writer.close()
+
+
+def _sender_marks(senders: np.ndarray, seqs: np.ndarray, event_ms: np.ndarray) -> list[list[int]]:
+    """Per sender of a segment: [sender, highest seq, latest event time]; the ready frontier's input."""
+    out = []
+    for s in np.unique(senders).tolist():
+        mine = senders == s
+        out.append([int(s), int(seqs[mine].max()), int(event_ms[mine].max())])
+    return out
 
 
 def skip_scipy() -> None:

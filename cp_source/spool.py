@@ -200,6 +200,9 @@ class SegmentInfo:
     tuple_id_max: int
     event_time_min: int
     event_time_max: int
+    # per sender in the segment: [sender, highest seq, latest event time (ms)]; what the ready
+    # frontier reads (cp_source.ready_frontier). None in segments of earlier versions.
+    senders: list[list[int]] | None = None
 
     def manifest_line(self) -> bytes:
         d = asdict(self)
@@ -383,9 +386,17 @@ class SegmentWriter:
         return removed
 
     def publish(
-        self, table: pa.Table, buckets: np.ndarray, event_min: int, event_max: int, id_min: int, id_max: int
+        self,
+        table: pa.Table,
+        buckets: np.ndarray,
+        event_min: int,
+        event_max: int,
+        id_min: int,
+        id_max: int,
+        senders: list[list[int]] | None = None,
     ) -> SegmentInfo:
-        """Write one segment atomically. ``buckets``: int64 (n, 4) rows of sender, seq, first_id, count."""
+        """Write one segment atomically. ``buckets``: int64 (n, 4) rows of sender, seq, first_id, count;
+        ``senders``: per sender [sender, highest seq, latest event time in ms] (see SegmentInfo)."""
         n = self.next_number
         path = self.dir / seg_name(n)
         recs = np.empty((len(buckets), REC_FIELDS), dtype="<i8")
@@ -401,6 +412,8 @@ class SegmentWriter:
             "event_time_min": event_min,
             "event_time_max": event_max,
         }
+        if senders is not None:
+            info["senders"] = senders
         # The spool id lets a reader tell this file from one of another spool at the same path.
         meta = {"info": info, "buckets": recs.tolist(), "spool": self.spool_id}
         tmp = private_tmp(path)
