@@ -42,12 +42,14 @@ from pyspark.sql.types import StructType
 
 from cp_source.durability import DURABILITY_LEVELS
 from cp_source.reader_state import clear_reader_state, write_reader_state
+from cp_source.ready_reader import FRONTIER_KEY, ReadySlice
 from cp_source.startup_trace import mark, mark_process_start
 from native_tsc.stamp_columns import SOURCE, node_column, tsc_column
 
 FETCH_MODES = ("auto", "local", "network")
 FACTORY_MODES = ("embedded", "external")
 STARTING_OFFSETS = ("earliest", "latest")
+ORDERINGS = ("arrival", "ready")
 SPOOL_KEY = "spool"  # the offset key naming the spool; every other key is a worker
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5555"
 SERVER_STATS_FILE = "_segment_server.json"
@@ -75,6 +77,10 @@ OPTION_NAMES = (
     "startingOffsets",
     "durability",
     "curveKeys",
+    "ordering",
+    "senders",
+    "senderIds",
+    "senderTimeout",
     "path",
 )
 KNOWN_OPTIONS = {name.lower() for name in OPTION_NAMES}
@@ -132,6 +138,11 @@ class ReaderOptions:
     durability: str = "process"  # strict: the factory's and the reader's writes are fsynced in order
     # a keys directory (cloudprofiler keys generate): CURVE on the factory and the segment server
     curve_keys: str | None = None
+    # ready: batches cut at the ready frontier, merged in event-time order (cp_source.ready_reader)
+    ordering: str = "arrival"
+    senders: int | None = None  # ready: how many senders to wait for
+    sender_ids: tuple[int, ...] = ()  # ready: which senders to wait for
+    sender_timeout: float = 10.0  # ready: a gap or a silent sender stops holding the frontier after it
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], strict: bool = True) -> ReaderOptions:
@@ -166,6 +177,7 @@ class ReaderOptions:
             raise ValueError(f"option fetchTimeout={fetch_timeout_raw!r}: expected seconds") from None
         if not 0 < fetch_timeout <= 3600:
             raise ValueError(f"option fetchTimeout={fetch_timeout}: expected 0 < fetchTimeout <= 3600")
+        ready = _ready_options(opts, max_records is not None)
         bind = opts.get("serverbind", "127.0.0.1").strip()
         if not bind or any(c in bind for c in "/ "):
             raise ValueError(f"option serverBind={bind!r}: expected a host address (and :PORT)")
@@ -189,7 +201,41 @@ class ReaderOptions:
             starting_offsets=_choice_option(opts, "startingOffsets", STARTING_OFFSETS),
             durability=_choice_option(opts, "durability", DURABILITY_LEVELS),
             curve_keys=opts.get("curvekeys") or None,
+            **ready,
         )
+
+
+def _ready_options(opts: Mapping[str, str], has_limit: bool) -> dict[str, Any]:
+    """``ordering`` and the options that only ``ordering=ready`` takes, validated together."""
+    ordering = _choice_option(opts, "ordering", ORDERINGS)
+    given = [n for n in ("senders", "senderIds", "senderTimeout") if n.lower() in opts]
+    if ordering != "ready":
+        if given:
+            raise ValueError(f"option {given[0]}: only ordering=ready takes it")
+        return {}
+    if has_limit:
+        raise ValueError(
+            "option maxRecordsPerTrigger: not with ordering=ready, whose batch is every tuple up to "
+            "the ready frontier (a limit would cut a batch inside one event time)"
+        )
+    if opts.get("startingoffsets", "earliest").strip().lower() != "earliest":
+        raise ValueError("option startingOffsets: ordering=ready starts at the spool's committed frontier")
+    raw_ids = opts.get("senderids", "").strip()
+    try:
+        ids = tuple(int(x) for x in raw_ids.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"option senderIds={raw_ids!r}: expected sender ids separated by commas") from None
+    if any(not 0 <= i < 1 << 24 for i in ids):
+        raise ValueError(f"option senderIds={raw_ids!r}: sender ids are 0..{(1 << 24) - 1}")
+    timeout_raw = opts.get("sendertimeout", "10")
+    try:
+        timeout = float(timeout_raw)
+    except ValueError:
+        raise ValueError(f"option senderTimeout={timeout_raw!r}: expected seconds") from None
+    if not 0 < timeout <= 86400:
+        raise ValueError(f"option senderTimeout={timeout}: expected 0 < senderTimeout <= 86400")
+    senders = _int_option(opts, "senders", 0, 1, 1 << 24) if "senders" in opts else None
+    return {"ordering": "ready", "senders": senders, "sender_ids": ids, "sender_timeout": timeout}
 
 
 # ---- the ingest core (workloads, spool, factory) as this reader uses it ---------------------------
@@ -500,7 +546,7 @@ def offset_positions(offset: Mapping[str, Any], spool_id: str, spool: str) -> di
         )
     positions = {}
     for key, value in offset.items():
-        if key == SPOOL_KEY:
+        if key in (SPOOL_KEY, FRONTIER_KEY):
             continue
         if not WORKER_RE.match(str(key)) or isinstance(value, bool) or not isinstance(value, int):
             raise SpoolMismatchError(f"offset entry {key!r}: {value!r} is not a worker's segment number")
@@ -597,7 +643,24 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def _positions(self, offset: Mapping[str, Any]) -> dict[str, int]:
         """An offset Spark hands back, checked to be of this spool, as per-worker segment numbers."""
+        ready = isinstance(offset, Mapping) and FRONTIER_KEY in offset
+        if ready != (self.opts.ordering == "ready"):
+            from cp_source.spool import SpoolMismatchError
+
+            was = "ordering=ready" if ready else "ordering=arrival"
+            raise SpoolMismatchError(
+                f"the checkpoint's offsets were written with {was}, this query reads with "
+                f"ordering={self.opts.ordering}: keep the ordering of a checkpoint, or start a new one"
+            )
         return offset_positions(offset, self._driver()["spool_id"], self.opts.spool)
+
+    def _frontier_of(self, offset: Mapping[str, Any]) -> int:
+        value = offset.get(FRONTIER_KEY)
+        if isinstance(value, bool) or not isinstance(value, int):
+            from cp_source.spool import SpoolMismatchError
+
+            raise SpoolMismatchError(f"offset frontier {value!r} is not an event time in ms")
+        return value
 
     def _wrap(self, positions: Mapping[str, int]) -> dict[str, Any]:
         return _offset(self._driver()["spool_id"], positions)
@@ -622,6 +685,12 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         state = self._driver()
         if state["initial"] is None:
             state["initial"] = self._starting_positions()
+        if self.opts.ordering == "ready":
+            from cp_source.ready_reader import ReadyState, ready_offset
+
+            if "initial_frontier" not in state:
+                state["initial_frontier"] = ReadyState.read(self.opts.spool).frontier
+            return ready_offset(state["spool_id"], state["initial_frontier"], state["initial"])
         return self._wrap(state["initial"])
 
     def _starting_positions(self) -> dict[str, int]:
@@ -660,6 +729,8 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         mark("reader: latestOffset")
         self._check_factory()
+        if self.opts.ordering == "ready":
+            return self._latest_ready(start)
         start_pos = self._positions(start)
         workers = self._workers(start_pos)
         begin = _fill(workers, start_pos)
@@ -698,11 +769,47 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             depth += 1
         return admitted
 
+    def _ready_frontier(self) -> Any:
+        state = self._driver()
+        if state.get("frontier") is None:
+            from cp_source.ready_frontier import ReadyFrontier
+
+            o = self.opts
+            state["frontier"] = ReadyFrontier(o.spool, o.senders, o.sender_ids, o.sender_timeout)
+        return state["frontier"]
+
+    def _latest_ready(self, start: dict) -> dict:
+        """The next batch's end: the ready frontier over everything published now (start if it did
+        not move, so no empty batch runs)."""
+        from cp_source.ready_reader import ready_offset, write_report
+
+        begin = _fill(self._workers(self._positions(start)), self._positions(start))
+        floor = self._frontier_of(start)
+        latest = self._latest()
+        upto = {w: max(n, latest.get(w, -1)) for w, n in begin.items()}
+        tracker = self._ready_frontier()
+        frontier = tracker.advance(self._driver()["spool"], upto, floor)
+        write_report(self.opts.spool, tracker.report())
+        spool = self._driver()["spool"]
+        if frontier <= floor and not any(
+            seg.event_time_min <= floor for w, n in upto.items() for seg in spool.segments(w, begin[w], n)
+        ):
+            return start  # nothing new is ready: no batch
+        # (new segments holding rows behind the frontier make an empty batch, whose commit counts them)
+        return ready_offset(self._driver()["spool_id"], frontier, upto)
+
     def reportLatestOffset(self) -> dict | None:
+        if self.opts.ordering == "ready":
+            from cp_source.ready_reader import ready_offset
+
+            tracker = self._ready_frontier()
+            return ready_offset(self._driver()["spool_id"], tracker.frontier, self._latest())
         return self._wrap(self._latest())
 
-    def partitions(self, start: dict, end: dict) -> list[SegmentRange]:
+    def partitions(self, start: dict, end: dict) -> list[Any]:
         mark("reader: partitions")
+        if self.opts.ordering == "ready":
+            return self._ready_partitions(start, end)
         state = self._driver()
         spool = state["spool"]
         start_pos, end_pos = self._positions(start), self._positions(end)
@@ -731,6 +838,25 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             parts = [self._partition(w, [], server) for w in workers]
         return parts
 
+    def _ready_partitions(self, start: dict, end: dict) -> list[Any]:
+        """Consecutive event-time slices of ``(start.frontier, end.frontier]``, in order."""
+        from cp_source.ready_reader import consumed_prefix, plan_slices
+
+        state = self._driver()
+        spool, o = state["spool"], self.opts
+        lo, hi = self._frontier_of(start), self._frontier_of(end)
+        end_pos = self._positions(end)
+        upto = _fill(self._workers(end_pos), end_pos)
+        server = state["server"].endpoint if state["server"] is not None else None
+        spool.mark_planned(consumed_prefix(spool, upto, hi), state["spool_id"])
+        slices = plan_slices(spool, upto, lo, hi, o.rows_per_partition) if hi > lo else []
+        parts = [
+            ReadySlice(a, b, segs, server, o.fetch, o.fetch_timeout, state["spool_id"], o.curve_keys)
+            for a, b, segs in slices
+        ]
+        # an empty batch still starts the executors' Python workers (see partitions)
+        return parts or [ReadySlice(lo, lo, [], server, o.fetch, o.fetch_timeout, state["spool_id"])]
+
     def _partition(
         self, worker: str, chunk: list[tuple[int, str, int, int]], server: str | None
     ) -> SegmentRange:
@@ -742,6 +868,13 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         mark("reader: commit")
         state = self._driver()
         # Checked twice: here against the id this reader holds, and by the spool under its lock.
+        if self.opts.ordering == "ready":
+            from cp_source.ready_reader import commit_ready
+
+            positions = self._positions(end)
+            upto = _fill(self._workers(positions), positions)
+            commit_ready(state["spool"], state["spool_id"], upto, self._frontier_of(end))
+            return
         state["spool"].commit(self._positions(end), state["spool_id"])
 
     def stop(self) -> None:
@@ -762,28 +895,60 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             os.close(state["lock"])  # last: the factory has stopped writing the spool
 
     # ---- executor side -----------------------------------------------------------------------
-    def read(self, partition: SegmentRange) -> Iterator[Any]:  # type: ignore[override]
-        import pyarrow as pa
+    def read(self, partition: SegmentRange | ReadySlice) -> Iterator[Any]:  # type: ignore[override]
         from pyspark.sql.pandas.types import to_arrow_schema
-
-        import native_tsc
 
         mark(f"executor: read {len(partition.segments)} segments")
         target = to_arrow_schema(self.schema, timezone="UTC")
-        node = pa.scalar(native_tsc.domain_id(), pa.string())
+        if isinstance(partition, ReadySlice):
+            yield from _stamped(_read_slice(partition), target)
+            return
         loader = _SegmentLoader(partition)
         try:
-            for number, path, rows, first_id in partition.segments:
-                table = loader.load(number, path, rows, first_id)
-                for batch in table.to_batches():
-                    if batch.num_rows == 0:
-                        continue
-                    n = batch.num_rows
-                    # One stamp per batch: the moment these rows are handed to Spark on this executor.
-                    tsc = pa.repeat(pa.scalar(native_tsc.now(), pa.int64()), n)
-                    cols = [*batch.columns, tsc, pa.repeat(node, n)]
-                    names = [*batch.schema.names, tsc_column(SOURCE), node_column(SOURCE)]
-                    out = pa.RecordBatch.from_arrays(cols, names=names)
-                    yield out.select(target.names).cast(target)
+            tables = (loader.load(*seg) for seg in partition.segments)
+            yield from _stamped(tables, target)
         finally:
+            loader.close()
+
+
+def _stamped(tables: Iterator[Any], target: Any) -> Iterator[Any]:
+    """The tables' batches with the ``source`` stamp, one per batch: the moment these rows are
+    handed to Spark on this executor."""
+    import pyarrow as pa
+
+    import native_tsc
+
+    node = pa.scalar(native_tsc.domain_id(), pa.string())
+    for table in tables:
+        for batch in table.to_batches():
+            if batch.num_rows == 0:
+                continue
+            n = batch.num_rows
+            tsc = pa.repeat(pa.scalar(native_tsc.now(), pa.int64()), n)
+            cols = [*batch.columns, tsc, pa.repeat(node, n)]
+            names = [*batch.schema.names, tsc_column(SOURCE), node_column(SOURCE)]
+            out = pa.RecordBatch.from_arrays(cols, names=names)
+            yield out.select(target.names).cast(target)
+
+
+def _read_slice(part: ReadySlice) -> Iterator[Any]:
+    """A ready slice: its rows of every segment, each segment checked against the plan, merged."""
+    from cp_source.ready_reader import merge_sorted, select_rows
+
+    loaders: dict[str, _SegmentLoader] = {}
+    try:
+        tables = []
+        for worker, number, path, rows, first_id in part.segments:
+            loader = loaders.get(worker)
+            if loader is None:
+                ref = SegmentRange(
+                    worker, [], part.server, part.fetch, part.fetch_timeout, part.spool_id, part.curve_keys
+                )
+                loader = loaders[worker] = _SegmentLoader(ref)
+            tables.append(select_rows(loader.load(number, path, rows, first_id), part.lo, part.hi))
+        merged = merge_sorted(tables)
+        if merged is not None:
+            yield merged
+    finally:
+        for loader in loaders.values():
             loader.close()

@@ -1,0 +1,184 @@
+"""``ordering=ready`` in the stream reader, driven the way Spark's runner drives it: batches cut at the
+ready frontier, merged in event-time order, replayed identically by a new driver, rows that arrive
+behind the frontier counted with their ids, and the options refused where they make no sense."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pytest
+import zmq
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+from cp_source.factory import FactoryHandle, start_factory
+from cp_source.ready_frontier import NO_FRONTIER
+from cp_source.ready_reader import LATE_REASON, ReadyState, read_report
+from cp_source.spool import Spool
+from cp_source.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
+from tests.ready_sender import HandSender, wait_rows
+
+
+@pytest.fixture
+def factory(tmp_path: Path) -> Iterator[FactoryHandle]:
+    h = start_factory("tcp://127.0.0.1:0", tmp_path / "spool", workers=2, flush_ms=20)
+    try:
+        yield h
+    finally:
+        h.stop()
+
+
+@pytest.fixture
+def ctx() -> Iterator[zmq.Context]:
+    c = zmq.Context()
+    yield c
+    c.term()
+
+
+def _reader(spool: Path, **extra: str) -> CloudprofilerStreamReader:
+    options = {"spool": str(spool), "factory": "external", "fetch": "local", "ordering": "ready", **extra}
+    return CloudprofilerStreamReader(source_schema(ReaderOptions.parse(options)), options)
+
+
+def _batch(reader: CloudprofilerStreamReader, start: dict, end: dict) -> pa.Table:
+    parts = reader.partitions(start, end)
+    batches = [b for p in parts for b in reader.read(p)]
+    schema = batches[0].schema if batches else None
+    if schema is None:
+        return pa.table({"tuple_id": pa.array([], pa.int64())})
+    return pa.Table.from_batches(batches, schema).select(["event_time", "sender_id", "tuple_id"])
+
+
+def _truth(senders: list[HandSender], lo: int, hi: int) -> list[tuple[int, int, int]]:
+    """(event ms, sender, tuple id) of every tuple sent with event time in (lo, hi], merged."""
+    rows = [
+        (ev, s.sender_id, first + i)
+        for s in senders
+        for first, count, ev in s.ids
+        for i in range(count)
+        if lo < ev <= hi
+    ]
+    return sorted(rows)
+
+
+def _rows(t: pa.Table) -> list[tuple[int, int, int]]:
+    ev = [v // 1000 for v in t.column("event_time").cast(pa.int64()).to_pylist()]
+    return list(zip(ev, t.column("sender_id").to_pylist(), t.column("tuple_id").to_pylist(), strict=True))
+
+
+def test_batches_hold_exactly_the_ready_tuples_in_merged_order_and_replay_identically(
+    factory: FactoryHandle, ctx: zmq.Context, tmp_path: Path
+) -> None:
+    spool = tmp_path / "spool"
+    a, b = HandSender(ctx, factory.endpoint, 6000), HandSender(ctx, factory.endpoint, 6001)
+    try:
+        for k in range(10):  # b lags 5 s behind a
+            a.data(k, 10_000 + 1_000 * k, count=7)
+            b.data(k, 5_000 + 1_000 * k, count=5)
+        wait_rows(spool, 120)
+        reader = _reader(spool)
+        start = reader.initialOffset()
+        assert start["frontier"] == NO_FRONTIER
+        end1 = reader.latestOffset(start, ReadAllAvailable())
+        assert end1["frontier"] == 13_999  # b has shown 14_000
+        got1 = _batch(reader, start, end1)
+        assert _rows(got1) == _truth([a, b], NO_FRONTIER, 13_999)
+        # a new driver (a restart) plans and reads the same batch from the offsets alone
+        again = _reader(spool)
+        again.initialOffset()
+        assert _batch(again, start, end1).equals(got1)
+        again.stop()
+        reader.commit(end1)
+        assert ReadyState.read(spool).frontier == 13_999
+        assert reader.latestOffset(end1, ReadAllAvailable()) == end1  # nothing new is ready
+        a.end()
+        b.end()
+        end2 = reader.latestOffset(end1, ReadAllAvailable())
+        assert end2["frontier"] == 19_000  # both ended: everything in is ready
+        got2 = _batch(reader, end1, end2)
+        assert _rows(got2) == _truth([a, b], 13_999, 19_000)
+        assert _rows(got1)[-1] < _rows(got2)[0]  # batch 1 entirely before batch 2
+        reader.commit(end2)
+        assert all(not list((spool / w).glob("seg-*.arrow")) for w in Spool(spool).workers())  # all read
+        rep = read_report(spool)
+        assert rep is not None and rep["frontier_ms"] == 19_000 and rep["gone"] == []
+        reader.stop()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_rows_behind_the_frontier_are_counted_with_their_ids_not_lost(
+    factory: FactoryHandle, ctx: zmq.Context, tmp_path: Path
+) -> None:
+    spool = tmp_path / "spool"
+    a = HandSender(ctx, factory.endpoint, 7000)
+    late = None
+    try:
+        a.data(0, 10_000)
+        a.data(1, 20_000)
+        a.end()
+        wait_rows(spool, 20)
+        reader = _reader(spool)
+        start = reader.initialOffset()
+        end1 = reader.latestOffset(start, ReadAllAvailable())
+        assert end1["frontier"] == 20_000
+        assert len(_batch(reader, start, end1)) == 20
+        reader.commit(end1)
+        late = HandSender(ctx, factory.endpoint, 7001)  # appears after the frontier passed its times
+        late.data(0, 15_000, count=4)
+        late.data(1, 25_000, count=3)
+        late.end()
+        wait_rows(spool, 27)
+        end2 = reader.latestOffset(end1, ReadAllAvailable())
+        assert end2["frontier"] == 25_000
+        got = _batch(reader, end1, end2)
+        assert _rows(got) == _truth([late], 20_000, 25_000)  # the 3 tuples at 25_000
+        reader.commit(end2)
+        reader.commit(end2)  # Spark may commit an end again after a restart: counted once
+        recs = [r for r in Spool(spool).skipped() if r["reason"] == LATE_REASON]
+        first = late.ids[0][0]
+        assert len(recs) == 1 and recs[0]["rows"] == 4 and recs[0]["ranges"] == [[first, 4]]
+        assert recs[0]["frontier_ms"] == 20_000
+        reader.stop()
+    finally:
+        a.close()
+        if late is not None:
+            late.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"ordering": "sorted"}, "ordering"),
+        ({"senders": "2"}, "senders"),
+        ({"senderTimeout": "5"}, "senderTimeout"),
+        ({"ordering": "ready", "maxRecordsPerTrigger": "100"}, "maxRecordsPerTrigger"),
+        ({"ordering": "ready", "startingOffsets": "latest"}, "startingOffsets"),
+        ({"ordering": "ready", "senderIds": "1,x"}, "senderIds"),
+        ({"ordering": "ready", "senderTimeout": "0"}, "senderTimeout"),
+        ({"ordering": "ready", "senders": "0"}, "senders"),
+    ],
+)
+def test_bad_ready_option_is_named(options: dict[str, str], named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        ReaderOptions.parse(options)
+
+
+def test_a_checkpoint_keeps_its_ordering(tmp_path: Path) -> None:
+    from cp_source.spool import SpoolMismatchError
+
+    spool = tmp_path / "spool"
+    ready = _reader(spool)
+    offset: dict[str, Any] = ready.initialOffset()
+    options = {"spool": str(spool), "factory": "external", "fetch": "local"}
+    arrival = CloudprofilerStreamReader(source_schema(ReaderOptions.parse(options)), options)
+    with pytest.raises(SpoolMismatchError, match="written with ordering=ready"):
+        arrival.latestOffset(offset, ReadAllAvailable())
+    with pytest.raises(SpoolMismatchError, match="written with ordering=arrival"):
+        ready.latestOffset(orjson.loads(orjson.dumps(arrival.initialOffset())), ReadAllAvailable())
+    ready.stop()
+    arrival.stop()
