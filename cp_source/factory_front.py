@@ -20,12 +20,22 @@ interval of acceptances: those buckets are then counted as lost before the
 factory rather than inside it, never not counted. With ``durability=strict``
 each snapshot is fsynced before its rename and the directory after, so an
 acknowledged end-of-stream survives a power loss too.
+
+Beside it, ``_front/progress.json`` tells a reader which senders exist and how
+far each has got before any of its tuples is published: per sender id the
+wall time of its first hello (answered or waiting for the workers) and its
+latest heartbeat ``[seq, event_ms]`` (the data buckets it had sent, and a
+lower bound on the event time of every tuple it has still to send), with the
+wall time that heartbeat came in. Heartbeats are not forwarded to the workers.
+The file is written like the ledger (atomically, at most every ``SNAPSHOT_S``,
+fsynced with ``durability=strict``) and read with :func:`read_front_progress`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import math
 import os
 import threading
 import time
@@ -42,6 +52,7 @@ from cp_source.sender_link import REFUSED_SENDER_IN_USE, answer_control
 
 FRONT_DIR = "_front"
 LEDGER_FILE = "ledger.json"
+PROGRESS_FILE = "progress.json"
 SNAPSHOT_S = 0.2
 POLL_MS = 50
 MAX_GREETED = 1 << 20  # sender ids remembered from hellos (the ledger keeps those that sent tuples)
@@ -112,21 +123,8 @@ class FrontLedger:
         return True
 
     def write(self) -> None:
-        """Replace the ledger file atomically (private temp file, then rename); strict: the temp
-        file is fsynced before the rename and the directory after, so what is acknowledged lasts."""
-        doc = {str(k): v for k, v in self.senders.items()}
-        tmp = self.dir / f"{LEDGER_FILE}.{os.getpid()}.tmp"
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(orjson.dumps(doc))
-            if self.durable:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, self.dir / LEDGER_FILE)
-        if self.durable:
-            fsync_path(self.dir)
+        """Replace the ledger file atomically (see :func:`_replace_file`)."""
+        _replace_file(self.dir, LEDGER_FILE, {str(k): v for k, v in self.senders.items()}, self.durable)
         self._dirty = False
         self._last_write = time.monotonic()
 
@@ -141,6 +139,111 @@ class FrontLedger:
                 self.write()
         fcntl.flock(self._lock, fcntl.LOCK_UN)
         self._lock.close()
+
+
+def _replace_file(directory: Path, name: str, doc: Any, durable: bool) -> None:
+    """Replace ``directory/name`` with ``doc`` as JSON atomically (private temp file, then rename);
+    durable: the temp file is fsynced before the rename and the directory after, so it lasts."""
+    tmp = directory / f"{name}.{os.getpid()}.tmp"
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(orjson.dumps(doc))
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, directory / name)
+    if durable:
+        fsync_path(directory)
+
+
+class FrontProgress:
+    """Per sender: when it first said hello, and its latest heartbeat (``_front/progress.json``)."""
+
+    def __init__(self, directory: Path, durable: bool) -> None:
+        self.dir, self.durable = directory, durable
+        self.senders: dict[int, dict[str, Any]] = read_front_progress(directory.parent)
+        self.ignored = 0  # senders past MAX_GREETED, and heartbeats of senders that never said hello
+        self._dirty = False
+        self._last_write = 0.0
+
+    def hello(self, sender_id: int) -> None:
+        if sender_id in self.senders:
+            return
+        if len(self.senders) >= MAX_GREETED:
+            self.ignored += 1
+            return
+        self.senders[sender_id] = {"hello_wall": time.time(), "heartbeat": None}
+        self._dirty = True
+
+    def heartbeat(self, h: bk.Header) -> None:
+        """Keep the heartbeat with the larger (seq, event_ms): a heartbeat never moves back."""
+        s = self.senders.get(h.sender_id)
+        if s is None:  # no hello on this spool: a sender must say hello before it counts
+            self.ignored += 1
+            return
+        beat = [h.seq, h.wall_ns // 1_000_000]
+        if s["heartbeat"] is None or beat > s["heartbeat"]:
+            s["heartbeat"] = beat
+        s["heartbeat_wall"] = time.time()  # a quiet sender on a schedule clock repeats the same one
+        self._dirty = True
+
+    def write(self) -> None:
+        _replace_file(self.dir, PROGRESS_FILE, {str(k): v for k, v in self.senders.items()}, self.durable)
+        self._dirty = False
+        self._last_write = time.monotonic()
+
+    def maybe_write(self, force: bool = False) -> None:
+        """Write when changed, at most every SNAPSHOT_S (``force``: now); a full disk: the next try."""
+        if self._dirty and (force or time.monotonic() - self._last_write >= SNAPSHOT_S):
+            with contextlib.suppress(OSError):
+                self.write()
+
+
+def _int(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"not an integer: {v!r}")
+    return v
+
+
+def _progress_entry(v: Any) -> dict[str, Any]:
+    """One sender's progress record, validated field by field (TypeError/ValueError when malformed)."""
+    if not isinstance(v, dict):
+        raise TypeError("not an object")
+    hello = v["hello_wall"]
+    if isinstance(hello, bool) or not isinstance(hello, int | float) or not math.isfinite(hello):
+        raise TypeError("hello_wall")
+    beat = v.get("heartbeat")
+    if beat is not None:
+        if not isinstance(beat, list) or len(beat) != 2 or _int(beat[0]) < 0:
+            raise ValueError("heartbeat")
+        beat = [_int(beat[0]), _int(beat[1])]
+    out: dict[str, Any] = {"hello_wall": float(hello), "heartbeat": beat}
+    at = v.get("heartbeat_wall")
+    if beat is not None and isinstance(at, int | float) and not isinstance(at, bool) and math.isfinite(at):
+        out["heartbeat_wall"] = float(at)
+    return out
+
+
+def read_front_progress(spool: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
+    """Per sender id: ``hello_wall`` (float, time.time() of its first hello), ``heartbeat``
+    (``[seq, event_ms]`` or None) and, with a heartbeat, ``heartbeat_wall`` (when the latest came in).
+
+    Empty when the file is missing or torn; entries that do not validate are left out.
+    """
+    try:
+        doc = orjson.loads((Path(spool) / FRONT_DIR / PROGRESS_FILE).read_bytes())
+    except (FileNotFoundError, NotADirectoryError, orjson.JSONDecodeError):
+        return {}
+    out: dict[int, dict[str, Any]] = {}
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            with contextlib.suppress(ValueError, TypeError, KeyError):
+                sid = int(k)
+                if 0 <= sid <= bk.MAX_SENDER and len(out) < MAX_GREETED:
+                    out[sid] = _progress_entry(v)
+    return out
 
 
 def recv_capped(sock: zmq.Socket, max_frames: int) -> tuple[list[zmq.Frame], int]:
@@ -190,6 +293,7 @@ class FrontEnd:
     ) -> None:
         self.front, self.back = front, back
         self.ledger = FrontLedger(spool, durability)
+        self.progress = FrontProgress(self.ledger.dir, self.ledger.durable)
         self.max_frame_bytes = max_frame_bytes
         self.counters = dict.fromkeys(
             (
@@ -252,8 +356,10 @@ class FrontEnd:
                 self.counters["hellos_refused"] += 1
                 answer_control(self.front, ident, h, REFUSED_SENDER_IN_USE)
             elif self.workers_ready.is_set():
+                self.progress.hello(h.sender_id)
                 self._reply(ident, h)
             elif ident in self._pending_hellos or len(self._pending_hellos) < MAX_PENDING_HELLOS:
+                self.progress.hello(h.sender_id)
                 self._pending_hellos[ident] = h
         elif h.kind == bk.KIND_EOS:
             try:
@@ -265,7 +371,8 @@ class FrontEnd:
                 self.counters["eos"] += 1
                 self._reply(ident, h)
         elif h.kind == bk.KIND_HEARTBEAT:
-            self.counters["heartbeats"] += 1
+            self.counters["heartbeats"] += 1  # recorded as progress, never forwarded to the workers
+            self.progress.heartbeat(h)
         else:
             self.counters["unexpected"] += 1  # an acknowledgement sent to us: no tuples, nothing to do
 
@@ -332,11 +439,13 @@ class FrontEnd:
                         self._reply(ident, h)
                     self._pending_hellos.clear()
                 self.ledger.maybe_write()
+                self.progress.maybe_write()
         except zmq.ContextTerminated:
             pass
         except BaseException as e:  # recorded for the factory's supervisor; never silent
             self.error = e
         finally:
+            self.progress.maybe_write(force=True)
             self.ledger.close()
             for s in (self.front, self.back):
                 s.close(0)

@@ -6,6 +6,7 @@ import argparse
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -26,6 +27,17 @@ examples:
   cloudprofiler generate --rate 50000 --duration 5 --workload file:events.ndjson
   cloudprofiler generate --rate 20000 --duration 5 --wait-ready 120   # the query is still starting
   cloudprofiler generate --rate 50000 --duration 10 --queue-ms 1000   # a busy machine: absorb 1 s stalls
+  cloudprofiler generate --rate 2000 --duration 10 --senders 2 --sender-base 4096 \
+      --event-start-ms 1700000000000 --event-lag-ms 500 --event-jitter-ms 20   # the same tuples every run
+
+Event times are whole milliseconds and never decrease per sender: the wall
+clock at send, or with --event-start-ms a clock that follows the schedule
+(bucket k at start + k * bucket / rate-per-sender seconds), so a run with a
+fixed --sender-base produces the same tuples every time. Sender i lags
+i * --event-lag-ms behind, and each bucket moves back a random
+[0, --event-jitter-ms) drawn from a generator seeded with its sender id.
+A sender waiting longer than --heartbeat-ms for its next bucket sends a
+heartbeat every --heartbeat-ms: a lower bound on the event times still to come.
 """
 
 
@@ -39,6 +51,44 @@ def _positive_float(s: str) -> float:
     return v
 
 
+def _number(option: str, text: str | None, default: float) -> float:
+    """A command-line number of milliseconds; ValueError (one line, exit status 2) when not one."""
+    if text is None:
+        return default
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{option}: not a number of milliseconds: {text!r}") from None
+
+
+def event_options(args: argparse.Namespace) -> dict[str, Any]:
+    """run_generator's event-time and heartbeat arguments from the command line, checked."""
+    start: int | None = None
+    if args.event_start_ms is not None:
+        try:
+            start = int(args.event_start_ms)
+        except ValueError:
+            raise ValueError(
+                f"--event-start-ms: not a whole number of ms since the epoch: {args.event_start_ms!r}"
+            ) from None
+    lag = _number("--event-lag-ms", args.event_lag_ms, 0.0)
+    jitter = _number("--event-jitter-ms", args.event_jitter_ms, 0.0)
+    heartbeat = _number("--heartbeat-ms", args.heartbeat_ms, 100.0)
+    from cp_source.generator import EventSettings
+
+    try:
+        EventSettings(lag, jitter, start, heartbeat).check()
+    except ValueError as e:  # name the option as typed
+        raise ValueError("--" + str(e).replace("_", "-")) from None
+    opts: dict[str, Any] = {
+        "event_lag_ms": lag,
+        "event_jitter_ms": jitter,
+        "event_start_ms": start,
+        "heartbeat_ms": heartbeat,
+    }
+    return opts
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--endpoint", default="tcp://127.0.0.1:5555", help="factory endpoint to connect to")
     parser.add_argument("--rate", type=_positive_float, required=True, help="tuples per second (all senders)")
@@ -47,7 +97,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bucket", type=int, default=1000, help="tuples per bucket (default 1000)")
     parser.add_argument("--workload", default="ysb", help="ysb (default) or file:PATH (NDJSON to replay)")
     parser.add_argument(
-        "--sender-base", type=int, default=None, help="first sender id (default: a fresh random one per run)"
+        "--sender-base",
+        type=int,
+        default=None,
+        help="first sender id (default: a fresh random one per run); fix it for reproducible tuple ids",
+    )
+    parser.add_argument(
+        "--event-lag-ms",
+        default=None,
+        metavar="L",
+        help="sender i's event times lag i * L ms behind (default 0)",
+    )
+    parser.add_argument(
+        "--event-jitter-ms",
+        default=None,
+        metavar="J",
+        help="move each bucket's event time back a random [0, J) ms, seeded by sender id (default 0)",
+    )
+    parser.add_argument(
+        "--event-start-ms",
+        default=None,
+        metavar="T",
+        help="event clock from the schedule starting at T ms since the epoch, not the wall clock: "
+        "the same arguments give the same tuples every run",
+    )
+    parser.add_argument(
+        "--heartbeat-ms",
+        default=None,
+        metavar="H",
+        help="a sender waiting longer than H ms for its next bucket sends a heartbeat every H ms "
+        "(default 100, 0: none)",
     )
     parser.add_argument("--summary", type=Path, default=None, help="also write the JSON summary to this file")
     parser.add_argument(
@@ -88,6 +167,7 @@ def queue_buckets(queue_ms: float | None, rate: float, senders: int, bucket: int
 def run(args: argparse.Namespace) -> int:
     from cp_source.generator import run_generator
 
+    events = event_options(args)
     # FactoryUnavailable is a ConnectionError: the command line prints it as one line, exit status 2
     summary = run_generator(
         args.endpoint,
@@ -100,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
         ready_timeout=args.wait_ready,
         hwm=queue_buckets(args.queue_ms, args.rate, args.senders, args.bucket),
         curve_keys=args.curve_keys,
+        **events,
     )
     data = orjson.dumps(summary, option=orjson.OPT_INDENT_2)
     if args.summary:
