@@ -162,7 +162,20 @@ def _read_once(spool: Spool, query: Any) -> dict[str, Any] | None:
         "losses": _losses(stats),
         "offsets": _offsets(stats, planned_all, query),
         "factory": _factory(spool, stats.per_worker, query),
+        "ready": _ready(spool),
     }
+
+
+def _ready(spool: Spool) -> dict[str, Any] | None:
+    """With ``ordering=ready``: the frontier, each sender's state, and the tuples that arrived behind
+    the frontier (counted, never read); None when no ready query ran on the spool."""
+    from cp_source.ready_reader import LATE_REASON, read_report
+
+    report = read_report(spool.root)
+    if report is None:
+        return None
+    late = [r for r in spool.skipped() if r.get("reason") == LATE_REASON]
+    return {**report, "behind_frontier_rows": sum(int(r.get("rows", 0)) for r in late)}
 
 
 def source_status(spool: str | os.PathLike[str], query: Any = None) -> dict[str, Any]:
@@ -179,7 +192,9 @@ def source_status(spool: str | os.PathLike[str], query: Any = None) -> dict[str,
       transit (by reason: ``in_factory``, ``before_factory``), rejected tuples, senders finished
       or still open (their losses are known once their end-of-stream arrives);
     * ``offsets``: ``committed``, ``planned``, ``latest`` per worker, and ``query_end``;
-    * ``factory``: ``state`` (ready, starting, paused, stopped, failed), ``why`` and per worker.
+    * ``factory``: ``state`` (ready, starting, paused, stopped, failed), ``why`` and per worker;
+    * ``ready`` (``ordering=ready`` only, else None): ``frontier_ms``, each sender's state (``done``,
+      ``gone`` and why, ``lost_seqs`` declared after a gap), ``behind_frontier_rows``.
 
     Raises ``ValueError`` naming the path when it is not a spool.
     """

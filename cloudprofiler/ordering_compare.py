@@ -1,0 +1,245 @@
+"""A windowed count over skewed senders, with and without ``ordering=ready``, against the truth.
+
+One run: the generator's senders (sender i lagging ``i * lag_ms`` in event time) feed the
+cloudprofiler source; the query counts tuples per tumbling event-time window with a watermark,
+in append mode. The run reports Spark's own ``numRowsDroppedByWatermark``, each closed window's
+count against the count computed from the generator's schedule (event times on the schedule clock,
+so the truth is known exactly) and the tuples the windows lack, and two latencies from the TSC
+stamps:
+
+* ``ingest``: per tuple, executor read minus emission (``cp_tsc_source - cp_tsc_gen``): how long a
+  tuple waited before Spark had it, which is where ``ordering=ready`` adds its wait for the
+  slowest sender;
+* ``window output``: per window, its emission by the query minus the emission of its latest tuple.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+WINDOW_S = 10
+WATERMARK_S = 1
+
+
+def truth_windows(summary: dict[str, Any], window_ms: int) -> dict[int, int]:
+    """Tuples per window start (ms) from the generator's schedule clock (``event_start_ms`` set)."""
+    from cp_source.generator import schedule_event_ms
+
+    start = summary["event_start_ms"]
+    if start is None:
+        raise ValueError("the truth needs the schedule clock: run the generator with event_start_ms")
+    bucket = int(summary["bucket"])
+    per_rate = summary["target_rate"] / len(summary["senders"])
+    counts: dict[int, int] = {}
+    for i, s in enumerate(summary["senders"]):
+        tuples = int(s["next_tuple_id"]) - int(s["first_tuple_id"])
+        n = math.ceil(tuples / bucket)
+        ev = schedule_event_ms(
+            start, per_rate, bucket, n, i, int(s["id"]), summary["event_lag_ms"], summary["event_jitter_ms"]
+        )
+        sizes = np.full(n, bucket, np.int64)
+        if n:
+            sizes[-1] = tuples - bucket * (n - 1)
+        for w, c in zip((ev // window_ms * window_ms).tolist(), sizes.tolist(), strict=True):
+            counts[w] = counts.get(w, 0) + c
+    return counts
+
+
+class _Collector:
+    """foreachBatch target: every emitted window row, stamped when its batch is handed to us."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.last_batch = -1
+        self.lock = threading.Lock()
+
+    def __call__(self, batch: Any, batch_id: int) -> None:
+        import native_tsc
+
+        got = [r.asDict() for r in batch.collect()]
+        now = native_tsc.now()
+        with self.lock:
+            for r in got:
+                r["out_tsc"] = now
+            self.rows += got
+            self.last_batch = batch_id
+
+
+def _query(spark: Any, spool: Path, checkpoint: Path, ordering: str, senders: int, workers: int) -> Any:
+    from pyspark.sql import functions as F
+
+    import cloudprofiler
+
+    cloudprofiler.register(spark)
+    reader = (
+        spark.readStream.format("cloudprofiler")
+        .option("endpoint", "tcp://127.0.0.1:0")
+        .option("spool", str(spool))
+        .option("workers", str(workers))
+    )
+    if ordering == "ready":
+        reader = reader.option("ordering", "ready").option("senders", str(senders))
+    waited = F.col("cp_tsc_source") - F.col("cp_tsc_gen")
+    return (
+        reader.load()
+        .withWatermark("event_time", f"{WATERMARK_S} seconds")
+        .groupBy(F.window("event_time", f"{WINDOW_S} seconds"))
+        .agg(
+            F.count("*").alias("n"),
+            F.max("cp_tsc_gen").alias("last_gen"),
+            F.avg(waited).alias("ingest_avg"),
+            F.max(waited).alias("ingest_max"),
+        )
+        .select(
+            F.unix_millis(F.col("window.start")).alias("start_ms"),
+            "n",
+            "last_gen",
+            "ingest_avg",
+            "ingest_max",
+        )
+    )
+
+
+def _dropped(query: Any) -> int:
+    return sum(
+        int(op.get("numRowsDroppedByWatermark", 0))
+        for p in query.recentProgress
+        for op in p.get("stateOperators", [])
+    )
+
+
+def run_windowed(
+    spark: Any,
+    workdir: str | Path,
+    ordering: str,
+    senders: int = 2,
+    lag_ms: float = 5000.0,
+    rate: float = 2000.0,
+    duration: float = 22.0,
+    bucket: int = 100,
+    workers: int = 2,
+    trigger_ms: int = 500,
+    event_start_ms: int | None = None,
+    timeout: float = 180.0,
+) -> dict[str, Any]:
+    """One run of the windowed count (see the module docstring); its figures as a dict."""
+    from cloudprofiler import wait_for_factory
+    from cp_source.generator import run_generator
+    from cp_source.spool import Spool
+
+    if ordering not in ("arrival", "ready"):
+        raise ValueError(f"ordering must be arrival or ready, got {ordering!r}")
+    work = Path(workdir) / f"{ordering}-{senders}-{int(lag_ms)}"
+    window_ms = WINDOW_S * 1000
+    if event_start_ms is None:  # a window boundary: the first window is whole
+        event_start_ms = (int(time.time() * 1000) // window_ms + 1) * window_ms
+    sink = _Collector()
+    df = _query(spark, work / "spool", work / "checkpoint", ordering, senders, workers)
+    query = (
+        df.writeStream.outputMode("append")
+        .foreachBatch(sink)
+        .trigger(processingTime=f"{trigger_ms} milliseconds")
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .start()
+    )
+    try:
+        state = wait_for_factory(str(work / "spool"), query)
+        summary = run_generator(
+            state.factory_endpoint,
+            rate,
+            duration,
+            senders=senders,
+            bucket=bucket,
+            event_lag_ms=lag_ms,
+            event_start_ms=event_start_ms,
+        )
+        truth = truth_windows(summary, window_ms)
+        ids = {int(s["id"]) for s in summary["senders"]}
+        _settle(query, sink, Spool(work / "spool"), ids, truth, summary, timeout)
+        dropped = _dropped(query)
+    finally:
+        query.stop()
+    return _report(ordering, senders, lag_ms, summary, truth, sink.rows, dropped)
+
+
+def _closing(truth: dict[int, int], summary: dict[str, Any]) -> list[int]:
+    """Window starts the final watermark closes: every window ending at or before it."""
+    last = max(s["event_ms_last"] for s in summary["senders"] if s["event_ms_last"] is not None)
+    watermark = last - WATERMARK_S * 1000
+    return sorted(w for w in truth if w + WINDOW_S * 1000 <= watermark)
+
+
+def _settle(
+    query: Any,
+    sink: _Collector,
+    spool: Any,
+    ids: set[int],
+    truth: dict[int, int],
+    summary: dict,
+    timeout: float,
+) -> None:
+    """Wait until the factory drained and every window the final watermark closes was emitted."""
+    want = set(_closing(truth, summary))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not query.isActive:
+            raise RuntimeError(f"the windowed query stopped: {query.exception()}")
+        with sink.lock:
+            have = {int(r["start_ms"]) for r in sink.rows}
+            last = sink.last_batch
+        if want <= have and spool.drained(ids):
+            # the progress of the batch that emitted them is posted after it
+            while time.monotonic() < deadline and (query.lastProgress or {}).get("batchId", -1) < last:
+                time.sleep(0.1)
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"windows {sorted(want)} not all emitted within {timeout:.0f} s")
+
+
+def _report(
+    ordering: str,
+    senders: int,
+    lag_ms: float,
+    summary: dict[str, Any],
+    truth: dict[int, int],
+    rows: list[dict[str, Any]],
+    dropped: int,
+) -> dict[str, Any]:
+    import native_tsc
+
+    to_ms = 1000.0 / native_tsc.frequency_hz()
+    closing = _closing(truth, summary)
+    got = {int(r["start_ms"]): r for r in rows}
+    windows = [
+        {"start_ms": w, "count": int(got[w]["n"]) if w in got else 0, "truth": truth[w]} for w in closing
+    ]
+    out_lat = [(r["out_tsc"] - r["last_gen"]) * to_ms for r in rows]
+    ingest_max = max((r["ingest_max"] * to_ms for r in rows), default=float("nan"))
+    n = sum(int(r["n"]) for r in rows)
+    ingest_avg = sum(r["ingest_avg"] * int(r["n"]) for r in rows) * to_ms / n if n else float("nan")
+    return {
+        "ordering": ordering,
+        "senders": senders,
+        "lag_ms": lag_ms,
+        "emitted": summary["emitted"],
+        "dropped_by_generator": summary["dropped"],
+        # Spark's metric counts rows at the stateful operator, after the partial aggregation before
+        # the shuffle (a row per window, partition and batch), not input tuples: the tuples the
+        # windows lack against the truth are the count of tuples lost behind the watermark
+        "rows_dropped_by_watermark": dropped,
+        "tuples_missing": sum(w["truth"] - w["count"] for w in windows),
+        "windows": windows,
+        "windows_match": all(w["count"] == w["truth"] for w in windows),
+        "ingest_latency_ms": {"avg": ingest_avg, "max": ingest_max},
+        "window_output_latency_ms": {
+            "p50": float(np.percentile(out_lat, 50)) if out_lat else float("nan"),
+            "max": max(out_lat, default=float("nan")),
+        },
+        "summary": summary,
+    }
