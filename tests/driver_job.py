@@ -27,6 +27,11 @@ def main() -> int:
     p.add_argument("--opt", action="append", default=[], help="reader option key=value")
     p.add_argument("--progress", help="JSON file rewritten after every batch")
     p.add_argument("--max-seconds", type=float, default=120.0)
+    p.add_argument(
+        "--columns",
+        default="tuple_id,sender_id,cp_tsc_source,cp_node_source,cp_node_factory",
+        help="columns written to the sink, comma-separated",
+    )
     args = p.parse_args()
 
     from cloudprofiler.spark_local import local_session
@@ -41,12 +46,7 @@ def main() -> int:
     spark = local_session("cloudprofiler-driver-job", master=args.master, conf=conf)
 
     opts = dict(kv.split("=", 1) for kv in args.opt)
-    df = (
-        spark.readStream.format("cloudprofiler")
-        .options(**opts)
-        .load()
-        .select("tuple_id", "sender_id", "cp_tsc_source", "cp_node_source", "cp_node_factory")
-    )
+    df = spark.readStream.format("cloudprofiler").options(**opts).load().select(*args.columns.split(","))
     writer = (
         df.writeStream.format("parquet")
         .option("path", args.out)
