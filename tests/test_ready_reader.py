@@ -182,3 +182,54 @@ def test_a_checkpoint_keeps_its_ordering(tmp_path: Path) -> None:
         ready.latestOffset(orjson.loads(orjson.dumps(arrival.initialOffset())), ReadAllAvailable())
     ready.stop()
     arrival.stop()
+
+
+def test_a_worker_killed_with_buckets_in_hand_leaves_a_gap_the_frontier_passes_and_the_ledger_counts(
+    ctx: zmq.Context, tmp_path: Path
+) -> None:
+    import time
+
+    spool = tmp_path / "spool"
+    # buckets wait 3 s in a worker before they are published: a kill in between loses them
+    factory = start_factory("tcp://127.0.0.1:0", spool, workers=2, flush_ms=3000)
+    a = HandSender(ctx, factory.endpoint, 8000)
+    try:
+        for k in range(4):
+            a.data(k, 1_000 * (k + 1))
+        wait_rows(spool, 40)
+        a.data(4, 5_000)
+        time.sleep(0.3)  # in a worker's hands, not yet published
+        factory.restart_worker(0)
+        factory.restart_worker(1)
+        a.data(5, 6_000)
+        a.data(6, 7_000)
+        a.end()
+        wait_rows(spool, 60)
+        reader = _reader(spool, senderTimeout="1")
+        start = reader.initialOffset()
+        end1 = reader.latestOffset(start, ReadAllAvailable())
+        assert end1["frontier"] == 3_999  # seq 4 missing: seqs 5 and 6 wait behind it
+        got1 = _batch(reader, start, end1)
+        reader.commit(end1)
+        time.sleep(1.2)
+        end2 = reader.latestOffset(end1, ReadAllAvailable())
+        assert end2["frontier"] == 7_000  # the gap declared lost; the sender had ended
+        got2 = _batch(reader, end1, end2)
+        reader.commit(end2)
+        report = read_report(spool)
+        assert report is not None and report["senders"]["8000"]["lost_seqs"] == [[4, 1]]
+        reader.stop()
+        assert factory.wait_drained(30)
+        stats = Spool(spool).stats()
+        lost = stats.lost_in_transit[8000]
+        read_ids = sorted(_rows(got1) + _rows(got2))
+        seq4 = a.ids[4][0]
+        assert lost == [[seq4, 10]]
+        # the ledger balances: every id emitted is read once or counted lost, with its id
+        assert sorted(t for _, _, t in read_ids) == [
+            first + i for k, (first, count, _) in enumerate(a.ids) if k != 4 for i in range(count)
+        ]
+        assert _rows(got1)[-1] < _rows(got2)[0]
+    finally:
+        a.close()
+        factory.stop()
