@@ -164,7 +164,7 @@ class FrontProgress:
     def __init__(self, directory: Path, durable: bool) -> None:
         self.dir, self.durable = directory, durable
         self.senders: dict[int, dict[str, Any]] = read_front_progress(directory.parent)
-        self.ignored = 0  # senders past MAX_GREETED, and heartbeats of senders that never said hello
+        self.ignored = 0  # senders past MAX_GREETED; heartbeats without a hello or past the seq window
         self._dirty = False
         self._last_write = 0.0
 
@@ -372,7 +372,10 @@ class FrontEnd:
                 self._reply(ident, h)
         elif h.kind == bk.KIND_HEARTBEAT:
             self.counters["heartbeats"] += 1  # recorded as progress, never forwarded to the workers
-            self.progress.heartbeat(h)
+            if self.ledger.in_window(h):  # one forged seq far ahead would pin the sender's progress
+                self.progress.heartbeat(h)
+            else:
+                self.progress.ignored += 1
         else:
             self.counters["unexpected"] += 1  # an acknowledgement sent to us: no tuples, nothing to do
 

@@ -17,11 +17,13 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+import zmq
 
 from cp_source import bucket as bk
 from cp_source.factory import FactoryHandle, start_factory
 from cp_source.factory_front import FRONT_DIR, PROGRESS_FILE, FrontProgress, read_front_progress
 from cp_source.generator import EventSettings, run_generator, schedule_event_ms
+from cp_source.sender_link import open_link
 from cp_source.spool import Spool, read_segment
 from cp_source.workloads import ysb_fields
 
@@ -359,3 +361,23 @@ def test_generate_help_lists_the_event_options() -> None:
     assert r.returncode == 0
     for opt in ("--event-lag-ms", "--event-jitter-ms", "--event-start-ms", "--heartbeat-ms", "--sender-base"):
         assert opt in r.stdout
+
+
+def test_a_heartbeat_past_the_seq_window_does_not_pin_a_senders_progress(
+    factory: Callable[..., FactoryHandle],
+) -> None:
+    f = factory()
+    packer = bk.HeaderPacker(77, "test-domain")
+    ctx: zmq.Context[Any] = zmq.Context()
+    sock = open_link(ctx, f.endpoint, packer, 16, WAIT_S)
+    try:
+        for seq, ms in ((10, 5), (bk.SEQ_WINDOW + 1, 9), (11, 6)):
+            sock.send_multipart([bytes(packer.pack(bk.KIND_HEARTBEAT, seq, 0, 0, 0, 1, ms * 1_000_000)), b""])
+        deadline = time.monotonic() + WAIT_S
+        while read_front_progress(f.spool).get(77, {}).get("heartbeat") != [11, 6]:
+            assert time.monotonic() < deadline, read_front_progress(f.spool)
+            time.sleep(0.05)
+        assert f.front_counters()["heartbeats"] == 3
+    finally:
+        sock.close(0)
+        ctx.term()
