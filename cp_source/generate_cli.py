@@ -27,8 +27,8 @@ examples:
   cloudprofiler generate --rate 50000 --duration 5 --workload file:events.ndjson
   cloudprofiler generate --rate 20000 --duration 5 --wait-ready 120   # the query is still starting
   cloudprofiler generate --rate 50000 --duration 10 --queue-ms 1000   # a busy machine: absorb 1 s stalls
-  cloudprofiler generate --rate 2000 --duration 10 --senders 2 --sender-base 4096 \
-      --event-start-ms 1700000000000 --event-lag-ms 500 --event-jitter-ms 20   # the same tuples every run
+  cloudprofiler generate --rate 2000 --duration 10 --senders 2 --sender-base 4096 --event-start-ms 0
+  cloudprofiler generate --rate 2000 --duration 10 --senders 2 --event-lag-ms 500 --event-jitter-ms 20
 
 Event times are whole milliseconds and never decrease per sender: the wall
 clock at send, or with --event-start-ms a clock that follows the schedule
