@@ -17,8 +17,10 @@ Liveness, so one quiet or broken sender does not hold every query for good:
 * a *gap* (bucket ``q`` missing while later ones are in) that lasts
   ``timeout_s`` is declared lost: the frontier passes it, and its tuples, if
   they ever arrive, are behind the frontier and counted as such by the reader;
-* a sender that shows nothing new for ``timeout_s`` is declared *gone* and
-  stops counting until it shows progress again;
+* a sender that shows nothing new (no later bucket, no heartbeat) for
+  ``timeout_s`` is declared *gone* and stops counting until it shows progress
+  again; a heartbeat that repeats the same time keeps it live (it still holds
+  the frontier there, as it should: its next tuple may be at that time);
 * with a declared number of senders, the frontier waits up to ``timeout_s``
   for that many to appear.
 
@@ -72,7 +74,8 @@ class SenderProgress:
     lost: list[list[int]] = field(default_factory=list)  # seq ranges declared lost after a gap
     marks: list[tuple[int, int]] = field(default_factory=list)  # (highest seq, event ms) not yet absorbed
     changed_wall: float = 0.0
-    key: tuple[int, int | None, bool] = (-2, None, False)
+    heartbeat_wall: float = 0.0  # when its latest heartbeat (at or below contiguous) came in
+    key: tuple[int, int | None, bool, float] = (-2, None, False, 0.0)
 
     def ready_ms(self) -> int:
         """Up to which event time this sender's tuples are complete."""
@@ -155,6 +158,8 @@ class ReadyFrontier:
             hb = p.get("heartbeat")
             if hb is not None and hb[0] - 1 <= st.contiguous:
                 st.shown_ms = hb[1] if st.shown_ms is None else max(st.shown_ms, hb[1])
+                # a quiet sender repeats its heartbeat: alive, though its time has not moved
+                st.heartbeat_wall = float(p.get("heartbeat_wall") or 0.0)
         for s, rec in read_front_ledger(self.root).items():
             st = self._state(s)
             eos = rec.get("eos")
@@ -200,7 +205,7 @@ class ReadyFrontier:
         now = self.now()
         declared = False
         for st in self.senders.values():
-            key = (st.contiguous, st.shown_ms, st.done)
+            key = (st.contiguous, st.shown_ms, st.done, st.heartbeat_wall)
             if key != st.key:
                 st.key, st.changed_wall = key, now
                 st.gone = None  # progress again: it counts again

@@ -144,8 +144,9 @@ def test_heartbeat_moves_a_quiet_sender_on_only_once_its_buckets_are_in(
 ) -> None:
     spool = tmp_path / "spool"
     a, b = HandSender(ctx, factory.endpoint, 4000), HandSender(ctx, factory.endpoint, 4001)
+    clock = Clock()
     try:
-        fr = ReadyFrontier(spool, now=Clock())
+        fr = ReadyFrontier(spool, now=clock)
         a.data(0, 50_000)
         b.data(0, 1_000)
         wait_rows(spool, 20)
@@ -156,6 +157,18 @@ def test_heartbeat_moves_a_quiet_sender_on_only_once_its_buckets_are_in(
         b.data(1, 2_000)
         wait_rows(spool, 30)
         assert _advance(fr, spool) == 29_999  # seq 1 in: the heartbeat counts
+        # the same heartbeat again, after longer than the timeout: quiet but alive, so not gone
+        seen = read_front_progress(spool)[4001]["heartbeat_wall"]
+        clock.t += 11.0
+        a.data(1, 60_000)
+        b.heartbeat(2, 30_000)
+        wait_file(spool, lambda: read_front_progress(spool)[4001]["heartbeat_wall"] != seen)
+        wait_rows(spool, 40)
+        assert _advance(fr, spool) == 29_999 and fr.report()["gone"] == []
+        clock.t += 11.0  # and then silence: declared gone
+        a.data(2, 70_000)
+        wait_rows(spool, 50)
+        assert _advance(fr, spool) == 69_999 and fr.report()["gone"] == [4001]
     finally:
         a.close()
         b.close()
