@@ -29,6 +29,7 @@ examples:
   cloudprofiler generate --rate 50000 --duration 10 --queue-ms 1000   # a busy machine: absorb 1 s stalls
   cloudprofiler generate --rate 2000 --duration 10 --senders 2 --sender-base 4096 --event-start-ms 0
   cloudprofiler generate --rate 2000 --duration 10 --senders 2 --event-lag-ms 500 --event-jitter-ms 20
+  cloudprofiler generate --rate 20000 --duration 10 --bucket 100 --delay zipf:0.99,200 --delay-seed 7
 
 Event times are whole milliseconds and never decrease per sender: the wall
 clock at send, or with --event-start-ms a clock that follows the schedule
@@ -38,6 +39,14 @@ i * --event-lag-ms behind, and each bucket moves back a random
 [0, --event-jitter-ms) drawn from a generator seeded with its sender id.
 A sender waiting longer than --heartbeat-ms for its next bucket sends a
 heartbeat every --heartbeat-ms: a lower bound on the event times still to come.
+
+--delay DIST holds each bucket back a drawn network delay between its
+generation (its gen stamp, event time and tuple ids) and its send, so buckets
+overtake each other: normal:MEAN_MS,SD_MS (truncated to [0, MEAN + 6 SD] by
+redrawing), exp:MEAN_MS (truncated to [0, 20 MEAN] by redrawing),
+uniform:LO_MS,HI_MS, or zipf:S,MAX_MS (rank k of 1..1000 with weight k^-S,
+delay k * MAX_MS / 1000). Delays are at most 60000 ms, drawn per bucket from a
+generator seeded with --delay-seed (default: the sender id).
 """
 
 
@@ -74,17 +83,28 @@ def event_options(args: argparse.Namespace) -> dict[str, Any]:
     lag = _number("--event-lag-ms", args.event_lag_ms, 0.0)
     jitter = _number("--event-jitter-ms", args.event_jitter_ms, 0.0)
     heartbeat = _number("--heartbeat-ms", args.heartbeat_ms, 100.0)
-    from cp_source.generator import EventSettings
+    seed: int | None = None
+    if args.delay_seed is not None:
+        try:
+            seed = int(args.delay_seed)
+        except ValueError:
+            raise ValueError(f"--delay-seed: not a whole number: {args.delay_seed!r}") from None
+    from cp_source.generator import EventSettings, parse_delay
 
     try:
-        EventSettings(lag, jitter, start, heartbeat).check()
+        EventSettings(lag, jitter, start, heartbeat, None, seed).check()
+        if args.delay is not None:
+            parse_delay(args.delay)
     except ValueError as e:  # name the option as typed
-        raise ValueError("--" + str(e).replace("_", "-")) from None
+        msg = str(e)
+        raise ValueError("--" + (msg if msg.startswith("delay ") else msg.replace("_", "-"))) from None
     opts: dict[str, Any] = {
         "event_lag_ms": lag,
         "event_jitter_ms": jitter,
         "event_start_ms": start,
         "heartbeat_ms": heartbeat,
+        "delay": args.delay,
+        "delay_seed": seed,
     }
     return opts
 
@@ -127,6 +147,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="H",
         help="a sender waiting longer than H ms for its next bucket sends a heartbeat every H ms "
         "(default 100, 0: none)",
+    )
+    parser.add_argument(
+        "--delay",
+        default=None,
+        metavar="DIST",
+        help="hold each bucket back a drawn delay before sending it: normal:MEAN_MS,SD_MS, exp:MEAN_MS, "
+        "uniform:LO_MS,HI_MS or zipf:S,MAX_MS (default: none)",
+    )
+    parser.add_argument(
+        "--delay-seed",
+        default=None,
+        metavar="N",
+        help="seed of the delay draws (default: each sender's id)",
     )
     parser.add_argument("--summary", type=Path, default=None, help="also write the JSON summary to this file")
     parser.add_argument(

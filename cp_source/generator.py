@@ -35,15 +35,33 @@ time of every tuple the sender still has to send (the next bucket's own event
 time on a schedule clock). A heartbeat's bound also lifts the floor of the
 ``max`` above, so the promise holds whatever the wall clock does. A heartbeat
 the queue cannot take is skipped: the next one says the same or more.
+
+Injected network delay (``delay``, see ``DelaySpec``). Bucket k is generated
+at its deadline: it takes its ``gen`` TSC stamp, its event time and its tuple
+ids then, and is held until ``generated + d_k``, d_k drawn per bucket from
+the distribution by ``random.Random(delay_seed if given else sender_id)``
+(``draw_delays_ms`` gives the same numbers). Held buckets wait in a min-heap
+by send time; the loop sends every bucket whose time has come and sleeps
+toward the earlier of the next deadline and the next send. Delayed buckets
+overtake each other: seq is assigned at send (gapless in send order), so
+event times are non-decreasing in generation (tuple-id) order but not in seq
+order. Lateness (``generator_bound``) is measured against each deadline and
+each send time, and the rate against the generation span, so the delay itself
+is not mistaken for a slow generator. While anything is held, a heartbeat's
+bound is the smallest event time still held (an older one than any to be
+generated), so it stays a lower bound on every tuple not yet sent. Without
+a delay the loop does no heap work at all.
 """
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import math
 import multiprocessing as mp
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -78,6 +96,123 @@ MAX_EVENT_OFFSET_MS = 86_400_000.0  # lag per sender and jitter: at most a day
 MAX_EVENT_START_MS = 4_000_000_000_000  # ~2096: event ns stay far inside a signed 64-bit header field
 MAX_HEARTBEAT_MS = 60_000.0
 MIN_HEARTBEAT_MS = 1.0  # 0 disables; below 1 ms heartbeats would crowd out the data
+MAX_DELAY_MS = 60_000.0  # no injected delay exceeds a minute
+# Buckets one sender may hold for their delayed send (about rate / bucket * the largest delay); a run
+# that could hold more is refused up front, and the loop never holds more (it sends before generating).
+MAX_HELD_BUCKETS = 100_000
+ZIPF_RANKS = 1000  # zipf:S,MAX: rank k of 1..1000 drawn with weight k**-S, delay k * MAX / 1000 ms
+NORMAL_MAX_SDS = 6.0  # normal:MEAN,SD is truncated to [0, MEAN + 6 SD] by redrawing
+EXP_MAX_MEANS = 20.0  # exp:MEAN is truncated to [0, 20 MEAN] by redrawing
+MAX_DELAY_SEED = (1 << 63) - 1
+DELAY_FORMS = "normal:MEAN_MS,SD_MS, exp:MEAN_MS, uniform:LO_MS,HI_MS or zipf:S,MAX_MS"
+
+
+@dataclass(frozen=True, slots=True)
+class DelaySpec:
+    """An injected network delay distribution (ms), parsed from ``text`` by :func:`parse_delay`.
+
+    * ``normal:MEAN,SD``: N(MEAN, SD^2) truncated to [0, MEAN + 6 SD] by redrawing out-of-range draws;
+    * ``exp:MEAN``: exponential with mean MEAN truncated to [0, 20 MEAN] by redrawing;
+    * ``uniform:LO,HI``: uniform on [LO, HI);
+    * ``zipf:S,MAX``: rank k in 1..1000 with probability proportional to k**-S, delay k * MAX / 1000.
+
+    ``max_ms`` is the largest delay the distribution can give (at most ``MAX_DELAY_MS``).
+    """
+
+    text: str
+    kind: str
+    a: float
+    b: float
+    max_ms: float
+
+
+def _delay_numbers(text: str, body: str, n: int) -> list[float]:
+    parts = body.split(",")
+    if len(parts) != n:
+        raise ValueError(f"delay {text!r}: expected {n} number(s) after the colon, got {len(parts)}")
+    try:
+        vals = [float(p) for p in parts]
+    except ValueError:
+        raise ValueError(f"delay {text!r}: not a number in {body!r}") from None
+    if not all(math.isfinite(v) and v >= 0 for v in vals):
+        raise ValueError(f"delay {text!r}: every number must be finite and >= 0")
+    return vals
+
+
+def parse_delay(text: str) -> DelaySpec:
+    """The distribution named by ``text`` (see ``DelaySpec``); ValueError naming the problem otherwise."""
+    kind, colon, body = text.strip().partition(":")
+    if not colon or kind not in ("normal", "exp", "uniform", "zipf"):
+        raise ValueError(f"delay {text!r}: expected {DELAY_FORMS}")
+    if kind == "exp":
+        (mean,) = _delay_numbers(text, body, 1)
+        a, b, top = mean, 0.0, EXP_MAX_MEANS * mean
+    else:
+        a, b = _delay_numbers(text, body, 2)
+        if kind == "normal":
+            top = a + NORMAL_MAX_SDS * b
+        elif kind == "uniform":
+            if a > b:
+                raise ValueError(f"delay {text!r}: LO_MS {a:g} is above HI_MS {b:g}")
+            top = b
+        else:
+            if a > 10:
+                raise ValueError(f"delay {text!r}: the Zipf exponent S must be in 0..10, got {a:g}")
+            top = b
+    if top > MAX_DELAY_MS:
+        raise ValueError(
+            f"delay {text!r}: its largest delay ({top:g} ms) is above {MAX_DELAY_MS:.0f} ms"
+            + (" (normal reaches MEAN + 6 SD)" if kind == "normal" else "")
+            + (" (exp reaches 20 x MEAN)" if kind == "exp" else "")
+        )
+    return DelaySpec(text.strip(), kind, a, b, top)
+
+
+class DelaySampler:
+    """Draws a spec's delays (ms) one per call from ``random.Random(seed)``: the emission loop's draws."""
+
+    def __init__(self, spec: DelaySpec, seed: int) -> None:
+        self.spec = spec
+        self.rnd = random.Random(seed)
+        if spec.kind == "zipf":
+            w = [k**-spec.a for k in range(1, ZIPF_RANKS + 1)]
+            total = math.fsum(w)
+            acc, self.cdf = 0.0, []
+            for x in w:
+                acc += x
+                self.cdf.append(acc / total)
+
+    def __call__(self) -> float:
+        s, rnd = self.spec, self.rnd
+        if s.kind == "uniform":
+            return s.a + (s.b - s.a) * rnd.random()
+        if s.kind == "zipf":
+            rank = min(bisect.bisect_right(self.cdf, rnd.random()), ZIPF_RANKS - 1) + 1
+            return rank * s.b / ZIPF_RANKS
+        while True:  # truncated by redrawing: MEAN >= 0, so at least half the draws are in range
+            d = (
+                rnd.normalvariate(s.a, s.b)
+                if s.kind == "normal"
+                else (rnd.expovariate(1 / s.a) if s.a else 0.0)
+            )
+            if 0.0 <= d <= s.max_ms:
+                return d
+
+
+def draw_delays_ms(spec: str | DelaySpec, seed: int, n: int) -> np.ndarray:
+    """The delays (ms, float64) of the first ``n`` buckets of a sender whose delay seed is ``seed``
+    (``delay_seed`` when given, else its sender id): exactly what its emission loop drew."""
+    draw = DelaySampler(parse_delay(spec) if isinstance(spec, str) else spec, seed)
+    return np.array([draw() for _ in range(n)], dtype=np.float64)
+
+
+def check_delay_seed(seed: int | None) -> int | None:
+    """``seed``, or ValueError when it is not an integer in 0..2**63-1."""
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_DELAY_SEED
+    ):
+        raise ValueError(f"delay_seed must be an integer in 0..{MAX_DELAY_SEED}, got {seed!r}")
+    return seed
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,9 +223,12 @@ class EventSettings:
     jitter_ms: float = 0.0
     start_ms: int | None = None
     heartbeat_ms: float = 100.0
+    delay: DelaySpec | None = None  # injected network delay (see the module docstring)
+    delay_seed: int | None = None  # None: each sender's id
 
     def check(self) -> EventSettings:
         """Self, or ValueError naming the bad setting."""
+        check_delay_seed(self.delay_seed)
         for name, v, top in (
             ("event_lag_ms", self.lag_ms, MAX_EVENT_OFFSET_MS),
             ("event_jitter_ms", self.jitter_ms, MAX_EVENT_OFFSET_MS),
@@ -138,6 +276,19 @@ def schedule_event_ms(
     jit = np.array(_jitters(sender_id, n_buckets, jitter_ms), dtype=np.float64)
     ev = np.floor(base.astype(np.float64) - sender_index * lag_ms - jit).astype(np.int64)
     return np.maximum.accumulate(ev) if n_buckets else ev
+
+
+def check_hold(delay: DelaySpec | None, rate: float, senders: int, bucket: int) -> None:
+    """ValueError when a sender could hold more than ``MAX_HELD_BUCKETS`` buckets for their delayed
+    send: about its buckets per second times the distribution's largest delay."""
+    if delay is None:
+        return
+    held = math.ceil(delay.max_ms / 1000 * rate / senders / bucket) + 1
+    if held > MAX_HELD_BUCKETS:
+        raise ValueError(
+            f"delay {delay.text!r}: at {rate / senders:g} tuples/s per sender in buckets of {bucket} "
+            f"a sender may hold {held} buckets, above {MAX_HELD_BUCKETS}: bigger buckets or shorter delays"
+        )
 
 
 def fresh_sender_base(senders: int) -> int:
@@ -225,6 +376,9 @@ class _Emission:
     event_first: int | None = None  # event time (ms) of the first and the last bucket
     event_last: int | None = None
     heartbeats: int = 0
+    delay_seed: int | None = None  # with an injected delay: the seed, the drawn delays' mean and max
+    delay_ms_mean: float | None = None
+    delay_ms_max: float | None = None
 
 
 class _Heartbeats:
@@ -239,11 +393,13 @@ class _Heartbeats:
         self.behind_ns = lag_ns + jitter_ns  # wall clock: no bucket to come is further behind it than this
         self.sent = 0
 
-    def wait(self, deadline: int, seq: int, exact: int | None, floor: int) -> int:
+    def wait(self, deadline: int, seq: int, exact: int | None, floor: int, held: int | None = None) -> int:
         """Sleep toward ``deadline`` in heartbeat intervals, a heartbeat after each while one more
         interval fits; return the event-time floor, lifted to the bound the heartbeats promised.
 
         ``exact``: the next bucket's event time when it is known in advance (schedule clock).
+        ``held``: the smallest event time of the buckets generated but held back by an injected
+        delay (None: none held); it is then the bound, and the floor stays where it is.
         """
         clock = time.perf_counter_ns
         now = clock()
@@ -252,8 +408,11 @@ class _Heartbeats:
             now = clock()
             if deadline - now <= self.reach:
                 break
-            bound = exact if exact is not None else (time.time_ns() - self.behind_ns) // 1_000_000
-            bound = max(bound, floor)
+            if held is not None:
+                bound = held  # at most floor: generated earlier than any bucket still to come
+            else:
+                bound = exact if exact is not None else (time.time_ns() - self.behind_ns) // 1_000_000
+                bound = max(bound, floor)
             hdr = self.packer.pack(bk.KIND_HEARTBEAT, seq, 0, 0, 0, native_tsc.now(), bound * 1_000_000)
             try:
                 self.sock.send(hdr, zmq.NOBLOCK | zmq.SNDMORE)
@@ -261,7 +420,7 @@ class _Heartbeats:
                 continue  # the queue is full: skipped, the next heartbeat says as much or more
             self.sock.send(b"", zmq.NOBLOCK)
             self.sent += 1
-            floor = bound
+            floor = max(floor, bound)
         return floor
 
 
@@ -355,6 +514,178 @@ def _emit(
     return em
 
 
+class _Held:
+    """Buckets generated and held for their delayed send: a min-heap by send time, and their event
+    times by generation index, whose smallest is the held bucket generated first (event times never
+    decrease in generation order)."""
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[int, int, int, int, int, int]] = []  # send_at, k, first id, count, tsc, event
+        self.events: dict[int, int] = {}
+        self.low = 0  # no bucket below it is held
+
+    def push(self, item: tuple[int, int, int, int, int, int]) -> None:
+        heapq.heappush(self.heap, item)
+        self.events[item[1]] = item[5]
+
+    def pop(self) -> tuple[int, int, int, int, int, int]:
+        item = heapq.heappop(self.heap)
+        del self.events[item[1]]
+        return item
+
+    def min_event(self) -> int | None:
+        """The smallest event time held, None when nothing is (amortized O(1))."""
+        if not self.events:
+            return None
+        while self.low not in self.events:
+            self.low += 1
+        return self.events[self.low]
+
+
+@dataclass
+class _DelayedEmitter:
+    """The emission loop with an injected delay (see the module docstring); ``_emit``'s counterpart."""
+
+    sock: zmq.Socket[Any]
+    packer: bk.HeaderPacker
+    pool: list[bytes]
+    bucket: int
+    rate: float
+    tuples: int
+    first: int
+    ev: EventSettings
+    sender_index: int
+    held: _Held = field(default_factory=_Held)
+    emitted: int = 0
+    dropped: int = 0
+    seq: int = 0
+    max_lag: int = 0
+    prev: int = -(1 << 62)
+    pending: tuple[int, int] | None = None  # (k, event ms) of the next bucket on the schedule clock
+    first_event: int | None = None
+    delay_sum: float = 0.0
+    delay_max: float = 0.0
+    ranges: list[list[int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.n_buckets, self.last_rows, self.partial = _shape(self.pool, self.bucket, self.tuples)
+        self.clock = _event_clock(self.ev, self.sender_index)
+        self.rnd = random.Random(self.packer.sender_id).random
+        assert self.ev.delay is not None
+        seed = self.ev.delay_seed if self.ev.delay_seed is not None else self.packer.sender_id
+        self.seed, self.draw = seed, DelaySampler(self.ev.delay, seed)
+        lag_ns, jit_ns = self.clock[4], self.clock[5]
+        self.hb = (
+            _Heartbeats(self.sock, self.packer, self.ev.heartbeat_ms, lag_ns, jit_ns)
+            if self.ev.heartbeat_ms
+            else None
+        )
+
+    def _sched_event(self, k: int) -> int:
+        """Bucket k's event time on the schedule clock, drawn once (its jitter) however often asked."""
+        if self.pending is None or self.pending[0] != k:
+            _, start, lag_f, jit_f, _, _ = self.clock
+            base = start + math.floor(k * self.bucket / self.rate * 1000)
+            e = math.floor(base - lag_f - (self.rnd() * jit_f if jit_f else 0.0))
+            self.pending = (k, e if e > self.prev else self.prev)
+        return self.pending[1]
+
+    def _wait(self, until: int, k: int) -> None:
+        """Sleep (heartbeats in between) and spin until ``until``; k: the next bucket to generate."""
+        clock = time.perf_counter_ns
+        now = clock()
+        if now >= until:
+            return
+        if self.hb is not None and until - now > self.hb.reach:
+            exact = self._sched_event(k) if self.clock[0] and k < self.n_buckets else None
+            self.prev = self.hb.wait(until, self.seq, exact, self.prev, self.held.min_event())
+            now = clock()
+        if until - now > SLEEP_MIN_NS:
+            time.sleep((until - now - SPIN_NS) / 1e9)
+        while clock() < until:
+            pass
+
+    def _generate(self, k: int, deadline: int, next_id: int) -> int:
+        """Stamp bucket k and hold it until its send time; the id after its last."""
+        tsc = native_tsc.now()  # before the clock: the send is at least the delay after this stamp
+        now = time.perf_counter_ns()
+        self.max_lag = max(self.max_lag, now - deadline)
+        if self.clock[0]:
+            e = self._sched_event(k)
+        else:
+            lag_ns, jit_ns = self.clock[4], self.clock[5]
+            off = lag_ns + int(self.rnd() * jit_ns) if jit_ns else lag_ns
+            e = max((time.time_ns() - off) // 1_000_000, self.prev)
+        self.prev = e
+        if not k:
+            self.first_event = e
+        count = self.bucket if k < self.n_buckets - 1 or not self.partial else self.last_rows
+        d = self.draw()
+        self.delay_sum += d
+        self.delay_max = max(self.delay_max, d)
+        self.held.push((now + math.ceil(d * 1e6), k, next_id, count, tsc, e))
+        return next_id + count
+
+    def _send(self) -> None:
+        """Send the held bucket due first; seq is assigned here, so it stays gapless in send order."""
+        send_at, k, first_id, count, tsc, e = self.held.pop()
+        self.max_lag = max(self.max_lag, time.perf_counter_ns() - send_at)
+        payload = self.pool[k % len(self.pool)] if count == self.bucket else self.partial
+        hdr = self.packer.pack(bk.KIND_DATA, self.seq, first_id, count, len(payload), tsc, e * 1_000_000)
+        try:
+            self.sock.send(hdr, zmq.NOBLOCK | zmq.SNDMORE)
+        except zmq.Again:
+            _add_drop(self.ranges, first_id, count)
+            self.dropped += count
+        else:
+            self.sock.send(payload, zmq.NOBLOCK, copy=False)  # never fails once the first part is queued
+            self.emitted += count
+            self.seq += 1
+
+    def run(self, barrier: Any) -> _Emission:
+        period = self.bucket / self.rate * 1e9
+        heap, next_id, k, aborted = self.held.heap, self.first, 0, False
+        if barrier is not None:
+            barrier.wait()
+        t0 = time.perf_counter_ns() + 1_000_000
+        give_up = t0 + int((self.tuples / self.rate * ABORT_FACTOR + 1.0) * 1e9)
+        gen_end = t0
+        while heap or (k < self.n_buckets and not aborted):
+            due = t0 + int(k * period) if k < self.n_buckets and not aborted else None
+            if heap and (due is None or heap[0][0] <= due or len(heap) >= MAX_HELD_BUCKETS):
+                self._wait(heap[0][0], k)
+                self._send()
+            elif due is not None and time.perf_counter_ns() > give_up:
+                aborted = True  # hopelessly behind: stop generating, still send what is held
+            elif due is not None:
+                self._wait(due, k)
+                next_id = self._generate(k, due, next_id)
+                gen_end, k = time.perf_counter_ns(), k + 1
+        return self._emission(next_id, aborted, t0, gen_end, k)
+
+    def _emission(self, next_id: int, aborted: bool, t0: int, gen_end: int, k: int) -> _Emission:
+        # the rate is the generation span's: the delay only shifts sends
+        ranges = bk.merge_ranges(self.ranges)
+        em = _Emission(
+            next_id,
+            self.emitted,
+            self.dropped,
+            ranges,
+            self.seq,
+            self.max_lag,
+            aborted,
+            t0,
+            gen_end,
+            time.time_ns() / 1e9,
+        )
+        if k:
+            em.event_first, em.event_last = self.first_event, self.prev
+        em.heartbeats = self.hb.sent if self.hb is not None else 0
+        em.delay_seed = self.seed
+        em.delay_ms_mean, em.delay_ms_max = (self.delay_sum / k if k else 0.0), self.delay_max
+        return em
+
+
 def _end_of_stream(
     sock: zmq.Socket[Any],
     packer: bk.HeaderPacker,
@@ -388,6 +719,9 @@ def _end_of_stream(
         "heartbeats": e.heartbeats,
         "event_ms_first": e.event_first,
         "event_ms_last": e.event_last,
+        "delay_seed": e.delay_seed,
+        "delay_ms_mean": e.delay_ms_mean,
+        "delay_ms_max": e.delay_ms_max,
     }
 
 
@@ -408,14 +742,20 @@ def run_sender(
     event_jitter_ms: float = 0.0,
     event_start_ms: int | None = None,
     heartbeat_ms: float = 100.0,
+    delay: str | None = None,
+    delay_seed: int | None = None,
 ) -> dict[str, Any]:
     """One sender: offer ``tuples`` tuples at ``rate`` tuples/s; return its counters.
 
     Raises ``FactoryUnavailable`` when no factory acknowledges its hello within ``ready_timeout``
     (its message says so when the CurveZMQ handshake failed: ``curve_keys``, a keys directory).
-    ``sender_index`` (its place in the run, 0-based) and the event settings: see the module docstring.
+    ``sender_index`` (its place in the run, 0-based), the event settings and ``delay``: see the module
+    docstring.
     """
-    events = EventSettings(event_lag_ms, event_jitter_ms, event_start_ms, heartbeat_ms).check()
+    spec = parse_delay(delay) if delay is not None else None
+    events = EventSettings(event_lag_ms, event_jitter_ms, event_start_ms, heartbeat_ms, spec, delay_seed)
+    events.check()
+    check_hold(spec, rate, 1, bucket)
     return _sender(
         endpoint,
         sender_id,
@@ -454,7 +794,11 @@ def _sender(
     ctx, sock = _open_link(endpoint, packer, rate, bucket, len(pool[0]), hwm, ready_timeout, curve_keys)
     first = bk.tuple_id(sender_id, 0)
     try:
-        emission = _emit(sock, packer, pool, bucket, rate, tuples, first, barrier, events, sender_index)
+        if events.delay is None:
+            emission = _emit(sock, packer, pool, bucket, rate, tuples, first, barrier, events, sender_index)
+        else:
+            loop = _DelayedEmitter(sock, packer, pool, bucket, rate, tuples, first, events, sender_index)
+            emission = loop.run(barrier)
         return _end_of_stream(sock, packer, sender_id, first, rate, tuples, emission)
     finally:
         sock.close(0)  # the end of stream was acknowledged (or counted as not delivered)
@@ -591,6 +935,8 @@ def _summary(
         "event_lag_ms": events.lag_ms,
         "event_jitter_ms": events.jitter_ms,
         "event_start_ms": events.start_ms,
+        "delay": events.delay.text if events.delay is not None else None,
+        "delay_seed": events.delay_seed,
         "senders": results,
     }
 
@@ -634,6 +980,8 @@ def run_generator(
     event_jitter_ms: float = 0.0,
     event_start_ms: int | None = None,
     heartbeat_ms: float = 100.0,
+    delay: str | None = None,
+    delay_seed: int | None = None,
 ) -> dict[str, Any]:
     """Offer ``rate`` tuples/s for ``duration`` s from ``senders`` processes; return the JSON summary.
 
@@ -642,10 +990,15 @@ def run_generator(
     factory acknowledged every sender's end-of-stream totals. ``curve_keys``: a keys directory
     (``cloudprofiler keys generate``) when the factory runs with keys. Event times (sender i lags
     ``i * event_lag_ms``, jitter, a schedule clock from ``event_start_ms``) and heartbeats: see the
-    module docstring; ``schedule_event_ms`` gives a schedule clock's event times.
+    module docstring; ``schedule_event_ms`` gives a schedule clock's event times. ``delay`` (a
+    ``DelaySpec`` text such as ``normal:50,10``) holds each bucket back a drawn delay before its send,
+    seeded by ``delay_seed`` (None: each sender's id); ``draw_delays_ms`` gives the delays drawn.
     """
     _check_args(rate, duration, senders, bucket, workload)
-    events = EventSettings(event_lag_ms, event_jitter_ms, event_start_ms, heartbeat_ms).check()
+    spec = parse_delay(delay) if delay is not None else None
+    events = EventSettings(event_lag_ms, event_jitter_ms, event_start_ms, heartbeat_ms, spec, delay_seed)
+    events.check()
+    check_hold(spec, rate, senders, bucket)
     _check_endpoint(endpoint)
     total = round(rate * duration)
     if total >= bk.MAX_TUPLES_PER_SENDER:
