@@ -25,11 +25,12 @@ def test_ready_ordering_drops_nothing_and_counts_every_window_exactly(spark: Any
     for run in (arrival, ready):
         assert run["dropped_by_generator"] == 0 and run["emitted"] == 44_000
         assert len(run["windows"]) >= 2  # the windows the final watermark closes
-    # the lagging sender's tuples fall behind the watermark: Spark counts them (as partially
-    # aggregated rows) and the closed windows lack a large share of the tuples
+    # the lagging sender's tuples whose window the watermark has closed (its last ~4 s) are dropped:
+    # Spark counts them (as partially aggregated rows) and the closed windows lack them; how many
+    # depends on where the batches fall, a few to over 15 % of the tuples
     assert arrival["rows_dropped_by_watermark"] > 0
     closed = sum(w["truth"] for w in arrival["windows"])
-    assert arrival["tuples_missing"] > 0.2 * closed and not arrival["windows_match"]
+    assert arrival["tuples_missing"] > 0.02 * closed and not arrival["windows_match"]
     assert ready["rows_dropped_by_watermark"] == 0 and ready["tuples_missing"] == 0
     assert ready["windows_match"], ready["windows"]
     assert all(w["count"] == w["truth"] > 0 for w in ready["windows"])
