@@ -50,16 +50,24 @@ normal delays the interval holds the next SWM with probability exactly ``f``
 (Eq. 7). For large ``h`` this is the paper's normal interval.
 
 Slack (Eq. 8, Algorithm 1) slides a window of ``r`` over ``[t_min, t_max]``
-starting at ``max(t, t_min)``, weighting each step's slack by
-``P(x <= w <= x + r) / P(w > t)`` under the normal model (Eq. 9 conditions on
-``w > t``; Eq. 10's Q-function divides by the standard deviation, printed as
-the variance).
+starting at ``max(t, t_min)``, weighting each step's slack
+``(x + r - t) - cost`` by ``P(x <= w <= x + r) / P(w > t)`` under the normal
+model (Eq. 9 conditions on ``w > t``; its case test is printed reversed, and
+Eq. 10's Q-function divides by the standard deviation, printed as the
+variance). Taken literally (``slack_eq8_ns``) the mass above ``t_max`` counts as
+zero slack, so the slack of a query whose SWM is late *rises* again once ``t``
+passes about the predicted mean plus one standard deviation (with ``r`` = one
+standard deviation) before it drops to 0: a late query would look less urgent.
+``slack_ns`` keeps the paper's steps from ``t`` up to ``t_max`` but lets the last
+step hold all the mass above it (and includes the small mass between ``t`` and
+``t_min``), which makes it the expected slack with ``w`` rounded up to the next
+step; since the normal's hazard rate increases it never grows with ``t``, and
+past ``t_max`` it is ``r - cost`` (due within the next cycle).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from statistics import NormalDist
 
 import numpy as np
 import numpy.typing as npt
@@ -428,7 +436,8 @@ def out_of_orderness_ms(event_ms: npt.ArrayLike, arrival: npt.ArrayLike) -> I64:
     _same_length(event_ms=ev, arrival=ar)
     order = np.argsort(ar, kind="stable")
     e = ev[order]
-    newest_before = np.maximum.accumulate(np.concatenate(([np.iinfo(np.int64).min], e[:-1])))
+    # the first tuple has nothing before it: compared with itself, it is 0 behind
+    newest_before = np.maximum.accumulate(np.concatenate((e[:1], e[:-1])))
     behind = np.maximum(newest_before - e, 0)
     out = np.empty_like(behind)
     out[order] = behind
@@ -452,22 +461,54 @@ def watermark_advice(
     return WatermarkAdvice(advised, drop, n, max(int(current_delay_ms) - advised, 0))
 
 
-def slack_ns(pred: Prediction, t_ns: float, r_ns: float, cost_ns: float = 0.0) -> float:
-    """Klink's expected slack at time t (Eq. 8, Algorithm 1): steps of r over [max(t, t_min), t_max]."""
+def _check_slack_args(pred: Prediction, r_ns: float) -> None:
     if r_ns <= 0:
         raise ValueError(f"the cycle r must be positive, got {r_ns}")
     if pred.sd_ns <= 0:
         raise ValueError(f"the prediction's standard deviation must be positive, got {pred.sd_ns}")
-    dist = NormalDist(pred.mean_ns, pred.sd_ns)
-    beyond = 1.0 - dist.cdf(t_ns)
-    if beyond <= 0.0:
+
+
+def _steps(start: float, t_max: float, r_ns: float) -> int:
+    n = int(np.floor((t_max - start) / r_ns)) + 1
+    if n > MAX_SLACK_STEPS:
+        raise ValueError(f"r={r_ns} ns cuts [{start}, {t_max}] into {n} steps, more than {MAX_SLACK_STEPS}")
+    return max(n, 0)
+
+
+def _survival(pred: Prediction, x: F64) -> F64:
+    """P(w > x) under N(mean, sd), accurate in the upper tail."""
+    out: F64 = sps.norm.sf(x, loc=pred.mean_ns, scale=pred.sd_ns)
+    return out
+
+
+def slack_eq8_ns(pred: Prediction, t_ns: float, r_ns: float, cost_ns: float = 0.0) -> float:
+    """Eq. 8 exactly as Algorithm 1 computes it: steps of r from max(t, t_min) while x <= t_max, else 0.
+
+    Kept for comparison: the mass outside [t_min, t_max] counts as zero slack, so this rises again as t
+    passes the predicted mean (see slack_ns).
+    """
+    _check_slack_args(pred, r_ns)
+    start = max(t_ns, pred.t_min_ns)
+    x = start + np.arange(_steps(start, pred.t_max_ns, r_ns)) * r_ns
+    beyond = float(_survival(pred, np.array([t_ns]))[0])
+    if beyond <= 0.0 or not x.size:
         return 0.0
-    n_steps = int(np.floor((pred.t_max_ns - max(t_ns, pred.t_min_ns)) / r_ns)) + 1
-    if n_steps > MAX_SLACK_STEPS:
-        raise ValueError(f"r={r_ns} ns cuts [t_min, t_max] into {n_steps} steps, more than {MAX_SLACK_STEPS}")
-    total = 0.0
-    for k in range(max(n_steps, 0)):
-        x = max(t_ns, pred.t_min_ns) + k * r_ns
-        p = dist.cdf(x + r_ns) - dist.cdf(x)
-        total += p / beyond * ((x + r_ns - t_ns) - cost_ns)
-    return total
+    p = _survival(pred, x) - _survival(pred, x + r_ns)
+    return float(np.sum(p / beyond * ((x + r_ns - t_ns) - cost_ns)))
+
+
+def slack_ns(pred: Prediction, t_ns: float, r_ns: float, cost_ns: float = 0.0) -> float:
+    """Expected slack at time t (Eq. 8 over steps of r from t), the last step holding all mass above it.
+
+    Steps x = t, t + r, ... while x <= t_max (at least one); step k is worth (x + r - t) - cost and
+    weighs P(x <= w < x + r | w > t); the last weighs P(w >= x | w > t). As in the paper the steps
+    stop at t_max, but the tail beyond is not dropped: an SWM that is late stays due within the next
+    cycle instead of looking less urgent, and the slack never grows as t passes.
+    """
+    _check_slack_args(pred, r_ns)
+    x = t_ns + np.arange(max(_steps(t_ns, pred.t_max_ns, r_ns), 1)) * r_ns
+    sf = _survival(pred, x)
+    if sf[0] <= 0.0:  # far past the prediction: due within this cycle
+        return float(r_ns - cost_ns)
+    p = sf - np.append(sf[1:], 0.0)
+    return float(np.sum(p / sf[0] * ((x + r_ns - t_ns) - cost_ns)))
