@@ -475,10 +475,9 @@ def _steps(start: float, t_max: float, r_ns: float) -> int:
     return max(n, 0)
 
 
-def _survival(pred: Prediction, x: F64) -> F64:
+def _survival(pred: Prediction, x: npt.ArrayLike) -> F64:
     """P(w > x) under N(mean, sd), accurate in the upper tail."""
-    out: F64 = sps.norm.sf(x, loc=pred.mean_ns, scale=pred.sd_ns)
-    return out
+    return np.asarray(sps.norm.sf(x, loc=pred.mean_ns, scale=pred.sd_ns), dtype=np.float64)
 
 
 def slack_eq8_ns(pred: Prediction, t_ns: float, r_ns: float, cost_ns: float = 0.0) -> float:
