@@ -96,7 +96,11 @@ def _same_length(**arrays: I64) -> None:
 
 @dataclass(frozen=True)
 class Batches:
-    """Per micro-batch: id, ingestion time (ns), watermark after the batch (ms), max event time (ms)."""
+    """Per micro-batch: id, ingestion time (ns), watermark after the batch (ms), max event time (ms).
+
+    Spark's progress reports the watermark a batch *used*, computed after the batch before it; the
+    watermark after batch k is the one reported with batch k+1.
+    """
 
     batch_id: I64
     ingest_ns: I64
@@ -288,6 +292,20 @@ def _delay_moments(ep: I64, d: I64, w: I64, n: int) -> tuple[I64, F64, F64]:
     return cnt, mean, var
 
 
+def _check_watermark_delay(batches: Batches, delay_ms: int) -> None:
+    """A watermark never passes the newest event time minus the delay (nor 0, where Spark starts)."""
+    if not len(batches.batch_id):
+        return
+    ceiling = np.maximum(np.maximum.accumulate(batches.max_event_ms) - delay_ms, 0)
+    ahead = np.flatnonzero(batches.watermark_ms > ceiling)
+    if ahead.size:
+        i = int(ahead[0])
+        raise ValueError(
+            f"batch {int(batches.batch_id[i])}: watermark {int(batches.watermark_ms[i])} ms is ahead of "
+            f"the newest event time minus delay_ms={delay_ms} = {int(ceiling[i])} ms: check both"
+        )
+
+
 def epoch_delay_stats(
     batches: Batches, swms: Swms, tuples: Tuples, delay_ms: int, offset_ns: int | None = None
 ) -> EpochStats:
@@ -295,6 +313,7 @@ def epoch_delay_stats(
 
     ``delay_ms`` is the query's watermark delay; ``offset_ns`` (c) defaults to event_offset_ns(tuples).
     """
+    _check_watermark_delay(batches, delay_ms)
     n = len(swms.batch_index)
     ep_all = _tuple_epochs(batches, swms, tuples)
     keep = ep_all < n
@@ -341,6 +360,7 @@ class Prediction:
     t_min_ns: float
     t_max_ns: float
     period_ns: float  # p: A_{n+1} - A_n
+    observed_period_ns: float  # the SWMs' spacing over the last h epochs, per step of p (for comparison)
     mu_ns: float  # mean SWM delay over the last h epochs
     eq6_var_ns2: float  # the paper's Eq. 6 from the tuples' per-epoch moments (reported, not used)
 
@@ -351,6 +371,13 @@ def _interval_quantile(h: int, f: float) -> float:
     if h < 2:
         raise ValueError(f"h must be at least 2 epochs (a variance needs two), got {h}")
     return float(sps.t.ppf((1.0 + f) / 2.0, h - 1))
+
+
+def _observed_period(stats: EpochStats, lo: int, n: int) -> float:
+    """(w_n - w_lo) rescaled from the anchors' spacing to the next step: p plus the SWM delays' drift."""
+    span = float(stats.anchor_ns[n] - stats.anchor_ns[lo])
+    step = float(stats.next_anchor_ns[n] - stats.anchor_ns[n])
+    return float(stats.w_ns[n] - stats.w_ns[lo]) * step / span if span > 0 else float("nan")
 
 
 def predict_next_swm(stats: EpochStats, h: int = 10, f: float = 0.95, upto: int | None = None) -> Prediction:
@@ -373,6 +400,7 @@ def predict_next_swm(stats: EpochStats, h: int = 10, f: float = 0.95, upto: int 
         t_min_ns=mean - q * sd,
         t_max_ns=mean + q * sd,
         period_ns=float(stats.next_anchor_ns[n] - stats.anchor_ns[n]),
+        observed_period_ns=_observed_period(stats, lo, n),
         mu_ns=mu,
         eq6_var_ns2=float(np.sum(chi_i - m_i * m_i)) / (h * h),
     )

@@ -202,6 +202,12 @@ def test_tuple_of_an_unknown_batch_is_an_error() -> None:
         epoch_delay_stats(b, sweeping_watermarks(b, [10]), t, delay_ms=0)
 
 
+def test_a_watermark_ahead_of_the_events_is_an_error() -> None:
+    b = hand_batches()
+    with pytest.raises(ValueError, match=r"batch 1: watermark 4 ms is ahead of .* delay_ms=11 = 3 ms"):
+        epoch_delay_stats(b, sweeping_watermarks(b, [10]), Tuples.of([0], [0], [1], [0]), delay_ms=11)
+
+
 def test_counts_must_be_positive() -> None:
     with pytest.raises(ValueError, match="count must be >= 1, row 1 has 0"):
         Tuples.of([0, 0], [0, 0], [1, 1], [0, 0], [1, 0])
@@ -227,20 +233,24 @@ def _delay_cases(n: int) -> list[tuple[str, np.ndarray, float, float, float]]:
     ]
 
 
-@pytest.mark.parametrize("case", range(3))
-def test_epoch_mean_and_variance_match_the_injected_delays(case: int) -> None:
-    n = 60_000  # 2000 tuples a second for 30 s, tumbling windows of 1 s, batches every 100 ms
+@pytest.mark.parametrize(
+    ("case", "size", "slide"), [(0, 1000, 1000), (1, 1000, 1000), (2, 1000, 1000), (0, 2000, 500)]
+)
+def test_epoch_mean_and_variance_match_the_injected_delays(case: int, size: int, slide: int) -> None:
+    n = 60_000  # 2000 tuples a second for 30 s, batches every 100 ms
     name, delays, mean, var, m4 = _delay_cases(n)[case]
     s = synth(
         np.rint(delays),
         gen_step_ns=500_000,
         batch_ns=100 * NS_PER_MS,
-        size_ms=1000,
-        slide_ms=1000,
+        size_ms=size,
+        slide_ms=slide,
         wm_delay_ms=300,
     )
     epochs = steady_epochs(s, settle_ns=int(mean + 12 * math.sqrt(var)))
-    assert len(epochs) >= 20, name
+    assert len(epochs) >= 20 * 1000 // slide, name
+    # one SWM per slide of event time: the deadlines follow each other, one window each
+    assert s.stats.anchor_ns[1:].tolist() == (s.stats.anchor_ns[:-1] + slide * NS_PER_MS).tolist()
     for e in epochs:
         k = int(s.stats.count[e])
         assert abs(s.stats.mean_ns[e] - mean) <= Z * math.sqrt(var / k), (name, e)
@@ -316,6 +326,9 @@ def test_predict_next_swm_matches_the_table_row() -> None:
     assert p.mean_ns == pytest.approx(table.mean_ns[row], abs=1.0)
     assert (p.t_min_ns, p.t_max_ns) == pytest.approx((table.t_min_ns[row], table.t_max_ns[row]), abs=1.0)
     assert p.period_ns == 1000 * NS_PER_MS
+    # (w_30 - w_21) / 9: one period plus the drift (delta_30 - delta_21) / 9, sd 40 ms * sqrt(2) / 9
+    assert abs(p.observed_period_ns - 1000 * NS_PER_MS) <= Z * 40e6 * math.sqrt(2) / 9
+    assert p.observed_period_ns == pytest.approx((s.stats.w_ns[30] - s.stats.w_ns[21]) / 9)
     d = s.stats.swm_delay_ns[21:31]
     assert p.mu_ns == pytest.approx(d.mean(), abs=1e-3)
     assert p.mean_ns == pytest.approx(s.stats.anchor_ns[30] + p.period_ns + d.mean(), abs=1.0)
@@ -395,7 +408,7 @@ def test_watermark_advice_bad_input() -> None:
 
 def pred(mean: float, sd: float, f: float = 0.95) -> Prediction:
     z = sps.norm.ppf((1 + f) / 2)
-    return Prediction(mean, sd, mean - z * sd, mean + z * sd, 0.0, 0.0, 0.0)
+    return Prediction(mean, sd, mean - z * sd, mean + z * sd, 0.0, 0.0, 0.0, 0.0)
 
 
 def test_slack_hand_case() -> None:
@@ -452,6 +465,6 @@ def test_slack_bad_input() -> None:
     with pytest.raises(ValueError, match="the cycle r must be positive"):
         slack_ns(pred(0.0, 1.0), 0.0, 0.0)
     with pytest.raises(ValueError, match="standard deviation must be positive"):
-        slack_ns(Prediction(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0), 0.0, 1.0)
+        slack_ns(Prediction(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0), 0.0, 1.0)
     with pytest.raises(ValueError, match="more than"):
         slack_ns(pred(0.0, 1e9), 0.0, 1.0)
