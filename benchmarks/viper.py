@@ -14,7 +14,7 @@ Two parts, each ready and arrival in the same run:
    ingest latency (executor read minus emission), window output latency, the tuples the
    windows lack against the generator's schedule and Spark's own dropped-rows metric.
 
-    python benchmarks/viper.py [--quick] [--rows 1000000]
+    python benchmarks/viper.py [--quick] [--rows 1000000] [--show benchmarks/results/viper.json]
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 from bench_common import arg_parser, make_table, result_head, write_json
 from readpath import fresh_copy, run_query  # also puts the repository on sys.path
 
@@ -152,8 +153,8 @@ def print_report(doc: dict[str, Any]) -> None:
     from rich.console import Console
 
     console = Console(width=140)
-    cols = ["senders", "rows", "arrival M rows/s", "ready M rows/s", "ready/arrival"]
-    cols += ["direct arrival M rows/s", "direct ready M rows/s", "direct ready/arrival"]
+    cols = ["senders", "rows", "Spark arrival", "Spark ready", "ready/arrival"]
+    cols += ["direct arrival", "direct ready", "ready/arrival (direct)"]
     rows = [
         [
             str(t["senders"]),
@@ -167,10 +168,10 @@ def print_report(doc: dict[str, Any]) -> None:
         ]
         for t in doc["throughput"]
     ]
-    title = "read throughput, whole backlog, local[2], availableNow -> noop (direct: reader alone)"
+    title = "read throughput, M rows/s: the backlog, local[2], availableNow -> noop; direct: the reader alone"
     console.print(make_table(title, cols, rows))
-    cols = ["senders", "lag ms", "ordering", "ingest avg ms", "ingest max ms", "window p50 ms"]
-    cols += ["tuples missing", "Spark dropped rows", "windows exact"]
+    cols = ["senders", "lag", "ordering", "ingest avg", "ingest max", "window p50"]
+    cols += ["tuples missing", "of them gen. drops", "Spark rows dropped", "windows exact"]
     rows = []
     for e in doc["latency"]:
         for o in ORDERINGS:
@@ -184,11 +185,14 @@ def print_report(doc: dict[str, Any]) -> None:
                     f"{r['ingest_latency_ms']['max']:.0f}",
                     f"{r['window_output_latency_ms']['p50']:.0f}",
                     f"{r['tuples_missing']:,}",
+                    f"{r['dropped_by_generator']:,}",
                     str(r["rows_dropped_by_watermark"]),
                     "yes" if r["windows_match"] else "no",
                 ]
             )
-    console.print(make_table("windowed count, 10 s windows, 1 s watermark", cols, rows, left={"ordering"}))
+    # the truth counts every scheduled tuple, so a bucket the generator could not send is missing too
+    title = "windowed count, 10 s windows, 1 s watermark; ms"
+    console.print(make_table(title, cols, rows, left={"ordering"}))
     rows = [
         [
             str(e["senders"]),
@@ -208,7 +212,11 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer rows and cases, shorter runs (~4 min)")
     ap.add_argument("--rows", type=int, default=None, help="tuples prefilled per sender count")
     ap.add_argument("--rate", type=float, default=2000.0, help="end-to-end rate, tuples/s (default 2000)")
+    ap.add_argument("--show", metavar="JSON", help="print the tables of a result file and exit")
     args = ap.parse_args()
+    if args.show:
+        print_report(orjson.loads(Path(args.show).read_bytes()))
+        return 0
     from cloudprofiler.ordering_compare import run_windowed
     from cloudprofiler.spark_local import local_session
 
