@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TUTORIALS = ROOT / "docs" / "tutorials"
 
 
-NAMES = ["quickstart.md", "latency-across-nodes.md", "maxrate.md", "instrumenting.md"]
+NAMES = ["quickstart.md", "latency-across-nodes.md", "maxrate.md", "instrumenting.md", "ready-ordering.md"]
 
 
 def _run(path: Path, ns: dict[str, Any]) -> dict[str, Any]:
