@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pytest
 import zmq
@@ -175,6 +176,34 @@ def test_each_bucket_arrives_at_least_its_drawn_delay_late_and_none_is_lost(
     gap = np.quantile(measured, q) - np.quantile(drawn, q)
     assert (gap >= -ABS_TOL_MS).all() and (gap < 8.0).all(), gap
     assert float(np.median(measured - drawn)) < 3.0
+
+
+def test_the_command_line_delays_two_sender_processes_by_their_own_draws(
+    factory: Callable[..., FactoryHandle], tmp_path: Path
+) -> None:
+    f = factory()
+    out = tmp_path / "run.json"
+    r = subprocess.run(
+        [sys.executable, "-m", "cloudprofiler.cli", "generate", "--endpoint", f.endpoint, "--rate", "2000"]
+        + ["--duration", "1", "--senders", "2", "--bucket", "10", "--delay", "exp:15", "--summary", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    s = orjson.loads(out.read_bytes())
+    assert s["delay"] == "exp:15" and s["delay_seed"] is None and s["offered"] == 2000 and s["dropped"] == 0
+    t = _spool_table(f, s)
+    assert_ledger_balances(s, Spool(f.spool).stats(), published_ids(f.spool))
+    ids = t.column("tuple_id").to_numpy()
+    for sender in s["senders"]:
+        assert sender["delay_seed"] == sender["id"]  # no seed given: each sender draws from its id
+        drawn = draw_delays_ms("exp:15", sender["id"], 100)
+        assert sender["delay_ms_mean"] == pytest.approx(float(drawn.mean()), rel=1e-12)
+        measured, _ = _measured_ms(t.filter(pa.array((ids >> bk.SEQ_BITS) == sender["id"])), 10)
+        assert len(measured) == 100 and (measured >= drawn * (1 - REL_TOL) - ABS_TOL_MS).all()
+    a, b = (draw_delays_ms("exp:15", x["id"], 100) for x in s["senders"])
+    assert not np.array_equal(a, b)
 
 
 def test_normal_delay_matches_its_distribution(factory: Callable[..., FactoryHandle]) -> None:
