@@ -428,11 +428,13 @@ class FactoryWorker:
 
 
 def _sender_marks(senders: np.ndarray, seqs: np.ndarray, event_ms: np.ndarray) -> list[list[int]]:
-    """Per sender of a segment: [sender, highest seq, latest event time]; the ready frontier's input."""
+    """Per sender of a segment: [sender, lowest seq, its event time, highest seq, its event time];
+    the ready frontier's input (a sender's event times never decrease with its seq)."""
     out = []
     for s in np.unique(senders).tolist():
-        mine = senders == s
-        out.append([int(s), int(seqs[mine].max()), int(event_ms[mine].max())])
+        mine = np.flatnonzero(senders == s)
+        lo, hi = mine[np.argmin(seqs[mine])], mine[np.argmax(seqs[mine])]
+        out.append([int(s), int(seqs[lo]), int(event_ms[lo]), int(seqs[hi]), int(event_ms[hi])])
     return out
 
 

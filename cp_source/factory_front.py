@@ -168,14 +168,16 @@ class FrontProgress:
         self._dirty = False
         self._last_write = 0.0
 
-    def hello(self, sender_id: int) -> None:
+    def hello(self, sender_id: int) -> bool:
+        """Record a sender's first hello; True when it is new."""
         if sender_id in self.senders:
-            return
+            return False
         if len(self.senders) >= MAX_GREETED:
             self.ignored += 1
-            return
+            return False
         self.senders[sender_id] = {"hello_wall": time.time(), "heartbeat": None}
         self._dirty = True
+        return True
 
     def heartbeat(self, h: bk.Header) -> None:
         """Keep the heartbeat with the larger (seq, event_ms): a heartbeat never moves back."""
@@ -356,7 +358,9 @@ class FrontEnd:
                 self.counters["hellos_refused"] += 1
                 answer_control(self.front, ident, h, REFUSED_SENDER_IN_USE)
             elif self.workers_ready.is_set():
-                self.progress.hello(h.sender_id)
+                # on file before the acknowledgement: a reader knows a sender before its first bucket
+                if self.progress.hello(h.sender_id):
+                    self.progress.maybe_write(force=True)
                 self._reply(ident, h)
             elif ident in self._pending_hellos or len(self._pending_hellos) < MAX_PENDING_HELLOS:
                 self.progress.hello(h.sender_id)
@@ -438,6 +442,7 @@ class FrontEnd:
                         if not self._forward_held():
                             break
                 if self._pending_hellos and self.workers_ready.is_set():
+                    self.progress.maybe_write(force=True)  # the senders on file before their acks
                     for ident, h in self._pending_hellos.items():
                         self._reply(ident, h)
                     self._pending_hellos.clear()

@@ -72,7 +72,7 @@ class SenderProgress:
     done: bool = False
     gone: str | None = None  # why it no longer counts (declared gone), None while it does
     lost: list[list[int]] = field(default_factory=list)  # seq ranges declared lost after a gap
-    marks: list[tuple[int, int]] = field(default_factory=list)  # (highest seq, event ms) not yet absorbed
+    marks: list[tuple[int, int]] = field(default_factory=list)  # (seq, its event ms) not yet absorbed
     changed_wall: float = 0.0
     heartbeat_wall: float = 0.0  # when its latest heartbeat (at or below contiguous) came in
     key: tuple[int, int | None, bool, float] = (-2, None, False, 0.0)
@@ -134,8 +134,9 @@ class ReadyFrontier:
                 continue
             for seg in spool.segments(w, after, upto):
                 self.data_max = max(self.data_max, seg.event_time_max)
-                for s, q, ev in seg.senders or ():
-                    self._state(int(s)).marks.append((int(q), int(ev)))
+                for s, q_lo, ev_lo, q_hi, ev_hi in seg.senders or ():
+                    st = self._state(int(s))
+                    st.marks += [(int(q_lo), int(ev_lo)), (int(q_hi), int(ev_hi))]
             self.seen[w] = upto
 
     def _read_seqs(self, workers: list[str], latest: dict[str, int]) -> None:

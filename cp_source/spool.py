@@ -200,8 +200,8 @@ class SegmentInfo:
     tuple_id_max: int
     event_time_min: int
     event_time_max: int
-    # per sender in the segment: [sender, highest seq, latest event time (ms)]; what the ready
-    # frontier reads (cp_source.ready_frontier). None in segments of earlier versions.
+    # per sender in the segment: [sender, lowest seq, its event time, highest seq, its event time]
+    # (ms); what the ready frontier reads (cp_source.ready_frontier). None in earlier segments.
     senders: list[list[int]] | None = None
 
     def manifest_line(self) -> bytes:
@@ -396,7 +396,7 @@ class SegmentWriter:
         senders: list[list[int]] | None = None,
     ) -> SegmentInfo:
         """Write one segment atomically. ``buckets``: int64 (n, 4) rows of sender, seq, first_id, count;
-        ``senders``: per sender [sender, highest seq, latest event time in ms] (see SegmentInfo)."""
+        ``senders``: per sender its lowest and highest seq with their event times (see SegmentInfo)."""
         n = self.next_number
         path = self.dir / seg_name(n)
         recs = np.empty((len(buckets), REC_FIELDS), dtype="<i8")
