@@ -457,7 +457,8 @@ def test_slack_never_grows_as_time_passes(sd: float, r_share: float, cost_share:
     r = r_share * sd
     times = np.linspace(p.mean_ns - 6 * sd, p.t_max_ns + 2 * r, 300)
     sl = [slack_ns(p, float(t), r, cost_ns=cost_share * r) for t in times]
-    assert all(b <= a + 1e-9 * max(abs(a), 1.0) for a, b in zip(sl, sl[1:], strict=False))
+    # times near 1e7 ns: the steps' (x + r - t) round at ~1e-9 ns, so allow a femtosecond
+    assert all(b <= a + 1e-9 * max(abs(a), 1.0) + 1e-6 for a, b in zip(sl, sl[1:], strict=False))
     assert sl[-1] == pytest.approx(r - cost_share * r, abs=1e-6 * sd)  # times near 1e7: rounding
 
 
