@@ -143,6 +143,11 @@ def test_rows_behind_the_frontier_are_counted_with_their_ids_not_lost(
         first = late.ids[0][0]
         assert len(recs) == 1 and recs[0]["rows"] == 4 and recs[0]["ranges"] == [[first, 4]]
         assert recs[0]["frontier_ms"] == 20_000
+        import cloudprofiler
+
+        status = cloudprofiler.source_status(spool)["ready"]  # what a user watching the query sees
+        assert status["frontier_ms"] == 25_000 and status["behind_frontier_rows"] == 4
+        assert status["senders"]["7001"]["done"] and status["gone"] == []
         reader.stop()
     finally:
         a.close()
