@@ -101,7 +101,8 @@ def _fill(ch: Channel, mode: str, rng: np.random.Generator) -> tuple[np.ndarray,
             try:
                 log_batch(ids)
             except OSError as e:
-                return np.concatenate(done), ids, e
+                # the first batch may already not fit: a CSV line grows with the TSC's digits
+                return (np.concatenate(done) if done else np.empty(0, np.int64)), ids, e
             done.append(ids)
         else:
             for k, t in enumerate(ids.tolist()):
