@@ -147,6 +147,7 @@ def _measured_ms(t: pa.Table, bucket: int) -> tuple[np.ndarray, np.ndarray]:
     return (fac - gen) / native_tsc.frequency_hz() * 1e3, ev
 
 
+@pytest.mark.long  # four factories and runs: about 20 s
 @pytest.mark.parametrize(
     ("spec", "seed"),
     [("normal:50,10", 42), ("exp:20", None), ("zipf:0.99,300", 5), ("uniform:0,80", None)],
@@ -178,6 +179,7 @@ def test_each_bucket_arrives_at_least_its_drawn_delay_late_and_none_is_lost(
     assert float(np.median(measured - drawn)) < 3.0
 
 
+@pytest.mark.long  # two sender processes through the command line
 def test_the_command_line_delays_two_sender_processes_by_their_own_draws(
     factory: Callable[..., FactoryHandle], tmp_path: Path
 ) -> None:
