@@ -99,6 +99,19 @@ def _int_option(opts: Mapping[str, str], name: str, default: int, lo: int, hi: i
     return value
 
 
+def _seconds_option(opts: Mapping[str, str], name: str, default: float, hi: float) -> float:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"option {name}={raw!r}: expected seconds") from None
+    if not 0 < value <= hi:
+        raise ValueError(f"option {name}={value}: expected 0 < {name} <= {hi:g}")
+    return value
+
+
 def _choice_option(opts: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
     raw = str(opts.get(name.lower(), choices[0])).strip().lower()
     if raw not in choices:
@@ -170,13 +183,7 @@ class ReaderOptions:
         if schema_ddl is not None and workload == "ysb":
             raise ValueError("option schema: only a file:PATH workload takes a schema (ysb has its own)")
         max_records = opts.get("maxrecordspertrigger")
-        fetch_timeout_raw = opts.get("fetchtimeout", "60")
-        try:
-            fetch_timeout = float(fetch_timeout_raw)
-        except ValueError:
-            raise ValueError(f"option fetchTimeout={fetch_timeout_raw!r}: expected seconds") from None
-        if not 0 < fetch_timeout <= 3600:
-            raise ValueError(f"option fetchTimeout={fetch_timeout}: expected 0 < fetchTimeout <= 3600")
+        fetch_timeout = _seconds_option(opts, "fetchTimeout", 60.0, 3600)
         ready = _ready_options(opts, max_records is not None)
         bind = opts.get("serverbind", "127.0.0.1").strip()
         if not bind or any(c in bind for c in "/ "):
@@ -227,13 +234,7 @@ def _ready_options(opts: Mapping[str, str], has_limit: bool) -> dict[str, Any]:
         raise ValueError(f"option senderIds={raw_ids!r}: expected sender ids separated by commas") from None
     if any(not 0 <= i < 1 << 24 for i in ids):
         raise ValueError(f"option senderIds={raw_ids!r}: sender ids are 0..{(1 << 24) - 1}")
-    timeout_raw = opts.get("sendertimeout", "10")
-    try:
-        timeout = float(timeout_raw)
-    except ValueError:
-        raise ValueError(f"option senderTimeout={timeout_raw!r}: expected seconds") from None
-    if not 0 < timeout <= 86400:
-        raise ValueError(f"option senderTimeout={timeout}: expected 0 < senderTimeout <= 86400")
+    timeout = _seconds_option(opts, "senderTimeout", 10.0, 86400)
     senders = _int_option(opts, "senders", 0, 1, 1 << 24) if "senders" in opts else None
     return {"ordering": "ready", "senders": senders, "sender_ids": ids, "sender_timeout": timeout}
 
