@@ -62,6 +62,7 @@ class ReadySlice(InputPartition):
     fetch_timeout: float = 60.0
     spool_id: str = ""
     curve_keys: str | None = None
+    batch_key: str = ""  # the batch's end offset digest, for the ingest log
 
     def __post_init__(self) -> None:
         super().__init__(f"{self.lo}..{self.hi}")

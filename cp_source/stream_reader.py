@@ -81,6 +81,7 @@ OPTION_NAMES = (
     "senders",
     "senderIds",
     "senderTimeout",
+    "progressLog",
     "path",
 )
 KNOWN_OPTIONS = {name.lower() for name in OPTION_NAMES}
@@ -110,6 +111,16 @@ def _seconds_option(opts: Mapping[str, str], name: str, default: float, hi: floa
     if not 0 < value <= hi:
         raise ValueError(f"option {name}={value}: expected 0 < {name} <= {hi:g}")
     return value
+
+
+def _dir_option(opts: Mapping[str, str], name: str) -> str | None:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return None
+    path = raw.strip()
+    if not path or "\0" in path:
+        raise ValueError(f"option {name}={raw!r}: expected a directory path")
+    return path
 
 
 def _choice_option(opts: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
@@ -156,6 +167,7 @@ class ReaderOptions:
     senders: int | None = None  # ready: how many senders to wait for
     sender_ids: tuple[int, ...] = ()  # ready: which senders to wait for
     sender_timeout: float = 10.0  # ready: a gap or a silent sender stops holding the frontier after it
+    progress_log: str | None = None  # a directory: executors log each batch's buckets (cp_source.ingest_log)
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], strict: bool = True) -> ReaderOptions:
@@ -208,6 +220,7 @@ class ReaderOptions:
             starting_offsets=_choice_option(opts, "startingOffsets", STARTING_OFFSETS),
             durability=_choice_option(opts, "durability", DURABILITY_LEVELS),
             curve_keys=opts.get("curvekeys") or None,
+            progress_log=_dir_option(opts, "progressLog"),
             **ready,
         )
 
@@ -413,6 +426,7 @@ class SegmentRange(InputPartition):
     fetch_timeout: float = 60.0
     spool_id: str = ""  # the spool every segment must come from
     curve_keys: str | None = None  # the keys directory on the executor when the server has keys
+    batch_key: str = ""  # the batch's end offset digest, for the ingest log
 
     def __post_init__(self) -> None:
         super().__init__(self.worker)
@@ -837,6 +851,15 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             # A batch without data (Spark's first one is): a task per worker that reads nothing, so
             # the executors start their Python workers now and not in the first batch with data.
             parts = [self._partition(w, [], server) for w in workers]
+        return self._keyed(parts, end)
+
+    def _keyed(self, parts: list[Any], end: dict) -> list[Any]:
+        if self.opts.progress_log is not None:
+            from cp_source.ingest_log import batch_key
+
+            key = batch_key(end)
+            for p in parts:
+                p.batch_key = key
         return parts
 
     def _ready_partitions(self, start: dict, end: dict) -> list[Any]:
@@ -856,7 +879,8 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             for a, b, segs in slices
         ]
         # an empty batch still starts the executors' Python workers (see partitions)
-        return parts or [ReadySlice(lo, lo, [], server, o.fetch, o.fetch_timeout, state["spool_id"])]
+        parts = parts or [ReadySlice(lo, lo, [], server, o.fetch, o.fetch_timeout, state["spool_id"])]
+        return self._keyed(parts, end)
 
     def _partition(
         self, worker: str, chunk: list[tuple[int, str, int, int]], server: str | None
@@ -901,18 +925,25 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
         mark(f"executor: read {len(partition.segments)} segments")
         target = to_arrow_schema(self.schema, timezone="UTC")
+        log = None
+        if self.opts.progress_log is not None:
+            from cp_source.ingest_log import IngestLogger
+
+            log = IngestLogger(self.opts.progress_log, partition.batch_key)
         if isinstance(partition, ReadySlice):
-            yield from _stamped(_read_slice(partition), target)
-            return
-        loader = _SegmentLoader(partition)
-        try:
-            tables = (loader.load(*seg) for seg in partition.segments)
-            yield from _stamped(tables, target)
-        finally:
-            loader.close()
+            yield from _stamped(_read_slice(partition), target, log)
+        else:
+            loader = _SegmentLoader(partition)
+            try:
+                tables = (loader.load(*seg) for seg in partition.segments)
+                yield from _stamped(tables, target, log)
+            finally:
+                loader.close()
+        if log is not None:
+            log.close()  # only once Spark has taken every row: a failed task logs nothing
 
 
-def _stamped(tables: Iterator[Any], target: Any) -> Iterator[Any]:
+def _stamped(tables: Iterator[Any], target: Any, log: Any = None) -> Iterator[Any]:
     """The tables' batches with the ``source`` stamp, one per batch: the moment these rows are
     handed to Spark on this executor."""
     import pyarrow as pa
@@ -929,6 +960,8 @@ def _stamped(tables: Iterator[Any], target: Any) -> Iterator[Any]:
             cols = [*batch.columns, tsc, pa.repeat(node, n)]
             names = [*batch.schema.names, tsc_column(SOURCE), node_column(SOURCE)]
             out = pa.RecordBatch.from_arrays(cols, names=names)
+            if log is not None:
+                log.observe(out)
             yield out.select(target.names).cast(target)
 
 
