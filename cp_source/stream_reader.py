@@ -41,6 +41,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from cp_source.durability import DURABILITY_LEVELS
+from cp_source.klink_admission import KLINK_OPTIONS, KlinkConfig, parse_klink_options
 from cp_source.reader_state import clear_reader_state, write_reader_state
 from cp_source.ready_reader import FRONTIER_KEY, ReadySlice
 from cp_source.startup_trace import mark, mark_process_start
@@ -82,6 +83,8 @@ OPTION_NAMES = (
     "senderIds",
     "senderTimeout",
     "progressLog",
+    "scheduling",
+    *KLINK_OPTIONS,
     "path",
 )
 KNOWN_OPTIONS = {name.lower() for name in OPTION_NAMES}
@@ -168,6 +171,7 @@ class ReaderOptions:
     sender_ids: tuple[int, ...] = ()  # ready: which senders to wait for
     sender_timeout: float = 10.0  # ready: a gap or a silent sender stops holding the frontier after it
     progress_log: str | None = None  # a directory: executors log each batch's buckets (cp_source.ingest_log)
+    klink: KlinkConfig | None = None  # scheduling=klink: progress-aware admission (cp_source.klink_admission)
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], strict: bool = True) -> ReaderOptions:
@@ -221,6 +225,7 @@ class ReaderOptions:
             durability=_choice_option(opts, "durability", DURABILITY_LEVELS),
             curve_keys=opts.get("curvekeys") or None,
             progress_log=_dir_option(opts, "progressLog"),
+            klink=parse_klink_options(opts),
             **ready,
         )
 
@@ -744,6 +749,39 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         mark("reader: latestOffset")
         self._check_factory()
+        end = self._latest_end(start, limit)
+        return end if self.opts.klink is None else self._klink_admit(start, end)
+
+    def _klink_admit(self, start: dict, end: dict) -> dict:
+        """scheduling=klink: offer ``end``, or defer it (``start``: Spark runs no batch now and the
+        next offer covers the same data from the same start); see cp_source.klink_admission."""
+        import time
+
+        from cp_source.klink_admission import KlinkEvaluator, default_klink_dir, write_report
+
+        state, o = self._driver(), self.opts
+        assert o.klink is not None
+        if state.get("klink") is None:
+            state["klink"] = KlinkEvaluator(o.klink, o.spool, o.klink.directory or default_klink_dir())
+        now = time.time_ns()
+        decision = state["klink"].decide(now, None if end == start else self._newest_event_ms(end))
+        write_report(o.spool, state["klink"].report(now))
+        return start if decision.defer else end
+
+    def _newest_event_ms(self, end: dict) -> int | None:
+        """The newest event time a batch ending at ``end`` may hold: the uncommitted segments' largest
+        (the manifest keeps them from the committed offset on), with ordering=ready at most the frontier."""
+        spool = self._driver()["spool"]
+        positions = self._positions(end)
+        upto = _fill(self._workers(positions), positions)
+        newest = max(
+            (s.event_time_max for w, n in upto.items() for s in spool.segments(w, -1, n)), default=None
+        )
+        if newest is not None and self.opts.ordering == "ready":
+            newest = min(newest, self._frontier_of(end))
+        return newest
+
+    def _latest_end(self, start: dict, limit: ReadLimit) -> dict:
         if self.opts.ordering == "ready":
             return self._latest_ready(start)
         start_pos = self._positions(start)
