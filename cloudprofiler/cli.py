@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "factory": ("cp_source.factory_cli", "deserialize buckets into an Arrow spool"),
     "sync": ("cp_sync.sync_cli", "MinRTT probes between TSC domains (serve | agent | run)"),
     "translate": ("cp_sync.translate_cli", "turn records and sync tables into latencies with bounds"),
+    "progress": ("cloudprofiler.progress_cli", "window output latency, SWM prediction, watermark advice"),
     "maxrate": ("cloudprofiler.maxrate", "find the maximum rate a pipeline sustains without loss"),
     "config-server": ("cp_sink.channels.config_server", "serve channel handler settings over ZeroMQ"),
     "keys": ("cloudprofiler.keys_cli", "make CurveZMQ key pairs for --curve-keys (generate --out DIR)"),
