@@ -163,6 +163,7 @@ def _read_once(spool: Spool, query: Any) -> dict[str, Any] | None:
         "offsets": _offsets(stats, planned_all, query),
         "factory": _factory(spool, stats.per_worker, query),
         "ready": _ready(spool),
+        "klink": _klink(spool),
     }
 
 
@@ -176,6 +177,13 @@ def _ready(spool: Spool) -> dict[str, Any] | None:
         return None
     late = [r for r in spool.skipped() if r.get("reason") == LATE_REASON]
     return {**report, "behind_frontier_rows": sum(int(r.get("rows", 0)) for r in late)}
+
+
+def _klink(spool: Spool) -> dict[str, Any] | None:
+    """With ``scheduling=klink``: the reader's ``_klink.json`` (deferrals, slack, prediction, peers)."""
+    from cp_source.klink_admission import read_report
+
+    return read_report(spool.root)
 
 
 def source_status(spool: str | os.PathLike[str], query: Any = None) -> dict[str, Any]:
@@ -194,7 +202,9 @@ def source_status(spool: str | os.PathLike[str], query: Any = None) -> dict[str,
     * ``offsets``: ``committed``, ``planned``, ``latest`` per worker, and ``query_end``;
     * ``factory``: ``state`` (ready, starting, paused, stopped, failed), ``why`` and per worker;
     * ``ready`` (``ordering=ready`` only, else None): ``frontier_ms``, each sender's state (``done``,
-      ``gone`` and why, ``lost_seqs`` declared after a gap), ``behind_frontier_rows``.
+      ``gone`` and why, ``lost_seqs`` declared after a gap), ``behind_frontier_rows``;
+    * ``klink`` (``scheduling=klink`` only, else None): batches deferred, ``deferred_ms_total``, the
+      decisions by reason, the current slack and prediction, the peers' slack and the files ignored.
 
     Raises ``ValueError`` naming the path when it is not a spool.
     """
