@@ -7,6 +7,6 @@ writes latency records; ``read_records(path)`` reads the committed ones.
 
 from __future__ import annotations
 
-from cp_sink.records import read_counts, read_periods, read_records, total_seen
+from cp_sink.records import read_counts, read_periods, read_records, read_windows, total_seen
 
-__all__ = ["read_counts", "read_periods", "read_records", "total_seen"]
+__all__ = ["read_counts", "read_periods", "read_records", "read_windows", "total_seen"]

@@ -4,6 +4,7 @@ A sink path holds one directory per published micro-batch::
 
     <path>/batch=<id>/records-*.parquet   tuples kept by the handler (id, downsample, xoy, firstlast)
     <path>/batch=<id>/periods-*.parquet   tuples per period (pc handler)
+    <path>/batch=<id>/windows-*.parquet   window results (option windowColumn, or record_windows)
     <path>/batch=<id>/_counts.parquet     one row per partition: what the sink saw and wrote
     <path>/_staging/...                   task output not yet published (never read)
     <path>/_publishing/...                a publication in progress (never read)
@@ -22,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from native_tsc.stamp_columns import SINK, node_column
+from native_tsc.stamp_columns import SINK, node_column, stamp_columns
 
 TUPLE_ID = "tuple_id"
 BATCH_DIR_RE = re.compile(r"^batch=(\d+)$")
@@ -31,6 +32,7 @@ PUBLISHING = "_publishing"
 COUNTS_FILE = "_counts.parquet"
 RECORDS_PREFIX = "records-"
 PERIODS_PREFIX = "periods-"
+WINDOWS_PREFIX = "windows-"
 
 COUNTS_SCHEMA = pa.schema(
     [
@@ -105,6 +107,28 @@ def read_records(path: str | os.PathLike[str]) -> pa.Table:
     if t is None:
         return pa.schema(
             [(TUPLE_ID, pa.int64()), ("partition", pa.int32()), ("batch_id", pa.int64())]
+        ).empty_table()
+    return t
+
+
+def read_windows(path: str | os.PathLike[str]) -> pa.Table:
+    """Every published window result under a sink path (``batch_id`` added); nothing from staging.
+
+    Columns: ``window_start_ms``, ``window_end_ms`` (int64 epoch ms), the query's scalar columns
+    (keys, counts, aggregates, ``cp_tsc_*``/``cp_node_*``), ``cp_tsc_sink`` (int64),
+    ``cp_node_sink`` (string) and ``batch_id`` (int64).
+    """
+    t = _read_prefixed(path, WINDOWS_PREFIX, None)
+    if t is None:
+        tsc, node = stamp_columns(SINK)
+        return pa.schema(
+            [
+                ("window_start_ms", pa.int64()),
+                ("window_end_ms", pa.int64()),
+                (tsc, pa.int64()),
+                (node, pa.string()),
+                ("batch_id", pa.int64()),
+            ]
         ).empty_table()
     return t
 

@@ -13,10 +13,15 @@ renamed to ``batch=<id>`` in one step. If ``batch=<id>`` already exists the
 batch was published before (a replay after a restart) and the new staging is
 dropped. ``abort`` removes the staging of the failed batch.
 
+Window mode (option ``windowColumn``, the ``struct<start, end>`` column of ``F.window``): the
+rows of a windowed aggregation have no tuple id; each row is kept whole as a window record
+(``window_start_ms``, ``window_end_ms``, its scalar columns and the sink stamp, see
+``cp_sink.window_records``) in ``windows-*.parquet``, published the same way.
+
 Options: ``path`` (required), ``handler`` (identity, downsample, xoy, firstlast,
 pc, null; default identity; ``id`` is accepted for identity), ``n``, ``x``, ``y``,
-``periodMs``, ``tupleIdColumn`` (default ``tuple_id``) and ``durability``; any
-other name is refused (a typo such as ``handlr`` would otherwise run the default):
+``periodMs``, ``tupleIdColumn`` (default ``tuple_id``), ``windowColumn`` and ``durability``;
+any other name is refused (a typo such as ``handlr`` would otherwise run the default):
 
 * ``process`` (default): a published batch survives a crash of any process (the
   publication is one rename), but nothing is fsynced: after an OS crash or power
@@ -49,14 +54,16 @@ from cp_sink.records import (
     RECORDS_PREFIX,
     STAGING,
     TUPLE_ID,
+    WINDOWS_PREFIX,
 )
-from native_tsc.stamp_columns import SINK, is_stamp_column, node_column, stamp_columns
+from cp_sink.window_records import window_columns, window_counts, window_rows
+from native_tsc.stamp_columns import SINK, is_stamp_column, node_column, stamp_columns, tsc_column
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # set by Spark's micro-batch engine on every task
 DURABILITY_LEVELS = ("process", "strict")
 ROWS_PER_ROW_GROUP = 1 << 18
 # The sink's options as the user spells them; Spark adds checkpointLocation and queryName itself.
-SINK_OPTIONS = ("path", "handler", "n", "x", "y", "periodMs", "tupleIdColumn", "durability")
+SINK_OPTIONS = ("path", "handler", "n", "x", "y", "periodMs", "tupleIdColumn", "windowColumn", "durability")
 _SPARK_OPTIONS = ("checkpointlocation", "queryname")
 
 
@@ -219,6 +226,11 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         self.spec = parse_handler(opts.get("handler", "identity"), opts)
         self.durable = _durable(opts)
         self._root_synced = False  # strict: the parent of path is fsynced once, on the first commit
+        self.overwrite = overwrite
+        self.window_column = opts.get("windowcolumn")
+        if self.window_column is not None:
+            self.keep = self._window_mode(schema, opts)
+            return
         self.id_column = opts.get("tupleidcolumn", TUPLE_ID)
         names = list(schema.fieldNames()) if schema is not None else []
         if self.id_column not in names:
@@ -230,7 +242,23 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         self.keep = [self.id_column] + [
             n for n in names if is_stamp_column(n) and n not in stamp_columns(SINK)
         ]
-        self.overwrite = overwrite
+
+    def _window_mode(self, schema: Any, opts: dict[str, str]) -> list[str]:
+        """Check the options and schema of window mode; the scalar columns to keep."""
+        if not self.window_column:
+            raise ValueError("option windowColumn is empty: name the query's window column (e.g. window)")
+        if "tupleidcolumn" in opts:
+            raise ValueError(
+                "option tupleIdColumn cannot be combined with windowColumn: window results have no tuple id"
+            )
+        if self.spec.name != "identity":
+            raise ValueError(
+                f"option handler={opts['handler']!r} cannot be combined with windowColumn: "
+                f"every window result is kept (handler identity)"
+            )
+        if schema is None:
+            raise ValueError(f"option windowColumn={self.window_column!r}: the query has no schema")
+        return window_columns(schema, self.window_column)
 
     # ---- executors -------------------------------------------------------------------------------
 
@@ -242,6 +270,8 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         staging = Path(self.path) / STAGING / f"b{batch_tag}-p{partition}-a{attempt}-{uuid.uuid4().hex[:12]}"
         staging.mkdir(parents=True, exist_ok=False)
         node = native_tsc.domain_id()
+        if self.window_column is not None:
+            return self._write_windows(iterator, staging, partition, attempt, node)
         spec = self.spec
         records = _RecordFile(staging / f"{RECORDS_PREFIX}p{partition}-a{attempt}.parquet", self.durable)
         tally = _Tally()
@@ -292,6 +322,34 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         name = f"{PERIODS_PREFIX}p{partition}-a{attempt}.parquet"
         if self._write_periods(staging / name, partition, node, period_cycles, batch_tscs, batch_rows):
             files.append(name)
+        return SinkCommitMessage(staging_dir=str(staging), files=files, counts=counts)
+
+    def _write_windows(
+        self, iterator: Iterator[pa.RecordBatch], staging: Path, partition: int, attempt: int, node: str
+    ) -> SinkCommitMessage:
+        """Window mode: every row as a window record with the sink stamp of its Arrow batch."""
+        import native_tsc
+
+        assert self.window_column is not None
+        out = _RecordFile(staging / f"{WINDOWS_PREFIX}p{partition}-a{attempt}.parquet", self.durable)
+        node_dict = pa.array([node])
+        seen = 0
+        tscs: list[int] = []
+        for batch in iterator:
+            tsc = native_tsc.now()
+            n = batch.num_rows
+            if n == 0:
+                continue
+            stamped = batch.select(self.keep + [self.window_column])
+            stamped = stamped.append_column(tsc_column(SINK), pa.array(np.full(n, tsc, np.int64)))
+            stamped = stamped.append_column(
+                node_column(SINK), pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), node_dict)
+            )
+            out.add(window_rows(stamped, self.window_column, self.keep + list(stamp_columns(SINK))))
+            seen += n
+            tscs.append(tsc)
+        files = [out.path.name] if out.close() else []
+        counts = window_counts(seen, node, tscs, partition, attempt)
         return SinkCommitMessage(staging_dir=str(staging), files=files, counts=counts)
 
     def _ids(self, batch: pa.RecordBatch) -> np.ndarray:
