@@ -9,14 +9,21 @@ sink stamp of the Arrow batch it reached the sink in, and stamps do not go back 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
+from conftest import wait_for
+from embedded_source import embedded_source
+from ingest_truth import spool_drained
 
 from cp_sink.records import WINDOWS_PREFIX, read_counts, read_windows, total_seen
 from cp_sink.stream_writer import CloudprofilerStreamWriter
+from cp_sink.window_records import record_windows
 
 WINDOW_COLUMNS = ["window_start_ms", "window_end_ms", "sender_id", "n", "cp_tsc_gen", "cp_node_gen"]
 SINK_COLUMNS = ["cp_tsc_sink", "cp_node_sink", "batch_id"]
@@ -142,3 +149,151 @@ def test_bad_window_options_are_one_line_naming_the_option(tmp_path: Path) -> No
     with pytest.raises(ValueError, match=r"the query has \['batch_id'\]: rename"):
         _writer(tmp_path, clash, windowColumn="w")
     assert not (tmp_path / "out").exists()
+
+
+def _stop_between_batches(query: Any, wait_s: float = 10.0) -> None:
+    # stopping a query inside its foreachBatch interrupts the callback; wait for a gap first
+    deadline = time.monotonic() + wait_s
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    query.stop()
+
+
+def _truth(summary: dict[str, Any], size_ms: int, slide_ms: int) -> dict[int, int]:
+    """Tuples per window start: the schedule's counts per slide-long pane, summed over each window's
+    panes (Spark's windows start at multiples of the slide, and the size is a multiple of it)."""
+    from cloudprofiler.ordering_compare import truth_windows
+
+    out: dict[int, int] = {}
+    for pane, count in truth_windows(summary, slide_ms).items():
+        for start in range(pane - size_ms + slide_ms, pane + 1, slide_ms):
+            out[start] = out.get(start, 0) + count
+    return out
+
+
+def _windowed(spark: Any, spool: Path, size_ms: int, slide_ms: int, delay_ms: int) -> Any:
+    from pyspark.sql import functions as F
+
+    df = embedded_source(spark, spool, workers="1")
+    return (
+        df.withWatermark("event_time", f"{delay_ms} milliseconds")
+        .groupBy(F.window("event_time", f"{size_ms} milliseconds", f"{slide_ms} milliseconds"), "sender_id")
+        .agg(
+            F.count("*").alias("n"),
+            F.struct(F.min("tuple_id").alias("lo"), F.max("tuple_id").alias("hi")).alias("ids"),
+            F.max("cp_tsc_gen").alias("cp_tsc_gen"),
+            F.max("cp_node_gen").alias("cp_node_gen"),
+        )
+    )
+
+
+def _run(
+    spark: Any,
+    tmp_path: Path,
+    writer: str,
+    mode: str,
+    size_ms: int,
+    slide_ms: int,
+    delay_ms: int = 200,
+    rate: float = 2000.0,
+    duration: float = 3.0,
+) -> tuple[pa.Table, dict[str, Any], Path]:
+    """Run a windowed count into the sink (``writer="sink"``) or foreachBatch with record_windows
+    until the query has read everything and, in append mode, emitted every closed window."""
+    from cloudprofiler import wait_for_factory
+    from cloudprofiler.spark_local import source_end_offset
+    from cp_source.generator import run_generator
+    from cp_source.spool import Spool
+
+    spool, out = tmp_path / "spool", tmp_path / "windows"
+    df = _windowed(spark, spool, size_ms, slide_ms, delay_ms)
+    w = df.writeStream.outputMode(mode).option("checkpointLocation", str(tmp_path / "ckpt"))
+    if writer == "sink":
+        w = w.format("cloudprofiler").option("path", str(out)).option("windowColumn", "window")
+    else:
+        w = w.foreachBatch(lambda batch, batch_id: record_windows(batch, batch_id, out))
+    query = w.trigger(processingTime="300 milliseconds").start()
+    try:
+        state = wait_for_factory(str(spool), query)
+        summary = run_generator(state.factory_endpoint, rate, duration, bucket=100, event_start_ms=T0)
+        assert summary["dropped"] == 0 and summary["emitted"] == round(rate * duration)
+        wait_for(lambda: spool_drained(spool, summary), 60, "the factory to publish everything")
+        latest = Spool(spool).latest()
+        wait_for(lambda: source_end_offset(query) == latest, 120, f"the query to read up to {latest}")
+        if mode == "append":
+            want = _closed(_truth(summary, size_ms, slide_ms), summary, size_ms, delay_ms)
+            have = lambda: want <= set(read_windows(out)["window_start_ms"].to_pylist())  # noqa: E731
+            wait_for(have, 120, f"windows {sorted(want)}")
+        assert query.exception() is None
+    finally:
+        _stop_between_batches(query)
+    return read_windows(out), summary, out
+
+
+def _closed(truth: dict[int, int], summary: dict[str, Any], size_ms: int, delay_ms: int) -> set[int]:
+    """Window starts the final watermark (newest event time minus the delay) closes."""
+    watermark = max(s["event_ms_last"] for s in summary["senders"]) - delay_ms
+    return {s for s in truth if s + size_ms <= watermark}
+
+
+def _assert_stamps(t: pa.Table) -> None:
+    """Every row has the sink stamp, after its window's last generation stamp; no stamp of a batch
+    is before a stamp of an earlier batch."""
+    import native_tsc
+
+    assert t["cp_tsc_sink"].null_count == 0
+    assert set(t["cp_node_sink"].to_pylist()) == {native_tsc.domain_id()}
+    assert pc.all(pc.greater(t["cp_tsc_sink"], t["cp_tsc_gen"])).as_py()
+    batch = t["batch_id"].to_numpy()
+    tsc = t["cp_tsc_sink"].to_numpy()
+    ids = np.unique(batch)
+    lo = np.array([tsc[batch == b].min() for b in ids])
+    hi = np.array([tsc[batch == b].max() for b in ids])
+    assert np.all(lo[1:] >= hi[:-1]), "a sink stamp went back across batch ids"
+
+
+def _assert_append(t: pa.Table, summary: dict[str, Any], size_ms: int, slide_ms: int, delay_ms: int) -> None:
+    truth = _truth(summary, size_ms, slide_ms)
+    closed = _closed(truth, summary, size_ms, delay_ms)
+    assert 2 <= len(closed) < len(truth)  # some windows stay open: append must not emit them
+    starts = t["window_start_ms"].to_pylist()
+    assert sorted(starts) == sorted(closed), "every closed window exactly once, nothing else"
+    got = dict(zip(starts, t["n"].to_pylist(), strict=True))
+    assert got == {s: truth[s] for s in closed}
+    assert pc.all(pc.equal(pc.subtract(t["window_end_ms"], t["window_start_ms"]), size_ms)).as_py()
+    assert set(t["sender_id"].to_pylist()) == {int(summary["senders"][0]["id"])}
+    _assert_stamps(t)
+
+
+@pytest.mark.parametrize(
+    ("writer", "size_ms", "slide_ms"), [("sink", 1000, 1000), ("sink", 1000, 500), ("foreach", 1000, 500)]
+)
+def test_append_emits_every_closed_window_once_with_its_count(
+    spark: Any, tmp_path: Path, writer: str, size_ms: int, slide_ms: int
+) -> None:
+    t, summary, out = _run(spark, tmp_path, writer, "append", size_ms, slide_ms)
+    assert t.column_names == WINDOW_COLUMNS + SINK_COLUMNS  # the nested "ids" left out
+    _assert_append(t, summary, size_ms, slide_ms, 200)
+    assert total_seen(out) == t.num_rows
+
+
+@pytest.mark.parametrize(("size_ms", "slide_ms"), [(1000, 1000), (1000, 500)])
+def test_update_last_row_of_every_window_is_its_count(
+    spark: Any, tmp_path: Path, size_ms: int, slide_ms: int
+) -> None:
+    t, summary, out = _run(spark, tmp_path, "foreach", "update", size_ms, slide_ms)
+    truth = _truth(summary, size_ms, slide_ms)
+    closed = _closed(truth, summary, size_ms, 200)
+    assert len(closed) >= 2
+    cols = (t["window_start_ms"].to_pylist(), t["batch_id"].to_pylist(), t["n"].to_pylist())
+    rows = sorted(zip(*cols, strict=True))
+    assert len({(s, b) for s, b, _ in rows}) == len(rows)  # at most one row per window and batch
+    last: dict[int, int] = {}
+    for start, _, n in rows:
+        assert n >= last.get(start, 0)  # a window's count only grows
+        last[start] = n
+    # all data is in: every window's last update is its count, closed or not
+    assert last == truth
+    assert {s: last[s] for s in closed} == {s: truth[s] for s in closed}
+    _assert_stamps(t)
+    assert total_seen(out) == t.num_rows
