@@ -426,6 +426,7 @@ class KlinkEvaluator:
     def decide(self, now_ns: int, newest_ms: int | None) -> Decision:
         """Defer or offer the batch whose newest event time is ``newest_ms`` (None: nothing new)."""
         self._tick(now_ns)
+        self._read_peers(now_ns)  # every call, so the report shows them whatever the decision
         d = self._decide(now_ns, newest_ms)
         self._account(now_ns, d)
         if not d.defer:
@@ -462,18 +463,19 @@ class KlinkEvaluator:
             return Decision(True, "deferred", mine, best[0])
         return Decision(False, "least slack", mine)
 
-    def _least_peer(self, now_ns: int) -> tuple[str, float] | None:
-        """The live peer with the least slack now (warming-up peers do not compete)."""
+    def _read_peers(self, now_ns: int) -> None:
         self.peers_seen = {}
         if self.directory is None:
-            return None
+            return
         peers, self.ignored = read_peers(self.directory, self.name, now_ns)
+        self.peers_seen = {p.query: peer_slack(p, now_ns) for p in peers}
+
+    def _least_peer(self, now_ns: int) -> tuple[str, float] | None:
+        """The live peer with the least slack now (warming-up peers do not compete)."""
         best: tuple[str, float] | None = None
-        for p in peers:
-            s = peer_slack(p, now_ns)
-            self.peers_seen[p.query] = s
+        for q, s in self.peers_seen.items():
             if s is not None and (best is None or s < best[1]):
-                best = (p.query, s)
+                best = (q, s)
         return best
 
     def _account(self, now_ns: int, d: Decision) -> None:

@@ -3,6 +3,8 @@ and windowed Spark queries over the generator that stay exactly once while they 
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -254,3 +256,175 @@ def test_peer_state_round_trip(tmp_path: Path) -> None:
     peers, ignored = read_peers(tmp_path, a.name, (T0 + 8900) * MS)
     assert ignored == {} and [p.query for p in peers] == ["/q/b"]
     assert peers[0].mean_ns == b.prediction().mean_ns
+
+
+# ---- real Spark queries ----------------------------------------------------------------------------
+DELAY_MS = 500
+
+
+class _Windows:
+    """foreachBatch target: every emitted window (start, count), with the batch that emitted it."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, int, int]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, batch: Any, batch_id: int) -> None:
+        got = [(int(r["start_ms"]), int(r["n"]), batch_id) for r in batch.collect()]
+        with self.lock:
+            self.rows += got
+
+    def starts(self) -> set[int]:
+        with self.lock:
+            return {s for s, _, _ in self.rows}
+
+
+def _start_windowed(
+    spark: Any, work: Path, window_ms: int, slide_ms: int, klink_dir: Path, sink: _Windows, **extra: str
+) -> Any:
+    from pyspark.sql import functions as F
+
+    import cloudprofiler
+
+    cloudprofiler.register(spark)
+    opts = {"endpoint": "tcp://127.0.0.1:0", "spool": str(work / "spool"), "workers": "1",
+            "scheduling": "klink", "window": f"{window_ms} ms", "slide": f"{slide_ms} ms",
+            "watermarkDelay": f"{DELAY_MS} ms", "klinkDir": str(klink_dir), "klinkHistory": "2",
+            "klinkMinSlackMs": "100", "maxDeferMs": "1000", **extra}  # fmt: skip
+    reader = spark.readStream.format("cloudprofiler")
+    for k, v in opts.items():
+        reader = reader.option(k, v)
+    win = F.window("event_time", f"{window_ms} milliseconds", f"{slide_ms} milliseconds")
+    df = (
+        reader.load()
+        .withWatermark("event_time", f"{DELAY_MS} milliseconds")
+        .groupBy(win)
+        .count()
+        .select(F.unix_millis(F.col("window.start")).alias("start_ms"), F.col("count").alias("n"))
+    )
+    return (
+        df.writeStream.outputMode("append")
+        .foreachBatch(sink)
+        .trigger(processingTime="200 milliseconds")
+        .option("checkpointLocation", str(work / "ckpt"))
+        .start()
+    )
+
+
+def _truth(summaries: list[dict[str, Any]], window_ms: int, slide_ms: int) -> dict[int, int]:
+    """Tuples per window start from the generators' schedule clocks; windows closed by the last event."""
+    from cloudprofiler.ordering_compare import truth_windows
+
+    per_slide: dict[int, int] = {}
+    for s in summaries:
+        for start, n in truth_windows(s, slide_ms).items():
+            per_slide[start] = per_slide.get(start, 0) + n
+    last = max(int(x["event_ms_last"]) for s in summaries for x in s["senders"])
+    steps = window_ms // slide_ms
+    starts = {b - j * slide_ms for b in per_slide for j in range(steps)}
+    return {
+        w: sum(per_slide.get(w + j * slide_ms, 0) for j in range(steps))
+        for w in sorted(starts)
+        if w + window_ms <= last - DELAY_MS
+    }
+
+
+def _aligned_start(period_ms: int) -> int:
+    return (int(time.time() * 1000) // period_ms + 1) * period_ms
+
+
+def _settle(queries: list[tuple[Any, _Windows, dict[int, int]]], timeout: float = 240.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for q, _, _ in queries:
+            assert q.isActive, f"a windowed query stopped: {q.exception()}"
+        if all(set(truth) <= sink.starts() for _, sink, truth in queries):
+            return
+        time.sleep(0.2)
+    missing = [sorted(set(t) - s.starts()) for _, s, t in queries]
+    raise AssertionError(f"windows not emitted within {timeout:.0f} s: {missing}")
+
+
+def _check_exact(sink: _Windows, truth: dict[int, int]) -> None:
+    """Every closed window emitted once, with exactly the generator's count."""
+    with sink.lock:
+        rows = list(sink.rows)
+    starts = [s for s, _, _ in rows]
+    assert len(starts) == len(set(starts)), "a window was emitted twice"
+    got = {s: n for s, n, _ in rows}
+    wrong = {w: (got.get(w), n) for w, n in truth.items() if got.get(w) != n}
+    assert not wrong, f"windows (got, truth) that differ: {wrong}"
+    assert len(truth) >= 3 and all(n > 0 for n in truth.values())
+
+
+def _check_ledger(spool: Path, summaries: list[dict[str, Any]]) -> None:
+    """The factory published every tuple the generators sent, and lost none."""
+    from cp_source.spool import Spool
+
+    stats = Spool(spool).stats()
+    assert stats.rows == sum(s["emitted"] for s in summaries)
+    assert stats.lost_in_transit_total == 0 and not stats.rejected_ranges
+    ids = {int(x["id"]) for s in summaries for x in s["senders"]}
+    assert ids <= set(stats.end_of_stream)
+
+
+def _generate(
+    endpoint: str, start_ms: int, out: list[dict[str, Any]], duration: float = 18.0
+) -> threading.Thread:
+    from cp_source.generator import run_generator
+
+    def run() -> None:
+        out.append(run_generator(endpoint, 2000, duration, senders=1, bucket=100, event_start_ms=start_ms))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def _stop(query: Any) -> None:
+    """Stop between two triggers when it can (stopping inside foreachBatch interrupts the callback)."""
+    deadline = time.monotonic() + 10
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    query.stop()
+
+
+@pytest.mark.long
+def test_two_klink_queries_count_every_window_exactly(spark: Any, tmp_path: Path) -> None:
+    """A 4 s tumbling query (ordering=arrival) and a 6 s / 2 s sliding one (ordering=ready) share the
+    cores and the klink directory: they defer, and every closed window's count is the generator's."""
+    from cloudprofiler import wait_for_factory
+    from cloudprofiler.source_watch import source_status
+
+    kdir = tmp_path / "klink"
+    specs = [("tumbling", 4000, 4000, {}), ("sliding", 6000, 2000, {"ordering": "ready", "senders": "1"})]
+    runs = []
+    try:
+        for name, size, slide, extra in specs:
+            sink = _Windows()
+            q = _start_windowed(spark, tmp_path / name, size, slide, kdir, sink, **extra)
+            runs.append((name, size, slide, q, sink))
+        start = _aligned_start(4000)
+        threads: list[threading.Thread] = []
+        outs: list[list[dict[str, Any]]] = []
+        for name, _, _, q, _ in runs:
+            endpoint = wait_for_factory(str(tmp_path / name / "spool"), q).factory_endpoint
+            outs.append([])
+            threads.append(_generate(endpoint, start, outs[-1], duration=24.0))
+        for t in threads:
+            t.join(120)
+        summaries = [o[0] for o in outs]
+        assert all(s["dropped"] == 0 and s["emitted"] == 48_000 for s in summaries)
+        truths = [_truth([s], size, slide) for s, (_, size, slide, _, _) in zip(summaries, runs, strict=True)]
+        _settle([(q, sink, t) for (_, _, _, q, sink), t in zip(runs, truths, strict=True)])
+        reports = [source_status(tmp_path / name / "spool")["klink"] for name, *_ in runs]
+    finally:
+        for *_, q, _ in runs:
+            _stop(q)
+    for (name, _, _, _, sink), truth, s in zip(runs, truths, summaries, strict=True):
+        _check_exact(sink, truth)
+        _check_ledger(tmp_path / name / "spool", [s])
+    assert all(r is not None and r["warm"] and r["offered_batches"] > 0 for r in reports), reports
+    # the two queries saw each other, and the one with more slack gave way at least once
+    assert all(len(r["peers"]) == 1 for r in reports), reports
+    assert sum(r["deferred_batches"] for r in reports) > 0, reports
