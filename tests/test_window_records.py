@@ -297,3 +297,94 @@ def test_update_last_row_of_every_window_is_its_count(
     assert {s: last[s] for s in closed} == {s: truth[s] for s in closed}
     _assert_stamps(t)
     assert total_seen(out) == t.num_rows
+
+
+def _static_windows(spark: Any, ids: int, offset: int = 0) -> Any:
+    """A batch DataFrame as foreachBatch hands one: 10 ms apart from T0, 1 s windows, two keys."""
+    from pyspark.sql import functions as F
+
+    df = spark.range(ids).withColumn("event_time", F.timestamp_millis(F.lit(T0) + F.col("id") * 10))
+    return (
+        df.groupBy(F.window("event_time", "1 second"), (F.col("id") % 2).alias("k"))
+        .agg(
+            F.count("*").alias("n"),
+            (F.sum("id") + offset).alias("total"),
+            F.avg("id").alias("mean"),
+            F.collect_list("id").alias("all_ids"),  # nested: left out
+        )
+        .orderBy("window", "k")
+    )
+
+
+def test_record_windows_publishes_each_batch_id_once(spark: Any, tmp_path: Path) -> None:
+    import native_tsc
+
+    out = tmp_path / "windows"
+    stale = out / "_publishing" / "batch=0-cut-short"  # what a crash mid-publication leaves
+    stale.mkdir(parents=True)
+    record_windows(_static_windows(spark, 250), 0, out)
+    record_windows(_static_windows(spark, 250, offset=1), 0, out)  # a replay: skipped
+    record_windows(_static_windows(spark, 0), 1, out)  # a batch that closed no window
+    t = read_windows(out)
+    assert t.column_names == ["window_start_ms", "window_end_ms", "k", "n", "total", "mean", *SINK_COLUMNS]
+    # ids 0..249 at 10 ms: 100 per second, 50 per key, the last window [T0+2000, T0+3000) half full
+    starts = [T0, T0, T0 + 1000, T0 + 1000, T0 + 2000, T0 + 2000]
+    assert t["window_start_ms"].to_pylist() == starts
+    assert t["window_end_ms"].to_pylist() == [s + 1000 for s in starts]
+    assert t["k"].to_pylist() == [0, 1] * 3 and t["n"].to_pylist() == [50, 50, 50, 50, 25, 25]
+    want = [sum(i for i in range(250) if i // 100 == s and i % 2 == k) for s in range(3) for k in range(2)]
+    assert t["total"].to_pylist() == want  # the first publication, not the replay's
+    assert t["batch_id"].to_pylist() == [0] * 6
+    assert set(t["cp_node_sink"].to_pylist()) == {native_tsc.domain_id()}
+    assert t["cp_tsc_sink"].null_count == 0
+    counts = read_counts(out)
+    assert counts["batch_id"].to_pylist() == [0, 1] and counts["seen"].to_pylist() == [6, 0]
+    assert counts["first_tsc_sink"][0].as_py() == pc.min(t["cp_tsc_sink"]).as_py()
+    assert sorted(p.name for p in (out / "batch=1").iterdir()) == ["_counts.parquet"]
+    assert not stale.exists() and not any((out / "_publishing").iterdir())
+
+
+def test_record_windows_refuses_bad_input_in_one_line(spark: Any, tmp_path: Path) -> None:
+    out = tmp_path / "windows"
+    df = _static_windows(spark, 10)
+    with pytest.raises(ValueError, match=r"^option windowColumn='win': the query has no such column"):
+        record_windows(df, 0, out, window_column="win")
+    with pytest.raises(ValueError, match=r"^option windowColumn='n': expected struct<start: timestamp"):
+        record_windows(df, 0, out, window_column="n")
+    with pytest.raises(ValueError, match=r"^record_windows: batch_id=-1: expected a non-negative integer"):
+        record_windows(df, -1, out)
+    assert not out.exists()
+
+
+def test_a_bad_window_option_fails_the_query_naming_it(spark: Any, tmp_path: Path) -> None:
+    """In a real query: a window column that is not one, and update mode (Spark's streaming writes of
+    Python data sources take append and complete only: update mode goes through record_windows)."""
+    from pyspark.sql import functions as F
+
+    import cloudprofiler
+
+    cloudprofiler.register(spark)
+    rate = spark.readStream.format("rate").option("rowsPerSecond", "10").load()
+    counts = rate.withWatermark("timestamp", "1 second").groupBy(F.window("timestamp", "1 second")).count()
+    cases = [
+        (counts, "append", "count", "option windowColumn='count': expected struct<start: timestamp"),
+        (counts, "update", "window", "does not support Update mode"),
+    ]
+    for i, (df, mode, column, message) in enumerate(cases):
+        query = (
+            df.writeStream.format("cloudprofiler")
+            .outputMode(mode)
+            .option("path", str(tmp_path / f"out{i}"))
+            .option("windowColumn", column)
+            .option("checkpointLocation", str(tmp_path / f"ckpt{i}"))
+            .start()
+        )
+        try:
+            assert query.awaitTermination(120), "the query did not fail"
+        except Exception as e:  # Spark raises the query's failure from awaitTermination
+            assert message in str(e), str(e)[:2000]
+        else:
+            raise AssertionError(f"the query ended without the error {message!r}")
+        finally:
+            query.stop()
+    assert not read_windows(tmp_path / "out0").num_rows
