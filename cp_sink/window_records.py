@@ -117,6 +117,15 @@ def window_counts(
     }
 
 
+def _fsync(path: Path) -> None:
+    """fsync a file or a directory by name."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_window_file(table: pa.Table, path: Path, durable: bool = False) -> None:
     """Write window records to one Parquet file (zstd; integers delta bit-packed like the records)."""
     ints = [f.name for f in table.schema if pa.types.is_integer(f.type)]
@@ -128,11 +137,7 @@ def write_window_file(table: pa.Table, path: Path, durable: bool = False) -> Non
         column_encoding=dict.fromkeys(ints, "DELTA_BINARY_PACKED"),
     )
     if durable:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fsync(path)
 
 
 def _driver_counts(rows: pa.Table) -> dict[str, Any]:
@@ -147,15 +152,24 @@ def _driver_counts(rows: pa.Table) -> dict[str, Any]:
 
 
 def record_windows(
-    df: Any, batch_id: int, path: str | os.PathLike[str], window_column: str = "window"
+    df: Any,
+    batch_id: int,
+    path: str | os.PathLike[str],
+    window_column: str = "window",
+    durability: str = "process",
 ) -> None:
     """In ``foreachBatch``: stamp the sink point on the executors, collect the window rows to the
     driver and publish them as ``path/batch=<batch_id>/windows-<uuid>.parquet`` (once per batch id).
 
     Columns as the sink's ``windowColumn`` mode writes them; ``read_windows(path)`` reads both.
+    ``durability`` as the sink's option: ``strict`` fsyncs the files and the batch directory before
+    the publishing rename and ``path`` after it.
     """
     from cp_sink.stamp import stamp
 
+    if durability not in ("process", "strict"):
+        raise ValueError(f"record_windows: durability={durability!r}: expected one of process, strict")
+    durable = durability == "strict"
     if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
         raise ValueError(f"record_windows: batch_id={batch_id!r}: expected a non-negative integer")
     root = Path(path).absolute()
@@ -171,12 +185,23 @@ def record_windows(
     tmp = root / PUBLISHING / f"batch={batch_id}-{uuid.uuid4().hex[:12]}"
     tmp.mkdir(parents=True)
     if rows.num_rows:
-        write_window_file(rows, tmp / f"{WINDOWS_PREFIX}{uuid.uuid4().hex}.parquet")
+        write_window_file(rows, tmp / f"{WINDOWS_PREFIX}{uuid.uuid4().hex}.parquet", durable)
     counts = pa.Table.from_pylist([{"batch_id": batch_id, **_driver_counts(rows)}], schema=COUNTS_SCHEMA)
-    pq.write_table(counts, tmp / COUNTS_FILE, compression="zstd")
+    write_window_file(counts, tmp / COUNTS_FILE, durable)
+    _publish(tmp, final, durable)
+
+
+def _publish(tmp: Path, final: Path, durable: bool) -> None:
+    """Rename the batch directory into place (strict: on disk before and after the rename)."""
+    if durable:
+        _fsync(tmp)
     try:
         os.rename(tmp, final)  # the publication: one atomic rename
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
         if not final.exists():
             raise
+        return  # a concurrent replay published it first
+    if durable:
+        _fsync(final.parent)
+        _fsync(final.parent.parent)  # path itself may be new: its name lives in its parent

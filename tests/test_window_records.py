@@ -322,7 +322,7 @@ def test_record_windows_publishes_each_batch_id_once(spark: Any, tmp_path: Path)
     out = tmp_path / "windows"
     stale = out / "_publishing" / "batch=0-cut-short"  # what a crash mid-publication leaves
     stale.mkdir(parents=True)
-    record_windows(_static_windows(spark, 250), 0, out)
+    record_windows(_static_windows(spark, 250), 0, out, durability="strict")
     record_windows(_static_windows(spark, 250, offset=1), 0, out)  # a replay: skipped
     record_windows(_static_windows(spark, 0), 1, out)  # a batch that closed no window
     t = read_windows(out)
@@ -353,6 +353,8 @@ def test_record_windows_refuses_bad_input_in_one_line(spark: Any, tmp_path: Path
         record_windows(df, 0, out, window_column="n")
     with pytest.raises(ValueError, match=r"^record_windows: batch_id=-1: expected a non-negative integer"):
         record_windows(df, -1, out)
+    with pytest.raises(ValueError, match=r"^record_windows: durability='paranoid': expected one of process"):
+        record_windows(df, 0, out, durability="paranoid")
     assert not out.exists()
 
 
