@@ -428,3 +428,77 @@ def test_two_klink_queries_count_every_window_exactly(spark: Any, tmp_path: Path
     # the two queries saw each other, and the one with more slack gave way at least once
     assert all(len(r["peers"]) == 1 for r in reports), reports
     assert sum(r["deferred_batches"] for r in reports) > 0, reports
+
+
+class _UrgentPeer:
+    """A peer state file, refreshed every 100 ms, whose next SWM is always 50 ms away: the query under
+    test has more slack whenever it is warm and its batch carries no SWM, so it defers all it may."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.path = directory / f"{query_key('urgent')}.json"
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        from cp_source.private_dirs import atomic_write
+
+        while not self.done.wait(0.1):
+            now = time.time_ns()
+            atomic_write(self.path, orjson.dumps(_peer_doc("/q/urgent", now, mean_ns=now + 50 * MS)))
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join(5)
+
+
+def _phase(spark: Any, work: Path, kdir: Path, sink: _Windows, start_ms: int) -> tuple[dict[str, Any], Any]:
+    """Start the query on ``work``'s checkpoint, generate 12 s, wait until the factory drained and the
+    query planned everything; the generator's summary and the query (still running)."""
+    from cloudprofiler import wait_for_factory
+    from cp_source.spool import Spool
+
+    q = _start_windowed(spark, work, 2000, 2000, kdir, sink, maxDeferMs="800")
+    out: list[dict[str, Any]] = []
+    _generate(wait_for_factory(str(work / "spool"), q).factory_endpoint, start_ms, out, 12.0).join(120)
+    ids = {int(x["id"]) for x in out[0]["senders"]}
+    deadline = time.monotonic() + 120
+    while not Spool(work / "spool").drained(ids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return out[0], q
+
+
+@pytest.mark.long
+def test_klink_query_restarted_on_its_checkpoint_stays_exactly_once(spark: Any, tmp_path: Path) -> None:
+    """A deferring klink query is stopped and started again on the same checkpoint and spool: every
+    window closed over both runs is emitted once with the generators' exact count."""
+    from cloudprofiler.source_watch import source_status
+
+    work, kdir, sink = tmp_path / "q", tmp_path / "klink", _Windows()
+    peer = _UrgentPeer(kdir)
+    try:
+        first, q = _phase(spark, work, kdir, sink, _aligned_start(2000))
+        # let it plan what it deferred (a deferral lasts at most 800 ms), then stop between batches
+        time.sleep(3)
+        before = source_status(work / "spool")["klink"]
+        _stop(q)
+        end_first = max(int(x["event_ms_last"]) for x in first["senders"])
+        resume = max(_aligned_start(2000), (end_first // 2000 + 2) * 2000)
+        second, q = _phase(spark, work, kdir, sink, resume)
+        truth = _truth([first, second], 2000, 2000)
+        try:
+            _settle([(q, sink, truth)])
+            after = source_status(work / "spool")["klink"]
+        finally:
+            _stop(q)
+    finally:
+        peer.stop()
+    assert first["dropped"] == second["dropped"] == 0
+    _check_exact(sink, truth)
+    _check_ledger(work / "spool", [first, second])
+    # both runs deferred, each run ending its deferrals within the bound
+    for rep in (before, after):
+        assert rep["warm"] and rep["deferred_batches"] > 0, rep
+        assert list(rep["peers"]) == ["/q/urgent"] and 0 < rep["peers"]["/q/urgent"] <= 200
+    assert before["bound_hits"] + after["bound_hits"] > 0
