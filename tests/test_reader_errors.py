@@ -14,7 +14,8 @@ from cp_source.stream_reader import OPTION_NAMES, ReaderOptions, check_schema, s
 VALID = (
     "endpoint, spool, workers, workload, schema, maxRecordsPerTrigger, factory, fetch, serverBind, "
     "serverHost, maxSpoolBytes, segmentsPerPartition, rowsPerPartition, fetchTimeout, startingOffsets, "
-    "durability, curveKeys, ordering, senders, senderIds, senderTimeout, path"
+    "durability, curveKeys, ordering, senders, senderIds, senderTimeout, progressLog, scheduling, window, "
+    "slide, watermarkDelay, klinkDir, maxDeferMs, klinkHistory, klinkMinSlackMs, path"
 )
 TYPO = f"unknown option(s) for the cloudprofiler source: endpont (valid: {VALID})"
 

@@ -1,0 +1,352 @@
+"""Progress-aware admission (``scheduling=klink``) against Spark's default: 4 windowed queries on local[2].
+
+Four windowed YSB counts run together in one SparkSession on ``local[2]``, each with its own generator,
+embedded factory and source: 2 s and 4 s tumbling, 4 s / 1 s and 6 s / 2 s sliding windows, a 500 ms
+watermark, a 100 ms processing-time trigger. One run measures both configurations, alternating which
+goes first from round to round: ``default`` (the sources offer everything at every trigger) and
+``klink`` (the same queries with ``scheduling=klink`` and a fresh ``klinkDir`` they share).
+
+Window output latency, per emitted window: the wall time at which foreachBatch received it
+(``time.time_ns()`` on the driver) minus the window's end in event time. Event time is the generator's
+wall clock at send on the same host, so the two clocks are one; the figure includes the watermark
+delay (500 ms) and the wait for the next trigger, as Klink's SWM propagation delay does (Section 6.1.2).
+Windows ending in the first ``--skip`` seconds (start-up, the evaluator's warm-up) are left out.
+Throughput: each query's input rows over the span of its batches with input (a StreamingQueryListener).
+
+    python benchmarks/klink.py [--rate 3000] [--duration 60] [--rounds 1]
+    python benchmarks/klink.py --show benchmarks/results/klink.json
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+from bench_common import arg_parser, make_table, result_head, write_json
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+CONFIGS = ("default", "klink")
+DELAY_MS = 500
+TRIGGER = "100 milliseconds"
+# name, window ms, slide ms
+QUERIES = (
+    ("tumble2s", 2000, 2000),
+    ("tumble4s", 4000, 4000),
+    ("slide4s1s", 4000, 1000),
+    ("slide6s2s", 6000, 2000),
+)
+KLINK_NOTE = (
+    "Klink (Flink, operator scheduling inside the engine, 20-80 YSB/LRB/NYT queries): up to 60% lower mean "
+    "and tail output latency than Flink's default scheduler; a different system and mechanism"
+)
+
+
+class _Windows:
+    """foreachBatch target: each emitted window's end (ms) and the wall time it arrived (ns)."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, int, int]] = []  # end_ms, count, out_ns
+        self.lock = threading.Lock()
+
+    def __call__(self, batch: Any, batch_id: int) -> None:
+        got = batch.collect()
+        now = time.time_ns()
+        with self.lock:
+            self.rows += [(int(r["end_ms"]), int(r["n"]), now) for r in got]
+
+
+def _listener(spark: Any) -> tuple[Any, dict[str, dict[str, Any]]]:
+    """Per query name: input rows, batches with input, first/last batch time, rows dropped by watermark."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    seen: dict[str, dict[str, Any]] = {}
+    lock = threading.Lock()
+
+    class Progress(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            return None
+
+        def onQueryProgress(self, event: Any) -> None:
+            p = event.progress
+            rows = int(p.numInputRows)
+            dropped = sum(int(getattr(op, "numRowsDroppedByWatermark", 0) or 0) for op in p.stateOperators)
+            with lock:
+                d = seen.setdefault(
+                    p.name, {"rows": 0, "batches": 0, "first": None, "last": None, "dropped": 0}
+                )
+                d["dropped"] += dropped
+                if rows:
+                    d["rows"] += rows
+                    d["batches"] += 1
+                    d["first"] = d["first"] or time.monotonic()
+                    d["last"] = time.monotonic()
+
+        def onQueryIdle(self, event: Any) -> None:
+            return None
+
+        def onQueryTerminated(self, event: Any) -> None:
+            return None
+
+    listener = Progress()
+    spark.streams.addListener(listener)
+    return listener, seen
+
+
+def _start(
+    spark: Any, work: Path, name: str, size: int, slide: int, klink_dir: Path | None, sink: Any
+) -> Any:
+    from pyspark.sql import functions as F
+
+    opts = {"endpoint": "tcp://127.0.0.1:0", "spool": str(work / name / "spool"), "workers": "1"}
+    if klink_dir is not None:
+        opts |= {
+            "scheduling": "klink",
+            "window": f"{size} ms",
+            "slide": f"{slide} ms",
+            "watermarkDelay": f"{DELAY_MS} ms",
+            "klinkDir": str(klink_dir),
+            "klinkHistory": "4",
+        }
+    reader = spark.readStream.format("cloudprofiler")
+    for k, v in opts.items():
+        reader = reader.option(k, v)
+    df = (
+        reader.load()
+        .withWatermark("event_time", f"{DELAY_MS} milliseconds")
+        .groupBy(F.window("event_time", f"{size} milliseconds", f"{slide} milliseconds"))
+        .count()
+        .select(F.unix_millis(F.col("window.end")).alias("end_ms"), F.col("count").alias("n"))
+    )
+    return (
+        df.writeStream.queryName(name)
+        .outputMode("append")
+        .foreachBatch(sink)
+        .trigger(processingTime=TRIGGER)
+        .option("checkpointLocation", str(work / name / "ckpt"))
+        .start()
+    )
+
+
+def _stop(query: Any) -> None:
+    deadline = time.monotonic() + 10
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    query.stop()
+
+
+def _generate(endpoints: list[str], rate: float, duration: float) -> list[dict[str, Any]]:
+    """One generator per query, all at once; their summaries in query order."""
+    from cp_source.generator import run_generator
+
+    out: list[dict[str, Any] | None] = [None] * len(endpoints)
+
+    def one(i: int) -> None:
+        out[i] = run_generator(endpoints[i], rate, duration, senders=1, bucket=100)
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(endpoints))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(duration * 3 + 120)
+    if any(s is None for s in out):
+        raise RuntimeError("a generator did not finish")
+    return [s for s in out if s is not None]
+
+
+def _latency(sink: _Windows, lo_ms: int, hi_ms: int) -> dict[str, Any]:
+    with sink.lock:
+        rows = [(e, n, o) for e, n, o in sink.rows if lo_ms <= e <= hi_ms]
+    lat = np.array([(o - e * 1_000_000) / 1e6 for e, _, o in rows], dtype=np.float64)
+    if not lat.size:
+        return {"windows": 0, "mean_ms": float("nan"), "p50_ms": float("nan"), "p99_ms": float("nan")}
+    return {
+        "windows": int(lat.size),
+        "mean_ms": float(lat.mean()),
+        "p50_ms": float(np.percentile(lat, 50)),
+        "p99_ms": float(np.percentile(lat, 99)),
+        "max_ms": float(lat.max()),
+    }
+
+
+def run_config(
+    spark: Any, work: Path, config: str, rate: float, duration: float, skip: float
+) -> dict[str, Any]:
+    """The four queries under one configuration; per query latency, throughput and klink's report."""
+    from cloudprofiler import wait_for_factory
+    from cloudprofiler.source_watch import source_status
+
+    klink_dir = work / "klink" if config == "klink" else None
+    listener, seen = _listener(spark)
+    sinks = {name: _Windows() for name, _, _ in QUERIES}
+    queries = {}
+    try:
+        for name, size, slide in QUERIES:
+            queries[name] = _start(spark, work, name, size, slide, klink_dir, sinks[name])
+        endpoints = [
+            wait_for_factory(str(work / n / "spool"), queries[n]).factory_endpoint for n, _, _ in QUERIES
+        ]
+        t_gen = time.time()
+        summaries = _generate(endpoints, rate, duration)
+        last_event = min(max(int(x["event_ms_last"]) for x in s["senders"]) for s in summaries)
+        lo, hi = int((t_gen + skip) * 1000), last_event - DELAY_MS
+        deadline = time.monotonic() + 120
+        want = {name: _last_end(size, slide, hi) for name, size, slide in QUERIES}
+        while time.monotonic() < deadline and not all(_emitted(sinks[n], want[n]) for n in want):
+            time.sleep(0.2)
+        reports = {n: source_status(work / n / "spool")["klink"] for n, _, _ in QUERIES}
+    finally:
+        for q in queries.values():
+            _stop(q)
+        spark.streams.removeListener(listener)
+    out: dict[str, Any] = {"config": config, "queries": {}}
+    for (name, size, slide), s in zip(QUERIES, summaries, strict=True):
+        p = seen.get(name, {})
+        span = (p["last"] - p["first"]) if p.get("first") else float("nan")
+        out["queries"][name] = {
+            "window_ms": size,
+            "slide_ms": slide,
+            "latency": _latency(sinks[name], lo, hi),
+            "emitted": s["emitted"],
+            "dropped_by_generator": s["dropped"],
+            "input_rows": p.get("rows", 0),
+            "batches": p.get("batches", 0),
+            "rows_per_s": p.get("rows", 0) / span if span and span > 0 else float("nan"),
+            "rows_dropped_by_watermark": p.get("dropped", 0),
+            "klink": _klink_summary(reports[name]),
+        }
+    return out
+
+
+def _last_end(size: int, slide: int, hi_ms: int) -> int:
+    """The end of the last window the final watermark closes (ends are k * slide + size)."""
+    return (hi_ms - size) // slide * slide + size
+
+
+def _emitted(sink: _Windows, end_ms: int) -> bool:
+    with sink.lock:
+        return any(e >= end_ms for e, _, _ in sink.rows)
+
+
+def _klink_summary(rep: dict[str, Any] | None) -> dict[str, Any] | None:
+    if rep is None:
+        return None
+    keys = ("warm", "epochs_seen", "offered_batches", "deferred_batches", "deferred_ms_total", "bound_hits")
+    return {k: rep.get(k) for k in keys} | {"decisions": rep.get("decisions")}
+
+
+# ---- the report --------------------------------------------------------------------------------------
+def _mean(runs: list[dict[str, Any]], name: str, key: str) -> float:
+    vals = [r["queries"][name]["latency"][key] for r in runs]
+    return float(np.nanmean(vals)) if vals else float("nan")
+
+
+def summarize(doc: dict[str, Any]) -> dict[str, Any]:
+    """Per query and configuration, latency and throughput averaged over the rounds; klink/default."""
+    out: dict[str, Any] = {}
+    for name, _, _ in QUERIES:
+        row: dict[str, Any] = {}
+        for c in CONFIGS:
+            runs = [r for r in doc["runs"] if r["config"] == c]
+            row[c] = {
+                "mean_ms": _mean(runs, name, "mean_ms"),
+                "p99_ms": _mean(runs, name, "p99_ms"),
+                "rows_per_s": float(np.nanmean([r["queries"][name]["rows_per_s"] for r in runs])),
+                "deferred": sum(
+                    (r["queries"][name]["klink"] or {}).get("deferred_batches", 0) or 0 for r in runs
+                ),
+            }
+        row["mean_ratio"] = row["klink"]["mean_ms"] / row["default"]["mean_ms"]
+        row["p99_ratio"] = row["klink"]["p99_ms"] / row["default"]["p99_ms"]
+        out[name] = row
+    return out
+
+
+def print_report(doc: dict[str, Any]) -> None:
+    from rich.console import Console
+
+    console = Console(width=150)
+    summary = doc["summary"]
+    cols = ["query", "window", "default mean", "klink mean", "ratio", "default p99", "klink p99", "ratio"]
+    cols += ["default rows/s", "klink rows/s", "klink deferred"]
+    rows = []
+    for name, size, slide in QUERIES:
+        s = summary[name]
+        d, k = s["default"], s["klink"]
+        rows.append(
+            [
+                name,
+                f"{size // 1000} s / {slide // 1000} s",
+                f"{d['mean_ms']:.0f}",
+                f"{k['mean_ms']:.0f}",
+                f"{s['mean_ratio']:.2f}",
+                f"{d['p99_ms']:.0f}",
+                f"{k['p99_ms']:.0f}",
+                f"{s['p99_ratio']:.2f}",
+                f"{d['rows_per_s']:.0f}",
+                f"{k['rows_per_s']:.0f}",
+                str(k["deferred"]),
+            ]
+        )
+    title = (
+        f"window output latency (ms, output wall time - window end) and throughput, 4 queries on local[2], "
+        f"{doc['rate']:.0f} tuples/s each, {doc['rounds']} round(s)"
+    )
+    console.print(make_table(title, cols, rows))
+    print(f"reference: {KLINK_NOTE}")
+
+
+def main() -> int:
+    ap = arg_parser(__doc__, "klink")
+    ap.add_argument("--rate", type=float, default=3000.0, help="tuples/s per query (default 3000)")
+    ap.add_argument("--duration", type=float, default=60.0, help="seconds of generation per run (default 60)")
+    ap.add_argument("--skip", type=float, default=20.0, help="leave out windows ending in the first S s")
+    ap.add_argument("--rounds", type=int, default=1, help="default/klink pairs, order alternating")
+    ap.add_argument("--show", metavar="JSON", help="print the table of a result file and exit")
+    args = ap.parse_args()
+    if args.show:
+        print_report(orjson.loads(Path(args.show).read_bytes()))
+        return 0
+    from cloudprofiler.spark_local import local_session
+
+    doc: dict[str, Any] = {
+        **result_head("klink"),
+        "argv": sys.argv[1:],
+        "rate": args.rate,
+        "duration_s": args.duration,
+        "skip_s": args.skip,
+        "rounds": args.rounds,
+        "load_average_start": os.getloadavg()[0],
+        "reference": KLINK_NOTE,
+        "runs": [],
+    }
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="klink-") as tmp:
+        spark = local_session("klink", conf={"spark.sql.streaming.forceDeleteTempCheckpointLocation": "true"})
+        try:
+            for i in range(args.rounds):
+                order = CONFIGS if i % 2 == 0 else CONFIGS[::-1]
+                for c in order:
+                    r = run_config(spark, Path(tmp) / f"r{i}-{c}", c, args.rate, args.duration, args.skip)
+                    doc["runs"].append(r)
+                    lat = {n: round(q["latency"]["mean_ms"]) for n, q in r["queries"].items()}
+                    print(f"round {i} {c}: mean window latency ms {lat}", flush=True)
+        finally:
+            spark.stop()
+    doc["elapsed_s"] = time.monotonic() - t0
+    doc["load_average_end"] = os.getloadavg()[0]
+    doc["summary"] = summarize(doc)
+    print_report(doc)
+    write_json(args.json, doc, announce=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
