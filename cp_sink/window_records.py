@@ -62,7 +62,10 @@ def window_columns(schema: Any, window_column: str) -> list[str]:
         )
     clash = [n for n in names if n in RESERVED]
     if clash:
-        raise ValueError(f"window records name columns {', '.join(RESERVED)}; the query has {clash}: rename")
+        raise ValueError(
+            f"option windowColumn={window_column!r}: window records name columns {', '.join(RESERVED)} "
+            f"themselves; rename the query's {clash}"
+        )
     sink = set(stamp_columns(SINK))
     return [
         f.name
