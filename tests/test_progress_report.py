@@ -214,3 +214,60 @@ def test_durations() -> None:
     for bad in ("0", "ten", "1.5ms", "-3s"):
         with pytest.raises(ValueError):
             duration_ms(bad)
+
+
+def test_the_command_reports_a_run_across_virtual_domains_within_its_bounds(tmp_path: Path, capsys) -> None:
+    """A constructed run on disk (ingest log, checkpoint, window results, sync tables) through
+    ``cloudprofiler progress``: the figures it prints and writes agree with the raw-counter truth."""
+    import pyarrow.parquet as pq
+
+    from cloudprofiler.cli import main
+    from cp_sync.sync_table import write_sync
+
+    ref, gen_d, sink_d, src_d = DOMAINS
+    t0, n = 7 * 10**14, 60
+    write_sync(tmp_path / "sync", "all", [synth_phases(DOMAINS, [t0, t0 + int(90 * HZ)], 8,
+                                                        np.random.default_rng(2))], {})  # fmt: skip
+    rng = np.random.default_rng(4)
+    raw_gen = t0 + int(5 * HZ) + np.arange(n) * int(HZ)  # bucket i: event time 1000 * i, batch i
+    raw_src = raw_gen + int(0.4 * HZ) + rng.integers(0, int(0.05 * HZ), n)
+    keys = [batch_key(_offset(i)) for i in range(n)]
+    ingest = _ingest(
+        [
+            (keys[i], 10 * i, 1000 * i, gen_d.apply(int(raw_gen[i])), src_d.apply(int(raw_src[i])), "x")
+            for i in range(n)
+        ]
+    )
+    for col, dom in ((7, gen_d), (9, gen_d), (11, src_d)):
+        ingest = ingest.set_column(col, INGEST_SCHEMA.names[col], pa.array([dom.domain] * n))
+    (tmp_path / "plog" / "ingest").mkdir(parents=True)
+    pq.write_table(ingest, tmp_path / "plog" / "ingest" / "all.parquet")
+    # watermark delay 300 ms: batch i uses max(0, 1000 (i - 1) - 300); window [1000 (j-1), 1000 j)
+    # is closed by batch j + 1's watermark and written in batch j + 2
+    _checkpoint(tmp_path / "ck", [(i, max(0, 1000 * (i - 1) - 300), True) for i in range(n)])
+    truth = []
+    for j in range(1, n - 2):
+        raw_sink = int(raw_src[j + 2]) + int(0.05 * HZ)
+        d = tmp_path / "win" / f"batch={j + 2}"
+        d.mkdir(parents=True)
+        row = (j + 2, 1000 * (j - 1), 1000 * j, sink_d.apply(raw_sink), sink_d.domain)
+        pq.write_table(_windows([row]).drop(["batch_id"]), d / "windows-0.parquet")
+        truth.append((raw_sink - int(raw_gen[j])) * 1e9 / HZ)
+    out = tmp_path / "p.json"
+    args = ["progress", "--records", str(tmp_path / "win"), "--ingest", str(tmp_path / "plog"),
+            "--checkpoint", str(tmp_path / "ck"), "--sync", str(tmp_path / "sync"), "--json", str(out),
+            "--history", "5", "--plot", str(tmp_path / "p.png")]  # fmt: skip
+    assert main(args) == 0
+    r = json.loads(out.read_text())[str(tmp_path / "win")]
+    assert (r["window_ms"], r["slide_ms"], r["watermark_delay_ms"]) == (1000, 1000, 300)
+    assert r["tuples"] == 10 * n and r["unmatched_buckets"] == 0
+    lat = r["window_output_latency"]
+    assert lat["windows"] == lat["measured"] == lat["ok"] == n - 3
+    assert abs(lat["mean_ms"] - np.mean(truth) / 1e6) <= lat["max_bound_us"] / 1e3 < 0.2
+    # deadline 1000 j is passed by batch j + 1's watermark: deadlines 1000..58000 close 58 epochs
+    assert len(r["epochs"]) == 58 and r["prediction"]["predictions"] == 58 - 5
+    assert (tmp_path / "p.png").stat().st_size > 10_000
+    assert "window output latency over 57 windows (57 ok)" in capsys.readouterr().out
+    bad = ["progress", "--records", "a", "--records", "b", "--ingest", "c", "--checkpoint", "d"]
+    assert main(bad) == 2
+    assert "once per query" in capsys.readouterr().err
