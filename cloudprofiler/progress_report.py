@@ -328,6 +328,29 @@ def _epochs(stats: pm.EpochStats, arrival: pm.EpochStats) -> list[dict[str, Any]
     ]
 
 
+def _prediction_rows(table: pm.PredictionTable) -> list[dict[str, Any]]:
+    """Each prediction beside the actual SWM (ms on the report's clock)."""
+    return [
+        {
+            "epoch": int(e),
+            "mean_ms": _ms(m),
+            "t_min_ms": _ms(lo),
+            "t_max_ms": _ms(hi),
+            "actual_ms": _ms(a),
+            "covered": bool(c),
+        }  # fmt: skip
+        for e, m, lo, hi, a, c in zip(
+            table.epoch,
+            table.mean_ns,
+            table.t_min_ns,
+            table.t_max_ns,
+            table.actual_ns,
+            table.covered,
+            strict=True,
+        )  # fmt: skip
+    ]
+
+
 def _latency_summary(lat: pa.Table) -> dict[str, Any]:
     v = lat["latency_ns"].to_numpy()
     b = lat["bound_ns"].to_numpy()
@@ -386,6 +409,10 @@ def progress_report(
         "tuples": int(run.tuples.count.sum()),
         "unmatched_buckets": run.unmatched_buckets,
         "window_output_latency": _latency_summary(lat),
+        "windows": [
+            {k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()}
+            for row in lat.to_pylist()
+        ],
         "epochs": _epochs(stats, pm.epoch_delay_stats(run.batches, swms, run.arrival, run.delay_ms)),
     }
     table = None
@@ -396,6 +423,7 @@ def progress_report(
             "h": h, "f": f, "predictions": len(table.epoch), "coverage": table.coverage,
             "mae_ms": _ms(table.mae_ns), "next_mean_ms": _ms(nxt.mean_ns),
             "next_interval_ms": [_ms(nxt.t_min_ns), _ms(nxt.t_max_ns)],
+            "rows": _prediction_rows(table),
         }  # fmt: skip
     else:
         why = f"{len(stats.epoch)} complete epochs, need more than h={h}"
