@@ -124,11 +124,18 @@ class IngestLogger:
             },
             schema=INGEST_SCHEMA,
         )
-        self.dir.mkdir(parents=True, exist_ok=True)
         name = f"{self.key}-{uuid.uuid4().hex}"
         tmp = self.dir / f".{name}.tmp"
-        pq.write_table(out, tmp, compression="zstd")
-        os.replace(tmp, self.dir / f"{name}.parquet")
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            pq.write_table(out, tmp, compression="zstd")
+            os.replace(tmp, self.dir / f"{name}.parquet")
+        except OSError as e:
+            # the task fails and Spark retries it: its rows are not taken without their log
+            tmp.unlink(missing_ok=True)
+            raise OSError(
+                e.errno, f"option progressLog: cannot write the ingest log in {self.dir}: {e}"
+            ) from e
 
 
 def read_ingest_log(log_dir: str | os.PathLike[str]) -> pa.Table:

@@ -271,3 +271,29 @@ def test_the_command_reports_a_run_across_virtual_domains_within_its_bounds(tmp_
     bad = ["progress", "--records", "a", "--records", "b", "--ingest", "c", "--checkpoint", "d"]
     assert main(bad) == 2
     assert "once per query" in capsys.readouterr().err
+
+
+def test_ingest_log_keeps_one_row_per_bucket_and_names_a_bad_file(tmp_path: Path) -> None:
+    import os
+    import time
+
+    import pyarrow.parquet as pq
+
+    from cp_source.ingest_log import read_ingest_log
+
+    root = tmp_path / "ingest"
+    root.mkdir()
+    first = _ingest([("k1", 0, 1000, 10, 20, "n"), ("k1", 10, 1010, 11, 21, "n")])
+    retry = _ingest([("k1", 10, 1010, 11, 29, "n")])  # a retried partition read bucket 10 again
+    pq.write_table(first, root / "a.parquet")
+    pq.write_table(retry, root / "b.parquet")
+    later = time.time_ns() + 10**9
+    os.utime(root / "b.parquet", ns=(later, later))
+    (root / ".c.tmp").write_bytes(b"a write cut short")
+    log = read_ingest_log(tmp_path)
+    assert log["first_tuple_id"].to_pylist() == [0, 10] and log["cp_tsc_source"].to_pylist() == [20, 29]
+    (root / "d.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(ValueError, match="d.parquet is unreadable"):
+        read_ingest_log(tmp_path)
+    with pytest.raises(ValueError, match="no ingest log under"):
+        read_ingest_log(tmp_path / "nothing")
