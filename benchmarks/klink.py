@@ -166,6 +166,7 @@ def run_config(
     from cloudprofiler.source_watch import source_status
 
     klink_dir = work / "klink" if config == "klink" else None
+    load = os.getloadavg()[0]
     sinks = {name: _Windows() for name, _, _ in QUERIES}
     queries = {}
     try:
@@ -187,7 +188,7 @@ def run_config(
         for q in queries.values():
             _stop(q)
     seen = {n: _progress(q, t_gen) for n, q in queries.items()}
-    out: dict[str, Any] = {"config": config, "queries": {}}
+    out: dict[str, Any] = {"config": config, "load_average": load, "queries": {}}
     for (name, size, slide), s in zip(QUERIES, summaries, strict=True):
         p = seen[name]
         out["queries"][name] = {
@@ -281,6 +282,13 @@ def print_report(doc: dict[str, Any]) -> None:
         f"{doc['rate']:.0f} tuples/s each, {doc['rounds']} round(s)"
     )
     console.print(make_table(title, cols, rows))
+    cols = ["run", "config", "load avg"] + [name for name, _, _ in QUERIES]
+    rows = [
+        [str(i), r["config"], f"{r['load_average']:.1f}" if "load_average" in r else "-"]
+        + [f"{r['queries'][n]['latency']['mean_ms']:.0f}" for n, _, _ in QUERIES]
+        for i, r in enumerate(doc["runs"])
+    ]
+    console.print(make_table("mean window output latency per run, ms (in run order)", cols, rows))
     total = {c: sum(summary[n][c]["rows_per_s"] for n, _, _ in QUERIES) for c in CONFIGS}
     print(f"all four queries, rows/s: default {total['default']:.0f}, klink {total['klink']:.0f}")
     print(
