@@ -72,9 +72,10 @@ def _print(name: str, r: dict[str, Any]) -> None:
           f"{r['watermark_delay_ms']} ms; {r['batches']} batches, {r['tuples']:,} tuples, "
           f"{len(r['epochs'])} epochs; clock {r['clock']['reference']}")  # fmt: skip
     if r["unmatched_buckets"]:
-        print(f"  {r['unmatched_buckets']:,} logged buckets belong to batches the checkpoint does not list as "
-              f"committed: a batch cut short, or older than the last spark.sql.streaming.minBatchesToRetain "
-              f"(default 100) batches Spark keeps; set it higher to measure a longer run")  # fmt: skip
+        print(f"  {r['unmatched_buckets']:,} logged buckets belong to batches the checkpoint does not list "
+              f"as committed: a batch cut short, or older than the last "
+              f"spark.sql.streaming.minBatchesToRetain (default 100) batches Spark keeps; set it higher to "
+              f"measure a longer run")  # fmt: skip
     if lat.get("measured"):
         print(f"  window output latency over {lat['measured']} windows ({lat['ok']} ok): mean "
               f"{lat['mean_ms']:.1f} ms, p50 {lat['p50_ms']:.1f}, p99 {lat['p99_ms']:.1f}, max "
