@@ -750,7 +750,10 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         mark("reader: latestOffset")
         self._check_factory()
         end = self._latest_end(start, limit)
-        return end if self.opts.klink is None else self._klink_admit(start, end)
+        # never deferred under Trigger.AvailableNow: Spark ends that query at the first trigger without data
+        if self.opts.klink is None or self._target is not None:
+            return end
+        return self._klink_admit(start, end)
 
     def _klink_admit(self, start: dict, end: dict) -> dict:
         """scheduling=klink: offer ``end``, or defer it (``start``: Spark runs no batch now and the
