@@ -56,7 +56,7 @@ from cp_sink.records import (
     TUPLE_ID,
     WINDOWS_PREFIX,
 )
-from cp_sink.window_records import window_columns, window_counts, window_rows
+from cp_sink.window_records import fsync_path, window_columns, window_counts, window_rows
 from native_tsc.stamp_columns import SINK, is_stamp_column, node_column, stamp_columns, tsc_column
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # set by Spark's micro-batch engine on every task
@@ -167,7 +167,7 @@ class _RecordFile:
             return False
         self._writer.close()
         if self.durable:
-            _fsync(self.path)  # on the executor that wrote it, before the driver may publish it
+            fsync_path(self.path)  # on the executor that wrote it, before the driver may publish it
         return True
 
 
@@ -388,7 +388,7 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
 
         pq.write_table(table, path, compression="zstd")
         if self.durable:
-            _fsync(path)
+            fsync_path(path)
         return True
 
     def _record_batch(
@@ -436,13 +436,13 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         """Rename the batch directory into place. Strict: its files (the tasks fsynced theirs) and
         the directory itself are on disk before the rename, and the rename is before we return."""
         if self.durable:
-            _fsync(tmp / COUNTS_FILE)
-            _fsync(tmp)
+            fsync_path(tmp / COUNTS_FILE)
+            fsync_path(tmp)
         os.rename(tmp, final)  # the publication: atomic on one filesystem
         if self.durable:
-            _fsync(final.parent)
+            fsync_path(final.parent)
             if not self._root_synced:  # path itself may be new: its name lives in its parent
-                _fsync(final.parent.parent)
+                fsync_path(final.parent.parent)
                 self._root_synced = True
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -474,12 +474,3 @@ def _dictionary(col: pa.Array) -> pa.Array:
 
         return pc.dictionary_encode(col)
     return col
-
-
-def _fsync(path: Path) -> None:
-    """fsync a file or a directory by name."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -120,7 +120,7 @@ def window_counts(
     }
 
 
-def _fsync(path: Path) -> None:
+def fsync_path(path: Path) -> None:
     """fsync a file or a directory by name."""
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -140,7 +140,7 @@ def write_window_file(table: pa.Table, path: Path, durable: bool = False) -> Non
         column_encoding=dict.fromkeys(ints, "DELTA_BINARY_PACKED"),
     )
     if durable:
-        _fsync(path)
+        fsync_path(path)
 
 
 def _driver_counts(rows: pa.Table) -> dict[str, Any]:
@@ -197,7 +197,7 @@ def record_windows(
 def _publish(tmp: Path, final: Path, durable: bool) -> None:
     """Rename the batch directory into place (strict: on disk before and after the rename)."""
     if durable:
-        _fsync(tmp)
+        fsync_path(tmp)
     try:
         os.rename(tmp, final)  # the publication: one atomic rename
     except OSError:
@@ -206,5 +206,5 @@ def _publish(tmp: Path, final: Path, durable: bool) -> None:
             raise
         return  # a concurrent replay published it first
     if durable:
-        _fsync(final.parent)
-        _fsync(final.parent.parent)  # path itself may be new: its name lives in its parent
+        fsync_path(final.parent)
+        fsync_path(final.parent.parent)  # path itself may be new: its name lives in its parent
