@@ -1,0 +1,302 @@
+"""Shared sliding windows: Enorm's compute/consolidate split for decomposable aggregates in Spark.
+
+``sliding_agg(df, time_col, size, slide, by, aggs, watermark)`` returns what
+``df.groupBy(F.window(time_col, size, slide), *by).agg(...)`` returns, computed
+one of two ways:
+
+* **native**: Spark's own sliding window, which copies every row into each of the
+  ``ceil(size / slide)`` windows that contain it before aggregating;
+* **shared**: partial aggregates per *pane* (a tumbling window of
+  ``gcd(size, slide)``) per key (Enorm's *compute*), then each window merged from
+  the ``size / pane`` panes it covers (Enorm's *consolidate*). A row is touched once;
+  the copying is done on pane partials, one per pane and key.
+
+Supported aggregates: ``count`` (``"*"`` or a column: non-null values), ``sum``,
+``min``, ``max`` and ``mean`` (alias ``avg``, as sum and count). Integral columns
+give identical results; floating-point sums and means can differ in the last bits
+(the order of additions differs, as between two native runs); decimal sums and
+means are refused (their result types differ).
+
+A cost model (:func:`plan`) decides per query whether sharing pays; ``share=True``
+or ``False`` forces it. Every decision is logged on the ``cloudprofiler.windows``
+logger. Streaming queries share in append mode only: Spark runs two chained
+stateful aggregations in append mode but refuses them in update mode, so an update
+query runs natively (``share=True`` with ``output_mode="update"`` is an error).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("cloudprofiler.windows")
+
+FUNCS = ("count", "sum", "min", "max", "mean", "avg")
+US = {
+    "us": 1,
+    "microsecond": 1,
+    "ms": 1000,
+    "millisecond": 1000,
+    "s": 1_000_000,
+    "second": 1_000_000,
+    "m": 60_000_000,
+    "minute": 60_000_000,
+    "h": 3_600_000_000,
+    "hour": 3_600_000_000,
+    "d": 86_400_000_000,
+    "day": 86_400_000_000,
+}
+_DURATION = re.compile(r"^\s*(\d+)\s*([a-z]+?)s?\s*$")
+# Cost model constants, in units of "one row aggregated once" (E in Enorm's model).
+STAGE_COST = 1.0  # the second aggregation (a shuffle and a hash aggregate), per input row
+MIN_GAIN = 1.25  # share only when the native cost exceeds the shared one by this factor
+
+
+def duration_us(value: str | int | float, what: str = "duration") -> int:
+    """``value`` in microseconds: seconds as a number, or ``"<n> <unit>"`` (us, ms, s, m, h, d)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be a duration, got {value!r}")
+    if isinstance(value, int | float):
+        us = value * 1_000_000
+        if not math.isfinite(us) or us != int(us):
+            raise ValueError(f"{what} {value!r} s is not a whole number of microseconds")
+        out = int(us)
+    else:
+        m = _DURATION.match(str(value).lower())
+        unit = m.group(2) if m else ""
+        if m is None or unit not in US:
+            raise ValueError(f"{what} {value!r} is not '<n> <unit>' with a unit of us, ms, s, m, h or d")
+        out = int(m.group(1)) * US[unit]
+    if out <= 0:
+        raise ValueError(f"{what} must be positive, got {value!r}")
+    return out
+
+
+@dataclass(frozen=True)
+class Agg:
+    """One aggregate: ``func`` over ``column`` (``"*"`` for ``count``), named ``alias`` in the output."""
+
+    func: str
+    column: str
+    alias: str
+
+
+def parse_aggs(aggs: Iterable[Sequence[str]]) -> list[Agg]:
+    """``(func, column)`` or ``(func, column, alias)`` items as :class:`Agg` (alias ``func_column``)."""
+    out: list[Agg] = []
+    for item in aggs:
+        if isinstance(item, str) or len(item) not in (2, 3):
+            raise ValueError(f"an aggregate is (func, column) or (func, column, alias), got {item!r}")
+        func, column = str(item[0]).lower(), str(item[1])
+        if func not in FUNCS:
+            raise ValueError(f"aggregate {func!r} is not supported (supported: {', '.join(FUNCS)})")
+        if column == "*" and func != "count":
+            raise ValueError(f"{func}(*) is not an aggregate; only count takes '*'")
+        default = "count" if column == "*" else f"{func}_{column}"
+        out.append(Agg(func, column, str(item[2]) if len(item) == 3 else default))
+    if not out:
+        raise ValueError("give at least one aggregate")
+    names = [a.alias for a in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"aggregate names must be distinct, got {names}")
+    return out
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The cost model's verdict for one query, costs per input row (Enorm's Split vs Combine CPU cost)."""
+
+    shared: bool
+    size_us: int
+    slide_us: int
+    pane_us: int
+    overlap: int  # windows a row falls in: the native copies per row
+    rows_per_group: float  # rows per pane and key (estimated or given)
+    native_cost: float
+    shared_cost: float
+    reason: str
+
+
+def plan(
+    size: str | int | float,
+    slide: str | int | float,
+    rows_per_group: float | None = None,
+    share: bool | None = None,
+    streaming: bool = False,
+    output_mode: str = "append",
+) -> Decision:
+    """Whether to share: native costs ``overlap`` aggregations per row; shared costs one, the second
+    stage's overhead, and ``overlap`` merges per pane partial (``overlap / rows_per_group`` per row).
+
+    ``rows_per_group`` is the expected number of rows per pane and key; unknown, it is taken as
+    large (the merges are then negligible). ``share`` forces the choice.
+    """
+    size_us, slide_us = duration_us(size, "size"), duration_us(slide, "slide")
+    if slide_us > size_us:
+        raise ValueError(f"slide ({slide}) must not exceed size ({size}), as in Spark's window()")
+    if output_mode not in ("append", "update", "complete"):
+        raise ValueError(f"output_mode must be append, update or complete, got {output_mode!r}")
+    if rows_per_group is not None and not rows_per_group > 0:
+        raise ValueError(f"rows_per_group must be positive, got {rows_per_group}")
+    pane_us = math.gcd(size_us, slide_us)
+    overlap = -(-size_us // slide_us)
+    per_group = float("inf") if rows_per_group is None else float(rows_per_group)
+    native_cost = float(overlap)
+    shared_cost = 1.0 + STAGE_COST + overlap / per_group
+    pays = native_cost >= MIN_GAIN * shared_cost
+    can = not streaming or output_mode == "append"
+    if share is True and not can:
+        raise ValueError(
+            f"a streaming query in {output_mode} mode cannot share: Spark chains stateful "
+            "aggregations in append mode only (use output_mode='append' or share=False)"
+        )
+    if share is not None:
+        shared, reason = share, f"forced share={share}"
+    elif not can:
+        shared, reason = False, f"streaming {output_mode} mode: Spark chains aggregations in append only"
+    else:
+        verdict = "pays" if pays else "does not pay"
+        shared, reason = pays, f"sharing {verdict} (native {native_cost:.2f} vs shared {shared_cost:.2f})"
+    return Decision(shared, size_us, slide_us, pane_us, overlap, per_group, native_cost, shared_cost, reason)
+
+
+def _spark_duration(us: int) -> str:
+    return f"{us} microseconds"
+
+
+def _check_columns(df: Any, time_col: str, by: Sequence[str], aggs: Sequence[Agg]) -> None:
+    from pyspark.sql.types import DecimalType
+
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    for name in [time_col, *by, *(a.column for a in aggs if a.column != "*")]:
+        if name not in fields:
+            raise ValueError(f"column {name!r} is not in the DataFrame (columns: {sorted(fields)})")
+    for a in aggs:
+        if a.func in ("sum", "mean", "avg") and isinstance(fields[a.column], DecimalType):
+            raise ValueError(f"{a.func} over decimal column {a.column!r} is not supported by sliding_agg")
+    clash = {a.alias for a in aggs} & {"window", *by}
+    if clash:
+        raise ValueError(f"aggregate names {sorted(clash)} clash with the window or grouping columns")
+
+
+def _native_expr(a: Agg) -> Any:
+    from pyspark.sql import functions as F
+
+    if a.func == "count":
+        return F.count(F.lit(1) if a.column == "*" else F.col(a.column)).alias(a.alias)
+    fn = {"sum": F.sum, "min": F.min, "max": F.max, "mean": F.avg, "avg": F.avg}[a.func]
+    return fn(F.col(a.column)).alias(a.alias)
+
+
+def native_agg(
+    df: Any,
+    time_col: str,
+    size: str | int | float,
+    slide: str | int | float,
+    by: Sequence[str] = (),
+    aggs: Iterable[Sequence[str]] = (("count", "*"),),
+) -> Any:
+    """Spark's own ``groupBy(window(time_col, size, slide), *by).agg(...)`` with the same names."""
+    from pyspark.sql import functions as F
+
+    parsed = parse_aggs(aggs)
+    _check_columns(df, time_col, by, parsed)
+    size_us, slide_us = duration_us(size, "size"), duration_us(slide, "slide")
+    win = F.window(F.col(time_col), _spark_duration(size_us), _spark_duration(slide_us))
+    return df.groupBy(win, *by).agg(*[_native_expr(a) for a in parsed])
+
+
+def _pane_exprs(aggs: Sequence[Agg]) -> list[Any]:
+    """Enorm's compute: one partial per aggregate (two for a mean) per pane and key."""
+    from pyspark.sql import functions as F
+
+    out = []
+    for i, a in enumerate(aggs):
+        col = F.lit(1) if a.column == "*" else F.col(a.column)
+        if a.func == "count":
+            out.append(F.count(col).alias(f"_p{i}"))
+        elif a.func in ("sum", "min", "max"):
+            out.append({"sum": F.sum, "min": F.min, "max": F.max}[a.func](col).alias(f"_p{i}"))
+        else:
+            out += [F.sum(col).alias(f"_p{i}"), F.count(col).alias(f"_n{i}")]
+    return out
+
+
+def _window_exprs(aggs: Sequence[Agg]) -> list[Any]:
+    """Enorm's consolidate: each window's aggregate from its panes' partials."""
+    from pyspark.sql import functions as F
+
+    out = []
+    for i, a in enumerate(aggs):
+        p = F.col(f"_p{i}")
+        if a.func in ("count", "sum"):
+            out.append(F.sum(p).alias(a.alias))
+        elif a.func in ("min", "max"):
+            out.append((F.min if a.func == "min" else F.max)(p).alias(a.alias))
+        else:
+            n = F.sum(F.col(f"_n{i}"))
+            # Spark's avg: a double sum over a double count, null without values (no 0/0 under ANSI)
+            mean = F.sum(p).cast("double") / n.cast("double")
+            out.append(F.when(n > 0, mean).alias(a.alias))
+    return out
+
+
+def shared_agg(
+    df: Any, time_col: str, size_us: int, slide_us: int, by: Sequence[str], aggs: Sequence[Agg]
+) -> Any:
+    """Panes of ``gcd(size, slide)`` per key, then windows from panes (the shared plan)."""
+    from pyspark.sql import functions as F
+
+    pane_us = math.gcd(size_us, slide_us)
+    panes = df.groupBy(F.window(F.col(time_col), _spark_duration(pane_us)).alias("_pane"), *by).agg(
+        *_pane_exprs(aggs)
+    )
+    # A pane [p, p + pane) lies in window [s, s + size) exactly when its last instant does: panes and
+    # window starts are multiples of the pane. window_time keeps the event-time mark for streaming.
+    pane_time = F.window_time(F.col("_pane"))
+    win = F.window(pane_time, _spark_duration(size_us), _spark_duration(slide_us))
+    return panes.groupBy(win, *by).agg(*_window_exprs(aggs))
+
+
+def sliding_agg(
+    df: Any,
+    time_col: str,
+    size: str | int | float,
+    slide: str | int | float,
+    by: Sequence[str] = (),
+    aggs: Iterable[Sequence[str]] = (("count", "*"),),
+    watermark: str | None = None,
+    share: bool | None = None,
+    output_mode: str = "append",
+    rows_per_group: float | None = None,
+) -> Any:
+    """``groupBy(window(time_col, size, slide), *by).agg(...)``, shared through panes when it pays.
+
+    ``aggs``: ``(func, column[, alias])`` items (module docstring). ``watermark``: a delay such as
+    ``"10 seconds"``, applied with ``withWatermark(time_col, ...)`` (streaming). ``output_mode`` is
+    the mode the streaming query will be written in. ``share`` forces the plan; ``rows_per_group``
+    (rows per pane and key) refines the cost model. The decision is logged; columns and types are
+    those of :func:`native_agg`.
+    """
+    parsed = parse_aggs(aggs)
+    by = [str(b) for b in ([by] if isinstance(by, str) else by)]
+    _check_columns(df, time_col, by, parsed)
+    decision = plan(size, slide, rows_per_group, share, bool(df.isStreaming), output_mode)
+    log.info(
+        "sliding_agg size=%dus slide=%dus pane=%dus overlap=%d: %s, %s",
+        decision.size_us,
+        decision.slide_us,
+        decision.pane_us,
+        decision.overlap,
+        "shared" if decision.shared else "native",
+        decision.reason,
+    )
+    if watermark is not None:
+        df = df.withWatermark(time_col, watermark)
+    if decision.shared:
+        return shared_agg(df, time_col, decision.size_us, decision.slide_us, by, parsed)
+    return native_agg(df, time_col, size, slide, by, [(a.func, a.column, a.alias) for a in parsed])
