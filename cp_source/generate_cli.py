@@ -30,6 +30,7 @@ examples:
   cloudprofiler generate --rate 2000 --duration 10 --senders 2 --sender-base 4096 --event-start-ms 0
   cloudprofiler generate --rate 2000 --duration 10 --senders 2 --event-lag-ms 500 --event-jitter-ms 20
   cloudprofiler generate --rate 20000 --duration 10 --bucket 100 --delay zipf:0.99,200 --delay-seed 7
+  cloudprofiler generate --rate 50000 --duration 30 --key-skew zipf:1.0 --hot-key-rotate 5
 
 Event times are whole milliseconds and never decrease per sender: the wall
 clock at send, or with --event-start-ms a clock that follows the schedule
@@ -47,6 +48,11 @@ redrawing), exp:MEAN_MS (truncated to [0, 20 MEAN] by redrawing),
 uniform:LO_MS,HI_MS, or zipf:S,MAX_MS (rank k of 1..1000 with weight k^-S,
 delay k * MAX_MS / 1000). Delays are at most 60000 ms, drawn per bucket from a
 generator seeded with --delay-seed (default: the sender id).
+
+--key-skew zipf:S (ysb only) draws each row's campaign (--skew-keys ads: its ad)
+with probability proportional to rank^-S (S in 0..10; uniform: S = 0), seeded
+with the sender id; --hot-key-rotate SECONDS moves the hottest key to the
+coldest one every SECONDS of the schedule (see docs/ingest.md, Skewed keys).
 """
 
 
@@ -98,7 +104,8 @@ def event_options(args: argparse.Namespace) -> dict[str, Any]:
     except ValueError as e:  # name the option as typed
         msg = str(e)
         raise ValueError("--" + (msg if msg.startswith("delay ") else msg.replace("_", "-"))) from None
-    opts: dict[str, Any] = {
+    opts: dict[str, Any] = skew_options(args)
+    opts |= {
         "event_lag_ms": lag,
         "event_jitter_ms": jitter,
         "event_start_ms": start,
@@ -107,6 +114,25 @@ def event_options(args: argparse.Namespace) -> dict[str, Any]:
         "delay_seed": seed,
     }
     return opts
+
+
+def skew_options(args: argparse.Namespace) -> dict[str, Any]:
+    """run_generator's key-skew arguments from the command line, checked, errors naming the option."""
+    rotate: float | None = None
+    if args.hot_key_rotate is not None:
+        try:
+            rotate = float(args.hot_key_rotate)
+        except ValueError:
+            raise ValueError(f"--hot-key-rotate: not a number of seconds: {args.hot_key_rotate!r}") from None
+    from cp_source.generator import key_skew_settings
+
+    try:
+        key_skew_settings(args.key_skew, args.skew_keys, rotate, args.workload)
+    except ValueError as e:
+        msg = str(e).replace("hot_key_rotate_s", "--hot-key-rotate").replace("skew_keys", "--skew-keys")
+        msg = msg.replace("key skew ", "--key-skew ", 1).replace("key_skew", "--key-skew")
+        raise ValueError(msg if msg.startswith("--") else "--key-skew: " + msg) from None
+    return {"key_skew": args.key_skew, "skew_keys": args.skew_keys, "hot_key_rotate_s": rotate}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -160,6 +186,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="seed of the delay draws (default: each sender's id)",
+    )
+    parser.add_argument(
+        "--key-skew",
+        default=None,
+        metavar="DIST",
+        help="ysb keys drawn from zipf:S (rank r with weight r^-S) or uniform (default: the unskewed pool)",
+    )
+    parser.add_argument(
+        "--skew-keys",
+        default="campaigns",
+        metavar="KEYS",
+        help="what --key-skew ranks: campaigns (default; an ad of the campaign uniformly) or ads",
+    )
+    parser.add_argument(
+        "--hot-key-rotate",
+        default=None,
+        metavar="SECONDS",
+        help="the hottest key moves (to the coldest one) every SECONDS of the schedule (needs --key-skew)",
     )
     parser.add_argument("--summary", type=Path, default=None, help="also write the JSON summary to this file")
     parser.add_argument(

@@ -70,6 +70,7 @@ import zmq
 
 import native_tsc
 from cp_source import bucket as bk
+from cp_source.key_skew import KeySkew, Payloads, parse_key_skew, plan_skew, skewed_payloads
 from cp_source.sender_link import (
     DEFAULT_READY_TIMEOUT_S,
     FactoryUnavailable,
@@ -225,6 +226,7 @@ class EventSettings:
     heartbeat_ms: float = 100.0
     delay: DelaySpec | None = None  # injected network delay (see the module docstring)
     delay_seed: int | None = None  # None: each sender's id
+    key_skew: KeySkew | None = None  # skewed YSB keys and the moving hot key (cp_source.key_skew)
 
     def check(self) -> EventSettings:
         """Self, or ValueError naming the bad setting."""
@@ -291,6 +293,21 @@ def check_hold(delay: DelaySpec | None, rate: float, senders: int, bucket: int) 
         )
 
 
+def key_skew_settings(
+    key_skew: str | None, skew_keys: str, hot_key_rotate_s: float | None, workload: str
+) -> KeySkew | None:
+    """The run's key distribution (None: the unskewed pool), or ValueError naming the bad setting."""
+    if key_skew is None:
+        if hot_key_rotate_s is not None:
+            raise ValueError("hot_key_rotate_s needs key_skew (a zipf:S whose hottest key moves)")
+        if skew_keys != "campaigns":
+            raise ValueError("skew_keys needs key_skew")
+        return None
+    if workload != "ysb":
+        raise ValueError(f"key skew needs the ysb workload (its campaigns and ads), not {workload!r}")
+    return parse_key_skew(key_skew, skew_keys, hot_key_rotate_s)
+
+
 def fresh_sender_base(senders: int) -> int:
     """A random base for sender ids, so runs feeding one factory do not reuse ids."""
     if not 1 <= senders <= 256:
@@ -298,11 +315,16 @@ def fresh_sender_base(senders: int) -> int:
     return random.SystemRandom().randrange(1, (bk.MAX_SENDER + 1) // 256) * 256
 
 
+def default_pool(bucket: int) -> int:
+    """Payloads in a sender's pool: 2..16, about 64,000 rows."""
+    return max(2, min(16, 64_000 // bucket))
+
+
 def build_payloads(workload: str, bucket: int, seed: int = 0, pool: int | None = None) -> list[bytes]:
     """A pool of full-bucket NDJSON payloads for ``workload`` (``ysb`` or ``file:PATH``)."""
     if bucket < 1 or bucket > bk.DEFAULT_MAX_TUPLES:
         raise ValueError(f"bucket must be 1..{bk.DEFAULT_MAX_TUPLES} tuples, got {bucket}")
-    n_pool = pool or max(2, min(16, 64_000 // bucket))
+    n_pool = pool or default_pool(bucket)
     if workload == "ysb":
         lines = [orjson.dumps(r) for r in ysb_rows(bucket * n_pool, seed)]
     elif workload.startswith("file:"):
@@ -313,6 +335,17 @@ def build_payloads(workload: str, bucket: int, seed: int = 0, pool: int | None =
     return [b"\n".join(lines[k * bucket : (k + 1) * bucket]) + b"\n" for k in range(n_pool)]
 
 
+def sender_payloads(
+    workload: str, bucket: int, rate: float, tuples: int, seed: int, skew: KeySkew | None
+) -> Payloads:
+    """A sender's payloads: one pool, or with key skew one pool per hot-key configuration."""
+    if skew is None:
+        return Payloads([build_payloads(workload, bucket, seed=seed)], [])
+    if workload != "ysb":
+        raise ValueError(f"key skew needs the ysb workload (its campaigns and ads), not {workload!r}")
+    return skewed_payloads(plan_skew(skew, rate, bucket, tuples, default_pool(bucket)), seed)
+
+
 def _partial(payload: bytes, rows: int) -> bytes:
     """The first ``rows`` lines of a payload."""
     pos = 0
@@ -321,11 +354,11 @@ def _partial(payload: bytes, rows: int) -> bytes:
     return payload[:pos]
 
 
-def _shape(pool: list[bytes], bucket: int, tuples: int) -> tuple[int, int, bytes]:
+def _shape(payloads: Payloads, bucket: int, tuples: int) -> tuple[int, int, bytes]:
     """Buckets for ``tuples``, the rows of the last one, and its payload when it is partial (else b"")."""
     n_buckets = math.ceil(tuples / bucket)
     last_rows = tuples - (n_buckets - 1) * bucket if n_buckets else 0
-    partial = _partial(pool[(n_buckets - 1) % len(pool)], last_rows) if 0 < last_rows < bucket else b""
+    partial = _partial(payloads.payload(n_buckets - 1), last_rows) if 0 < last_rows < bucket else b""
     return n_buckets, last_rows, partial
 
 
@@ -435,7 +468,7 @@ def _event_clock(ev: EventSettings, sender_index: int) -> tuple[bool, int, float
 def _emit(
     sock: zmq.Socket[Any],
     packer: bk.HeaderPacker,
-    pool: list[bytes],
+    payloads: Payloads,
     bucket: int,
     rate: float,
     tuples: int,
@@ -445,17 +478,16 @@ def _emit(
     sender_index: int = 0,
 ) -> _Emission:
     """The timed loop: bucket k leaves at t0 + k * budget (see the module docstring)."""
-    n_buckets, last_rows, partial = _shape(pool, bucket, tuples)
+    n_buckets, last_rows, partial = _shape(payloads, bucket, tuples)
     period = bucket / rate * 1e9
-    n_pool = len(pool)
-    emitted = dropped = seq = 0
-    next_id = first
+    pool = payloads.pools[0]
+    n_pool = len(pool)  # every pool of a sender has the same length
+    switches = iter(payloads.switches)  # hot-key epochs: the pool changes at these buckets
+    switch_k, switch_to = next(switches, (-1, 0))
+    emitted = dropped = seq = max_lag = 0
+    next_id, aborted = first, False
     ranges: list[list[int]] = []
-    max_lag = 0
-    now_tsc = native_tsc.now
-    clock = time.perf_counter_ns
-    wall = time.time_ns
-    send = sock.send
+    now_tsc, clock, wall, send = native_tsc.now, time.perf_counter_ns, time.time_ns, sock.send
     flags_more = zmq.NOBLOCK | zmq.SNDMORE
     sched, start, lag_f, jit_f, lag_ns, jit_ns = _event_clock(ev, sender_index)
     rnd = random.Random(packer.sender_id).random
@@ -466,7 +498,6 @@ def _emit(
         barrier.wait()
     t0 = clock() + 1_000_000
     give_up = t0 + int((tuples / rate * ABORT_FACTOR + 1.0) * 1e9)
-    aborted = False
     for k in range(n_buckets):
         deadline = t0 + int(k * period)
         now = clock()
@@ -494,6 +525,9 @@ def _emit(
         prev = e
         if not k:
             first_ev = e
+        if k == switch_k:
+            pool = payloads.pools[switch_to]
+            switch_k, switch_to = next(switches, (-1, 0))
         count = bucket if k < n_buckets - 1 or not partial else last_rows
         payload = pool[k % n_pool] if count == bucket else partial
         hdr = packer.pack(bk.KIND_DATA, seq, next_id, count, len(payload), now_tsc(), e * 1_000_000)
@@ -507,8 +541,7 @@ def _emit(
             emitted += count
             seq += 1
         next_id += count
-    end = clock()
-    em = _Emission(next_id, emitted, dropped, ranges, seq, max_lag, aborted, t0, end, wall() / 1e9)
+    em = _Emission(next_id, emitted, dropped, ranges, seq, max_lag, aborted, t0, clock(), wall() / 1e9)
     em.event_first, em.event_last = first_ev, (prev if first_ev is not None else None)
     em.heartbeats = hb.sent if hb is not None else 0
     return em
@@ -559,7 +592,7 @@ class _DelayedEmitter:
 
     sock: zmq.Socket[Any]
     packer: bk.HeaderPacker
-    pool: list[bytes]
+    payloads: Payloads
     bucket: int
     rate: float
     tuples: int
@@ -578,7 +611,7 @@ class _DelayedEmitter:
     ranges: list[list[int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.n_buckets, self.last_rows, self.partial = _shape(self.pool, self.bucket, self.tuples)
+        self.n_buckets, self.last_rows, self.partial = _shape(self.payloads, self.bucket, self.tuples)
         self.held = _Held(self.n_buckets)
         self.clock = _event_clock(self.ev, self.sender_index)
         self.rnd = random.Random(self.packer.sender_id).random
@@ -643,7 +676,7 @@ class _DelayedEmitter:
         late = time.perf_counter_ns() - send_at
         if late > self.max_lag:
             self.max_lag = late
-        payload = self.pool[k % len(self.pool)] if count == self.bucket else self.partial
+        payload = self.payloads.payload(k) if count == self.bucket else self.partial
         hdr = self.packer.pack(bk.KIND_DATA, self.seq, first_id, count, len(payload), tsc, e * 1_000_000)
         try:
             self.sock.send(hdr, _MORE)
@@ -758,6 +791,9 @@ def run_sender(
     heartbeat_ms: float = 100.0,
     delay: str | None = None,
     delay_seed: int | None = None,
+    key_skew: str | None = None,
+    skew_keys: str = "campaigns",
+    hot_key_rotate_s: float | None = None,
 ) -> dict[str, Any]:
     """One sender: offer ``tuples`` tuples at ``rate`` tuples/s; return its counters.
 
@@ -767,7 +803,9 @@ def run_sender(
     docstring.
     """
     spec = parse_delay(delay) if delay is not None else None
-    events = EventSettings(event_lag_ms, event_jitter_ms, event_start_ms, heartbeat_ms, spec, delay_seed)
+    skew = key_skew_settings(key_skew, skew_keys, hot_key_rotate_s, workload)
+    ev_args = (event_lag_ms, event_jitter_ms, event_start_ms, heartbeat_ms)
+    events = EventSettings(*ev_args, spec, delay_seed, skew)
     events.check()
     check_hold(spec, rate, 1, bucket)
     return _sender(
@@ -803,15 +841,17 @@ def _sender(
     events: EventSettings,
 ) -> dict[str, Any]:
     mark(f"sender {sender_id}: started")
-    pool = build_payloads(workload, bucket, seed=sender_id if seed is None else seed)
+    seed = sender_id if seed is None else seed
+    pays = sender_payloads(workload, bucket, rate, tuples, seed, events.key_skew)
     packer = bk.HeaderPacker(sender_id, native_tsc.domain_id())
-    ctx, sock = _open_link(endpoint, packer, rate, bucket, len(pool[0]), hwm, ready_timeout, curve_keys)
+    size = len(pays.pools[0][0])
+    ctx, sock = _open_link(endpoint, packer, rate, bucket, size, hwm, ready_timeout, curve_keys)
     first = bk.tuple_id(sender_id, 0)
     try:
         if events.delay is None:
-            emission = _emit(sock, packer, pool, bucket, rate, tuples, first, barrier, events, sender_index)
+            emission = _emit(sock, packer, pays, bucket, rate, tuples, first, barrier, events, sender_index)
         else:
-            loop = _DelayedEmitter(sock, packer, pool, bucket, rate, tuples, first, events, sender_index)
+            loop = _DelayedEmitter(sock, packer, pays, bucket, rate, tuples, first, events, sender_index)
             emission = loop.run(barrier)
         return _end_of_stream(sock, packer, sender_id, first, rate, tuples, emission)
     finally:
@@ -951,6 +991,11 @@ def _summary(
         "event_start_ms": events.start_ms,
         "delay": events.delay.text if events.delay is not None else None,
         "delay_seed": events.delay_seed,
+        "key_skew": events.key_skew.text if events.key_skew is not None else None,
+        "skew_keys": events.key_skew.keys if events.key_skew is not None else None,
+        "hot_key_rotate_s": events.key_skew.rotate_ms / 1000
+        if events.key_skew and events.key_skew.rotate_ms
+        else None,
         "senders": results,
     }
 
@@ -996,6 +1041,9 @@ def run_generator(
     heartbeat_ms: float = 100.0,
     delay: str | None = None,
     delay_seed: int | None = None,
+    key_skew: str | None = None,
+    skew_keys: str = "campaigns",
+    hot_key_rotate_s: float | None = None,
 ) -> dict[str, Any]:
     """Offer ``rate`` tuples/s for ``duration`` s from ``senders`` processes; return the JSON summary.
 
@@ -1007,16 +1055,23 @@ def run_generator(
     module docstring; ``schedule_event_ms`` gives a schedule clock's event times. ``delay`` (a
     ``DelaySpec`` text such as ``normal:50,10``) holds each bucket back a drawn delay before its send,
     seeded by ``delay_seed`` (None: each sender's id); ``draw_delays_ms`` gives the delays drawn.
+    ``key_skew`` (``uniform`` or ``zipf:S``, ysb only) draws the ads of ``skew_keys`` (``campaigns``
+    or ``ads``) from that distribution, the hottest key moving every ``hot_key_rotate_s`` s of the
+    schedule; ``cp_source.key_skew.expected_ads`` gives each tuple's ad (seed: the sender id).
     """
     _check_args(rate, duration, senders, bucket, workload)
     spec = parse_delay(delay) if delay is not None else None
-    events = EventSettings(event_lag_ms, event_jitter_ms, event_start_ms, heartbeat_ms, spec, delay_seed)
+    skew = key_skew_settings(key_skew, skew_keys, hot_key_rotate_s, workload)
+    ev_args = (event_lag_ms, event_jitter_ms, event_start_ms, heartbeat_ms)
+    events = EventSettings(*ev_args, spec, delay_seed, skew)
     events.check()
     check_hold(spec, rate, senders, bucket)
     _check_endpoint(endpoint)
     total = round(rate * duration)
     if total >= bk.MAX_TUPLES_PER_SENDER:
         raise ValueError("rate x duration exceeds the tuple ids one sender can number")
+    if skew is not None:  # refuse a pool too large before any sender starts
+        plan_skew(skew, rate / senders, bucket, -(-total // senders), default_pool(bucket))
     for attempt in range(1, FRESH_BASE_ATTEMPTS + 1):
         base = fresh_sender_base(senders) if sender_base is None else sender_base
         if base < 0 or base + senders - 1 > bk.MAX_SENDER:
