@@ -50,13 +50,13 @@ US = {
     "d": 86_400_000_000,
     "day": 86_400_000_000,
 }
-_DURATION = re.compile(r"^\s*(\d+)\s*([a-z]+?)s?\s*$")
+_DURATION = re.compile(r"^\s*(\d+)\s*([a-z]+)\s*$")
 # Cost model constants, in units of "one row aggregated once" (E in Enorm's model).
 STAGE_COST = 1.0  # the second aggregation (a shuffle and a hash aggregate), per input row
 MIN_GAIN = 1.25  # share only when the native cost exceeds the shared one by this factor
 
 
-def duration_us(value: str | int | float, what: str = "duration") -> int:
+def duration_us(value: str | int | float, what: str = "duration", zero: bool = False) -> int:
     """``value`` in microseconds: seconds as a number, or ``"<n> <unit>"`` (us, ms, s, m, h, d)."""
     if isinstance(value, bool):
         raise ValueError(f"{what} must be a duration, got {value!r}")
@@ -68,10 +68,11 @@ def duration_us(value: str | int | float, what: str = "duration") -> int:
     else:
         m = _DURATION.match(str(value).lower())
         unit = m.group(2) if m else ""
+        unit = unit[:-1] if unit not in US and unit.endswith("s") else unit  # plurals
         if m is None or unit not in US:
             raise ValueError(f"{what} {value!r} is not '<n> <unit>' with a unit of us, ms, s, m, h or d")
         out = int(m.group(1)) * US[unit]
-    if out <= 0:
+    if out < 0 or (out == 0 and not zero):
         raise ValueError(f"{what} must be positive, got {value!r}")
     return out
 
@@ -269,7 +270,7 @@ def sliding_agg(
     slide: str | int | float,
     by: Sequence[str] = (),
     aggs: Iterable[Sequence[str]] = (("count", "*"),),
-    watermark: str | None = None,
+    watermark: str | int | float | None = None,
     share: bool | None = None,
     output_mode: str = "append",
     rows_per_group: float | None = None,
@@ -277,7 +278,7 @@ def sliding_agg(
     """``groupBy(window(time_col, size, slide), *by).agg(...)``, shared through panes when it pays.
 
     ``aggs``: ``(func, column[, alias])`` items (module docstring). ``watermark``: a delay such as
-    ``"10 seconds"``, applied with ``withWatermark(time_col, ...)`` (streaming). ``output_mode`` is
+    ``"10 seconds"`` (units as for ``size``), applied with ``withWatermark(time_col, ...)`` (streaming). ``output_mode`` is
     the mode the streaming query will be written in. ``share`` forces the plan; ``rows_per_group``
     (rows per pane and key) refines the cost model. The decision is logged; columns and types are
     those of :func:`native_agg`.
@@ -296,7 +297,7 @@ def sliding_agg(
         decision.reason,
     )
     if watermark is not None:
-        df = df.withWatermark(time_col, watermark)
+        df = df.withWatermark(time_col, _spark_duration(duration_us(watermark, "watermark", zero=True)))
     if decision.shared:
         return shared_agg(df, time_col, decision.size_us, decision.slide_us, by, parsed)
     return native_agg(df, time_col, size, slide, by, [(a.func, a.column, a.alias) for a in parsed])

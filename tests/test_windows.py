@@ -1,0 +1,326 @@
+"""Shared sliding windows (cloudprofiler.windows): the same rows as Spark's own sliding window.
+
+Property tests draw random data (times, keys, values with nulls), window sizes and slides, and
+compare ``sliding_agg`` forced to share against Spark's native ``groupBy(window(...))`` row for
+row, with the same column names and types: in batch, and in streaming append mode over a file
+source fed batch by batch with late tuples within the watermark (the same rows in the same
+micro-batches). Values are integers (also as doubles) so sums are exact whatever the order.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cloudprofiler import windows as W
+
+SCHEMA = "id long, k int, v long, d double, t timestamp"
+AGGS = [
+    ("count", "*"),
+    ("count", "v"),
+    ("sum", "v"),
+    ("sum", "d"),
+    ("min", "v"),
+    ("max", "d"),
+    ("mean", "v"),
+    ("avg", "d", "avg_d"),
+]
+SLOW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# ---- the cost model and input checks (no Spark) ----------------------------------------------------
+def test_plan_does_not_share_tumbling_or_small_ratios_and_shares_large_ones() -> None:
+    assert not W.plan("10 seconds", "10 seconds").shared  # size = slide: a pane is the window
+    assert not W.plan("10 seconds", "5 seconds").shared  # 2 copies against 2 stages
+    big = W.plan("60 seconds", "1 second")
+    assert big.shared and big.overlap == 60 and big.pane_us == 1_000_000
+    assert W.plan("10 s", "4 s").pane_us == 2_000_000 and W.plan("10 s", "4 s").overlap == 3
+    # few rows per pane and key: each pane partial is merged into 60 windows, which costs more
+    assert not W.plan("60 s", "1 s", rows_per_group=1).shared
+    assert W.plan("60 s", "1 s", rows_per_group=100).shared
+
+
+def test_plan_forced_either_way_and_update_mode_never_shares() -> None:
+    assert W.plan("10 s", "10 s", share=True).shared
+    assert not W.plan("60 s", "1 s", share=False).shared
+    update = W.plan("60 s", "1 s", streaming=True, output_mode="update")
+    assert not update.shared and "append" in update.reason
+    assert W.plan("60 s", "1 s", streaming=False, output_mode="update").shared  # batch has no mode
+    with pytest.raises(ValueError, match="update mode cannot share"):
+        W.plan("60 s", "1 s", share=True, streaming=True, output_mode="update")
+
+
+@pytest.mark.parametrize(
+    ("size", "slide", "message"),
+    [
+        ("5 s", "10 s", "must not exceed size"),
+        ("10 fortnights", "1 s", "is not '<n> <unit>'"),
+        ("0 s", "0 s", "must be positive"),
+        (1.0000001, 1, "whole number of microseconds"),
+        (True, 1, "must be a duration"),
+    ],
+)
+def test_bad_durations_are_named(size: Any, slide: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        W.plan(size, slide)
+
+
+def test_durations_in_every_unit() -> None:
+    assert [W.duration_us(x) for x in ("3 us", "2 ms", "1 second", "2 minutes", "1 hour", "1 day")] == [
+        3,
+        2000,
+        1_000_000,
+        120_000_000,
+        3_600_000_000,
+        86_400_000_000,
+    ]
+    assert W.duration_us(0.5) == 500_000 and W.duration_us(2) == 2_000_000
+
+
+@pytest.mark.parametrize(
+    ("aggs", "message"),
+    [
+        ([("median", "v")], "'median' is not supported"),
+        ([("sum", "*")], r"sum\(\*\) is not an aggregate"),
+        ([("count", "*"), ("count", "*")], "must be distinct"),
+        ([], "at least one aggregate"),
+        (["count"], "an aggregate is"),
+    ],
+)
+def test_bad_aggregates_are_named(aggs: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        W.parse_aggs(aggs)
+
+
+# ---- batch -------------------------------------------------------------------------------------------
+def _frame(spark: Any, rows: list[tuple[Any, ...]]) -> Any:
+    return spark.createDataFrame(rows, SCHEMA)
+
+
+def _rows(df: Any) -> Counter[tuple[Any, ...]]:
+    return Counter(tuple(r) for r in df.collect())
+
+
+def _assert_same(spark: Any, rows: list[tuple[Any, ...]], size: int, slide: int) -> None:
+    df = _frame(spark, rows)
+    shared = W.sliding_agg(df, "t", f"{size} ms", f"{slide} ms", ["k"], AGGS, share=True)
+    native = W.native_agg(df, "t", f"{size} ms", f"{slide} ms", ["k"], AGGS)
+    assert shared.dtypes == native.dtypes
+    got, want = _rows(shared), _rows(native)
+    assert got == want, f"size {size} ms slide {slide} ms: only shared {got - want}, only native {want - got}"
+
+
+def test_decimal_sums_are_refused_and_columns_checked(spark: Any) -> None:
+    df = spark.createDataFrame([(1, "1.5")], "k int, t string").selectExpr(
+        "k", "cast(t as decimal(10,2)) as x", "current_timestamp() as t"
+    )
+    with pytest.raises(ValueError, match="decimal column 'x'"):
+        W.sliding_agg(df, "t", "10 s", "1 s", ["k"], [("mean", "x")])
+    with pytest.raises(ValueError, match="column 'nope' is not in the DataFrame"):
+        W.sliding_agg(df, "t", "10 s", "1 s", ["nope"])
+    with pytest.raises(ValueError, match="clash"):
+        W.sliding_agg(df, "t", "10 s", "1 s", ["k"], [("max", "x", "k")])
+    W.sliding_agg(df, "t", "10 s", "1 s", ["k"], [("min", "x"), ("max", "x")])  # min/max take any type
+
+
+def test_choice_is_logged_and_the_plans_differ(spark: Any, caplog: pytest.LogCaptureFixture) -> None:
+    df = _frame(spark, [(1, 0, 1, 1.0, None)])
+    with caplog.at_level(logging.INFO, logger="cloudprofiler.windows"):
+        shared = W.sliding_agg(df, "t", "60 s", "1 s", ["k"])
+        native = W.sliding_agg(df, "t", "10 s", "10 s", ["k"])
+    lines = [r.getMessage() for r in caplog.records if r.name == "cloudprofiler.windows"]
+    assert "overlap=60: shared, sharing pays" in lines[0]
+    assert "overlap=1: native, sharing does not pay" in lines[1]
+    # the shared plan aggregates twice (panes, then windows); the native one once, after an Expand
+    assert shared._jdf.queryExecution().optimizedPlan().toString().count("Aggregate") == 2
+    assert native._jdf.queryExecution().optimizedPlan().toString().count("Aggregate") == 1
+
+
+def test_known_windows_by_hand(spark: Any) -> None:
+    """Three rows, 10 ms windows every 5 ms: the counts and sums worked out by hand."""
+    from datetime import UTC, datetime, timedelta
+
+    t0 = datetime(2024, 1, 1, tzinfo=UTC)
+    rows = [
+        (i, 1, v, float(v), t0 + timedelta(milliseconds=ms))
+        for i, (v, ms) in enumerate([(1, 2), (2, 7), (4, 12)])
+    ]
+    df = _frame(spark, rows)
+    out = W.sliding_agg(df, "t", "10 ms", "5 ms", ["k"], [("count", "*"), ("sum", "v")], share=True)
+    got = {
+        round(r["window"]["start"].timestamp() * 1000 - t0.timestamp() * 1000): (
+            r["count"],
+            r["sum_v"],
+        )
+        for r in out.collect()
+    }
+    assert got == {-5: (1, 1), 0: (2, 3), 5: (2, 6), 10: (1, 4)}
+    _assert_same(spark, rows, 10, 5)
+
+
+rows_st = st.lists(
+    st.tuples(
+        st.integers(0, 3),  # key
+        st.one_of(st.none(), st.integers(-50, 50)),  # value (nulls too)
+        st.one_of(st.none(), st.integers(-20_000, 200_000)),  # ms since the epoch (before it too)
+    ),
+    min_size=0,
+    max_size=60,
+)
+sizes_st = st.integers(1, 12).flatmap(lambda slide: st.tuples(st.integers(slide, 6 * slide), st.just(slide)))
+
+
+def _table(spark: Any, drawn: list[tuple[int, int | None, int | None]]) -> list[tuple[Any, ...]]:
+    from datetime import UTC, datetime, timedelta
+
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    return [
+        (i, k, v, None if v is None else float(v), None if ms is None else epoch + timedelta(milliseconds=ms))
+        for i, (k, v, ms) in enumerate(drawn)
+    ]
+
+
+@FAST
+@given(drawn=rows_st, sizes=sizes_st, unit=st.sampled_from([1, 250, 1000]))
+def test_batch_equals_native_on_random_data(
+    spark: Any, drawn: list[tuple[int, int | None, int | None]], sizes: tuple[int, int], unit: int
+) -> None:
+    _assert_same(spark, _table(spark, drawn), sizes[0] * unit, sizes[1] * unit)
+
+
+@pytest.mark.long
+@SLOW
+@given(drawn=rows_st, sizes=sizes_st, unit=st.sampled_from([1, 7, 250, 1000]))
+def test_batch_equals_native_on_random_data_many(
+    spark: Any, drawn: list[tuple[int, int | None, int | None]], sizes: tuple[int, int], unit: int
+) -> None:
+    _assert_same(spark, _table(spark, drawn), sizes[0] * unit, sizes[1] * unit)
+
+
+# ---- streaming (append) ------------------------------------------------------------------------------
+def _write_batches(root: Path, batches: list[list[tuple[int, int, int]]]) -> None:
+    """One Parquet file per micro-batch (the source reads one file per trigger, in name order)."""
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("k", pa.int32()),
+            ("v", pa.int64()),
+            ("d", pa.float64()),
+            ("t", pa.timestamp("us", "UTC")),
+        ]
+    )
+    root.mkdir(parents=True)
+    n = 0
+    for b, rows in enumerate(batches):
+        cols: dict[str, list[Any]] = {f.name: [] for f in schema}
+        for k, v, ms in rows:
+            for name, x in zip(schema.names, (n, k, v, float(v), ms * 1000), strict=True):
+                cols[name].append(x)
+            n += 1
+        path = root / f"b{b:04d}.parquet"
+        pq.write_table(pa.table(cols, schema=schema), path)
+        os.utime(path, (1_700_000_000 + b, 1_700_000_000 + b))  # the source takes files oldest first
+
+
+def _stream(spark: Any, src: Path, ckpt: Path, size: int, slide: int, delay: int, share: bool) -> list[Any]:
+    got: list[Any] = []
+
+    def collect(batch: Any, batch_id: int) -> None:
+        got.extend((batch_id, tuple(r)) for r in batch.collect())
+
+    df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(src))
+    out = W.sliding_agg(
+        df, "t", f"{size} ms", f"{slide} ms", ["k"], AGGS, watermark=f"{delay} ms", share=share
+    )
+    q = (
+        out.writeStream.outputMode("append")
+        .foreachBatch(collect)
+        .option("checkpointLocation", str(ckpt))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert q.awaitTermination(300), "the streaming query did not finish in 300 s"
+    assert q.exception() is None, q.exception()
+    return got
+
+
+def _late_batches(draw: Any) -> list[list[tuple[int, int, int]]]:
+    """Batches of (key, value, ms): a clock that only moves on, each tuple up to ``delay`` behind it,
+    so no tuple is behind the watermark (max event time of earlier batches minus the delay)."""
+    clock = draw(st.integers(0, 5000))
+    batches = []
+    for _ in range(draw(st.integers(2, 5))):
+        rows = []
+        for _ in range(draw(st.integers(0, 12))):
+            clock += draw(st.integers(0, 400))
+            rows.append(
+                (draw(st.integers(0, 2)), draw(st.integers(-9, 9)), clock - draw(st.integers(0, 1000)))
+            )
+        batches.append(rows)
+    return batches
+
+
+def _truth(spark: Any, batches: list[list[tuple[int, int, int]]], size: int, slide: int, delay: int) -> Any:
+    """Spark's native window over all the data at once, windows the final watermark closes only."""
+    rows = [(k, v, ms) for b in batches for (k, v, ms) in b]
+    full = W.native_agg(
+        _frame(spark, _table(spark, [(k, v, ms) for k, v, ms in rows])),
+        "t",
+        f"{size} ms",
+        f"{slide} ms",
+        ["k"],
+        AGGS,
+    )
+    # collected timestamps are naive local times, as .timestamp() reads them
+    watermark_ms = max((ms for _, _, ms in rows), default=0) - delay
+    closed = (tuple(x) for x in full.collect())
+    return Counter(r for r in closed if r[0]["end"].timestamp() * 1000 <= watermark_ms)
+
+
+def _check_stream(
+    spark: Any, tmp: Path, batches: list[list[tuple[int, int, int]]], size: int, slide: int
+) -> None:
+    _write_batches(tmp / "src", batches)
+    native = _stream(spark, tmp / "src", tmp / "ck-native", size, slide, 1000, share=False)
+    shared = _stream(spark, tmp / "src", tmp / "ck-shared", size, slide, 1000, share=True)
+    # the same rows in the same micro-batches: the shared plan closes a window when the native one does
+    assert Counter(shared) == Counter(native)
+    # and no tuple lost: every window the final watermark closes, as over all the data at once
+    assert Counter(r for _, r in shared) == _truth(spark, batches, size, slide, 1000)
+
+
+@pytest.mark.long
+def test_streaming_append_equals_native_with_late_tuples(spark: Any, tmp_path: Path) -> None:
+    """A fixed run: 4 s windows every 1 s, tuples up to 1 s late: window rows by batch identical."""
+    batches = [
+        [(0, 1, 100), (1, 2, 900), (0, 3, 1500)],
+        [(0, 4, 1200), (1, 5, 2600), (2, 6, 3100)],  # 1200 is late, within the watermark (1500 - 1000)
+        [(1, 7, 2500), (0, 8, 6100), (2, 9, 7000)],
+        [(0, 1, 6500), (1, 1, 12000)],
+    ]
+    _check_stream(spark, tmp_path, batches, 4000, 1000)
+
+
+@pytest.mark.long
+@settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(data=st.data(), sizes=sizes_st)
+def test_streaming_append_equals_native_on_random_data(
+    spark: Any, tmp_path_factory: Any, data: Any, sizes: tuple[int, int]
+) -> None:
+    tmp = tmp_path_factory.mktemp("stream")
+    batches = _late_batches(data.draw)
+    _check_stream(spark, tmp, batches, sizes[0] * 100, sizes[1] * 100)
