@@ -1,0 +1,200 @@
+"""Compute/consolidate aggregation for skewed keys: hot keys split into key groups, merged after.
+
+Enorm (Madsen, Zhou, Su, DEBS 2016) splits a reduce into a *compute* operator that keeps partial
+results per key group and a *consolidate* operator that merges them, so a key's work can be spread
+over several nodes without moving state (sections 4 and 5). Here, for a Spark aggregation:
+
+* **compute** (:func:`compute`): every row of a hot key gets a salt in ``0 .. salts-1`` (a hash of
+  the row, so a retried task salts alike); other rows get 0. The aggregation groups by the keys and
+  the salt, so a hot key's rows are shuffled to up to ``salts`` partitions instead of one, and each
+  (key, salt) keeps a partial result: count, sum, min, max, and avg as its sum and count.
+* **consolidate** (:func:`consolidate`): groups the partials by the keys alone and merges them
+  (counts and sums added, min of mins, max of maxes, avg = summed sum / summed count).
+
+:func:`salted_aggregate` is the two together; it equals ``df.groupBy(keys).agg(...)`` with the
+same aggregates (exactly for count, min, max and integer sums; a float sum may differ in its last
+bits, since addition order changes). Hot keys are given, or found by :func:`detect_hot_keys` (keys
+holding at least ``min_share`` of the rows), or taken from a partition-load report
+(``cloudprofiler.partition_load``). In a streaming query, run :func:`compute` as the stateful
+aggregation and :func:`consolidate` on its output in ``foreachBatch`` (complete or update mode):
+the consolidate step is stateless, as in Enorm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+SALT = "_cp_salt"
+AGG_FUNCS = ("count", "sum", "min", "max", "avg")
+MAX_SALTS = 4096
+MAX_HOT_KEYS = 10_000  # the hot-key test is one expression per key
+
+
+@dataclass(frozen=True)
+class Agg:
+    """One aggregate: ``func`` (count, sum, min, max, avg) of ``column`` (None: count rows) as ``alias``."""
+
+    func: str
+    column: str | None
+    alias: str
+
+    def check(self) -> Agg:
+        if self.func not in AGG_FUNCS:
+            raise ValueError(
+                f"aggregate {self.alias!r}: no function {self.func!r}, expected one of {AGG_FUNCS}"
+            )
+        if self.column is None and self.func != "count":
+            raise ValueError(f"aggregate {self.alias!r}: {self.func} needs a column")
+        return self
+
+
+def _aggs(aggs: Sequence[Agg | tuple[str, str | None, str]]) -> list[Agg]:
+    out = [a if isinstance(a, Agg) else Agg(*a) for a in aggs]
+    if not out:
+        raise ValueError("no aggregates given")
+    names = [a.alias for a in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"duplicate aggregate aliases in {names}")
+    return [a.check() for a in out]
+
+
+def _check_keys(df: Any, keys: Sequence[str]) -> list[str]:
+    keys = list(keys)
+    if not keys:
+        raise ValueError("no grouping keys given")
+    missing = [k for k in keys if k not in df.columns]
+    if missing:
+        raise ValueError(f"grouping keys {missing} are not columns of the input ({df.columns})")
+    if SALT in df.columns:
+        raise ValueError(f"the input already has a column {SALT!r}, reserved for the salt")
+    return keys
+
+
+def _key_tuple(k: Any, n: int) -> tuple[Any, ...]:
+    t = tuple(k) if isinstance(k, tuple | list) else (k,)
+    if len(t) != n:
+        raise ValueError(f"hot key {k!r} has {len(t)} value(s) for {n} grouping key(s)")
+    return t
+
+
+def _is_hot(keys: list[str], hot: list[tuple[Any, ...]]) -> Any:
+    """A boolean column: the row's keys equal one of the hot keys (null-safe)."""
+    from pyspark.sql import functions as F
+
+    cond = F.lit(False)
+    for values in hot:
+        one = F.lit(True)
+        for k, v in zip(keys, values, strict=True):
+            one = one & F.col(k).eqNullSafe(F.lit(v))
+        cond = cond | one
+    return cond
+
+
+def compute(
+    df: Any,
+    keys: Sequence[str],
+    aggs: Sequence[Agg | tuple[str, str | None, str]],
+    hot_keys: Iterable[Any],
+    salts: int = 8,
+    salt_by: Sequence[str] | None = None,
+) -> Any:
+    """Partial aggregates per (keys, salt): hot keys' rows spread over ``salts`` key groups.
+
+    ``hot_keys``: values of the key (tuples for several keys). ``salt_by``: the columns hashed into
+    the salt (default all input columns; give a unique one such as ``tuple_id`` when rows repeat).
+    Columns: the keys, ``_cp_salt``, and per aggregate ``<alias>__count`` / ``__sum`` / ``__min`` /
+    ``__max`` (avg: ``__sum`` and ``__count``)."""
+    from pyspark.sql import functions as F
+
+    keys = _check_keys(df, keys)
+    specs = _aggs(aggs)
+    if isinstance(salts, bool) or not isinstance(salts, int) or not 1 <= salts <= MAX_SALTS:
+        raise ValueError(f"salts must be an integer in 1..{MAX_SALTS}, got {salts!r}")
+    hot = [_key_tuple(k, len(keys)) for k in hot_keys]
+    if len(hot) > MAX_HOT_KEYS:
+        raise ValueError(f"{len(hot)} hot keys: at most {MAX_HOT_KEYS}")
+    by = list(salt_by) if salt_by is not None else list(df.columns)
+    if not by or any(c not in df.columns for c in by):
+        raise ValueError(f"salt_by {by} must name columns of the input ({df.columns})")
+    salt = F.pmod(F.xxhash64(*[F.col(c) for c in by]), F.lit(salts)).cast("int")
+    salted = df.withColumn(SALT, F.when(_is_hot(keys, hot), salt).otherwise(F.lit(0)) if hot else F.lit(0))
+    parts: list[Any] = []
+    for a in specs:
+        col = F.col(a.column) if a.column is not None else F.lit(1)  # count(*) counts a constant
+        if a.func in ("count", "avg"):
+            parts.append(F.count(col).alias(f"{a.alias}__count"))
+        if a.func in ("sum", "avg"):
+            parts.append(F.sum(col).alias(f"{a.alias}__sum"))
+        if a.func in ("min", "max"):
+            parts.append((F.min(col) if a.func == "min" else F.max(col)).alias(f"{a.alias}__{a.func}"))
+    return salted.groupBy(*keys, SALT).agg(*parts)
+
+
+def consolidate(partials: Any, keys: Sequence[str], aggs: Sequence[Agg | tuple[str, str | None, str]]) -> Any:
+    """Merge :func:`compute`'s partials into one row per key with the aggregates' aliases."""
+    from pyspark.sql import functions as F
+
+    keys = list(keys)
+    out: list[Any] = []
+    for a in _aggs(aggs):
+        if a.func == "count":
+            out.append(F.sum(f"{a.alias}__count").alias(a.alias))
+        elif a.func == "sum":
+            out.append(F.sum(f"{a.alias}__sum").alias(a.alias))
+        elif a.func in ("min", "max"):
+            col = F.col(f"{a.alias}__{a.func}")
+            out.append((F.min(col) if a.func == "min" else F.max(col)).alias(a.alias))
+        else:  # avg: the merged sum over the merged count, as Spark's avg (null for no values)
+            s = F.sum(f"{a.alias}__sum").cast("double")
+            out.append(F.try_divide(s, F.sum(f"{a.alias}__count")).alias(a.alias))
+    return partials.groupBy(*keys).agg(*out)
+
+
+def detect_hot_keys(df: Any, keys: Sequence[str], min_share: float = 0.05, limit: int = 100) -> list[Any]:
+    """Keys holding at least ``min_share`` of the rows, most frequent first (at most ``limit``):
+    single values for one key column, tuples for several. Runs one aggregation over ``df``."""
+    from pyspark.sql import functions as F
+
+    keys = _check_keys(df, keys)
+    if not 0.0 < min_share <= 1.0:
+        raise ValueError(f"min_share must be in (0, 1], got {min_share!r}")
+    if not 1 <= limit <= MAX_HOT_KEYS:
+        raise ValueError(f"limit must be in 1..{MAX_HOT_KEYS}, got {limit!r}")
+    total = df.count()
+    if not total:
+        return []
+    need = max(1, int(-(-min_share * total // 1)))  # ceil
+    counts = df.groupBy(*keys).agg(F.count(F.lit(1)).alias("_n")).where(F.col("_n") >= need)
+    rows = counts.orderBy(F.col("_n").desc(), *keys).limit(limit).collect()
+    return [r[keys[0]] if len(keys) == 1 else tuple(r[k] for k in keys) for r in rows]
+
+
+def salted_aggregate(
+    df: Any,
+    keys: Sequence[str],
+    aggs: Sequence[Agg | tuple[str, str | None, str]],
+    hot_keys: Iterable[Any] | None = None,
+    salts: int = 8,
+    min_share: float = 0.05,
+    salt_by: Sequence[str] | None = None,
+) -> Any:
+    """``df.groupBy(keys).agg(aggs)`` through compute/consolidate, hot keys split ``salts`` ways.
+
+    ``hot_keys`` None: found by :func:`detect_hot_keys` with ``min_share`` (one extra pass)."""
+    hot = list(hot_keys) if hot_keys is not None else detect_hot_keys(df, keys, min_share)
+    return consolidate(compute(df, keys, aggs, hot, salts, salt_by), keys, aggs)
+
+
+def plain_aggregate(df: Any, keys: Sequence[str], aggs: Sequence[Agg | tuple[str, str | None, str]]) -> Any:
+    """The same aggregation without salting: ``df.groupBy(keys).agg(...)`` (the reference)."""
+    from pyspark.sql import functions as F
+
+    out = []
+    for a in _aggs(aggs):
+        if a.func == "count":
+            out.append((F.count(a.column) if a.column is not None else F.count(F.lit(1))).alias(a.alias))
+        else:
+            out.append(getattr(F, a.func)(a.column).alias(a.alias))
+    return df.groupBy(*_check_keys(df, keys)).agg(*out)

@@ -1,0 +1,170 @@
+"""Compute/consolidate (salted) aggregation equals the plain one; the per-partition load report."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cloudprofiler.skew import (
+    SALT,
+    compute,
+    consolidate,
+    detect_hot_keys,
+    plain_aggregate,
+    salted_aggregate,
+)
+from tests.conftest import await_query
+
+AGGS: list[tuple[str, str | None, str]] = [
+    ("count", None, "n"),
+    ("count", "v", "n_v"),
+    ("sum", "v", "total"),
+    ("min", "v", "lo"),
+    ("max", "v", "hi"),
+    ("avg", "v", "mean"),
+    ("max", "s", "s_hi"),
+]
+SCHEMA = "k STRING, g INT, v BIGINT, s STRING"
+
+
+def _sorted(rows: list[Any], keys: list[str]) -> list[tuple[Any, ...]]:
+    out = [tuple(r) for r in rows]
+    return sorted(out, key=lambda r: tuple((x is None, x if x is not None else 0) for x in r[: len(keys)]))
+
+
+def _same(a: Any, b: Any, keys: list[str]) -> None:
+    assert a.dtypes == b.dtypes  # names and types (nullability differs: a sum of counts may be null)
+    assert _sorted(a.collect(), keys) == _sorted(b.collect(), keys)
+
+
+rows_strategy = st.lists(
+    st.tuples(
+        # a skewed key: "hot" often, a few others, and null
+        st.one_of(
+            st.just("hot"), st.just("hot"), st.just("hot"), st.sampled_from(["a", "b", "c"]), st.none()
+        ),
+        st.integers(0, 2),
+        st.one_of(st.none(), st.integers(-(10**12), 10**12)),
+        st.one_of(st.none(), st.text("xyz", max_size=3)),
+    ),
+    max_size=60,
+)
+
+
+@pytest.mark.long  # about 4 s per example on the shared 2-core machine
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=rows_strategy,
+    hot=st.lists(st.sampled_from(["hot", "a", "zzz"]), unique=True, max_size=3),
+    salts=st.integers(1, 9),
+    two_keys=st.booleans(),
+)
+def test_salted_aggregation_equals_the_plain_one(
+    spark: Any, rows: list[tuple[Any, ...]], hot: list[str], salts: int, two_keys: bool
+) -> None:
+    df = spark.createDataFrame(rows, SCHEMA).repartition(3)
+    keys = ["k", "g"] if two_keys else ["k"]
+    hot_keys: list[Any] = [(h, 0) for h in hot] + [(h, 1) for h in hot] if two_keys else list(hot)
+    _same(salted_aggregate(df, keys, AGGS, hot_keys, salts), plain_aggregate(df, keys, AGGS), keys)
+
+
+def test_salted_equals_plain_on_fixed_cases(spark: Any) -> None:
+    # the fast tier's share of the property: nulls in keys and values, two keys, a hot null key
+    rows: list[tuple[Any, ...]] = [("hot", i % 3, i if i % 5 else None, "xyz"[i % 3]) for i in range(200)]
+    rows += [(None, 1, 7, None), (None, 1, None, "y"), ("a", 0, None, None), ("b", 2, -3, "z")]
+    df = spark.createDataFrame(rows, SCHEMA).repartition(3)
+    _same(salted_aggregate(df, ["k"], AGGS, ["hot", None], 4), plain_aggregate(df, ["k"], AGGS), ["k"])
+    hot2 = [("hot", 0), ("hot", 2), (None, 1)]
+    kg = ["k", "g"]
+    _same(salted_aggregate(df, kg, AGGS, hot2, 3), plain_aggregate(df, kg, AGGS), kg)
+
+
+def test_hot_keys_are_really_split_and_detected(spark: Any) -> None:
+    rows = [("hot", 0, i, None) for i in range(900)] + [
+        (c, 0, 1, None) for c in "abcdefghij" for _ in range(10)
+    ]
+    df = spark.createDataFrame(rows, SCHEMA)
+    assert detect_hot_keys(df, ["k"], min_share=0.05) == ["hot"]
+    assert detect_hot_keys(df, ["k"], min_share=0.01) == ["hot", *"abcdefghij"]
+    assert detect_hot_keys(df, ["k", "g"], min_share=0.5) == [("hot", 0)]
+    partials = compute(df, ["k"], AGGS, ["hot"], salts=8).collect()
+    salts_of_hot = sorted(r[SALT] for r in partials if r["k"] == "hot")
+    assert salts_of_hot == list(range(8))  # 900 distinct rows hash into all 8 key groups
+    assert sum(r["n__count"] for r in partials if r["k"] == "hot") == 900
+    assert {r[SALT] for r in partials if r["k"] != "hot"} == {0}  # cold keys stay whole
+    got = {r["k"]: r["total"] for r in salted_aggregate(df, ["k"], AGGS, salts=8).collect()}
+    assert got["hot"] == sum(range(900)) and got["a"] == 10
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda df: compute(df, ["k"], [("median", "v", "m")], []), "no function 'median'"),
+        (lambda df: compute(df, ["k"], [("sum", None, "m")], []), "sum needs a column"),
+        (lambda df: compute(df, ["k"], [("sum", "v", "m"), ("max", "v", "m")], []), "duplicate"),
+        (lambda df: compute(df, ["nope"], AGGS, []), "not columns of the input"),
+        (lambda df: compute(df, ["k"], AGGS, ["hot"], salts=0), "salts must be"),
+        (lambda df: compute(df, ["k", "g"], AGGS, ["hot"]), "has 1 value"),
+        (lambda df: compute(df, ["k"], AGGS, ["hot"], salt_by=["x"]), "salt_by"),
+        (lambda df: detect_hot_keys(df, ["k"], min_share=0), "min_share"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(spark: Any, call: Any, message: str) -> None:
+    df = spark.createDataFrame([("hot", 0, 1, "x")], SCHEMA)
+    with pytest.raises(ValueError, match=message) as e:
+        call(df)
+    assert "\n" not in str(e.value)
+
+
+def test_float_sums_agree_to_rounding(spark: Any) -> None:
+    rows = [("hot", i % 3, None, None, 0.1 * i) for i in range(500)]
+    df = spark.createDataFrame(rows, SCHEMA + ", f DOUBLE")
+    aggs = [("sum", "f", "fs"), ("avg", "f", "fa")]
+    got = {r["k"]: r for r in salted_aggregate(df, ["k"], aggs, ["hot"], 7).collect()}
+    want = {r["k"]: r for r in plain_aggregate(df, ["k"], aggs).collect()}
+    assert math.isclose(got["hot"]["fs"], want["hot"]["fs"], rel_tol=1e-12)
+    assert math.isclose(got["hot"]["fa"], want["hot"]["fa"], rel_tol=1e-12)
+
+
+def test_streaming_compute_then_consolidate_in_foreach_batch(spark: Any, tmp_path: Path) -> None:
+    """Compute as the stateful streaming aggregation (complete mode), consolidate per micro-batch:
+    after every batch the consolidated result equals the plain aggregation of the files so far."""
+    src = tmp_path / "in"
+    src.mkdir()
+    sch = pa.schema([("k", pa.string()), ("g", pa.int32()), ("v", pa.int64()), ("s", pa.string())])
+    batches = []
+    for b in range(3):
+        rows = [("hot" if i % 4 else f"c{i % 7}", i % 2, i * (b + 1), None) for i in range(400)]
+        batches.append(rows)
+        cols = list(zip(*rows, strict=True))
+        pq.write_table(
+            pa.table([pa.array(c, t.type) for c, t in zip(cols, sch, strict=True)], schema=sch),
+            src / f"f{b}.parquet",
+        )
+    stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(src))
+    partials = compute(stream, ["k"], AGGS, ["hot"], salts=5)
+    seen: list[tuple[int, list[Any]]] = []
+
+    def consolidate_batch(batch: Any, batch_id: int) -> None:
+        seen.append((batch_id, _sorted(consolidate(batch, ["k"], AGGS).collect(), ["k"])))
+
+    q = (
+        partials.writeStream.outputMode("complete")
+        .foreachBatch(consolidate_batch)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    await_query(q)
+    assert [b for b, _ in seen] == [0, 1, 2]
+    for i, (_, got) in enumerate(seen):
+        upto = [r for rows in batches[: i + 1] for r in rows]
+        want = plain_aggregate(spark.createDataFrame(upto, SCHEMA), ["k"], AGGS).collect()
+        assert got == _sorted(want, ["k"])
