@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import await_query
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +21,6 @@ from cloudprofiler.skew import (
     plain_aggregate,
     salted_aggregate,
 )
-from tests.conftest import await_query
 
 AGGS: list[tuple[str, str | None, str]] = [
     ("count", None, "n"),
@@ -168,3 +168,86 @@ def test_streaming_compute_then_consolidate_in_foreach_batch(spark: Any, tmp_pat
         upto = [r for rows in batches[: i + 1] for r in rows]
         want = plain_aggregate(spark.createDataFrame(upto, SCHEMA), ["k"], AGGS).collect()
         assert got == _sorted(want, ["k"])
+
+
+@pytest.mark.long  # a streaming query over 3 s of generated data: about 80 s on the shared machine
+def test_partition_load_of_a_real_skewed_query(spark: Any, tmp_path: Path) -> None:
+    """Zipf 1.5 campaigns through the cloudprofiler source, shuffled by campaign into 4 partitions,
+    into the sink: the report's rows are the records', the heaviest partition is the hot campaign's,
+    and the hot key it names, salted, gives the plain aggregation."""
+    import numpy as np
+    from conftest import wait_for
+    from embedded_source import embedded_source
+    from ingest_truth import spool_drained
+    from pyspark.sql import functions as F
+
+    from cloudprofiler import wait_for_factory
+    from cloudprofiler.partition_load import generator_keys, partition_load
+    from cloudprofiler.spark_local import source_end_offset
+    from cp_sink import read_records
+    from cp_source.generator import run_generator
+    from cp_source.spool import Spool
+    from cp_source.workloads import campaigns_table
+
+    spool, out = tmp_path / "spool", tmp_path / "records"
+    camps = campaigns_table()
+    events = embedded_source(spark, spool, workers="1", maxRecordsPerTrigger="10000")
+    df = (
+        events.join(F.broadcast(spark.createDataFrame(camps.to_pandas())), "ad_id")
+        .repartition(4, "campaign_id")
+        .select("tuple_id", "cp_tsc_source", "cp_node_source")
+    )
+    query = (
+        df.writeStream.format("cloudprofiler")
+        .option("path", str(out))
+        .option("handler", "id")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+    try:
+        state = wait_for_factory(str(spool), query)
+        summary = run_generator(
+            state.factory_endpoint, rate=10_000, duration=3.0, bucket=500, key_skew="zipf:1.5", hwm=4096
+        )
+        assert summary["eos_delivered"] and summary["dropped"] == 0
+        wait_for(lambda: spool_drained(spool, summary), 60, "the factory to publish everything")
+        latest = Spool(spool).latest()
+        wait_for(lambda: source_end_offset(query) == latest, 120, f"the query to reach {latest}")
+        assert query.exception() is None
+    finally:
+        query.stop()
+
+    keys = generator_keys(summary)
+    rep = partition_load(out, keys, min_share=0.5)
+    rec = read_records(out)
+    assert sum(b["rows"] for b in rep["batches"]) == rec.num_rows == 30_000
+    hot_id = camps.column("campaign_id")[0].as_py()  # rank 0 in epoch 0
+    kmap = dict(zip(keys["tuple_id"].to_pylist(), keys["campaign_id"].to_pylist(), strict=True))
+    bid, part = rec["batch_id"].to_numpy(), rec["partition"].to_numpy()
+    camp = np.array([kmap[t] for t in rec["tuple_id"].to_pylist()], dtype=object)
+    for b in rep["batches"]:
+        mine = bid == b["batch_id"]
+        rows = [p["rows"] for p in b["partitions"]]
+        assert rows == [int((mine & (part == p["partition"])).sum()) for p in b["partitions"]]
+        assert b["rows_imbalance"] == pytest.approx(max(rows) / (sum(rows) / len(rows)))
+        assert b["duration_ms"] == max(p["ms"] for p in b["partitions"]) > 0
+        # a campaign lives in one partition of a batch: the keys are the tuples' real campaigns
+        for c in set(camp[mine].tolist()):
+            assert len(set(part[mine & (camp == c)].tolist())) == 1
+        if b["rows"] >= 2000:
+            top = b["heaviest"]["keys"][0]
+            hot_rows = int((mine & (camp == hot_id)).sum())
+            assert top[:2] == [hot_id, hot_rows]
+            assert b["heaviest"]["partition"] == int(part[mine & (camp == hot_id)][0])
+            assert b["rows_imbalance"] > 1.5  # ~38% of the rows in one of 4 partitions
+    assert rep["hot_keys"] == [hot_id]
+    assert rep["p99_duration_ms"] >= rep["p50_duration_ms"] > 0
+    # the report's hot key feeds compute/consolidate, which gives the plain per-campaign counts
+    kdf = spark.createDataFrame(keys.to_pandas())
+    aggs = [("count", None, "n")]
+    _same(
+        salted_aggregate(kdf, ["campaign_id"], aggs, rep["hot_keys"], 4, salt_by=["tuple_id"]),
+        plain_aggregate(kdf, ["campaign_id"], aggs),
+        ["campaign_id"],
+    )
