@@ -20,6 +20,7 @@ from conftest import wait_for
 pytestmark = pytest.mark.long
 
 RATE, BUCKET, DELAY = 2000, 20, "normal:200,30"
+SECONDS = 36  # about 35 epochs of 1 s windows: 25 predictions after a warm-up of h = 10
 STEP_MS = BUCKET * 1000 // RATE  # one sender: a bucket every 10 ms of event time
 
 
@@ -89,7 +90,7 @@ def _truth_delays(summary: dict, log: Any) -> np.ndarray:
 
 def test_delay_statistics_prediction_advice_and_latency_match_the_truth(spark: Any, tmp_path: Path) -> None:
     work = tmp_path / "append"
-    summary = _run(spark, work, 45, "1 second", "1 second", "append", "cloudprofiler")
+    summary = _run(spark, work, SECONDS, "1 second", "1 second", "append", "cloudprofiler")
     check_against_truth(work, summary)
 
 
@@ -101,7 +102,8 @@ def check_against_truth(work: Path, summary: dict) -> None:
     from cp_source import progress_model as pm
     from cp_source.ingest_log import read_ingest_log
 
-    assert summary["emitted"] + summary["dropped"] == 45 * RATE and summary["dropped"] < 0.25 * 45 * RATE
+    total = SECONDS * RATE
+    assert summary["emitted"] + summary["dropped"] == total and summary["dropped"] < 0.25 * total
     log = read_ingest_log(work / "plog")
     hz = native_tsc.frequency_hz()
     # every bucket once, each arrived at least its drawn delay after generation, and soon after it
@@ -121,7 +123,7 @@ def check_against_truth(work: Path, summary: dict) -> None:
     assert report["tuples"] == summary["emitted"] and report["unmatched_buckets"] == 0
     epochs = report["epochs"]
     # an epoch per window, unless a batch slower than a window closes several at once (a loaded machine)
-    assert 20 <= len(epochs) <= 45
+    assert 16 <= len(epochs) <= SECONDS
     # the network delays (gen -> factory) follow the injected distribution (normal 200, 30 ms),
     # shifted by the factory's intake: a few ms typically, never below it; stalls of a loaded machine
     # lengthen the upper tail, so the lower quantiles and the median are compared
@@ -145,7 +147,7 @@ def check_against_truth(work: Path, summary: dict) -> None:
     assert all(e["delay_mean_ms"] >= e["arrival_delay_mean_ms"] for e in epochs)  # Spark reads later
     # the 95% interval holds the actual SWM in about 95% of the epochs after the warm-up
     pred = report["prediction"]
-    assert pred["predictions"] >= 10 and 0.8 <= pred["coverage"] <= 1.0, pred
+    assert pred["predictions"] >= 6 and 0.8 <= pred["coverage"] <= 1.0, pred
 
     # watermark advice against the true out-of-orderness: arrival = generation + drawn delay
     gen_ms = log["cp_tsc_gen"].to_numpy() / hz * 1e3
@@ -162,7 +164,7 @@ def check_against_truth(work: Path, summary: dict) -> None:
     first_id = summary["senders"][0]["first_tuple_id"]
     gen_by_k = dict(zip(((log["first_tuple_id"].to_numpy() - first_id) // BUCKET).tolist(),
                         log["cp_tsc_gen"].to_pylist(), strict=True))  # fmt: skip
-    assert windows.num_rows == lat.num_rows >= 40  # append: each window once
+    assert windows.num_rows == lat.num_rows >= SECONDS - 5  # append: each window once
     for row in windows.to_pylist():
         k = -(-(row["window_end_ms"] - start) // STEP_MS)
         while k not in gen_by_k:  # a bucket the generator dropped never crossed anything
