@@ -135,6 +135,27 @@ def skew_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"key_skew": args.key_skew, "skew_keys": args.skew_keys, "hot_key_rotate_s": rotate}
 
 
+def _add_skew_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--key-skew",
+        default=None,
+        metavar="DIST",
+        help="ysb keys drawn from zipf:S (rank r with weight r^-S) or uniform (default: the unskewed pool)",
+    )
+    parser.add_argument(
+        "--skew-keys",
+        default="campaigns",
+        metavar="KEYS",
+        help="what --key-skew ranks: campaigns (default; an ad of the campaign uniformly) or ads",
+    )
+    parser.add_argument(
+        "--hot-key-rotate",
+        default=None,
+        metavar="SECONDS",
+        help="the hottest key moves (to the coldest one) every SECONDS of the schedule (needs --key-skew)",
+    )
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--endpoint", default="tcp://127.0.0.1:5555", help="factory endpoint to connect to")
     parser.add_argument("--rate", type=_positive_float, required=True, help="tuples per second (all senders)")
@@ -187,24 +208,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="seed of the delay draws (default: each sender's id)",
     )
-    parser.add_argument(
-        "--key-skew",
-        default=None,
-        metavar="DIST",
-        help="ysb keys drawn from zipf:S (rank r with weight r^-S) or uniform (default: the unskewed pool)",
-    )
-    parser.add_argument(
-        "--skew-keys",
-        default="campaigns",
-        metavar="KEYS",
-        help="what --key-skew ranks: campaigns (default; an ad of the campaign uniformly) or ads",
-    )
-    parser.add_argument(
-        "--hot-key-rotate",
-        default=None,
-        metavar="SECONDS",
-        help="the hottest key moves (to the coldest one) every SECONDS of the schedule (needs --key-skew)",
-    )
+    _add_skew_arguments(parser)
     parser.add_argument("--summary", type=Path, default=None, help="also write the JSON summary to this file")
     parser.add_argument(
         "--wait-ready",
