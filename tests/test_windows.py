@@ -255,17 +255,18 @@ def _stream(spark: Any, src: Path, ckpt: Path, size: int, slide: int, delay: int
 
 
 def _late_batches(draw: Any) -> list[list[tuple[int, int, int]]]:
-    """Batches of (key, value, ms): a clock that only moves on, each tuple up to ``delay`` behind it,
-    so no tuple is behind the watermark (max event time of earlier batches minus the delay)."""
+    """Batches of (key, value, ms): a clock that only moves on, each tuple up to 1 s (the watermark
+    delay) behind it, so no tuple is behind the watermark (max event time of earlier batches minus
+    the delay, and at least the epoch, Spark's first watermark)."""
     clock = draw(st.integers(0, 5000))
     batches = []
     for _ in range(draw(st.integers(2, 5))):
         rows = []
         for _ in range(draw(st.integers(0, 12))):
             clock += draw(st.integers(0, 400))
-            rows.append(
-                (draw(st.integers(0, 2)), draw(st.integers(-9, 9)), clock - draw(st.integers(0, 1000)))
-            )
+            late = clock - draw(st.integers(0, 1000))
+            # not before the epoch: Spark's first watermark is the epoch, so earlier tuples are late
+            rows.append((draw(st.integers(0, 2)), draw(st.integers(-9, 9)), max(late, 0)))
         batches.append(rows)
     return batches
 
