@@ -8,8 +8,6 @@ check the same ledger where nothing is lost.
 from __future__ import annotations
 
 import errno
-import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -22,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from conftest import small_tmpfs
 
 from cp_sink.channels import ChannelWriteError, close_all, open_channel, read_channel, read_channel_bytes
 from cp_sink.channels.channel import Channel
@@ -45,25 +44,8 @@ HANDLERS: dict[str, tuple[dict[str, int], Rule]] = {
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A 256 KiB tmpfs, unmounted afterwards."""
-    if sys.platform != "linux" or shutil.which("mount") is None:
-        pytest.skip("needs Linux mount(8) for a small tmpfs")
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    r = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={SMALL_FS}", "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a {SMALL_FS} tmpfs (needs root): {r.stderr.strip() or r.returncode}")
-    try:
-        st = os.statvfs(mnt)
-        assert st.f_blocks * st.f_frsize <= 1 << 20, "the mount is not the small tmpfs"
+    with small_tmpfs(tmp_path / "small", SMALL_FS) as mnt:
         yield mnt
-    finally:
-        if subprocess.run(["umount", str(mnt)], check=False).returncode != 0:
-            subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def _channel_threads() -> set[threading.Thread]:
