@@ -92,6 +92,20 @@ def _is_hot(keys: list[str], hot: list[tuple[Any, ...]]) -> Any:
     return cond
 
 
+def salt_column(
+    df: Any, keys: Sequence[str], hot: list[tuple[Any, ...]], salts: int, salt_by: Sequence[str] | None = None
+) -> Any:
+    """The salt of each row: a hash of ``salt_by`` (default all columns) mod ``salts`` for hot keys'
+    rows, 0 for the others. Also for a shuffle by (keys, salt) in a streaming query."""
+    from pyspark.sql import functions as F
+
+    by = list(salt_by) if salt_by is not None else list(df.columns)
+    if not by or any(c not in df.columns for c in by):
+        raise ValueError(f"salt_by {by} must name columns of the input ({df.columns})")
+    salt = F.pmod(F.xxhash64(*[F.col(c) for c in by]), F.lit(salts)).cast("int")
+    return F.when(_is_hot(list(keys), hot), salt).otherwise(F.lit(0)) if hot else F.lit(0)
+
+
 def compute(
     df: Any,
     keys: Sequence[str],
@@ -115,11 +129,7 @@ def compute(
     hot = [_key_tuple(k, len(keys)) for k in hot_keys]
     if len(hot) > MAX_HOT_KEYS:
         raise ValueError(f"{len(hot)} hot keys: at most {MAX_HOT_KEYS}")
-    by = list(salt_by) if salt_by is not None else list(df.columns)
-    if not by or any(c not in df.columns for c in by):
-        raise ValueError(f"salt_by {by} must name columns of the input ({df.columns})")
-    salt = F.pmod(F.xxhash64(*[F.col(c) for c in by]), F.lit(salts)).cast("int")
-    salted = df.withColumn(SALT, F.when(_is_hot(keys, hot), salt).otherwise(F.lit(0)) if hot else F.lit(0))
+    salted = df.withColumn(SALT, salt_column(df, keys, hot, salts, salt_by))
     parts: list[Any] = []
     for a in specs:
         col = F.col(a.column) if a.column is not None else F.lit(1)  # count(*) counts a constant
