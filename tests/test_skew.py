@@ -251,3 +251,34 @@ def test_partition_load_of_a_real_skewed_query(spark: Any, tmp_path: Path) -> No
         plain_aggregate(kdf, ["campaign_id"], aggs),
         ["campaign_id"],
     )
+
+
+@pytest.mark.parametrize("skew", [None, "zipf:1.2"])
+def test_generator_keys_are_the_payloads_campaigns(skew: str | None) -> None:
+    import orjson
+
+    from cloudprofiler.partition_load import generator_keys
+    from cp_source import bucket as bk
+    from cp_source.generator import sender_payloads
+    from cp_source.key_skew import parse_key_skew
+    from cp_source.workloads import campaigns_table
+
+    camp = dict(
+        zip(*(campaigns_table().column(c).to_pylist() for c in ("ad_id", "campaign_id")), strict=True)
+    )
+    b, n, sid = 7, 1000, 300  # 143 buckets, a partial last one: the pool cycles several times
+    first = bk.tuple_id(sid, 0)
+    summary = {
+        "workload": "ysb",
+        "bucket": b,
+        "target_rate": 500.0,
+        "key_skew": skew,
+        "skew_keys": "campaigns" if skew else None,
+        "hot_key_rotate_s": None,
+        "senders": [{"id": sid, "first_tuple_id": first, "next_tuple_id": first + n}],
+    }
+    keys = generator_keys(summary)
+    pays = sender_payloads("ysb", b, 500.0, n, sid, parse_key_skew(skew) if skew else None)
+    want = [camp[orjson.loads(x)["ad_id"]] for k in range(143) for x in pays.payload(k).splitlines()][:n]
+    assert keys["tuple_id"].to_pylist() == list(range(first, first + n))
+    assert keys["campaign_id"].to_pylist() == want
