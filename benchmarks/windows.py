@@ -235,7 +235,7 @@ def main() -> None:
     ap.add_argument("--stream-rate", type=int, default=10_000, help="events per second in the streaming part")
     ap.add_argument("--file-s", type=int, default=10, help="seconds of event time per micro-batch")
     ap.add_argument("--ratios", default="1,4,10,60")
-    ap.add_argument("--repeat", type=int, default=1, help="timed batch runs per plan (the best counts)")
+    ap.add_argument("--repeat", type=int, default=3, help="timed batch runs per plan (the best counts)")
     ap.add_argument("--show", help="print the table of a result file and exit")
     args = ap.parse_args()
     if args.show:

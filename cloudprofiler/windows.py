@@ -52,7 +52,11 @@ US = {
 }
 _DURATION = re.compile(r"^\s*(\d+)\s*([a-z]+)\s*$")
 # Cost model constants, in units of "one row aggregated once" (E in Enorm's model).
-STAGE_COST = 1.0  # the second aggregation (a shuffle and a hash aggregate), per input row
+# The second aggregation per input row: in batch a shuffle and a hash aggregate; in a stream also a
+# second state store per micro-batch, a cost per batch that 100,000-row batches spread thinly but
+# not away (both measured by benchmarks/windows.py on YSB, docs/benchmarks.md).
+STAGE_COST = 2.0
+STREAM_STAGE_COST = 25.0
 MIN_GAIN = 1.25  # share only when the native cost exceeds the shared one by this factor
 
 
@@ -131,7 +135,8 @@ def plan(
     output_mode: str = "append",
 ) -> Decision:
     """Whether to share: native costs ``overlap`` aggregations per row; shared costs one, the second
-    stage's overhead, and ``overlap`` merges per pane partial (``overlap / rows_per_group`` per row).
+    stage's overhead (``STAGE_COST``, in a stream ``STREAM_STAGE_COST``), and ``overlap`` merges per
+    pane partial (``overlap / rows_per_group`` per row).
 
     ``rows_per_group`` is the expected number of rows per pane and key; unknown, it is taken as
     large (the merges are then negligible). ``share`` forces the choice.
@@ -147,7 +152,7 @@ def plan(
     overlap = -(-size_us // slide_us)
     per_group = float("inf") if rows_per_group is None else float(rows_per_group)
     native_cost = float(overlap)
-    shared_cost = 1.0 + STAGE_COST + overlap / per_group
+    shared_cost = 1.0 + (STREAM_STAGE_COST if streaming else STAGE_COST) + overlap / per_group
     pays = native_cost >= MIN_GAIN * shared_cost
     can = not streaming or output_mode == "append"
     if share is True and not can:
@@ -278,10 +283,10 @@ def sliding_agg(
     """``groupBy(window(time_col, size, slide), *by).agg(...)``, shared through panes when it pays.
 
     ``aggs``: ``(func, column[, alias])`` items (module docstring). ``watermark``: a delay such as
-    ``"10 seconds"`` (units as for ``size``), applied with ``withWatermark(time_col, ...)`` (streaming). ``output_mode`` is
-    the mode the streaming query will be written in. ``share`` forces the plan; ``rows_per_group``
-    (rows per pane and key) refines the cost model. The decision is logged; columns and types are
-    those of :func:`native_agg`.
+    ``"10 seconds"`` (units as for ``size``), applied with ``withWatermark(time_col, ...)``
+    (streaming). ``output_mode`` is the mode the streaming query will be written in. ``share``
+    forces the plan; ``rows_per_group`` (rows per pane and key) refines the cost model. The
+    decision is logged; columns and types are those of :func:`native_agg`.
     """
     parsed = parse_aggs(aggs)
     by = [str(b) for b in ([by] if isinstance(by, str) else by)]

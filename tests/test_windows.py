@@ -48,6 +48,10 @@ def test_plan_does_not_share_tumbling_or_small_ratios_and_shares_large_ones() ->
     # few rows per pane and key: each pane partial is merged into 60 windows, which costs more
     assert not W.plan("60 s", "1 s", rows_per_group=1).shared
     assert W.plan("60 s", "1 s", rows_per_group=100).shared
+    # a stream pays a second state store per micro-batch: sharing needs a larger ratio
+    assert not W.plan("10 s", "1 s", streaming=True).shared
+    assert W.plan("60 s", "1 s", streaming=True).shared
+    assert W.plan("60 s", "1 s", streaming=True).shared_cost == 1 + W.STREAM_STAGE_COST
 
 
 def test_plan_forced_either_way_and_update_mode_never_shares() -> None:
