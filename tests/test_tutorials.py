@@ -13,7 +13,14 @@ ROOT = Path(__file__).resolve().parent.parent
 TUTORIALS = ROOT / "docs" / "tutorials"
 
 
-NAMES = ["quickstart.md", "latency-across-nodes.md", "maxrate.md", "instrumenting.md", "ready-ordering.md"]
+NAMES = [
+    "quickstart.md",
+    "latency-across-nodes.md",
+    "maxrate.md",
+    "instrumenting.md",
+    "ready-ordering.md",
+    "skew-and-windows.md",
+]
 
 
 def _run(path: Path, ns: dict[str, Any]) -> dict[str, Any]:
