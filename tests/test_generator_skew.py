@@ -142,6 +142,7 @@ def test_the_draws_are_seeded_and_reproducible() -> None:
     assert got == a.tolist()
 
 
+@pytest.mark.long  # a 5 s run; the fast tier keeps the frequency fits
 def test_the_hot_key_rotates_on_the_schedule(factory: Callable[[], FactoryHandle]) -> None:
     f = factory()
     rotate_ms, bucket, rate = 500, 20, 4000.0  # two senders, 100 buckets/s each: 50 buckets per epoch

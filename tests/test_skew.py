@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,7 @@ def test_float_sums_agree_to_rounding(spark: Any) -> None:
     assert math.isclose(got["hot"]["fa"], want["hot"]["fa"], rel_tol=1e-12)
 
 
+@pytest.mark.long  # a streaming query of three batches
 def test_streaming_compute_then_consolidate_in_foreach_batch(spark: Any, tmp_path: Path) -> None:
     """Compute as the stateful streaming aggregation (complete mode), consolidate per micro-batch:
     after every batch the consolidated result equals the plain aggregation of the files so far."""
@@ -148,6 +150,9 @@ def test_streaming_compute_then_consolidate_in_foreach_batch(spark: Any, tmp_pat
             pa.table([pa.array(c, t.type) for c, t in zip(cols, sch, strict=True)], schema=sch),
             src / f"f{b}.parquet",
         )
+        # Spark takes files oldest first: distinct modification times fix the batches' order
+        stamp = 1_700_000_000 + 10 * b
+        os.utime(src / f"f{b}.parquet", (stamp, stamp))
     stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(src))
     partials = compute(stream, ["k"], AGGS, ["hot"], salts=5)
     seen: list[tuple[int, list[Any]]] = []

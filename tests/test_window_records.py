@@ -270,9 +270,9 @@ def _assert_append(t: pa.Table, summary: dict[str, Any], size_ms: int, slide_ms:
 @pytest.mark.parametrize(
     ("writer", "size_ms", "slide_ms"),
     [
-        pytest.param("sink", 1000, 1000, marks=pytest.mark.long),  # the fast tier keeps one of each writer
+        pytest.param("sink", 1000, 1000, marks=pytest.mark.long),  # the fast tier keeps one streaming case
         ("sink", 1000, 500),
-        ("foreach", 1000, 500),
+        pytest.param("foreach", 1000, 500, marks=pytest.mark.long),
     ],
 )
 def test_append_emits_every_closed_window_once_with_its_count(
@@ -285,7 +285,8 @@ def test_append_emits_every_closed_window_once_with_its_count(
 
 
 @pytest.mark.parametrize(
-    ("size_ms", "slide_ms"), [pytest.param(1000, 1000, marks=pytest.mark.long), (1000, 500)]
+    ("size_ms", "slide_ms"),
+    [pytest.param(1000, 1000, marks=pytest.mark.long), pytest.param(1000, 500, marks=pytest.mark.long)],
 )
 def test_update_last_row_of_every_window_is_its_count(
     spark: Any, tmp_path: Path, size_ms: int, slide_ms: int
