@@ -167,12 +167,27 @@ def deadline_crossings(
 ) -> np.ndarray:
     """Per deadline e: the index of the bucket holding the smallest event time >= e (earliest generated
     on ties), or -1 when no bucket reaches e."""
-    out = np.full(len(deadlines), -1, np.int64)
-    for i, e in enumerate(deadlines.tolist()):
-        cand = np.flatnonzero(ev_max >= e)
-        if cand.size:
-            first = np.maximum(ev_min[cand], e)
-            out[i] = cand[np.lexsort((gen_ns[cand], first))[0]]
+    ev_min, ev_max = np.asarray(ev_min, np.int64), np.asarray(ev_max, np.int64)
+    gen = np.asarray(gen_ns, np.float64)
+    dl = np.asarray(deadlines, np.int64)
+    if not len(ev_min):
+        return np.full(len(dl), -1, np.int64)
+    # a bucket starting at or past e offers its first event time; the first such in (event, gen) order
+    order = np.lexsort((gen, ev_min))
+    at = np.searchsorted(ev_min[order], dl, side="left")
+    has = at < len(order)
+    out = np.where(has, order[np.minimum(at, len(order) - 1)], -1).astype(np.int64)
+    best_ev = np.where(has, ev_min[np.maximum(out, 0)], np.iinfo(np.int64).max)
+    best_gen = np.where(has, gen[np.maximum(out, 0)], np.inf)
+    # a bucket straddling e (ev_min < e <= ev_max) offers e itself: only those need a look each
+    by_dl = np.argsort(dl, kind="stable")
+    sorted_dl = dl[by_dl]
+    for b in np.flatnonzero(ev_min < ev_max).tolist():
+        lo = np.searchsorted(sorted_dl, ev_min[b], side="right")
+        hi = np.searchsorted(sorted_dl, ev_max[b], side="right")
+        for i in by_dl[lo:hi].tolist():
+            if (dl[i], gen[b]) < (best_ev[i], best_gen[i]):
+                out[i], best_ev[i], best_gen[i] = b, dl[i], gen[b]
     return out
 
 
