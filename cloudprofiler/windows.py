@@ -30,7 +30,7 @@ import logging
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 log = logging.getLogger("cloudprofiler.windows")
@@ -154,16 +154,16 @@ def plan(
     native_cost = float(overlap)
     shared_cost = 1.0 + (STREAM_STAGE_COST if streaming else STAGE_COST) + overlap / per_group
     pays = native_cost >= MIN_GAIN * shared_cost
-    can = not streaming or output_mode == "append"
+    can = not streaming or output_mode != "complete"
     if share is True and not can:
         raise ValueError(
-            f"a streaming query in {output_mode} mode cannot share: Spark chains stateful "
-            "aggregations in append mode only (use output_mode='append' or share=False)"
+            "a streaming query in complete mode cannot share: every window is output every "
+            "micro-batch (use output_mode='append' or 'update', or share=False)"
         )
     if share is not None:
         shared, reason = share, f"forced share={share}"
     elif not can:
-        shared, reason = False, f"streaming {output_mode} mode: Spark chains aggregations in append only"
+        shared, reason = False, "streaming complete mode: every window is output every micro-batch"
     else:
         verdict = "pays" if pays else "does not pay"
         shared, reason = pays, f"sharing {verdict} (native {native_cost:.2f} vs shared {shared_cost:.2f})"
@@ -292,6 +292,14 @@ def sliding_agg(
     by = [str(b) for b in ([by] if isinstance(by, str) else by)]
     _check_columns(df, time_col, by, parsed)
     decision = plan(size, slide, rows_per_group, share, bool(df.isStreaming), output_mode)
+    by_state = decision.shared and df.isStreaming and output_mode == "update"
+    if by_state:
+        problem = state_problem(df, time_col, decision.size_us, decision.slide_us, parsed)
+        if problem and share:
+            raise ValueError(problem)
+        if problem:
+            decision = replace(decision, shared=False, reason=f"{decision.reason}, but {problem}")
+            by_state = False
     log.info(
         "sliding_agg size=%dus slide=%dus pane=%dus overlap=%d: %s, %s",
         decision.size_us,
@@ -303,6 +311,115 @@ def sliding_agg(
     )
     if watermark is not None:
         df = df.withWatermark(time_col, _spark_duration(duration_us(watermark, "watermark", zero=True)))
+    if by_state:
+        return state_agg(
+            df, time_col, decision.size_us, decision.slide_us, by, parsed, output_mode, watermark is not None
+        )
     if decision.shared:
         return shared_agg(df, time_col, decision.size_us, decision.slide_us, by, parsed)
     return native_agg(df, time_col, size, slide, by, [(a.func, a.column, a.alias) for a in parsed])
+
+
+STATE_TYPES = ("tinyint", "smallint", "int", "bigint", "float", "double")
+
+
+def state_problem(df: Any, time_col: str, size_us: int, slide_us: int, aggs: Sequence[Agg]) -> str | None:
+    """Why :func:`state_agg` cannot run this query, or None: it takes a timestamp time column,
+    whole-millisecond sizes (Spark's event-time timeouts are in ms) and numeric aggregate columns."""
+    from pyspark.sql.types import TimestampType
+
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    if not isinstance(fields[time_col], TimestampType):
+        return (
+            f"shared windows in a stream need a timestamp time column; {time_col!r} is "
+            f"{fields[time_col].simpleString()}"
+        )
+    for what, us in (("size", size_us), ("slide", slide_us)):
+        if us % 1000:
+            return f"shared windows in a stream need a {what} in whole milliseconds, got {us} us"
+    for a in aggs:
+        if a.func != "count" and fields[a.column].simpleString() not in STATE_TYPES:
+            return (
+                f"{a.func}({a.column}) over {fields[a.column].simpleString()} cannot be shared in a stream "
+                f"(numeric columns only: {', '.join(STATE_TYPES)}); use share=False"
+            )
+    return None
+
+
+def state_agg(
+    df: Any,
+    time_col: str,
+    size_us: int,
+    slide_us: int,
+    by: Sequence[str],
+    aggs: Sequence[Agg],
+    output_mode: str,
+    watermarked: bool,
+) -> Any:
+    """The shared plan in a stream as one stateful operator: panes per key in Spark's group state
+    (``applyInPandasWithState``), windows made from them when due (``cloudprofiler.pane_state``)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+    from pyspark.sql.types import DoubleType, LongType, StructField, StructType
+
+    from cloudprofiler.pane_state import PaneLayout, make_state_func
+
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    problem = state_problem(df, time_col, size_us, slide_us, aggs)
+    if problem:
+        raise ValueError(problem)
+    if output_mode == "append" and not watermarked:
+        raise ValueError("a streaming append query needs a watermark to close its windows (pass watermark=)")
+    floats = tuple(
+        a.func == "mean" or (a.func != "count" and fields[a.column].simpleString() in ("float", "double"))
+        for a in aggs
+    )
+    layout = PaneLayout(
+        size_us,
+        slide_us,
+        math.gcd(size_us, slide_us),
+        tuple("mean" if a.func in ("mean", "avg") else a.func for a in aggs),
+        floats,
+    )
+    keys = list(by) or ["_key"]
+    inputs = [a.column for a in aggs if a.column != "*" and a.column not in by]
+    src = df.where(F.col(time_col).isNotNull()).select(
+        *[F.col(c) for c in by],
+        *([] if by else [F.lit(0).alias("_key")]),
+        F.col(time_col),  # kept: Spark drops rows behind the watermark by this column
+        F.unix_micros(F.col(time_col)).alias("_t_us"),
+        *[F.col(c) for c in dict.fromkeys(inputs)],
+    )
+
+    def out_type(a: Agg) -> Any:
+        if a.func == "count":
+            return LongType()
+        if a.func in ("mean", "avg"):
+            return DoubleType()
+        if a.func == "sum":
+            return DoubleType() if layout.floats[aggs.index(a)] else LongType()
+        return fields[a.column]
+
+    out_schema = StructType(
+        [
+            StructField("_ws", LongType()),
+            StructField("_we", LongType()),
+            *[StructField(k, src.schema[k].dataType) for k in keys],
+            *[StructField(a.alias, out_type(a)) for a in aggs],
+        ]
+    )
+    func = make_state_func(
+        layout,
+        keys,
+        "_t_us",
+        [None if a.column == "*" else a.column for a in aggs],
+        [a.alias for a in aggs],
+        output_mode,
+        watermarked,
+    )
+    timeout = GroupStateTimeout.EventTimeTimeout if watermarked else GroupStateTimeout.NoTimeout
+    out = src.groupBy(*keys).applyInPandasWithState(
+        func, out_schema, layout.state_ddl(), "Append" if output_mode == "append" else "Update", timeout
+    )
+    window = F.struct(F.timestamp_micros("_ws").alias("start"), F.timestamp_micros("_we").alias("end"))
+    return out.select(window.alias("window"), *by, *[a.alias for a in aggs])
