@@ -15,13 +15,16 @@ over several nodes without moving state (sections 4 and 5). Here, for a Spark ag
 same aggregates (exactly for count, min, max and integer sums; a float sum may differ in its last
 bits, since addition order changes). Hot keys are given, or found by :func:`detect_hot_keys` (keys
 holding at least ``min_share`` of the rows), or taken from a partition-load report
-(``cloudprofiler.partition_load``). In a streaming query, run :func:`compute` as the stateful
+(``cloudprofiler.partition_load``), or found per Arrow batch as the data passes
+(``hot_keys="adaptive"``, :func:`adaptive_salt`: follows a hot spot that moves). In a
+streaming query, run :func:`compute` as the stateful
 aggregation and :func:`consolidate` on its output in ``foreachBatch`` (complete or update mode):
 the consolidate step is stateless, as in Enorm.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -110,15 +113,18 @@ def compute(
     df: Any,
     keys: Sequence[str],
     aggs: Sequence[Agg | tuple[str, str | None, str]],
-    hot_keys: Iterable[Any],
+    hot_keys: Iterable[Any] | str,
     salts: int = 8,
     salt_by: Sequence[str] | None = None,
+    min_share: float = 0.05,
 ) -> Any:
     """Partial aggregates per (keys, salt): hot keys' rows spread over ``salts`` key groups.
 
     ``hot_keys``: values of the key (tuples for several keys). ``salt_by``: the columns hashed into
     the salt (default all input columns; give a unique one such as ``tuple_id`` when rows repeat).
-    Columns: the keys, ``_cp_salt``, and per aggregate ``<alias>__count`` / ``__sum`` / ``__min`` /
+    ``hot_keys="adaptive"``: hot keys found per Arrow batch as the data passes
+    (:func:`adaptive_salt`, keys with ``min_share`` of a batch). Columns: the keys, ``_cp_salt``,
+    and per aggregate ``<alias>__count`` / ``__sum`` / ``__min`` /
     ``__max`` (avg: ``__sum`` and ``__count``)."""
     from pyspark.sql import functions as F
 
@@ -126,10 +132,15 @@ def compute(
     specs = _aggs(aggs)
     if isinstance(salts, bool) or not isinstance(salts, int) or not 1 <= salts <= MAX_SALTS:
         raise ValueError(f"salts must be an integer in 1..{MAX_SALTS}, got {salts!r}")
-    hot = [_key_tuple(k, len(keys)) for k in hot_keys]
-    if len(hot) > MAX_HOT_KEYS:
-        raise ValueError(f"{len(hot)} hot keys: at most {MAX_HOT_KEYS}")
-    salted = df.withColumn(SALT, salt_column(df, keys, hot, salts, salt_by))
+    if isinstance(hot_keys, str) and hot_keys == "adaptive":
+        salted = adaptive_salt(df, keys, salts, min_share)
+    elif isinstance(hot_keys, str):
+        raise ValueError(f"hot_keys must be key values or 'adaptive', got {hot_keys!r}")
+    else:
+        hot = [_key_tuple(k, len(keys)) for k in hot_keys]
+        if len(hot) > MAX_HOT_KEYS:
+            raise ValueError(f"{len(hot)} hot keys: at most {MAX_HOT_KEYS}")
+        salted = df.withColumn(SALT, salt_column(df, keys, hot, salts, salt_by))
     parts: list[Any] = []
     for a in specs:
         col = F.col(a.column) if a.column is not None else F.lit(1)  # count(*) counts a constant
@@ -181,18 +192,74 @@ def detect_hot_keys(df: Any, keys: Sequence[str], min_share: float = 0.05, limit
     return [r[keys[0]] if len(keys) == 1 else tuple(r[k] for k in keys) for r in rows]
 
 
+def hot_rows(table: Any, keys: Sequence[str], min_share: float) -> Any:
+    """A boolean numpy mask of ``table``'s rows whose keys hold at least ``min_share`` of its rows."""
+    import numpy as np
+
+    n = table.num_rows
+    if not n:
+        return np.zeros(0, bool)
+    code = np.zeros(n, np.int64)
+    for k in keys:
+        # each key column as small integer codes (null: 0), combined into one code per row
+        col = table.column(k).combine_chunks().dictionary_encode()
+        idx = col.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64) + 1
+        # renumbered densely after each column, so the combined code stays below the row count
+        code = np.unique(code * (len(col.dictionary) + 1) + idx, return_inverse=True)[1].astype(np.int64)
+    _, inverse, counts = np.unique(code, return_inverse=True, return_counts=True)
+    need = max(1, math.ceil(min_share * n))
+    return (counts >= need)[inverse]
+
+
+def adaptive_salt(df: Any, keys: Sequence[str], salts: int = 8, min_share: float = 0.05) -> Any:
+    """``df`` with a ``_cp_salt`` column chosen per Arrow batch: keys holding at least ``min_share``
+    of the batch's rows are spread round-robin over ``salts`` key groups, other rows get 0.
+
+    Hot keys are found from the data as it passes (Enorm's monitoring, per batch), so a hot spot
+    that moves is followed within one batch with nothing given up front. The salt depends only
+    on the batch's contents and order, so a retried task salts alike. It is a ``mapInArrow``:
+    apply a watermark after it, not before (Spark does not carry event-time marks through it).
+    Group by the keys and ``_cp_salt`` (:func:`compute` with no hot keys is the same as grouping
+    the salted frame), then :func:`consolidate`."""
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    keys = _check_keys(df, keys)
+    if isinstance(salts, bool) or not isinstance(salts, int) or not 1 <= salts <= MAX_SALTS:
+        raise ValueError(f"salts must be an integer in 1..{MAX_SALTS}, got {salts!r}")
+    if not 0.0 < min_share <= 1.0:
+        raise ValueError(f"min_share must be in (0, 1], got {min_share!r}")
+    schema = StructType([*df.schema.fields, StructField(SALT, IntegerType(), False)])
+
+    def salt_batches(batches: Iterable[Any]) -> Iterable[Any]:
+        import numpy as np
+        import pyarrow as pa
+
+        for batch in batches:
+            hot = hot_rows(pa.Table.from_batches([batch]), keys, min_share)
+            salt = np.zeros(batch.num_rows, np.int32)
+            salt[hot] = np.arange(int(hot.sum()), dtype=np.int32) % salts
+            yield pa.RecordBatch.from_arrays(
+                [*batch.columns, pa.array(salt)], names=[*batch.schema.names, SALT]
+            )
+
+    return df.mapInArrow(salt_batches, schema)
+
+
 def salted_aggregate(
     df: Any,
     keys: Sequence[str],
     aggs: Sequence[Agg | tuple[str, str | None, str]],
-    hot_keys: Iterable[Any] | None = None,
+    hot_keys: Iterable[Any] | str | None = None,
     salts: int = 8,
     min_share: float = 0.05,
     salt_by: Sequence[str] | None = None,
 ) -> Any:
     """``df.groupBy(keys).agg(aggs)`` through compute/consolidate, hot keys split ``salts`` ways.
 
-    ``hot_keys`` None: found by :func:`detect_hot_keys` with ``min_share`` (one extra pass)."""
+    ``hot_keys`` None: found by :func:`detect_hot_keys` with ``min_share`` (one extra pass);
+    ``"adaptive"``: found per Arrow batch as the data passes (:func:`adaptive_salt`)."""
+    if isinstance(hot_keys, str):
+        return consolidate(compute(df, keys, aggs, hot_keys, salts, salt_by, min_share), keys, aggs)
     hot = list(hot_keys) if hot_keys is not None else detect_hot_keys(df, keys, min_share)
     return consolidate(compute(df, keys, aggs, hot, salts, salt_by), keys, aggs)
 

@@ -16,9 +16,11 @@ from hypothesis import strategies as st
 
 from cloudprofiler.skew import (
     SALT,
+    adaptive_salt,
     compute,
     consolidate,
     detect_hot_keys,
+    hot_rows,
     plain_aggregate,
     salted_aggregate,
 )
@@ -63,16 +65,20 @@ rows_strategy = st.lists(
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     rows=rows_strategy,
-    hot=st.lists(st.sampled_from(["hot", "a", "zzz"]), unique=True, max_size=3),
+    hot=st.one_of(
+        st.lists(st.sampled_from(["hot", "a", "zzz"]), unique=True, max_size=3), st.just("adaptive")
+    ),
     salts=st.integers(1, 9),
     two_keys=st.booleans(),
 )
 def test_salted_aggregation_equals_the_plain_one(
-    spark: Any, rows: list[tuple[Any, ...]], hot: list[str], salts: int, two_keys: bool
+    spark: Any, rows: list[tuple[Any, ...]], hot: list[str] | str, salts: int, two_keys: bool
 ) -> None:
     df = spark.createDataFrame(rows, SCHEMA).repartition(3)
     keys = ["k", "g"] if two_keys else ["k"]
-    hot_keys: list[Any] = [(h, 0) for h in hot] + [(h, 1) for h in hot] if two_keys else list(hot)
+    hot_keys: list[Any] | str = [(h, 0) for h in hot] + [(h, 1) for h in hot] if two_keys else list(hot)
+    if hot == "adaptive":
+        hot_keys = "adaptive"
     _same(salted_aggregate(df, keys, AGGS, hot_keys, salts), plain_aggregate(df, keys, AGGS), keys)
 
 
@@ -102,6 +108,39 @@ def test_hot_keys_are_really_split_and_detected(spark: Any) -> None:
     assert {r[SALT] for r in partials if r["k"] != "hot"} == {0}  # cold keys stay whole
     got = {r["k"]: r["total"] for r in salted_aggregate(df, ["k"], AGGS, salts=8).collect()}
     assert got["hot"] == sum(range(900)) and got["a"] == 10
+
+
+def test_hot_rows_are_the_rows_of_keys_over_the_share() -> None:
+    t = pa.table({"k": ["a", "b", "a", None, "a", None, "c", "b"], "g": [1, 1, 1, 2, 2, 2, 1, 1]})
+    assert hot_rows(t, ["k"], 0.25).tolist() == [True] * 6 + [False, True]  # null is a key too
+    assert hot_rows(t, ["k"], 0.5).tolist() == [False] * 8  # "a": 3 of 8 rows
+    # two keys: ("a", 1) twice, ("b", 1) twice, (None, 2) twice
+    assert hot_rows(t, ["k", "g"], 0.25).tolist() == [True, True, True, True, False, True, False, True]
+    assert hot_rows(t.slice(0, 0), ["k"], 0.1).tolist() == []
+
+
+def test_adaptive_salt_follows_a_hot_key_that_moves(spark: Any) -> None:
+    """Arrow batches of 100 rows; the hot key is "x" in the first 300 rows and "y" after: each is
+    spread over every key group while it is hot, and the aggregation still equals the plain one."""
+    rows = [("x" if i < 300 else "y", 0, i, None) for i in range(600) if i % 4]
+    rows += [(c, 0, 1, None) for c in "abcdefghijklmnopqrstuvw" for _ in range(2)]
+    rows.sort(key=lambda r: (r[2], r[0]))
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
+    try:
+        df = spark.createDataFrame(rows, SCHEMA).coalesce(1)
+        salted = adaptive_salt(df, ["k"], salts=5, min_share=0.2).collect()
+        agg = salted_aggregate(df, ["k"], AGGS, "adaptive", salts=5, min_share=0.2)
+        _same(agg, plain_aggregate(df, ["k"], AGGS), ["k"])
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    by_key: dict[str, set[int]] = {}
+    for r in salted:
+        by_key.setdefault(r["k"], set()).add(r[SALT])
+    assert by_key["x"] == by_key["y"] == set(range(5))
+    assert all(by_key[c] == {0} for c in "abcdefghijklmnopqrstuvw")
+    assert len(salted) == len(rows)  # a salt added, no row lost or repeated
+    with pytest.raises(ValueError, match="hot_keys must be key values or 'adaptive'"):
+        compute(df, ["k"], AGGS, "everything")
 
 
 @pytest.mark.parametrize(
