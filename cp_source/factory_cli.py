@@ -24,8 +24,16 @@ examples:
   cloudprofiler factory --spool /tmp/spool --max-spool-bytes 512M --duration 60
   cloudprofiler factory --spool /data/spool --durability strict
   cloudprofiler factory --spool /tmp/spool --workload file --schema "name STRING, price DOUBLE"
+  cloudprofiler factory --endpoint tcp://0.0.0.0:5555 --spool /data/spool --serve tcp://0.0.0.0:5556 \
+      --curve-keys ~/.cloudprofiler-keys   # a factory host: readers list it in factories=tcp://HOST:5556
+
+--serve starts a segment server beside the spool: executors fetch segments from
+it, and a reader with factories=... asks it for the latest segments and sends
+it its commits (see docs/reader.md, "Many factories"). It binds 127.0.0.1
+unless given another host; with --curve-keys it accepts only authorized clients.
 """
 
+SERVER_STATS_FILE = "_segment_server.json"  # the segment server's counters, beside the spool
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)i?[bB]?\s*$")
 
 
@@ -96,6 +104,21 @@ def _spool_failed(spool: str, err: OSError) -> bool:
     return path == name or path.startswith(name.rstrip("/") + "/") or name.startswith(path + "/")
 
 
+def parse_serve(text: str) -> str:
+    """``--serve``: ``tcp://HOST:PORT`` (``PORT`` or ``:PORT`` alone binds 127.0.0.1; port 0 picks one)."""
+    raw = text.strip()
+    if raw.isdigit() or (raw.startswith(":") and raw[1:].isdigit()):
+        raw = f"tcp://127.0.0.1:{raw.lstrip(':')}"
+    host, _, port = raw.removeprefix("tcp://").rpartition(":")
+    if not raw.startswith("tcp://") or not host or any(c in host for c in "/ *@") or not port.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"--serve {text!r}: expected tcp://HOST:PORT (or a PORT on 127.0.0.1)"
+        )
+    if int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"--serve {text!r}: port {port} is above 65535")
+    return f"tcp://{host}:{int(port)}"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--endpoint",
@@ -135,7 +158,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="DIR",
         help="CurveZMQ keys (cloudprofiler keys generate --out DIR): encrypt, and accept only "
-        "generators whose public key is in DIR/authorized",
+        "generators (and, with --serve, readers and executors) whose public key is in DIR/authorized",
+    )
+    parser.add_argument(
+        "--serve",
+        type=parse_serve,
+        default=None,
+        metavar="tcp://HOST:PORT",
+        help="also serve this spool's segments, latest offsets and commits to remote readers "
+        "(a factory host; default host 127.0.0.1, port 0 picks a free one)",
     )
 
 
@@ -158,6 +189,28 @@ def _start(args: argparse.Namespace, workload: str) -> Any:
     )
 
 
+def _serve(args: argparse.Namespace, durability: str) -> Any:
+    """The factory host's segment server: segments, latest offsets and commits of this spool."""
+    import zmq
+
+    from cp_source.segment_server import SegmentServer, SpoolControl
+    from cp_source.spool import Spool
+
+    # its own Spool: the server thread is its only user (a Spool caches manifests)
+    control = SpoolControl(Spool(args.spool, max_bytes=args.max_spool_bytes, durability=durability))
+    try:
+        return SegmentServer(
+            control.lookup,
+            args.spool,
+            bind=args.serve,
+            stats_path=os.path.join(args.spool, SERVER_STATS_FILE),  # as the reader's server writes it
+            curve_keys=args.curve_keys,
+            control=control,
+        )
+    except zmq.ZMQError as e:
+        raise ValueError(f"--serve {args.serve}: cannot bind ({e})") from None
+
+
 def run(args: argparse.Namespace) -> int:
     workload = "file:" if args.workload == "file" else args.workload
     try:
@@ -171,22 +224,37 @@ def run(args: argparse.Namespace) -> int:
         f"durability {handle.durability}",
         flush=True,
     )
+    server = None
+    if args.serve:
+        try:
+            server = _serve(args, handle.durability)
+        except BaseException:
+            handle.stop()
+            raise
+        print(f"serving segments and commits on {server.endpoint}", flush=True)
+    try:
+        return _watch(args, handle)
+    finally:
+        if server is not None:
+            server.stop()
+        handle.stop()
+
+
+def _watch(args: argparse.Namespace, handle: Any) -> int:
+    """Print progress until --duration ends or a worker exits (1)."""
     end = time.monotonic() + args.duration if args.duration else float("inf")
     # one Spool for the whole run: its stats() reads only what was appended since the last call
     view = handle.spool_view()
-    try:
-        while time.monotonic() < end:
-            time.sleep(min(2.0, max(0.0, end - time.monotonic())))
-            if not handle.alive():
-                print("a factory worker exited; stopping", flush=True)
-                return 1
-            st = view.stats()
-            print(
-                f"rows {st.rows:,}  segments {sum(n + 1 for n in st.latest.values())}  "
-                f"spool {st.used_bytes / 2**20:,.1f} MiB  dead letters {st.deadletters_total}  "
-                f"lost in transit {st.lost_in_transit_total}",
-                flush=True,
-            )
-    finally:
-        handle.stop()
+    while time.monotonic() < end:
+        time.sleep(min(2.0, max(0.0, end - time.monotonic())))
+        if not handle.alive():
+            print("a factory worker exited; stopping", flush=True)
+            return 1
+        st = view.stats()
+        print(
+            f"rows {st.rows:,}  segments {sum(n + 1 for n in st.latest.values())}  "
+            f"spool {st.used_bytes / 2**20:,.1f} MiB  dead letters {st.deadletters_total}  "
+            f"lost in transit {st.lost_in_transit_total}",
+            flush=True,
+        )
     return 0

@@ -1,11 +1,18 @@
 """Serve spool segments over ZeroMQ to executors that cannot see the spool directory.
 
-The server runs next to the spool (in the driver-side stream reader process).
+The server runs next to the spool (in the driver-side stream reader process,
+or beside a factory host's spool: ``cloudprofiler factory --serve``).
 An executor sends one small JSON request naming a worker and a segment
 number; the server looks the segment up in the spool's manifest (never by a
 path taken from the request) and answers with a JSON header frame and the
 segment's Arrow IPC bytes as they are on disk. Nothing read from the wire is
 unpickled or evaluated, and every size is bounded.
+
+On a factory host the server also answers the control ops a remote reader
+needs (``SpoolControl``): ``latest`` (the spool id, and per worker the
+committed and latest segment numbers with the rows and first tuple id of the
+segments after a given position), ``commit`` and ``plan`` (the spool's own
+``commit`` and ``mark_planned``, refused for another spool id).
 """
 
 from __future__ import annotations
@@ -37,6 +44,15 @@ MAX_FRAMES = 3  # identity, delimiter, request: frames past this are read and dr
 MAX_SEGMENT_BYTES = 1 << 30
 WORKER_NAME = re.compile(r"^w[0-9]{1,4}$")
 MAX_SEGMENT_NUMBER = 1 << 62
+# A control request carries an offset of up to 64 workers: it is bounded by the socket's frame size.
+MAX_CONTROL_BYTES = MAX_REQUEST_BYTES * 4
+MAX_OFFSET_WORKERS = 64
+CONTROL_OPS = ("latest", "commit", "plan")
+SPOOL_ID_RE = re.compile(r"^[0-9a-f]{8,64}$")
+# A latest answer lists at most this many segments (about 40 bytes each); the reader asks again.
+MAX_LISTED = 16_384
+MAX_CONTROL_REPLY = 8 << 20  # what a control client accepts per frame
+_OP_COUNTERS = {"latest": "latest_requests", "commit": "commits", "plan": "plans"}
 
 
 class FetchError(RuntimeError):
@@ -54,6 +70,112 @@ class SegmentRef:
 
 # Looks up (worker, number) in the spool; returns None when it is unknown or already committed.
 Lookup = Callable[[str, int], SegmentRef | None]
+
+
+class SpoolControl:
+    """The control ops of a factory host, answered through the spool's own methods (``Spool``).
+
+    Used by the server's one thread only (a ``Spool`` caches manifests and is not thread-safe).
+    """
+
+    def __init__(self, spool: Any) -> None:
+        self.spool = spool
+
+    def lookup(self, worker: str, number: int) -> SegmentRef | None:
+        """A published, uncommitted segment of this spool (the manifest's own facts)."""
+        if worker not in self.spool.workers():
+            return None
+        for seg in self.spool.segments(worker, number - 1, number):
+            if seg.number == number:
+                return SegmentRef(seg.path, seg.rows, seg.nbytes)
+        return None
+
+    def answer(self, req: ControlRequest) -> dict[str, Any]:
+        """The reply to one control op (never raises for a bad request: an error reply instead)."""
+        sid = self.spool.ensure_spool_id()
+        if req.op == "latest":
+            return self._latest(sid, req.offsets)
+        if req.spool != sid:
+            return {
+                "ok": False,
+                "error": f"{req.op} for spool {req.spool}, but this factory's spool is {sid}: "
+                "nothing changed",
+            }
+        latest = self.spool.latest()
+        for w, n in req.offsets.items():
+            if n > latest.get(w, -1):
+                return {
+                    "ok": False,
+                    "error": f"{req.op} {w}={n} is beyond the latest published segment {latest.get(w, -1)}",
+                }
+        if req.op == "commit":
+            self.spool.commit(req.offsets, sid)
+        else:
+            self.spool.mark_planned(req.offsets, sid)
+        return {"ok": True, "spool": sid, "committed": self.spool.committed()}
+
+    def _latest(self, sid: str, after: dict[str, int]) -> dict[str, Any]:
+        """Per worker: committed, latest (gapless, as the local reader's latestOffset), and the segments
+        after ``after[w]`` (default: the committed one) as [number, rows, first tuple id]."""
+        committed = self.spool.committed()
+        latest = self.spool.latest()
+        workers = self.spool.workers()
+        cap = MAX_LISTED // max(1, len(workers))
+        out = {}
+        for w in workers:
+            start = after.get(w, committed.get(w, -1))
+            segs = self.spool.segments(w, start, latest.get(w, -1))[:cap]
+            out[w] = {
+                "committed": committed.get(w, -1),
+                "latest": latest.get(w, -1),
+                "segments": [[s.number, s.rows, s.tuple_id_min] for s in segs],
+            }
+        return {"ok": True, "spool": sid, "workers": out}
+
+
+@dataclass(frozen=True)
+class ControlRequest:
+    """A validated control op: ``offsets`` is ``after`` for latest, the end offset for commit and plan."""
+
+    op: str
+    spool: str | None
+    offsets: dict[str, int]
+
+
+def _offsets_field(value: Any, name: str) -> dict[str, int]:
+    """A ``{"w0": n, ...}`` map from the wire: worker names, -1 <= n < 2**62, at most 64 workers."""
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} is not an object")
+    if len(value) > MAX_OFFSET_WORKERS:
+        raise ValueError(f"{name} names more than {MAX_OFFSET_WORKERS} workers")
+    out = {}
+    for worker, number in value.items():
+        if not isinstance(worker, str) or not WORKER_NAME.match(worker):
+            raise ValueError(f"{name}: bad worker name")
+        if isinstance(number, bool) or not isinstance(number, int) or not -1 <= number < MAX_SEGMENT_NUMBER:
+            raise ValueError(f"{name}: bad segment number")
+        out[worker] = number
+    return out
+
+
+def parse_request(raw: bytes) -> tuple[str, str | None, int | None] | ControlRequest:
+    """A segment or stats request (as ``validate_request``) or a control op; ValueError when malformed."""
+    if len(raw) > MAX_CONTROL_BYTES:
+        raise ValueError("request too large")
+    try:
+        msg = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise ValueError("request is not JSON") from e
+    if not isinstance(msg, dict) or msg.get("op") not in CONTROL_OPS:
+        return validate_request(raw)
+    op = msg["op"]
+    spool = msg.get("spool")
+    if op == "latest":
+        after = msg.get("after", {})
+        return ControlRequest(op, None, _offsets_field(after, "after"))
+    if not isinstance(spool, str) or not SPOOL_ID_RE.match(spool):
+        raise ValueError("bad spool id")
+    return ControlRequest(op, spool, _offsets_field(msg.get("offsets"), "offsets"))
 
 
 def validate_request(raw: bytes) -> tuple[str, str | None, int | None]:
@@ -97,8 +219,10 @@ class SegmentServer:
         advertise_host: str | None = None,
         stats_path: str | os.PathLike[str] | None = None,
         curve_keys: str | None = None,
+        control: SpoolControl | None = None,
     ) -> None:
         self._lookup = lookup
+        self._control = control
         self._root = Path(root).resolve()
         self._stats_path = Path(stats_path) if stats_path is not None else None
         self._ctx = zmq.Context()
@@ -121,6 +245,10 @@ class SegmentServer:
             "stats_write_errors": 0,
             "replies_dropped": 0,
             "failures": 0,
+            "latest_requests": 0,
+            "commits": 0,
+            "plans": 0,
+            "control_errors": 0,
         }
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="cp-segment-server", daemon=True)
@@ -149,9 +277,12 @@ class SegmentServer:
         return sock
 
     def stats(self) -> dict[str, Any]:
-        """Counters of what was served so far."""
+        """Counters of what was served so far (and, on a factory host, which spool it serves)."""
         with self._lock:
-            return dict(self._counters, endpoint=self.endpoint)
+            out: dict[str, Any] = dict(self._counters, endpoint=self.endpoint)
+        if self._control is not None:
+            out["spool"] = self._control.spool.spool_id()
+        return out
 
     def _count(self, **inc: int) -> None:
         with self._lock:
@@ -167,12 +298,29 @@ class SegmentServer:
         except OSError:
             self._count(stats_write_errors=1)
 
+    def _answer_control(self, req: ControlRequest) -> list[bytes]:
+        assert self._control is not None
+        self._count(**{_OP_COUNTERS[req.op]: 1})
+        try:
+            reply = self._control.answer(req)
+        except (OSError, ValueError) as e:  # a full disk, a spool replaced under the server
+            reply = {"ok": False, "error": f"{req.op}: {e}"}
+        if not reply["ok"]:
+            self._count(control_errors=1)
+        return [orjson.dumps(reply)]
+
     def _answer(self, raw: bytes) -> list[bytes]:
         try:
-            op, worker, number = validate_request(raw)
+            if self._control is None:
+                req: tuple[str, str | None, int | None] | ControlRequest = validate_request(raw)
+            else:
+                req = parse_request(raw)
         except ValueError as e:
             self._count(rejected=1)
             return [orjson.dumps({"ok": False, "error": str(e)})]
+        if isinstance(req, ControlRequest):
+            return self._answer_control(req)
+        op, worker, number = req
         if op == "stats":
             return [orjson.dumps({"ok": True, **self.stats()})]
         assert worker is not None and number is not None
@@ -302,4 +450,67 @@ def server_stats(endpoint: str, timeout: float = 10.0, curve_keys: str | None = 
     finally:
         sock.close(0)
         ctx.term()
+    return head
+
+
+def ask_servers(
+    requests: dict[str, dict[str, Any]],
+    timeout: float,
+    ctx: zmq.Context,
+    curve_keys: str | None = None,
+) -> dict[str, dict[str, Any] | str]:
+    """Send one request to each server at once and wait at most ``timeout`` s for all the answers.
+
+    Returns per endpoint the answer (a JSON object with ``ok`` true) or one line saying why there is
+    none: no answer in time (a host that is down, stopped or cut off), an error answer, or a
+    malformed one. Each request gets a fresh REQ socket, so a late answer is never taken for the
+    next request's.
+    """
+    socks: dict[str, tuple[zmq.Socket, ck.HandshakeWatch | None]] = {}
+    out: dict[str, dict[str, Any] | str] = {}
+    poller = zmq.Poller()
+    try:
+        for endpoint, req in requests.items():
+            sock = ctx.socket(zmq.REQ)
+            socks[endpoint] = (sock, None)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.MAXMSGSIZE, MAX_CONTROL_REPLY)
+            if curve_keys:
+                ck.client_secure(sock, curve_keys)
+            socks[endpoint] = (sock, ck.HandshakeWatch(sock))
+            sock.connect(endpoint)
+            sock.send(orjson.dumps(req), zmq.NOBLOCK)
+            poller.register(sock, zmq.POLLIN)
+        deadline = time.monotonic() + timeout
+        waiting = {sock: ep for ep, (sock, _) in socks.items()}
+        while waiting and (left := deadline - time.monotonic()) > 0:
+            for sock, _ in poller.poll(max(1, int(left * 1000))):
+                endpoint = waiting.pop(sock)
+                out[endpoint] = _control_reply(endpoint, sock.recv_multipart())
+                poller.unregister(sock)
+        for endpoint in waiting.values():
+            watch = socks[endpoint][1]
+            out[endpoint] = (
+                f"no answer from {endpoint} within {timeout:g} s{ck.refusal_hint(watch, bool(curve_keys))}"
+            )
+    finally:
+        for sock, watch in socks.values():
+            if watch is not None:
+                watch.close()
+            sock.close(0)
+    return out
+
+
+def _control_reply(endpoint: str, frames: list[bytes]) -> dict[str, Any] | str:
+    """A control answer as a dict when it is a well-formed ``ok`` one, else one line saying why not."""
+    if len(frames) != 1:
+        return f"malformed answer from {endpoint}"
+    try:
+        head = orjson.loads(frames[0])
+    except orjson.JSONDecodeError:
+        return f"malformed answer from {endpoint}"
+    if not isinstance(head, dict):
+        return f"malformed answer from {endpoint}"
+    if not head.get("ok"):
+        return f"{endpoint}: {head.get('error', 'refused')}"
     return head
