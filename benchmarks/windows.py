@@ -15,6 +15,9 @@ shared (``share=True``: counts per 1 s pane and campaign, then windows from pane
    **window output latency**: for each window, from the start of the micro-batch that read the
    data closing it (its end plus the watermark) to its delivery to the sink, which happens in the
    next micro-batch. The two outputs are compared too.
+3. **Update mode** (unless ``--no-update``): the same stream in update mode, where the shared
+   plan keeps its panes in Spark's group state (``cloudprofiler.pane_state``): throughput, and the
+   updated rows of every micro-batch compared.
 
     python benchmarks/windows.py [--rows 1000000] [--ratios 1,4,10,60] [--show results/windows.json]
 """
@@ -75,7 +78,7 @@ def write_events(root: Path, rows: int, rate: int, file_s: int) -> int:
     return n_files
 
 
-def ysb_windows(spark: Any, events: Any, ratio: int, share: bool) -> Any:
+def ysb_windows(spark: Any, events: Any, ratio: int, share: bool, mode: str = "append") -> Any:
     """The YSB query: views joined with their campaign, counted per campaign in sliding windows."""
     from pyspark.sql import functions as F
 
@@ -93,6 +96,7 @@ def ysb_windows(spark: Any, events: Any, ratio: int, share: bool) -> Any:
         [("count", "*", "views")],
         wm,
         share,
+        mode,
     )
 
 
@@ -108,7 +112,9 @@ def batch_run(spark: Any, src: Path, ratio: int, share: bool, repeat: int) -> tu
     return best, rows
 
 
-def stream_run(spark: Any, src: Path, work: Path, ratio: int, share: bool) -> dict[str, Any]:
+def stream_run(
+    spark: Any, src: Path, work: Path, ratio: int, share: bool, mode: str = "append"
+) -> dict[str, Any]:
     """One streaming run: every delivered row with its delivery time, and the micro-batches' progress."""
     schema = spark.read.parquet(str(src)).schema
     got: list[tuple[int, float, tuple[Any, ...]]] = []
@@ -120,15 +126,15 @@ def stream_run(spark: Any, src: Path, work: Path, ratio: int, share: bool) -> di
 
     events = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(src))
     q = (
-        ysb_windows(spark, events, ratio, share)
-        .writeStream.outputMode("append")
+        ysb_windows(spark, events, ratio, share, mode)
+        .writeStream.outputMode(mode)
         .foreachBatch(deliver)
-        .option("checkpointLocation", str(work / f"ck-{ratio}-{share}"))
+        .option("checkpointLocation", str(work / f"ck-{ratio}-{share}-{mode}"))
         .trigger(availableNow=True)
         .start()
     )
     if not q.awaitTermination(900) or q.exception() is not None:
-        raise RuntimeError(f"streaming run ratio {ratio} share {share} failed: {q.exception()}")
+        raise RuntimeError(f"streaming run ratio {ratio} share {share} {mode} failed: {q.exception()}")
     progress = [
         {
             "batch": p["batchId"],
@@ -177,18 +183,27 @@ def run_ratio(spark: Any, src: Path, stream_src: Path, work: Path, ratio: int, a
     out: dict[str, Any] = {"ratio": ratio}
     batch_rows: dict[str, Counter[Any]] = {}
     stream_rows: dict[str, Counter[Any]] = {}
-    for mode, share in (("native", False), ("shared", True)):
-        secs, batch_rows[mode] = batch_run(spark, src, ratio, share, args.repeat)
+    update_rows: dict[str, Counter[Any]] = {}
+    for plan, share in (("native", False), ("shared", True)):
+        secs, batch_rows[plan] = batch_run(spark, src, ratio, share, args.repeat)
         run = stream_run(spark, stream_src, work, ratio, share)
-        stream_rows[mode] = Counter((b, r) for b, _, r in run["rows"])
-        out[mode] = {
+        stream_rows[plan] = Counter((b, r) for b, _, r in run["rows"])
+        out[plan] = {
             "batch_s": secs,
             "batch_rows_per_s": args.rows / secs,
             "stream": stream_figures(run),
         }
-        print(f"ratio {ratio} {mode}: batch {args.rows / secs:,.0f} rows/s", flush=True)
+        if args.update:
+            run = stream_run(spark, stream_src, work, ratio, share, "update")
+            update_rows[plan] = Counter((b, r) for b, _, r in run["rows"])
+            out[plan]["update"] = stream_figures(run)
+        print(f"ratio {ratio} {plan}: batch {args.rows / secs:,.0f} rows/s", flush=True)
     out["batch_identical"] = batch_rows["native"] == batch_rows["shared"]
     out["stream_identical"] = stream_rows["native"] == stream_rows["shared"]
+    if args.update:
+        out["update_identical"] = update_rows["native"] == update_rows["shared"]
+        n_up, s_up = out["native"]["update"]["rows_per_s"], out["shared"]["update"]["rows_per_s"]
+        out["speedup_update"] = s_up / n_up
     out["batch_windows"] = sum(batch_rows["native"].values())
     out["speedup_batch"] = out["native"]["batch_s"] / out["shared"]["batch_s"]
     out["speedup_stream"] = out["shared"]["stream"]["rows_per_s"] / out["native"]["stream"]["rows_per_s"]
@@ -205,11 +220,19 @@ def show(doc: dict[str, Any]) -> None:
         "stream shared rows/s",
         "x",
         "latency p50 native / shared s",
+        "update native rows/s",
+        "update shared rows/s",
+        "x",
         "identical",
     ]
     rows = []
     for r in doc["ratios"]:
         n, s = r["native"], r["shared"]
+        update = ["-", "-", "-"]
+        if "update" in n:
+            ups = (n["update"]["rows_per_s"], s["update"]["rows_per_s"])
+            update = [f"{ups[0]:,.0f}", f"{ups[1]:,.0f}", f"{r['speedup_update']:.1f}"]
+        same = r["batch_identical"] and r["stream_identical"] and r.get("update_identical", True)
         rows.append(
             [
                 str(r["ratio"]),
@@ -220,7 +243,8 @@ def show(doc: dict[str, Any]) -> None:
                 f"{s['stream']['rows_per_s']:,.0f}",
                 f"{r['speedup_stream']:.1f}",
                 f"{n['stream']['latency_s']['p50']:.2f} / {s['stream']['latency_s']['p50']:.2f}",
-                "yes" if r["batch_identical"] and r["stream_identical"] else "NO",
+                *update,
+                "yes" if same else "NO",
             ]
         )
     from rich.console import Console
@@ -236,6 +260,7 @@ def main() -> None:
     ap.add_argument("--file-s", type=int, default=10, help="seconds of event time per micro-batch")
     ap.add_argument("--ratios", default="1,4,10,60")
     ap.add_argument("--repeat", type=int, default=3, help="timed batch runs per plan (the best counts)")
+    ap.add_argument("--no-update", dest="update", action="store_false", help="skip the update-mode streams")
     ap.add_argument("--show", help="print the table of a result file and exit")
     args = ap.parse_args()
     if args.show:
@@ -273,8 +298,10 @@ def main() -> None:
         print_goals(
             {
                 "size/slide 60: shared >= 5x native batch throughput": r["speedup_batch"] >= 5,
+                "size/slide 60: shared >= 5x native stream (append) throughput": r["speedup_stream"] >= 5,
                 "identical results at every ratio": all(
-                    x["batch_identical"] and x["stream_identical"] for x in doc["ratios"]
+                    x["batch_identical"] and x["stream_identical"] and x.get("update_identical", True)
+                    for x in doc["ratios"]
                 ),
             }
         )
