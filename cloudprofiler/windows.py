@@ -19,9 +19,10 @@ means are refused (their result types differ).
 
 A cost model (:func:`plan`) decides per query whether sharing pays; ``share=True``
 or ``False`` forces it. Every decision is logged on the ``cloudprofiler.windows``
-logger. Streaming queries share in append mode only: Spark runs two chained
-stateful aggregations in append mode but refuses them in update mode, so an update
-query runs natively (``share=True`` with ``output_mode="update"`` is an error).
+logger. In a stream, append mode chains two stateful aggregations (panes, then
+windows); Spark refuses that chain in update mode, so there the panes are kept per
+key in Spark's group state (:func:`state_agg`, ``cloudprofiler.pane_state``).
+Complete mode runs natively.
 """
 
 from __future__ import annotations
