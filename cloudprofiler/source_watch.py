@@ -12,6 +12,7 @@ are never disturbed, and files they replace while being read are read again.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -186,6 +187,33 @@ def _klink(spool: Spool) -> dict[str, Any] | None:
     return read_report(spool.root)
 
 
+def _factories_status(path: Path, query: Any) -> dict[str, Any] | None:
+    """A query over factory hosts (``factories=...``): each factory's state, and which ones the query
+    is waiting for and since when, from the reader's ``_factories.json``; None when there is none."""
+    from cp_source.factory_hosts import FACTORIES_KEY, read_status
+
+    doc = read_status(path)
+    if doc is None:
+        return None
+    live = bool(doc.get("live"))
+    end = None
+    prog = query.lastProgress if query is not None else None
+    if prog and prog.get("sources"):
+        raw = prog["sources"][0].get("endOffset")
+        parsed = json.loads(raw) if isinstance(raw, str) else raw
+        end = parsed.get(FACTORIES_KEY) if isinstance(parsed, dict) else None
+    return {
+        "status_dir": str(path),
+        "reader_live": live,  # the reader that wrote it still runs: otherwise its waits are over
+        "written_wall": doc.get("written_wall"),
+        "factory_timeout": doc.get("factory_timeout"),
+        "factories": doc.get("factories", []),
+        "waiting": doc.get("waiting", []) if live else [],
+        "query_end": end,
+        "failed": _why_query_failed(query),
+    }
+
+
 def source_status(spool: str | os.PathLike[str], query: Any = None) -> dict[str, Any]:
     """The state of a cloudprofiler source's spool, for watching a query (read-only, safe while it runs).
 
@@ -206,9 +234,17 @@ def source_status(spool: str | os.PathLike[str], query: Any = None) -> dict[str,
     * ``klink`` (``scheduling=klink`` only, else None): batches deferred, ``deferred_ms_total``, the
       decisions by reason, the current slack and prediction, the peers' slack and the files ignored.
 
+    A query over factory hosts (``factories=...``) has no spool: pass its ``statusDir`` instead. The
+    dict then holds ``factories`` (per factory host: ``endpoint``, ``spool``, ``state`` ``ok`` or
+    ``waiting``, ``waiting_since`` (wall clock) and ``waiting_s``, ``error``, ``committed``, ``latest``,
+    ``pending_commit``), ``waiting`` (the endpoints the query waits for), ``query_end`` and ``failed``.
+
     Raises ``ValueError`` naming the path when it is not a spool.
     """
     path = Path(spool)
+    hosts = _factories_status(path, query) if path.is_dir() else None
+    if hosts is not None:
+        return hosts
     _check_spool(path)
     last: Exception | None = None
     for _ in range(READ_ATTEMPTS):

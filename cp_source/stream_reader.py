@@ -41,6 +41,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from cp_source.durability import DURABILITY_LEVELS
+from cp_source.factory_hosts import HOST_OPTIONS, hosts_options
 from cp_source.klink_admission import KLINK_OPTIONS, KlinkConfig, parse_klink_options
 from cp_source.reader_state import clear_reader_state, write_reader_state
 from cp_source.ready_reader import FRONTIER_KEY, ReadySlice
@@ -85,6 +86,7 @@ OPTION_NAMES = (
     "progressLog",
     "scheduling",
     *KLINK_OPTIONS,
+    *HOST_OPTIONS,
     "path",
 )
 KNOWN_OPTIONS = {name.lower() for name in OPTION_NAMES}
@@ -172,6 +174,10 @@ class ReaderOptions:
     sender_timeout: float = 10.0  # ready: a gap or a silent sender stops holding the frontier after it
     progress_log: str | None = None  # a directory: executors log each batch's buckets (cp_source.ingest_log)
     klink: KlinkConfig | None = None  # scheduling=klink: progress-aware admission (cp_source.klink_admission)
+    # factories=...: one query over factory hosts (cp_source.factory_hosts); no spool of its own
+    factories: tuple[str, ...] = ()
+    factory_timeout: float = 0.0  # seconds a factory host may be silent before the query fails; 0: wait
+    status_dir: str | None = None  # where the reader writes _factories.json
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], strict: bool = True) -> ReaderOptions:
@@ -187,6 +193,7 @@ class ReaderOptions:
                 f"unknown option(s) for the cloudprofiler source: {', '.join(unknown)} "
                 f"(valid: {', '.join(OPTION_NAMES)})"
             )
+        hosts = hosts_options(opts)  # factories=...: refuses the options of a query's own factory
         endpoint = opts.get("endpoint", DEFAULT_ENDPOINT).strip()
         if not endpoint.startswith(("tcp://", "ipc://")):
             raise ValueError(f"option endpoint={endpoint!r}: expected tcp://HOST:PORT or ipc://PATH")
@@ -206,7 +213,7 @@ class ReaderOptions:
             raise ValueError(f"option serverBind={bind!r}: expected a host address (and :PORT)")
         return cls(
             endpoint=endpoint,
-            spool=opts.get("spool") or default_spool(endpoint),
+            spool="" if hosts else opts.get("spool") or default_spool(endpoint),
             workers=_int_option(opts, "workers", 2, 1, 64),
             workload=workload,
             schema_ddl=schema_ddl,
@@ -214,7 +221,8 @@ class ReaderOptions:
                 None if max_records is None else _int_option(opts, "maxRecordsPerTrigger", 0, 1, 1 << 62)
             ),
             factory=_choice_option(opts, "factory", FACTORY_MODES),
-            fetch=_choice_option(opts, "fetch", FETCH_MODES),
+            # from factory hosts a segment is always fetched from its factory's server
+            fetch="network" if hosts else _choice_option(opts, "fetch", FETCH_MODES),
             server_bind=bind,
             server_host=opts.get("serverhost") or None,
             max_spool_bytes=_int_option(opts, "maxSpoolBytes", 2 << 30, 1 << 20, 1 << 50),
@@ -227,6 +235,7 @@ class ReaderOptions:
             progress_log=_dir_option(opts, "progressLog"),
             klink=parse_klink_options(opts),
             **ready,
+            **hosts,
         )
 
 
@@ -586,12 +595,37 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         check_schema(schema, self.opts)
         self._driver_state: dict[str, Any] | None = None
         self._target: dict[str, int] | None = None
+        self._hosts: Any = None  # factories=...: the driver side over factory hosts (FactoryHosts)
 
     # Driver-side state never travels to executors or planner copies.
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_driver_state"] = None
+        state["_hosts"] = None
         return state
+
+    def _factory_hosts(self) -> Any:
+        """factories=...: the driver side of a query over factory hosts, created on first use."""
+        if self._hosts is None:
+            from cp_source.factory_hosts import FactoryHosts
+
+            o = self.opts
+            assert o.status_dir is not None
+            self._hosts = FactoryHosts(o.factories, o.factory_timeout, o.status_dir, o.curve_keys)
+        return self._hosts
+
+    def _hosts_partitions(self, start: dict, end: dict) -> list[Any]:
+        """Partitions over factory hosts: each names its factory's segment server, fetched directly."""
+        o = self.opts
+        parts = []
+        for server, sid, worker, segs in self._factory_hosts().plan(start, end):
+            for chunk in _pack(segs, o.segments_per_partition, o.rows_per_partition):
+                parts.append(
+                    SegmentRange(worker, chunk, server, "network", o.fetch_timeout, sid, o.curve_keys)
+                )
+        if not parts:  # a batch without data: empty tasks start the executors' Python workers
+            parts = [SegmentRange(f"w{i}", [], None, "network", o.fetch_timeout) for i in range(2)]
+        return self._keyed(parts, end)
 
     # ---- driver side -------------------------------------------------------------------------
     def _driver(self) -> dict[str, Any]:
@@ -702,6 +736,8 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def initialOffset(self) -> dict:
         # Spark asks again on every trigger until its first batch: the answer must not move.
         mark("reader: initialOffset")
+        if self.opts.factories:
+            return self._factory_hosts().initial_offset()
         state = self._driver()
         if state["initial"] is None:
             state["initial"] = self._starting_positions()
@@ -734,6 +770,9 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return ReadMaxRows(self.opts.max_records)
 
     def prepareForTriggerAvailableNow(self) -> None:
+        if self.opts.factories:
+            self._factory_hosts().prepare_available_now()
+            return
         if self.opts.factory == "embedded":
             # The target is what the spool holds now, and the embedded factory only starts now:
             # the query would end at once with 0 rows and no word.
@@ -748,6 +787,9 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         mark("reader: latestOffset")
+        if self.opts.factories:
+            rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+            return self._factory_hosts().latest_offset(start, rows)
         self._check_factory()
         end = self._latest_end(start, limit)
         # never deferred under Trigger.AvailableNow: Spark ends that query at the first trigger without data
@@ -855,6 +897,8 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return ready_offset(self._driver()["spool_id"], frontier, upto)
 
     def reportLatestOffset(self) -> dict | None:
+        if self.opts.factories:
+            return self._factory_hosts().report_latest()
         if self.opts.ordering == "ready":
             from cp_source.ready_reader import ready_offset
 
@@ -864,6 +908,8 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def partitions(self, start: dict, end: dict) -> list[Any]:
         mark("reader: partitions")
+        if self.opts.factories:
+            return self._hosts_partitions(start, end)
         if self.opts.ordering == "ready":
             return self._ready_partitions(start, end)
         state = self._driver()
@@ -932,6 +978,9 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def commit(self, end: dict) -> None:
         mark("reader: commit")
+        if self.opts.factories:
+            self._factory_hosts().commit(end)
+            return
         state = self._driver()
         # Checked twice: here against the id this reader holds, and by the spool under its lock.
         if self.opts.ordering == "ready":
@@ -944,6 +993,9 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         state["spool"].commit(self._positions(end), state["spool_id"])
 
     def stop(self) -> None:
+        hosts, self._hosts = self._hosts, None
+        if hosts is not None:
+            hosts.stop()
         state, self._driver_state = self._driver_state, None
         if not state:
             return

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -138,6 +139,77 @@ def test_bad_serve_values_fail_with_one_line(text: str) -> None:
         parse_serve(text)
 
 
+# ---- the reader's factories option -------------------------------------------------------------
+TWO = "tcp://127.0.0.1:5556,tcp://127.0.0.1:5557"
+
+
+def _parse(**options: str) -> Any:
+    from cp_source.stream_reader import ReaderOptions
+
+    return ReaderOptions.parse(options)
+
+
+def test_factories_option_parses() -> None:
+    o = _parse(factories=TWO, factoryTimeout="30", statusDir="/tmp/x", maxRecordsPerTrigger="1000")
+    assert o.factories == ("tcp://127.0.0.1:5556", "tcp://127.0.0.1:5557")
+    assert o.factory_timeout == 30.0 and o.status_dir == "/tmp/x" and o.fetch == "network"
+    d = _parse(factories=" tcp://h1.example:1 , tcp://[::1]:2 ")
+    assert d.factories == ("tcp://h1.example:1", "tcp://[::1]:2") and d.factory_timeout == 0.0
+    assert d.status_dir and "factories-" in d.status_dir
+    assert _parse().factories == ()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"factories": ""}, "option factories='': expected tcp://HOST:PORT"),
+        ({"factories": "tcp://h:0"}, "'tcp://h:0' is not tcp://HOST:PORT"),
+        ({"factories": "tcp://h:70000"}, "is not tcp://HOST:PORT"),
+        ({"factories": "h:5556"}, "'h:5556' is not tcp://HOST:PORT"),
+        ({"factories": "tcp://a b:1"}, "is not tcp://HOST:PORT"),
+        ({"factories": "tcp://h:1,tcp://h:1"}, "tcp://h:1 is listed twice"),
+        ({"factories": ",".join(f"tcp://h:{i}" for i in range(1, 66))}, "65 factories, at most 64"),
+        ({"factories": TWO, "spool": "/tmp/s"}, "option spool: not with factories"),
+        ({"factories": TWO, "endpoint": "tcp://127.0.0.1:1"}, "option endpoint: not with factories"),
+        ({"factories": TWO, "factory": "external"}, "option factory: not with factories"),
+        ({"factories": TWO, "workers": "2"}, "option workers: not with factories"),
+        ({"factories": TWO, "ordering": "ready"}, "ordering=ready across factory hosts is not supported yet"),
+        ({"factories": TWO, "startingOffsets": "latest"}, "not supported with factories yet"),
+        ({"factories": TWO, "fetch": "local"}, "option fetch=local"),
+        ({"factories": TWO, "factoryTimeout": "soon"}, "option factoryTimeout='soon': expected seconds"),
+        ({"factories": TWO, "factoryTimeout": "-1"}, "option factoryTimeout=-1: expected 0 <="),
+        ({"factoryTimeout": "5"}, "option factoryTimeout: only factories=... takes it"),
+        ({"statusDir": "/tmp/x"}, "option statusDir: only factories=... takes it"),
+    ],
+)
+def test_bad_factories_options_fail_with_one_line(options: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)) as err:
+        _parse(**options)
+    assert "\n" not in str(err.value)
+
+
+def test_offsets_over_factories_are_checked() -> None:
+    from cp_source.factory_hosts import offset_of, offset_positions
+    from cp_source.spool import SpoolMismatchError
+
+    off = offset_of({"bb" * 8: {"w1": 3, "w0": 2}, "aa" * 8: {"w0": -1}})
+    assert list(off["factories"]) == ["aa" * 8, "bb" * 8] and list(off["factories"]["bb" * 8]) == ["w0", "w1"]
+    assert offset_positions(orjson.loads(orjson.dumps(off))) == {
+        "aa" * 8: {"w0": -1},
+        "bb" * 8: {"w0": 2, "w1": 3},
+    }
+    for bad in (
+        {"spool": "ab" * 8, "w0": 1},
+        {"factories": []},
+        {"factories": {"../x": {"w0": 1}}},
+        {"factories": {"ab" * 8: {"w0": -2}}},
+        {"factories": {"ab" * 8: {"x": 1}}},
+        {"factories": {"ab" * 8: {"w0": True}}},
+    ):
+        with pytest.raises(SpoolMismatchError):
+            offset_positions(bad)
+
+
 # ---- a factory host: latest, fetch, commit, stats --------------------------------------------
 def test_a_factory_host_serves_latest_segments_and_commits(tmp_path: Path, hosts: list[FactoryHost]) -> None:
     from cp_source.generator import run_generator
@@ -186,3 +258,186 @@ def test_a_factory_host_serves_latest_segments_and_commits(tmp_path: Path, hosts
     # a segment already committed is no longer served
     with pytest.raises(FetchError, match=f"segment w0/{number}"):
         fetch_segment(host.server, "w0", number)
+
+
+# ---- one query over two factory hosts -----------------------------------------------------------
+class GeneratorProcess:
+    """`cloudprofiler generate` into one factory host, its summary (the ledger of what it sent) in a file."""
+
+    def __init__(self, endpoint: str, summary: Path, sender_base: int, rate: int, duration: float) -> None:
+        self.summary = summary
+        self.proc = subprocess.Popen(
+            cli_argv(
+                "generate",
+                "--endpoint",
+                endpoint,
+                "--rate",
+                str(rate),
+                "--duration",
+                str(duration),
+                "--bucket",
+                "500",
+                "--sender-base",
+                str(sender_base),
+                "--summary",
+                str(summary),
+                "--wait-ready",
+                "60",
+                "--queue-ms",
+                "2000",
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def result(self, timeout: float = 180.0) -> dict[str, Any]:
+        _, err = self.proc.communicate(timeout=timeout)
+        assert self.proc.returncode == 0, f"generate exited {self.proc.returncode}: {err}"
+        return orjson.loads(self.summary.read_bytes())
+
+
+def _hosts_query(spark: Any, tmp_path: Path, hosts: list[FactoryHost], **options: str) -> Any:
+    import cloudprofiler
+
+    cloudprofiler.register(spark)
+    reader = (
+        spark.readStream.format("cloudprofiler")
+        .option("factories", ",".join(h.server for h in hosts))
+        .option("statusDir", str(tmp_path / "status"))
+    )
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return (
+        reader.load()
+        .writeStream.format("cloudprofiler")
+        .option("path", str(tmp_path / "records"))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+
+
+def _expected(hosts: list[FactoryHost], summaries: list[dict[str, Any]]) -> Any:
+    import numpy as np
+
+    from tests.ingest_truth import expected_ids
+
+    parts = [expected_ids(s, Spool(h.spool).stats())[0] for h, s in zip(hosts, summaries, strict=True)]
+    return np.sort(np.concatenate(parts))
+
+
+def _sink_ids(path: Path) -> Any:
+    import numpy as np
+
+    from cp_sink import read_records
+
+    return np.sort(read_records(path)["tuple_id"].to_numpy())
+
+
+def _wait_delivered(query: Any, path: Path, want: Any, timeout: float = 240.0) -> None:
+    def done() -> bool:
+        assert query.exception() is None, query.exception()
+        return len(_sink_ids(path)) >= len(want)
+
+    wait_for(done, timeout, f"{len(want)} tuples in the sink", interval=0.5)
+
+
+@pytest.mark.long
+def test_one_query_over_two_factory_hosts_reads_every_tuple_once(
+    spark: Any, tmp_path: Path, hosts: list[FactoryHost]
+) -> None:
+    from tests.ingest_truth import assert_exactly_once
+
+    hosts += [FactoryHost(tmp_path / "spool-a"), FactoryHost(tmp_path / "spool-b")]
+    query = _hosts_query(spark, tmp_path, hosts)
+    try:
+        gens = [
+            GeneratorProcess(h.endpoint, tmp_path / f"gen-{i}.json", 100 + i, 15_000, 4.0)
+            for i, h in enumerate(hosts)
+        ]
+        summaries = [g.result() for g in gens]
+        for h, s in zip(hosts, summaries, strict=True):
+            assert s["eos_delivered"] and s["emitted"] > 0
+            wait_for(lambda h=h, s=s: Spool(h.spool).drained({x["id"] for x in s["senders"]}), 60, "drain")
+        want = _expected(hosts, summaries)
+        _wait_delivered(query, tmp_path / "records", want)
+    finally:
+        query.stop()
+    assert_exactly_once(_sink_ids(tmp_path / "records"), want)
+    for h in hosts:
+        stats = _ask(h.server, {"op": "stats"})
+        assert isinstance(stats, dict)
+        assert stats["segments_served"] > 0, f"executors fetched from {h.server}"
+        assert stats["latest_requests"] > 0 and stats["commits"] > 0
+        assert max(Spool(h.spool).committed().values()) >= 0, f"a commit reached {h.server}"
+
+
+def _status(tmp_path: Path) -> dict[str, Any]:
+    import cloudprofiler
+
+    return cloudprofiler.source_status(tmp_path / "status")
+
+
+@pytest.mark.long
+def test_a_stopped_factory_host_is_waited_for_and_read_exactly_once_after(
+    spark: Any, tmp_path: Path, hosts: list[FactoryHost]
+) -> None:
+    import time
+
+    import numpy as np
+
+    from tests.ingest_truth import assert_ledger_balances
+
+    hosts += [FactoryHost(tmp_path / "spool-a"), FactoryHost(tmp_path / "spool-b")]
+    stopped, other = hosts
+    query = _hosts_query(spark, tmp_path, hosts)
+    try:
+        gens = [
+            GeneratorProcess(h.endpoint, tmp_path / f"gen-{i}.json", 200 + i, 10_000, 18.0)
+            for i, h in enumerate(hosts)
+        ]
+        wait_for(lambda: len(_sink_ids(tmp_path / "records")) > 0, 180, "the first tuples in the sink")
+        os.killpg(stopped.proc.pid, signal.SIGSTOP)  # the factory, its workers and its server: silent
+        t0 = time.monotonic()
+        try:
+            wait_for(lambda: stopped.server in _status(tmp_path)["waiting"], 60, "the status to name it")
+            st = _status(tmp_path)
+            row = {r["endpoint"]: r for r in st["factories"]}
+            assert row[stopped.server]["state"] == "waiting" and row[stopped.server]["waiting_since"] > 0
+            assert "no answer" in row[stopped.server]["error"]
+            assert row[other.server]["state"] == "ok" and other.server not in st["waiting"]
+            time.sleep(max(0.0, 10.0 - (time.monotonic() - t0)))
+        finally:
+            os.killpg(stopped.proc.pid, signal.SIGCONT)
+        summaries = [g.result(timeout=240) for g in gens]
+        for h, s in zip(hosts, summaries, strict=True):
+            wait_for(lambda h=h, s=s: Spool(h.spool).drained({x["id"] for x in s["senders"]}), 90, "drain")
+        want = _expected(hosts, summaries)
+        _wait_delivered(query, tmp_path / "records", want, timeout=300)
+        wait_for(lambda: _status(tmp_path)["waiting"] == [], 60, "the status to clear")
+    finally:
+        query.stop()
+    got = _sink_ids(tmp_path / "records")
+    for h, s in zip(hosts, summaries, strict=True):
+        totals = assert_ledger_balances(s, Spool(h.spool).stats(), got)
+        assert totals["delivered"] > 0
+    assert len(got) == len(np.unique(got)) == len(want)
+
+
+def test_factory_timeout_fails_the_query_naming_the_silent_factory(
+    spark: Any, tmp_path: Path, hosts: list[FactoryHost]
+) -> None:
+    hosts += [FactoryHost(tmp_path / "spool-a", workers=1), FactoryHost(tmp_path / "spool-b", workers=1)]
+    silent = hosts[0]
+    os.killpg(silent.proc.pid, signal.SIGSTOP)
+    query = _hosts_query(spark, tmp_path, hosts, factoryTimeout="3")
+    try:
+        with pytest.raises(Exception, match="has not answered") as failed:
+            query.awaitTermination(180)
+    finally:
+        query.stop()
+    err = str(failed.value)
+    line = next(ln for ln in err.splitlines() if "has not answered" in ln)
+    assert f"factory {silent.server} (spool not known yet) has not answered for" in line
+    assert "factoryTimeout=3" in line and hosts[1].server not in line
