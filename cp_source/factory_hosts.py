@@ -187,6 +187,18 @@ def offset_positions(offset: Any) -> dict[str, dict[str, int]]:
     return out
 
 
+def _check_not_passed(host: Host, begin: Mapping[str, int]) -> None:
+    """A factory committed beyond this query's offset: another query reads it (one line, never a skip)."""
+    for w, b in begin.items():
+        c = host.committed.get(w, -1)
+        if c > b:
+            raise RuntimeError(
+                f"factory {host.endpoint} (spool {host.spool_id}) has committed {w} up to segment {c}, "
+                f"beyond this query's offset {b}: another query reads this factory (one query per "
+                f"factory spool); segments {b + 1}..{c} are gone, so this query stops here"
+            )
+
+
 def _merge(into: dict[str, int], more: Mapping[str, int]) -> None:
     for w, n in more.items():
         into[w] = max(n, into.get(w, -1))
@@ -363,6 +375,7 @@ class FactoryHosts:
             begin = self.begin_of(sid, pos)
             workers = sorted(set(begin) | set(host.latest), key=lambda w: int(w[1:]))
             begin = {w: begin.get(w, -1) for w in workers}
+            _check_not_passed(host, begin)
             upto = {w: self.reach(host, w, begin[w]) for w in workers}
             if self.target is not None:
                 cap = self.target.get(sid, {})
@@ -450,14 +463,17 @@ class FactoryHosts:
             if all(n in facts for n in range(lo + 1, hi + 1)):
                 return [SegFact(n, "", facts[n][0], facts[n][1]) for n in range(lo + 1, hi + 1)]
             missing = min(n for n in range(lo + 1, hi + 1) if n not in facts)
-            if host.answered and host.committed.get(worker, -1) >= missing:
+            if host.answered and (
+                host.committed.get(worker, -1) >= missing or host.latest.get(worker, -1) < hi
+            ):
                 raise RuntimeError(
-                    f"factory {host.endpoint} (spool {sid}) lacks segments of {worker} in ({lo}, {hi}]: "
+                    f"factory {host.endpoint} (spool {sid}) lacks segments of {worker} in ({lo}, {hi}] "
+                    f"(committed {host.committed.get(worker, -1)}, latest {host.latest.get(worker, -1)}): "
                     f"were they deleted by another query's commit?"
                 )
             self.refresh(after={sid: {worker: missing - 1}})
             self.check_timeouts()
-            if not host.answered:
+            if not host.answered or all(n not in host.facts.get(worker, {}) for n in range(missing, hi + 1)):
                 time.sleep(RETRY_S)
 
     def commit(self, end: Mapping[str, Any]) -> None:

@@ -441,3 +441,68 @@ def test_factory_timeout_fails_the_query_naming_the_silent_factory(
     line = next(ln for ln in err.splitlines() if "has not answered" in ln)
     assert f"factory {silent.server} (spool not known yet) has not answered for" in line
     assert "factoryTimeout=3" in line and hosts[1].server not in line
+
+
+def test_a_commit_a_silent_factory_missed_is_sent_again_when_it_answers(
+    tmp_path: Path, hosts: list[FactoryHost]
+) -> None:
+    from cp_source.factory_hosts import FactoryHosts, offset_positions
+    from cp_source.generator import run_generator
+
+    hosts += [FactoryHost(tmp_path / "spool-a", workers=1), FactoryHost(tmp_path / "spool-b", workers=1)]
+    silent, other = hosts
+    emitted = {}
+    for i, h in enumerate(hosts):
+        s = run_generator(h.endpoint, rate=10_000, duration=0.5, senders=1, bucket=500, sender_base=300 + i)
+        wait_for(lambda h=h, s=s: Spool(h.spool).drained({x["id"] for x in s["senders"]}), 60, "drain")
+        emitted[str(Spool(h.spool).spool_id())] = s["emitted"]
+    reader = FactoryHosts(tuple(h.server for h in hosts), 0.0, str(tmp_path / "status"), control_timeout=1.0)
+    try:
+        start = reader.initial_offset()
+        assert offset_positions(start) == {sid: {"w0": -1} for sid in emitted}
+        end = reader.latest_offset(start, None)
+        plan = reader.plan(start, end)
+        assert {
+            sid: sum(f.rows for _, s, _, segs in plan if s == sid for f in segs) for sid in emitted
+        } == emitted
+        assert {server for server, *_ in plan} == {silent.server, other.server}
+        ends = offset_positions(end)
+        sids = {h.server: str(Spool(h.spool).spool_id()) for h in hosts}
+        os.killpg(silent.proc.pid, signal.SIGSTOP)
+        try:
+            reader.commit(end)
+            assert Spool(other.spool).committed() == ends[sids[other.server]]
+            assert Spool(silent.spool).committed() == {"w0": -1}
+            st = reader.status()
+            assert st["waiting"] == [silent.server]
+            row = st["factories"][0]
+            assert row["pending_commit"] == ends[sids[silent.server]] and row["waiting_since"] > 0
+            # the next trigger: the silent factory's part stays where it was
+            assert offset_positions(reader.latest_offset(end, None)) == ends
+        finally:
+            os.killpg(silent.proc.pid, signal.SIGCONT)
+        again = reader.latest_offset(end, None)  # it answers again: its pending commit goes with it
+        assert offset_positions(again) == ends
+        assert Spool(silent.spool).committed() == ends[sids[silent.server]]
+        assert reader.status()["waiting"] == [] and reader.status()["factories"][0]["pending_commit"] == {}
+    finally:
+        reader.stop()
+
+
+def test_a_checkpoint_of_a_spool_no_factory_serves_is_refused(
+    tmp_path: Path, hosts: list[FactoryHost]
+) -> None:
+    from cp_source.factory_hosts import FactoryHosts
+    from cp_source.spool import SpoolMismatchError
+
+    hosts.append(FactoryHost(tmp_path / "spool-a", workers=1))
+    reader = FactoryHosts((hosts[0].server,), 0.0, str(tmp_path / "status"), control_timeout=5.0)
+    try:
+        foreign = {"factories": {"ab" * 16: {"w0": 3}}}
+        with pytest.raises(SpoolMismatchError, match=f"name factory spool {'ab' * 16}, which none of") as e:
+            reader.latest_offset(foreign, None)
+        assert "nothing was read or deleted" in str(e.value) and "\n" not in str(e.value)
+        with pytest.raises(SpoolMismatchError, match="not an offset over factories"):
+            reader.latest_offset({"spool": "ab" * 16, "w0": 1}, None)
+    finally:
+        reader.stop()
