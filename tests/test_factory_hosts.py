@@ -506,3 +506,50 @@ def test_a_checkpoint_of_a_spool_no_factory_serves_is_refused(
             reader.latest_offset({"spool": "ab" * 16, "w0": 1}, None)
     finally:
         reader.stop()
+
+
+@pytest.mark.long
+def test_the_other_factories_go_on_while_one_is_stopped(
+    spark: Any, tmp_path: Path, hosts: list[FactoryHost]
+) -> None:
+    import numpy as np
+
+    hosts += [FactoryHost(tmp_path / "spool-a"), FactoryHost(tmp_path / "spool-b")]
+    stopped, other = hosts
+    query = _hosts_query(spark, tmp_path, hosts)
+    try:
+        first = GeneratorProcess(stopped.endpoint, tmp_path / "gen-a.json", 400, 10_000, 2.0)
+        second = GeneratorProcess(other.endpoint, tmp_path / "gen-b.json", 401, 5_000, 40.0)
+        summary_a = first.result()
+        wait_for(lambda: Spool(stopped.spool).drained({x["id"] for x in summary_a["senders"]}), 60, "drain")
+        want_a = _expected([stopped], [summary_a])
+        lo, hi = int(want_a.min()), int(want_a.max())
+
+        def delivered(ids: Any) -> tuple[int, int]:
+            mine = (ids >= lo) & (ids <= hi)
+            return int(mine.sum()), int((~mine).sum())
+
+        wait_for(lambda: delivered(_sink_ids(tmp_path / "records"))[0] == len(want_a), 180, "A's tuples")
+        os.killpg(stopped.proc.pid, signal.SIGSTOP)  # nothing of it is in flight: every batch is B's
+        try:
+            wait_for(lambda: _status(tmp_path)["waiting"] == [stopped.server], 60, "the status to name it")
+            before = delivered(_sink_ids(tmp_path / "records"))[1]
+            wait_for(
+                lambda: delivered(_sink_ids(tmp_path / "records"))[1] >= before + 20_000,
+                120,
+                "B's tuples to go on while A is stopped",
+                interval=0.5,
+            )
+            assert _status(tmp_path)["waiting"] == [stopped.server]
+        finally:
+            os.killpg(stopped.proc.pid, signal.SIGCONT)
+        summary_b = second.result(timeout=240)
+        wait_for(lambda: Spool(other.spool).drained({x["id"] for x in summary_b["senders"]}), 90, "drain")
+        want = _expected(hosts, [summary_a, summary_b])
+        _wait_delivered(query, tmp_path / "records", want, timeout=300)
+        # commits reached A (one it missed while stopped is sent again: see the test without Spark)
+        wait_for(lambda: max(Spool(stopped.spool).committed().values()) >= 0, 60, "A's commit")
+    finally:
+        query.stop()
+    got = _sink_ids(tmp_path / "records")
+    assert len(got) == len(np.unique(got)) == len(want) and (got == want).all()
