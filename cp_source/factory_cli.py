@@ -211,8 +211,13 @@ def _serve(args: argparse.Namespace, durability: str) -> Any:
         raise ValueError(f"--serve {args.serve}: cannot bind ({e})") from None
 
 
+MAX_SERVED_WORKERS = 64  # a remote reader's commit names every worker in one bounded request
+
+
 def run(args: argparse.Namespace) -> int:
     workload = "file:" if args.workload == "file" else args.workload
+    if args.serve and not 1 <= args.workers <= MAX_SERVED_WORKERS:
+        raise ValueError(f"--workers {args.workers}: a factory host (--serve) runs 1 to {MAX_SERVED_WORKERS}")
     try:
         handle = _start(args, workload)
     except OSError as e:

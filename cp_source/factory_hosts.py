@@ -39,6 +39,8 @@ import orjson
 FACTORIES_KEY = "factories"
 STATUS_FILE = "_factories.json"
 MAX_FACTORIES = 64
+MAX_WORKERS = 64  # per factory, as the factory's --workers allows
+MAX_NUMBER = (1 << 62) - 1  # a segment number or row count from the wire
 CONTROL_TIMEOUT_S = 5.0  # a factory that does not answer a control op within this is waiting
 RETRY_S = 1.0  # between two attempts when partitions need segment facts from a silent factory
 WORKER_RE = re.compile(r"^w[0-9]{1,4}$")
@@ -187,6 +189,40 @@ def offset_positions(offset: Any) -> dict[str, dict[str, int]]:
     return out
 
 
+def _int(value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{value!r} is not an integer in [{lo}, {hi}]")
+    return value
+
+
+Facts = list[tuple[int, int, int]]  # (segment number, rows, first tuple id) per segment
+
+
+def parse_latest(reply: Mapping[str, Any]) -> tuple[str, dict[str, tuple[int, int, Facts]]]:
+    """A factory's ``latest`` answer, checked: its spool id and per worker (committed, latest, segments
+    as (number, rows, first tuple id)). ValueError or TypeError when anything is out of shape."""
+    sid, workers = reply.get("spool"), reply.get("workers")
+    if not isinstance(sid, str) or not SPOOL_ID_RE.match(sid):
+        raise ValueError("no spool id")
+    if not isinstance(workers, dict) or len(workers) > MAX_WORKERS:
+        raise ValueError(f"workers is not a map of at most {MAX_WORKERS} workers")
+    out = {}
+    for w, d in workers.items():
+        if not isinstance(w, str) or not WORKER_RE.match(w) or not isinstance(d, dict):
+            raise ValueError(f"worker {w!r} is out of shape")
+        committed = _int(d.get("committed"), -1, MAX_NUMBER)
+        latest = _int(d.get("latest"), -1, MAX_NUMBER)
+        segs = d.get("segments")
+        if not isinstance(segs, list):
+            raise ValueError(f"segments of {w} is not a list")
+        facts: Facts = []
+        for item in segs:
+            number, rows, first = item  # exactly three
+            facts.append((_int(number, 0, latest), _int(rows, 0, MAX_NUMBER), _int(first, 0, 1 << 63)))
+        out[w] = (committed, latest, facts)
+    return sid, out
+
+
 def _check_not_passed(host: Host, begin: Mapping[str, int]) -> None:
     """A factory committed beyond this query's offset: another query reads it (one line, never a skip)."""
     for w, b in begin.items():
@@ -270,10 +306,10 @@ class FactoryHosts:
         self.write_status()
 
     def _take_latest(self, host: Host, reply: dict[str, Any]) -> None:
-        sid = reply.get("spool")
-        workers = reply.get("workers")
-        if not isinstance(sid, str) or not SPOOL_ID_RE.match(sid) or not isinstance(workers, dict):
-            self._mark(host, f"malformed latest answer from {host.endpoint}")
+        try:
+            sid, workers = parse_latest(reply)
+        except (TypeError, ValueError) as e:  # a factory's answer is data from the network: checked
+            self._mark(host, f"malformed latest answer from {host.endpoint}: {e}")
             return
         if host.spool_id is not None and sid != host.spool_id:
             raise RuntimeError(
@@ -282,15 +318,12 @@ class FactoryHosts:
                 f"query with a new checkpoint"
             )
         host.spool_id = sid
-        for w, d in workers.items():
-            if not WORKER_RE.match(str(w)) or not isinstance(d, dict):
-                continue
-            host.committed[w] = int(d.get("committed", -1))
-            host.latest[w] = int(d.get("latest", -1))
+        for w, (committed, latest, segs) in workers.items():
+            host.committed[w], host.latest[w] = committed, latest
             facts = host.facts.setdefault(w, {})
-            for number, rows, first in d.get("segments", []):
-                facts[int(number)] = (int(rows), int(first))
-            for n in [n for n in facts if n <= host.committed[w]]:
+            for number, rows, first in segs:
+                facts[number] = (rows, first)
+            for n in [n for n in facts if n <= committed]:
                 del facts[n]
 
     def _check_ids(self) -> None:

@@ -35,11 +35,13 @@ from tests.conftest import wait_for
 class FactoryHost:
     """A `cloudprofiler factory --serve` process on its own spool, ports picked by the factory."""
 
-    def __init__(self, spool: Path, workers: int = 2) -> None:
+    def __init__(self, spool: Path, workers: int = 2, keys: Path | None = None) -> None:
         self.spool = spool
+        extra = ["--curve-keys", str(keys)] if keys is not None else []
         self.proc = subprocess.Popen(
             cli_argv(
                 "factory",
+                *extra,
                 "--endpoint",
                 "tcp://127.0.0.1:0",
                 "--spool",
@@ -208,6 +210,41 @@ def test_offsets_over_factories_are_checked() -> None:
     ):
         with pytest.raises(SpoolMismatchError):
             offset_positions(bad)
+
+
+def test_a_factory_host_with_too_many_workers_fails_with_one_line(tmp_path: Path) -> None:
+    r = subprocess.run(
+        cli_argv("factory", "--spool", str(tmp_path / "s"), "--serve", "0", "--workers", "65"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].endswith("--workers 65: a factory host (--serve) runs 1 to 64")
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        {"ok": True},
+        {"spool": "../x", "workers": {}},
+        {"spool": "ab" * 16, "workers": []},
+        {"spool": "ab" * 16, "workers": {f"w{i}": {} for i in range(65)}},
+        {"spool": "ab" * 16, "workers": {"x0": {"committed": -1, "latest": -1, "segments": []}}},
+        {"spool": "ab" * 16, "workers": {"w0": {"committed": "1", "latest": 1, "segments": []}}},
+        {"spool": "ab" * 16, "workers": {"w0": {"committed": -1, "latest": True, "segments": []}}},
+        {"spool": "ab" * 16, "workers": {"w0": {"committed": -1, "latest": 1, "segments": {}}}},
+        {"spool": "ab" * 16, "workers": {"w0": {"committed": -1, "latest": 1, "segments": [[0, 1]]}}},
+        {"spool": "ab" * 16, "workers": {"w0": {"committed": -1, "latest": 1, "segments": [[2, 1, 0]]}}},
+        {"spool": "ab" * 16, "workers": {"w0": {"committed": -1, "latest": 1, "segments": [[0, -1, 0]]}}},
+        {"spool": "ab" * 16, "workers": {"w0": {"committed": -1, "latest": 1, "segments": [5]}}},
+    ],
+)
+def test_a_malformed_latest_answer_is_refused(reply: dict[str, Any]) -> None:
+    from cp_source.factory_hosts import parse_latest
+
+    with pytest.raises((ValueError, TypeError)):
+        parse_latest(reply)
 
 
 # ---- a factory host: latest, fetch, commit, stats --------------------------------------------
@@ -553,3 +590,25 @@ def test_the_other_factories_go_on_while_one_is_stopped(
         query.stop()
     got = _sink_ids(tmp_path / "records")
     assert len(got) == len(np.unique(got)) == len(want) and (got == want).all()
+
+
+def test_a_keyed_factory_host_answers_only_key_holders(tmp_path: Path, hosts: list[FactoryHost]) -> None:
+    from cp_source.segment_server import ask_servers
+    from native_tsc import curve_keys
+
+    keys = tmp_path / "keys"
+    curve_keys.generate(keys)
+    hosts.append(FactoryHost(tmp_path / "spool", workers=1, keys=keys))
+    server = hosts[0].server
+    ctx = zmq.Context()
+    try:
+        keyed = ask_servers({server: {"op": "latest"}}, 20.0, ctx, str(keys))[server]
+        assert isinstance(keyed, dict) and keyed["spool"] == Spool(hosts[0].spool).spool_id()
+        plain = ask_servers({server: {"op": "latest"}}, 3.0, ctx)[server]
+        assert isinstance(plain, str) and plain.startswith(f"no answer from {server}")
+        keyed = ask_servers({server: {"op": "stats"}}, 20.0, ctx, str(keys))[server]
+        assert isinstance(keyed, dict) and keyed["latest_requests"] == 1, (
+            "the keyless request never reached it"
+        )
+    finally:
+        ctx.term()
