@@ -387,6 +387,31 @@ def test_streaming_update_equals_native_with_late_tuples(spark: Any, tmp_path: P
 
 
 @pytest.mark.long
+def test_update_mode_restarted_on_its_checkpoint_keeps_its_panes(spark: Any, tmp_path: Path) -> None:
+    """The query stops after two micro-batches and starts again on its checkpoint with two more
+    files: the panes come back from Spark's state store, so every update equals the native
+    query's under the same restart, and the last update of each window holds all its rows."""
+    batches = [
+        [(0, 1, 100), (1, 2, 900), (0, 3, 1500)],
+        [(0, 4, 1200), (1, 5, 2600), (2, 6, 3100)],
+        [(1, 7, 2500), (0, 8, 6100), (2, 9, 7000)],
+        [(0, 1, 6500), (1, 1, 12000)],
+    ]
+    _write_batches(tmp_path / "all", batches)
+    files = sorted((tmp_path / "all").iterdir())
+    src = tmp_path / "src"
+    src.mkdir()
+    got: dict[bool, list[Any]] = {False: [], True: []}
+    for part in (files[:2], files[2:]):
+        for f in part:
+            f.rename(src / f.name)  # keeps the modification time the source orders by
+        for share in (False, True):
+            got[share] += _stream(spark, src, tmp_path / f"ck-{share}", 4000, 1000, 1000, share, "update")
+    assert Counter(got[True]) == Counter(got[False])
+    assert _last_updates(got[True]) == _truth(spark, batches, 4000, 1000, 1000, "update")
+
+
+@pytest.mark.long
 @settings(
     max_examples=6,
     deadline=None,
