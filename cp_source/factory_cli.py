@@ -24,8 +24,8 @@ examples:
   cloudprofiler factory --spool /tmp/spool --max-spool-bytes 512M --duration 60
   cloudprofiler factory --spool /data/spool --durability strict
   cloudprofiler factory --spool /tmp/spool --workload file --schema "name STRING, price DOUBLE"
-  cloudprofiler factory --endpoint tcp://0.0.0.0:5555 --spool /data/spool --serve tcp://0.0.0.0:5556 \
-      --curve-keys ~/.cloudprofiler-keys   # a factory host: readers list it in factories=tcp://HOST:5556
+  # a factory host; a reader lists it as factories=tcp://HOST:5556,...
+  cloudprofiler factory --endpoint tcp://0.0.0.0:5555 --spool /data/spool --serve tcp://0.0.0.0:5556
 
 --serve starts a segment server beside the spool: executors fetch segments from
 it, and a reader with factories=... asks it for the latest segments and sends
