@@ -19,6 +19,7 @@ one key's panes, so it is tested without Spark against a row-by-row count.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -169,19 +170,31 @@ def empty_panes(layout: PaneLayout) -> Panes:
     )
 
 
+def layout_tag(layout: PaneLayout) -> int:
+    """A number naming the layout, kept in every state blob: a checkpoint written by another window
+    size, slide or list of aggregates is refused rather than misread."""
+    text = f"{layout.size_us}/{layout.slide_us}/{layout.pane_us}/{','.join(layout.funcs)}/{layout.floats}"
+    return zlib.crc32(text.encode())
+
+
 def from_state(state: tuple[Any, ...], layout: PaneLayout) -> tuple[Panes, int]:
-    """The panes and the ``done`` end kept by :func:`to_state`; a blob of the wrong length is refused."""
+    """The panes and the ``done`` end kept by :func:`to_state`; a blob of another layout is refused."""
     blob = bytes(state[0])
     words = len(blob) // 8
     k = len(layout.funcs)
-    n = (words - 2) // (1 + 2 * k) if words >= 2 else -1
-    if len(blob) % 8 or n < 0 or words != 2 + n * (1 + 2 * k):
+    n = (words - 3) // (1 + 2 * k) if words >= 3 else -1
+    if len(blob) % 8 or n < 0 or words != 3 + n * (1 + 2 * k):
         raise ValueError(f"shared-window state of {len(blob)} bytes does not fit {k} aggregates")
     ints = np.frombuffer(blob, np.int64)
-    done = int(ints[0])
-    starts = ints[2 : 2 + n].copy()
+    if int(ints[0]) != layout_tag(layout):
+        raise ValueError(
+            "shared-window state was written for another window size, slide or list of aggregates: "
+            "start this query on a new checkpoint"
+        )
+    done = int(ints[1])
+    starts = ints[3 : 3 + n].copy()
     values, counts = [], []
-    at = 2 + n
+    at = 3 + n
     for fl in layout.floats:
         v = np.frombuffer(blob, np.float64 if fl else np.int64, n, at * 8).copy()
         values.append(v)
@@ -190,9 +203,10 @@ def from_state(state: tuple[Any, ...], layout: PaneLayout) -> tuple[Panes, int]:
     return Panes(starts, values, counts), done
 
 
-def to_state(panes: Panes, done: int) -> tuple[Any, ...]:
-    """One blob of 8-byte words: done, the pane count, the starts, then each aggregate's values and counts."""
-    parts = [np.array([done, len(panes.starts)], np.int64), panes.starts.astype(np.int64)]
+def to_state(panes: Panes, done: int, layout: PaneLayout) -> tuple[Any, ...]:
+    """One blob of 8-byte words: the layout's tag, done, the pane count, the starts, then each
+    aggregate's values and counts."""
+    parts = [np.array([layout_tag(layout), done, len(panes.starts)], np.int64), panes.starts.astype(np.int64)]
     for v, c in zip(panes.values, panes.counts, strict=True):
         parts += [v, c.astype(np.int64)]
     return (b"".join(p.tobytes() for p in parts),)
@@ -290,7 +304,7 @@ def make_state_func(
         watermark_us = int(state.getCurrentWatermarkMs()) * 1000 if watermarked else int(_I64.min)
         ends, values, counts, panes, done = step(panes, done, batch, watermark_us, mode, layout)
         if len(panes.starts):
-            state.update(to_state(panes, done))
+            state.update(to_state(panes, done, layout))
             due = next_due_ms(panes, done, mode, layout)
             if due is not None and watermarked:
                 state.setTimeoutTimestamp(max(due, int(state.getCurrentWatermarkMs())))

@@ -87,7 +87,7 @@ def _run(
         batch = _batch(layout, rows) if rows else None
         ends, values, counts, panes, done = P.step(panes, done, batch, mark, mode, layout)
         out.append(_emitted(layout, ends, values, counts))
-        state = P.to_state(panes, done) if len(panes.starts) else None
+        state = P.to_state(panes, done, layout) if len(panes.starts) else None
         previous = mark
     return out, kept
 
@@ -159,13 +159,17 @@ def test_a_pane_goes_once_its_last_window_is_out_and_the_timeout_precedes_the_ne
     assert P.next_due_ms(kept, 6000, "update", layout) == 12  # its last window ends at 13 ms
 
 
-def test_a_blob_of_the_wrong_size_is_refused() -> None:
+def test_a_blob_of_the_wrong_size_or_layout_is_refused() -> None:
     layout = _layout(4000, 1000)
-    blob = P.to_state(_batch(layout, [(500, 1)]), 0)[0]
+    blob = P.to_state(_batch(layout, [(500, 1)]), 0, layout)[0]
     assert P.from_state((blob,), layout)[0].starts.tolist() == [0]
     for bad in (blob[:-8], blob + b"\0" * 8, blob[:5], b""):
         with pytest.raises(ValueError, match="does not fit 9 aggregates"):
             P.from_state((bad,), layout)
+    # the same number of aggregates, another type or window: named, never misread
+    for other in (_layout(5000, 1000), P.PaneLayout(4000, 1000, 1000, FUNCS, (True,) * 9)):
+        with pytest.raises(ValueError, match="start this query on a new checkpoint"):
+            P.from_state((blob,), other)
 
 
 def test_nan_is_above_every_number_as_in_spark() -> None:
