@@ -9,8 +9,10 @@ import argparse
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from typing import Any
 import orjson
 import pytest
 import zmq
+from conftest import wait_for
 
 from cloudprofiler.cli_process import cli_argv, stop_processes
 from cp_source.segment_server import (
@@ -29,7 +32,6 @@ from cp_source.segment_server import (
     parse_request,
 )
 from cp_source.spool import Spool
-from tests.conftest import wait_for
 
 
 class FactoryHost:
@@ -334,7 +336,7 @@ class GeneratorProcess:
         return orjson.loads(self.summary.read_bytes())
 
 
-def _hosts_query(spark: Any, tmp_path: Path, hosts: list[FactoryHost], **options: str) -> Any:
+def _hosts_query(spark: Any, tmp_path: Path, hosts: list[Any], **options: str) -> Any:
     import cloudprofiler
 
     cloudprofiler.register(spark)
@@ -357,8 +359,7 @@ def _hosts_query(spark: Any, tmp_path: Path, hosts: list[FactoryHost], **options
 
 def _expected(hosts: list[FactoryHost], summaries: list[dict[str, Any]]) -> Any:
     import numpy as np
-
-    from tests.ingest_truth import expected_ids
+    from ingest_truth import expected_ids
 
     parts = [expected_ids(s, Spool(h.spool).stats())[0] for h, s in zip(hosts, summaries, strict=True)]
     return np.sort(np.concatenate(parts))
@@ -384,7 +385,7 @@ def _wait_delivered(query: Any, path: Path, want: Any, timeout: float = 240.0) -
 def test_one_query_over_two_factory_hosts_reads_every_tuple_once(
     spark: Any, tmp_path: Path, hosts: list[FactoryHost]
 ) -> None:
-    from tests.ingest_truth import assert_exactly_once
+    from ingest_truth import assert_exactly_once
 
     hosts += [FactoryHost(tmp_path / "spool-a"), FactoryHost(tmp_path / "spool-b")]
     query = _hosts_query(spark, tmp_path, hosts)
@@ -423,8 +424,7 @@ def test_a_stopped_factory_host_is_waited_for_and_read_exactly_once_after(
     import time
 
     import numpy as np
-
-    from tests.ingest_truth import assert_ledger_balances
+    from ingest_truth import assert_ledger_balances
 
     hosts += [FactoryHost(tmp_path / "spool-a"), FactoryHost(tmp_path / "spool-b")]
     stopped, other = hosts
@@ -612,3 +612,171 @@ def test_a_keyed_factory_host_answers_only_key_holders(tmp_path: Path, hosts: li
         )
     finally:
         ctx.term()
+
+
+# ---- factory hosts on their own network and mount namespaces -------------------------------------
+# Run inside a factory host's mount namespace (nsenter): its spool is only visible there.
+EXPECTED_IDS = """
+import sys, orjson, numpy as np
+from cp_source.spool import Spool
+from ingest_truth import expected_ids
+summary = orjson.loads(open(sys.argv[1], "rb").read())
+stats = Spool(sys.argv[2]).stats()
+np.save(sys.argv[3], expected_ids(summary, stats)[0])
+"""
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+
+class NetnsHost:
+    """A factory host in its own network namespace, joined to this one by a veth pair, with its spool
+    on a tmpfs mounted only in its own mount namespace: this host cannot read the spool's files."""
+
+    def __init__(self, tag: str, net: int, mount: Path) -> None:
+        self.ns, self.outer = f"cpf{net}{tag}", f"cpo{net}{tag}"
+        self.addr, self.mount = f"10.203.{net}.2", mount
+        _ip("netns", "add", self.ns)
+        self.proc: subprocess.Popen | None = None
+        inner = f"cpi{net}{tag}"
+        _ip("link", "add", self.outer, "type", "veth", "peer", "name", inner, "netns", self.ns)
+        _ip("addr", "add", f"10.203.{net}.1/24", "dev", self.outer)
+        _ip("link", "set", self.outer, "up")
+        _ip("-n", self.ns, "addr", "add", f"{self.addr}/24", "dev", inner)
+        _ip("-n", self.ns, "link", "set", inner, "up")
+        _ip("-n", self.ns, "link", "set", "lo", "up")
+        mount.mkdir(parents=True)
+        self.spool = mount / "spool"
+        factory = " ".join(
+            cli_argv(
+                "factory",
+                "--endpoint",
+                "tcp://127.0.0.1:0",
+                "--spool",
+                str(self.spool),
+                "--workers",
+                "2",
+                "--flush-ms",
+                "50",
+                "--serve",
+                f"tcp://{self.addr}:0",
+            )[3:]
+        )
+        main = "import sys; from cloudprofiler.cli import main; sys.exit(main())"
+        script = f"mount -t tmpfs -o size=512m tmpfs {mount} && exec {cli_argv()[0]} -c '{main}' {factory}"
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", self.ns, "sh", "-c", script],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+        assert self.proc.stdout is not None
+        first = self.proc.stdout.readline()
+        assert "factory listening on" in first, first
+        self.endpoint = first.split("factory listening on ")[1].split(",")[0]
+        self.server = self.proc.stdout.readline().split(" on ")[1].strip()
+
+    def generate(self, summary: Path, sender_base: int, rate: int, duration: float) -> subprocess.Popen:
+        """`cloudprofiler generate` on the factory's host (its namespace), into its front end."""
+        argv = cli_argv(
+            "generate",
+            "--endpoint",
+            self.endpoint,
+            "--rate",
+            str(rate),
+            "--duration",
+            str(duration),
+            "--bucket",
+            "500",
+            "--sender-base",
+            str(sender_base),
+            "--summary",
+            str(summary),
+            "--wait-ready",
+            "60",
+            "--queue-ms",
+            "2000",
+        )
+        return subprocess.Popen(["ip", "netns", "exec", self.ns, *argv], stdout=subprocess.DEVNULL)
+
+    def expected(self, summary: Path, out: Path) -> Any:
+        import numpy as np
+
+        assert self.proc is not None
+        subprocess.run(
+            ["nsenter", "-t", str(self.proc.pid), "-m", sys.executable, "-c", EXPECTED_IDS]
+            + [str(summary), str(self.spool), str(out)],
+            check=True,
+            timeout=120,
+            cwd=Path(__file__).parent,
+            env=dict(os.environ, PYTHONPATH=str(Path(__file__).parent)),
+        )
+        return np.load(out)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_processes([self.proc], timeout=20)
+        subprocess.run(["ip", "link", "del", self.outer], capture_output=True, timeout=30)
+        subprocess.run(["ip", "netns", "del", self.ns], capture_output=True, timeout=30)
+
+
+@pytest.mark.netns
+@pytest.mark.long
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+@pytest.mark.skipif(not all(shutil.which(t) for t in ("ip", "nsenter")), reason="needs iproute2 and nsenter")
+def test_factory_hosts_in_their_own_namespaces_one_cut_off_for_10_s(spark: Any, tmp_path: Path) -> None:
+    import secrets
+    import time
+
+    import numpy as np
+    from ingest_truth import assert_exactly_once
+
+    tag = secrets.token_hex(2)
+    started: list[NetnsHost] = []
+    try:
+        started += [NetnsHost(tag, 1, tmp_path / "host-a"), NetnsHost(tag, 2, tmp_path / "host-b")]
+        cut, other = started
+        assert not any((h.spool / "spool.json").exists() for h in started), "the driver sees no spool"
+        query = _hosts_query(spark, tmp_path, started)
+        try:
+            gens = [
+                h.generate(tmp_path / f"gen-{i}.json", 500 + i, 8_000, 24.0) for i, h in enumerate(started)
+            ]
+            wait_for(lambda: len(_sink_ids(tmp_path / "records")) > 0, 180, "the first tuples in the sink")
+            _ip("link", "set", cut.outer, "down")  # the factory host is cut off from the driver's host
+            t0 = time.monotonic()
+            try:
+                wait_for(lambda: _status(tmp_path)["waiting"] == [cut.server], 60, "the status to name it")
+                assert (
+                    "no answer"
+                    in {r["endpoint"]: r for r in _status(tmp_path)["factories"]}[cut.server]["error"]
+                )
+                time.sleep(max(0.0, 10.0 - (time.monotonic() - t0)))
+            finally:
+                _ip("link", "set", cut.outer, "up")
+            for g in gens:
+                assert g.wait(240) == 0
+            want = np.sort(
+                np.concatenate(
+                    [
+                        h.expected(tmp_path / f"gen-{i}.json", tmp_path / f"want-{i}.npy")
+                        for i, h in enumerate(started)
+                    ]
+                )
+            )
+            _wait_delivered(query, tmp_path / "records", want, timeout=300)
+            wait_for(lambda: _status(tmp_path)["waiting"] == [], 60, "the status to clear")
+        finally:
+            query.stop()
+        assert_exactly_once(_sink_ids(tmp_path / "records"), want)
+        for h in started:
+            stats = _ask(h.server, {"op": "stats"})
+            assert isinstance(stats, dict) and stats["segments_served"] > 0, (
+                f"executors fetched from {h.server}"
+            )
+        assert not any((h.spool / "spool.json").exists() for h in started), "still invisible here"
+    finally:
+        for h in started:
+            h.stop()
