@@ -780,3 +780,66 @@ def test_factory_hosts_in_their_own_namespaces_one_cut_off_for_10_s(spark: Any, 
     finally:
         for h in started:
             h.stop()
+
+
+def _load_hosts(hosts: list[FactoryHost], rate: int = 10_000, base: int = 600) -> dict[str, int]:
+    """One generator run into each host; per spool id the tuples it published."""
+    from cp_source.generator import run_generator
+
+    out = {}
+    for i, h in enumerate(hosts):
+        s = run_generator(h.endpoint, rate=rate, duration=0.5, senders=1, bucket=250, sender_base=base + i)
+        wait_for(lambda h=h, s=s: Spool(h.spool).drained({x["id"] for x in s["senders"]}), 60, "drain")
+        out[str(Spool(h.spool).spool_id())] = s["emitted"]
+    return out
+
+
+def test_a_factory_silent_at_start_joins_at_its_committed_offset(
+    tmp_path: Path, hosts: list[FactoryHost]
+) -> None:
+    from cp_source.factory_hosts import FactoryHosts, offset_positions
+
+    hosts += [FactoryHost(tmp_path / "spool-a", workers=1), FactoryHost(tmp_path / "spool-b", workers=1)]
+    late, early = hosts
+    published = _load_hosts(hosts)
+    sids = {h.server: str(Spool(h.spool).spool_id()) for h in hosts}
+    reader = FactoryHosts(tuple(h.server for h in hosts), 0.0, str(tmp_path / "status"), control_timeout=1.0)
+    os.killpg(late.proc.pid, signal.SIGSTOP)
+    try:
+        start = reader.initial_offset()
+        assert offset_positions(start) == {sids[early.server]: {"w0": -1}}, "only the factory that answered"
+        assert reader.status()["waiting"] == [late.server]
+    finally:
+        os.killpg(late.proc.pid, signal.SIGCONT)
+    end = reader.latest_offset(start, None)
+    assert set(offset_positions(end)) == set(sids.values()), "it joined once it answered"
+    plan = reader.plan(start, end)
+    rows = {sid: sum(f.rows for _, s, _, segs in plan if s == sid for f in segs) for sid in published}
+    assert rows == published
+    assert min(f.number for server, _, _, segs in plan if server == late.server for f in segs) == 0
+    reader.commit(end)
+    assert Spool(late.spool).committed() == offset_positions(end)[sids[late.server]]
+    reader.stop()
+
+
+def test_admission_and_available_now_over_factory_hosts(tmp_path: Path, hosts: list[FactoryHost]) -> None:
+    from cp_source.factory_hosts import FactoryHosts, offset_positions
+
+    hosts += [FactoryHost(tmp_path / "spool-a", workers=1), FactoryHost(tmp_path / "spool-b", workers=1)]
+    published = _load_hosts(hosts, rate=20_000)
+    reader = FactoryHosts(tuple(h.server for h in hosts), 0.0, str(tmp_path / "status"))
+    try:
+        start = reader.initial_offset()
+        # one row: one whole segment, the first of the first factory's worker
+        one = offset_positions(reader.latest_offset(start, 1))
+        assert sorted(n for pos in one.values() for n in pos.values()) == [-1, 0]
+        # a budget of every row: everything; interleaved factories and workers otherwise
+        everything = reader.latest_offset(start, sum(published.values()))
+        assert everything == reader.latest_offset(start, None)
+        reader.prepare_available_now()
+        target = reader.latest_offset(start, None)
+        _load_hosts(hosts, base=700)  # published after the AvailableNow target: not read
+        assert reader.latest_offset(start, None) == target
+        assert reader.latest_offset(target, None) == target, "the query ends at the target"
+    finally:
+        reader.stop()
