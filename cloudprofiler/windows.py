@@ -252,13 +252,43 @@ def _window_exprs(aggs: Sequence[Agg]) -> list[Any]:
     return out
 
 
+def _batch_shared_agg(
+    df: Any, time_col: str, size_us: int, slide_us: int, by: Sequence[str], aggs: Sequence[Agg]
+) -> Any:
+    """The shared plan in batch on plain numbers: panes keyed by their start in microseconds, each
+    pane partial copied to the starts of the windows that hold it, windows summed by start. About
+    twice as fast as grouping by ``window()`` structs, which a stream needs for its event-time mark."""
+    from pyspark.sql import functions as F
+
+    pane_us = math.gcd(size_us, slide_us)
+    overlap = -(-size_us // slide_us)
+    t = F.unix_micros(F.col(time_col))
+    pane = (t - F.pmod(t, F.lit(pane_us))).alias("_pane")
+    panes = df.where(F.col(time_col).isNotNull()).groupBy(pane, *by).agg(*_pane_exprs(aggs))
+    # windows start at multiples of the slide: the latest holding a pane starts at or before it, the
+    # earlier ones a slide apart while they still reach past the pane's start
+    latest = F.col("_pane") - F.pmod(F.col("_pane"), F.lit(slide_us))
+    spread = panes.select("*", F.explode(F.sequence(F.lit(0), F.lit(overlap - 1))).alias("_k"))
+    starts = spread.select("*", (latest - F.col("_k") * F.lit(slide_us)).alias("_start"))
+    starts = starts.where(F.col("_start") + F.lit(size_us) > F.col("_pane"))
+    out = starts.groupBy("_start", *by).agg(*_window_exprs(aggs))
+    window = F.struct(
+        F.timestamp_micros("_start").alias("start"),
+        F.timestamp_micros(F.col("_start") + F.lit(size_us)).alias("end"),
+    )
+    return out.select(window.alias("window"), *by, *[a.alias for a in aggs])
+
+
 def shared_agg(
     df: Any, time_col: str, size_us: int, slide_us: int, by: Sequence[str], aggs: Sequence[Agg]
 ) -> Any:
     """Panes of ``gcd(size, slide)`` per key, then windows from panes (the shared plan)."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampType
 
     pane_us = math.gcd(size_us, slide_us)
+    if not df.isStreaming and isinstance(df.schema[time_col].dataType, TimestampType):
+        return _batch_shared_agg(df, time_col, size_us, slide_us, by, aggs)
     panes = df.groupBy(F.window(F.col(time_col), _spark_duration(pane_us)).alias("_pane"), *by).agg(
         *_pane_exprs(aggs)
     )
