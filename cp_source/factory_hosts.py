@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ MAX_WORKERS = 64  # per factory, as the factory's --workers allows
 MAX_NUMBER = (1 << 62) - 1  # a segment number or row count from the wire
 CONTROL_TIMEOUT_S = 5.0  # a factory that does not answer a control op within this is waiting
 RETRY_S = 1.0  # between two attempts when partitions need segment facts from a silent factory
+WATCH_S = 2.0  # how often the status thread asks every factory whether it answers
+Asked = tuple[float, float]  # when a request was sent: (monotonic, wall clock)
 WORKER_RE = re.compile(r"^w[0-9]{1,4}$")
 SPOOL_ID_RE = re.compile(r"^[0-9a-f]{8,64}$")
 _ENDPOINT_RE = re.compile(r"^tcp://([A-Za-z0-9.\-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]):([0-9]{1,5})$")
@@ -263,27 +266,33 @@ class FactoryHosts:
         self.new_begins: dict[str, dict[str, int]] = {}  # where a factory absent from a start began
         self._orphan_commits: dict[str, dict[str, int]] = {}  # commits for a spool no host answered for
         self._ctx = zmq.Context()
-        self._asked = (time.monotonic(), time.time())
         self._pid_ticks = _own_ticks()
+        # Spark calls the reader only between batches; a batch waiting on a silent factory's segments
+        # makes no call, so a thread keeps asking and keeps the status true meanwhile.
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="cp-factory-hosts-watch", daemon=True)
+        self._watcher.start()
 
     # ---- asking the factories ----------------------------------------------------------------
     def by_id(self) -> dict[str, Host]:
         return {h.spool_id: h for h in self.hosts if h.spool_id is not None}
 
-    def _ask(self, requests: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any] | str]:
+    def _ask(self, requests: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any] | str], Asked]:
+        """The answers, and when they were asked (a silent factory waits since then)."""
         from cp_source.segment_server import ask_servers
 
-        self._asked = (time.monotonic(), time.time())  # a silent factory waits since it was asked
+        asked = (time.monotonic(), time.time())
         if not requests:
-            return {}
-        return ask_servers(requests, self.control_timeout, self._ctx, self.curve_keys)
+            return {}, asked
+        return ask_servers(requests, self.control_timeout, self._ctx, self.curve_keys), asked
 
-    def _mark(self, host: Host, answer: dict[str, Any] | str) -> dict[str, Any] | None:
+    def _mark(self, host: Host, answer: dict[str, Any] | str, asked: Asked) -> dict[str, Any] | None:
         """Record whether ``host`` answered; the answer when it did."""
         if isinstance(answer, str):
             host.answered, host.error = False, answer
             if host.waiting_mono is None:
-                host.waiting_mono, host.waiting_since = self._asked
+                host.waiting_mono, host.waiting_since = asked
             return None
         host.answered, host.error, host.waiting_mono, host.waiting_since = True, None, None, None
         return answer
@@ -296,20 +305,33 @@ class FactoryHosts:
             if after is not None and h.spool_id is not None and h.spool_id in after:
                 known = dict(after[h.spool_id])
             requests[h.endpoint] = {"op": "latest", "after": known} if known else {"op": "latest"}
-        answers = self._ask(requests)
-        for h in self.hosts:
-            reply = self._mark(h, answers[h.endpoint])
-            if reply is not None:
-                self._take_latest(h, reply)
-        self._check_ids()
+        answers, asked = self._ask(requests)
+        with self._lock:
+            for h in self.hosts:
+                reply = self._mark(h, answers[h.endpoint], asked)
+                if reply is not None:
+                    self._take_latest(h, reply, asked)
+            self._check_ids()
         self._flush_commits()
         self.write_status()
 
-    def _take_latest(self, host: Host, reply: dict[str, Any]) -> None:
+    def _watch(self) -> None:
+        """Every WATCH_S, ask each factory for its counters: which ones answer, for the status."""
+        while not self._stopping.wait(WATCH_S):
+            try:
+                answers, asked = self._ask({h.endpoint: {"op": "stats"} for h in self.hosts})
+                with self._lock:
+                    for h in self.hosts:
+                        self._mark(h, answers[h.endpoint], asked)
+                self.write_status()
+            except Exception:  # the watcher only reports; the query's own calls fail it if need be
+                continue
+
+    def _take_latest(self, host: Host, reply: dict[str, Any], asked: Asked) -> None:
         try:
             sid, workers = parse_latest(reply)
         except (TypeError, ValueError) as e:  # a factory's answer is data from the network: checked
-            self._mark(host, f"malformed latest answer from {host.endpoint}: {e}")
+            self._mark(host, f"malformed latest answer from {host.endpoint}: {e}", asked)
             return
         if host.spool_id is not None and sid != host.spool_id:
             raise RuntimeError(
@@ -536,23 +558,26 @@ class FactoryHosts:
             for h in self.hosts
             if h.spool_id is not None and pending(h) and h.waiting_mono is None
         }
-        answers = self._ask(requests)
-        for h in self.hosts:
-            if h.endpoint not in answers:
-                continue
-            answer = answers[h.endpoint]
-            if isinstance(answer, str) and not answer.startswith("no answer"):
-                raise RuntimeError(f"factory {h.endpoint} refused the {op}: {answer}")
-            reply = self._mark(h, answer)
-            if reply is None:
-                continue
-            pending(h).clear()
-            committed = reply.get("committed")
-            if isinstance(committed, dict):
-                h.committed.update({str(w): int(n) for w, n in committed.items()})
-                for w, facts in h.facts.items():
-                    for n in [n for n in facts if n <= h.committed.get(w, -1)]:
-                        del facts[n]
+        answers, asked = self._ask(requests)
+        with self._lock:
+            for h in self.hosts:
+                if h.endpoint in answers:
+                    self._took(op, h, answers[h.endpoint], pending, asked)
+
+    def _took(self, op: str, h: Host, answer: dict[str, Any] | str, pending: Any, asked: Asked) -> None:
+        """A factory's answer to a commit or plan: pending cleared, committed offsets taken."""
+        if isinstance(answer, str) and not answer.startswith("no answer"):
+            raise RuntimeError(f"factory {h.endpoint} refused the {op}: {answer}")
+        reply = self._mark(h, answer, asked)
+        if reply is None:
+            return
+        pending(h).clear()
+        committed = reply.get("committed")
+        if isinstance(committed, dict):
+            h.committed.update({str(w): int(n) for w, n in committed.items() if isinstance(n, int)})
+            for w, facts in h.facts.items():
+                for n in [n for n in facts if n <= h.committed.get(w, -1)]:
+                    del facts[n]
 
     # ---- status ------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -587,12 +612,15 @@ class FactoryHosts:
         from cp_source.private_dirs import atomic_write, ensure_private_dir
 
         try:
-            ensure_private_dir(self.status_dir)
-            atomic_write(Path(self.status_dir) / STATUS_FILE, orjson.dumps(self.status()))
+            with self._lock:
+                ensure_private_dir(self.status_dir)
+                atomic_write(Path(self.status_dir) / STATUS_FILE, orjson.dumps(self.status()))
         except OSError:
             pass
 
     def stop(self) -> None:
+        self._stopping.set()
+        self._watcher.join(self.control_timeout + WATCH_S + 5)
         self.write_status()
         self._ctx.term()
 
