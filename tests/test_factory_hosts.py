@@ -1103,3 +1103,56 @@ def test_a_query_over_factory_hosts_restarted_on_its_checkpoint_reads_every_tupl
     finally:
         query.stop()
     assert_exactly_once(_sink_ids(tmp_path / "records"), want)
+
+
+@pytest.mark.long
+def test_a_driver_killed_mid_stream_restarts_and_reads_every_tuple_once(
+    tmp_path: Path, hosts: list[FactoryHost]
+) -> None:
+    from ingest_truth import assert_exactly_once
+
+    hosts += [FactoryHost(tmp_path / "spool-a"), FactoryHost(tmp_path / "spool-b")]
+    stop_file = tmp_path / "stop"
+    argv = [
+        sys.executable,
+        "-c",
+        CLUSTER_DRIVER,
+        "local[2,3]",
+        "127.0.0.1",
+        ",".join(h.server for h in hosts),
+    ]
+    argv += [str(tmp_path / p) for p in ("status", "records", "ck")] + [str(stop_file)]
+
+    def driver(n: int) -> subprocess.Popen:
+        log = open(tmp_path / f"driver-{n}.log", "wb")  # noqa: SIM115 - the driver owns it
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    gens = [
+        GeneratorProcess(h.endpoint, tmp_path / f"g{i}.json", 950 + i, 10_000, 12.0)
+        for i, h in enumerate(hosts)
+    ]
+    first = driver(1)
+    try:
+        wait_for(
+            lambda: len(_sink_ids(tmp_path / "records")) > 20_000 or first.poll() is not None, 240, "tuples"
+        )
+        assert first.poll() is None, (tmp_path / "driver-1.log").read_text(errors="replace")[-3000:]
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # the driver, its JVM and the reader's runner, at once
+        first.wait(30)
+    summaries = [g.result() for g in gens]
+    for h, s in zip(hosts, summaries, strict=True):
+        wait_for(lambda h=h, s=s: Spool(h.spool).drained({x["id"] for x in s["senders"]}), 60, "drain")
+    want = _expected(hosts, summaries)
+    second = driver(2)
+    try:
+        wait_for(
+            lambda: len(_sink_ids(tmp_path / "records")) >= len(want) or second.poll() is not None, 300, "all"
+        )
+        stop_file.touch()
+        assert second.wait(120) == 0, (tmp_path / "driver-2.log").read_text(errors="replace")[-3000:]
+    finally:
+        if second.poll() is None:
+            os.killpg(second.pid, signal.SIGKILL)
+            second.wait(30)
+    assert_exactly_once(_sink_ids(tmp_path / "records"), want)
