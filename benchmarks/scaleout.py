@@ -8,7 +8,9 @@ driver runs one query, ``factories=`` every factory host, into the cloudprofiler
 a path every host but the factory hosts shares). Configurations, one run each, in this order:
 
 * ``1 host``: one factory host, its generator offering ``--rate`` tuples/s for ``--duration`` s;
-* ``2 hosts``: two factory hosts, each generator offering ``--rate``/2 (the same total).
+* ``2 hosts``: two factory hosts, each generator offering ``--rate``/2 (the same total);
+* ``on the driver``: for contrast, the layout before factory hosts: one factory (and its
+  generator) on the driver's host, so the executors' segment fetches cross the driver's link.
 
 Per configuration: tuples delivered (checked exactly once against the generators' ledgers and the
 spools), the sustained rate (tuples over the time from the first generator stamp to the last sink
@@ -47,7 +49,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the namespace hosts and the ingest truth the tests use
 
 SERVER_COUNTS = ("segments_served", "rows_served", "bytes_served", "latest_requests", "commits")
-CONFIGS: list[tuple[str, int]] = [("1 host", 1), ("2 hosts", 2)]
+# (name, factory hosts, on the driver's host: the layout before factory hosts, for contrast)
+CONFIGS: list[tuple[str, int, bool]] = [
+    ("1 host", 1, False),
+    ("2 hosts", 2, False),
+    ("on the driver", 1, True),
+]
 
 
 def _sink_ids(path: Path) -> Any:
@@ -143,7 +150,7 @@ def run_config(
     nets: Any,
     roles: dict[str, tuple[str, str]],
     master: str,
-    cfg: tuple[str, int],
+    cfg: tuple[str, int, bool],
     args: Any,
     work: Path,
     first_net: int,
@@ -151,13 +158,14 @@ def run_config(
     import numpy as np
     from netns_hosts import NetnsHost
 
-    name, n = cfg
+    name, n, on_driver = cfg
+    on = roles["driver"] if on_driver else None
     work.mkdir(parents=True)
     hosts: list[Any] = []
     driver = None
     try:
         for i in range(n):
-            hosts.append(NetnsHost(nets.tag, first_net + i, work / f"host-{i}", hub=nets.hub, subnet=204))
+            hosts.append(NetnsHost(nets.tag, first_net + i, work / f"host-{i}", nets.hub, 204, on))
         d_ns, d_addr = roles["driver"]
         driver = _start_driver(nets, d_ns, d_addr, master, [h.server for h in hosts], work)
         rate = round(args.rate / n)
@@ -187,6 +195,7 @@ def run_config(
     return {
         "config": name,
         "factory_hosts": n,
+        "on_driver_host": on_driver,
         "rate_per_host": rate,
         "offered_rate": sum(s["emitted"] for s in summaries) / max(s["elapsed_s"] for s in summaries),
         "emitted": sum(s["emitted"] for s in summaries),

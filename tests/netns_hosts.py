@@ -82,12 +82,26 @@ def veth_to(ns: str, hub: str | None, net: str, tag: str) -> tuple[str, str]:
 
 class NetnsHost:
     """A factory host in its own network namespace, joined to this one by a veth pair, with its spool
-    on a tmpfs mounted only in its own mount namespace: this host cannot read the spool's files."""
+    on a tmpfs mounted only in its own mount namespace: this host cannot read the spool's files.
+    ``on`` (a namespace and its address) puts it on an existing host instead, whose network it then
+    shares (the namespace is not its own to delete)."""
 
-    def __init__(self, tag: str, net: int, mount: Path, hub: str | None = None, subnet: int = 203) -> None:
-        self.ns, self.hub = f"cpf{net}{tag}", hub
+    def __init__(
+        self,
+        tag: str,
+        net: int,
+        mount: Path,
+        hub: str | None = None,
+        subnet: int = 203,
+        on: tuple[str, str] | None = None,
+    ) -> None:
+        self.hub, self.own = hub, on is None
         self.proc: subprocess.Popen | None = None
-        self.outer, self.addr = veth_to(self.ns, hub, f"{subnet}.{net}", f"{net}{tag}")
+        if on is None:
+            self.ns = f"cpf{net}{tag}"
+            self.outer, self.addr = veth_to(self.ns, hub, f"{subnet}.{net}", f"{net}{tag}")
+        else:
+            (self.ns, self.addr), self.outer = on, ""
         self.mount = mount
         mount.mkdir(parents=True)
         self.spool = mount / "spool"
@@ -173,6 +187,8 @@ class NetnsHost:
     def stop(self) -> None:
         if self.proc is not None:
             stop_processes([self.proc], timeout=20)
+        if not self.own:
+            return
         hub_ip = ["-n", self.hub] if self.hub else []
         subprocess.run(["ip", *hub_ip, "link", "del", self.outer], capture_output=True, timeout=30)
         subprocess.run(["ip", "netns", "del", self.ns], capture_output=True, timeout=30)
