@@ -80,6 +80,30 @@ def veth_to(ns: str, hub: str | None, net: str, tag: str) -> tuple[str, str]:
     return outer, f"10.{net}.2"
 
 
+def generate_argv(endpoint: str, summary: Path, sender_base: int, rate: int, duration: float) -> list[str]:
+    """`cloudprofiler generate` into one factory: buckets of 500, its ledger in ``summary``, waiting
+    up to 60 s for the factory and queueing up to 2 s (a factory host may be stopped in a test)."""
+    return cli_argv(
+        "generate",
+        "--endpoint",
+        endpoint,
+        "--rate",
+        str(rate),
+        "--duration",
+        str(duration),
+        "--bucket",
+        "500",
+        "--sender-base",
+        str(sender_base),
+        "--summary",
+        str(summary),
+        "--wait-ready",
+        "60",
+        "--queue-ms",
+        "2000",
+    )
+
+
 class NetnsHost:
     """A factory host in its own network namespace, joined to this one by a veth pair, with its spool
     on a tmpfs mounted only in its own mount namespace: this host cannot read the spool's files.
@@ -137,25 +161,7 @@ class NetnsHost:
 
     def generate(self, summary: Path, sender_base: int, rate: int, duration: float) -> subprocess.Popen:
         """`cloudprofiler generate` on the factory's host (its namespace), into its front end."""
-        argv = cli_argv(
-            "generate",
-            "--endpoint",
-            self.endpoint,
-            "--rate",
-            str(rate),
-            "--duration",
-            str(duration),
-            "--bucket",
-            "500",
-            "--sender-base",
-            str(sender_base),
-            "--summary",
-            str(summary),
-            "--wait-ready",
-            "60",
-            "--queue-ms",
-            "2000",
-        )
+        argv = generate_argv(self.endpoint, summary, sender_base, rate, duration)
         return subprocess.Popen(["ip", "netns", "exec", self.ns, *argv], stdout=subprocess.DEVNULL)
 
     def expected(self, summary: Path, out: Path) -> Any:

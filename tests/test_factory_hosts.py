@@ -21,7 +21,7 @@ import orjson
 import pytest
 import zmq
 from conftest import wait_for
-from netns_hosts import CLUSTER_DRIVER, Namespaces, NetnsHost, spark_cluster
+from netns_hosts import CLUSTER_DRIVER, Namespaces, NetnsHost, generate_argv, spark_cluster
 
 from cloudprofiler.cli_process import cli_argv, stop_processes
 from cp_source.segment_server import (
@@ -307,25 +307,7 @@ class GeneratorProcess:
     def __init__(self, endpoint: str, summary: Path, sender_base: int, rate: int, duration: float) -> None:
         self.summary = summary
         self.proc = subprocess.Popen(
-            cli_argv(
-                "generate",
-                "--endpoint",
-                endpoint,
-                "--rate",
-                str(rate),
-                "--duration",
-                str(duration),
-                "--bucket",
-                "500",
-                "--sender-base",
-                str(sender_base),
-                "--summary",
-                str(summary),
-                "--wait-ready",
-                "60",
-                "--queue-ms",
-                "2000",
-            ),
+            generate_argv(endpoint, summary, sender_base, rate, duration),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
