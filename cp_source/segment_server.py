@@ -158,16 +158,23 @@ def _offsets_field(value: Any, name: str) -> dict[str, int]:
     return out
 
 
-def parse_request(raw: bytes) -> tuple[str, str | None, int | None] | ControlRequest:
-    """A segment or stats request (as ``validate_request``) or a control op; ValueError when malformed."""
-    if len(raw) > MAX_CONTROL_BYTES:
+def _json_request(raw: bytes, limit: int) -> Any:
+    """The request frame's JSON value, parsed once; ValueError when too large or not JSON."""
+    if len(raw) > limit:
         raise ValueError("request too large")
     try:
-        msg = orjson.loads(raw)
+        return orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         raise ValueError("request is not JSON") from e
+
+
+def parse_request(raw: bytes) -> tuple[str, str | None, int | None] | ControlRequest:
+    """A segment or stats request (as ``validate_request``) or a control op; ValueError when malformed."""
+    msg = _json_request(raw, MAX_CONTROL_BYTES)
     if not isinstance(msg, dict) or msg.get("op") not in CONTROL_OPS:
-        return validate_request(raw)
+        if len(raw) > MAX_REQUEST_BYTES:
+            raise ValueError("request too large")
+        return _segment_request(msg)
     op = msg["op"]
     spool = msg.get("spool")
     if op == "latest":
@@ -180,12 +187,10 @@ def parse_request(raw: bytes) -> tuple[str, str | None, int | None] | ControlReq
 
 def validate_request(raw: bytes) -> tuple[str, str | None, int | None]:
     """Parse a request frame into (op, worker, number); raise ValueError when it is malformed."""
-    if len(raw) > MAX_REQUEST_BYTES:
-        raise ValueError("request too large")
-    try:
-        msg = orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
-        raise ValueError("request is not JSON") from e
+    return _segment_request(_json_request(raw, MAX_REQUEST_BYTES))
+
+
+def _segment_request(msg: Any) -> tuple[str, str | None, int | None]:
     if not isinstance(msg, dict):
         raise ValueError("request is not a JSON object")
     op = msg.get("op")

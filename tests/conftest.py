@@ -7,12 +7,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from polling import wait_for  # noqa: F401  (tests import it from here)
 
 # Spark's Python workers must run the interpreter that has this package (also for sessions that
 # driver scripts start).
@@ -36,16 +36,6 @@ def spark() -> Iterator[Any]:
     )
     yield session
     session.stop()
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:
-    """Poll ``predicate`` until true; fail the test naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def await_query(query: Any, timeout: float = 180.0) -> None:

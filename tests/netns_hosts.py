@@ -14,24 +14,13 @@ import re
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
+from polling import wait_for
 
 from cloudprofiler.cli_process import cli_argv, stop_processes
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:
-    """Poll ``predicate`` until true; raise AssertionError naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def link_bytes(ns: str, link: str) -> tuple[int, int]:
@@ -78,6 +67,16 @@ def veth_to(ns: str, hub: str | None, net: str, tag: str) -> tuple[str, str]:
     if hub:
         ip("-n", ns, "route", "add", "default", "via", f"10.{net}.1")
     return outer, f"10.{net}.2"
+
+
+def factory_addresses(proc: subprocess.Popen) -> tuple[str, str]:
+    """(front-end endpoint, segment server) from the first two lines of `cloudprofiler factory --serve`."""
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    assert "factory listening on" in first, first
+    second = proc.stdout.readline()
+    assert "serving segments and commits on" in second, second
+    return first.split("factory listening on ")[1].split(",")[0], second.split(" on ")[1].strip()
 
 
 def generate_argv(endpoint: str, summary: Path, sender_base: int, rate: int, duration: float) -> list[str]:
@@ -153,11 +152,7 @@ class NetnsHost:
             text=True,
             start_new_session=True,
         )
-        assert self.proc.stdout is not None
-        first = self.proc.stdout.readline()
-        assert "factory listening on" in first, first
-        self.endpoint = first.split("factory listening on ")[1].split(",")[0]
-        self.server = self.proc.stdout.readline().split(" on ")[1].strip()
+        self.endpoint, self.server = factory_addresses(self.proc)
 
     def generate(self, summary: Path, sender_base: int, rate: int, duration: float) -> subprocess.Popen:
         """`cloudprofiler generate` on the factory's host (its namespace), into its front end."""

@@ -21,7 +21,7 @@ import orjson
 import pytest
 import zmq
 from conftest import wait_for
-from netns_hosts import CLUSTER_DRIVER, Namespaces, NetnsHost, generate_argv, spark_cluster
+from netns_hosts import CLUSTER_DRIVER, Namespaces, NetnsHost, factory_addresses, generate_argv, spark_cluster
 
 from cloudprofiler.cli_process import cli_argv, stop_processes
 from cp_source.segment_server import (
@@ -61,13 +61,7 @@ class FactoryHost:
             text=True,
             start_new_session=True,
         )
-        assert self.proc.stdout is not None
-        first = self.proc.stdout.readline()
-        assert "factory listening on" in first, first
-        self.endpoint = first.split("factory listening on ")[1].split(",")[0]
-        second = self.proc.stdout.readline()
-        assert "serving segments and commits on" in second, second
-        self.server = second.split(" on ")[1].strip()
+        self.endpoint, self.server = factory_addresses(self.proc)
 
     def stop(self) -> None:
         with contextlib.suppress(ProcessLookupError):
