@@ -155,10 +155,8 @@ def windows(panes: Panes, ends: np.ndarray, layout: PaneLayout) -> tuple[list[np
     # every window's pane indexes one after another, then one reduction per window (segments overlap)
     heads = np.r_[0, np.cumsum(sizes)[:-1]]
     idx = np.repeat(lo - heads, sizes) + np.arange(sizes.sum())
-    gathered = Panes(np.repeat(np.arange(len(ends), dtype=np.int64), sizes), [], [])
-    gathered.values = [v[idx] for v in panes.values]
-    gathered.counts = [c[idx] for c in panes.counts]
-    red = reduce_by_pane(gathered.starts, gathered.values, gathered.counts, layout)
+    window_of = np.repeat(np.arange(len(ends), dtype=np.int64), sizes)
+    red = reduce_by_pane(window_of, [v[idx] for v in panes.values], [c[idx] for c in panes.counts], layout)
     return red.values, red.counts
 
 

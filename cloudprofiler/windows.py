@@ -401,8 +401,10 @@ def state_agg(
         raise ValueError(problem)
     if output_mode == "append" and not watermarked:
         raise ValueError("a streaming append query needs a watermark to close its windows (pass watermark=)")
+    # a mean sums in double, as Spark's avg does; a sum, min or max keeps its column's kind
+    real = ("float", "double")
     floats = tuple(
-        a.func == "mean" or (a.func != "count" and fields[a.column].simpleString() in ("float", "double"))
+        a.func in ("mean", "avg") or (a.func != "count" and fields[a.column].simpleString() in real)
         for a in aggs
     )
     layout = PaneLayout(
@@ -422,13 +424,11 @@ def state_agg(
         *[F.col(c) for c in dict.fromkeys(inputs)],
     )
 
-    def out_type(a: Agg) -> Any:
+    def out_type(a: Agg, is_float: bool) -> Any:
         if a.func == "count":
             return LongType()
-        if a.func in ("mean", "avg"):
-            return DoubleType()
-        if a.func == "sum":
-            return DoubleType() if layout.floats[aggs.index(a)] else LongType()
+        if a.func in ("mean", "avg", "sum"):
+            return DoubleType() if is_float else LongType()
         return fields[a.column]
 
     out_schema = StructType(
@@ -436,7 +436,7 @@ def state_agg(
             StructField("_ws", LongType()),
             StructField("_we", LongType()),
             *[StructField(k, src.schema[k].dataType) for k in keys],
-            *[StructField(a.alias, out_type(a)) for a in aggs],
+            *[StructField(a.alias, out_type(a, fl)) for a, fl in zip(aggs, floats, strict=True)],
         ]
     )
     func = make_state_func(
