@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 import orjson
 
 FACTORIES_KEY = "factories"
+FRONTIER_KEY = "frontier"  # ordering=ready (cp_source.ready_hosts)
 STATUS_FILE = "_factories.json"
 MAX_FACTORIES = 64
 MAX_WORKERS = 64  # per factory, as the factory's --workers allows
@@ -62,7 +63,6 @@ EXCLUSIVE_OPTIONS = (
 )
 # Not supported with factories in this version: refused with one line, never ignored.
 NOT_YET = {
-    "ordering": ("ready", "ordering=ready across factory hosts is not supported yet; use ordering=arrival"),
     "startingoffsets": ("latest", "startingOffsets=latest is not supported with factories yet"),
     "scheduling": ("klink", "scheduling=klink is not supported with factories yet"),
 }
@@ -169,14 +169,21 @@ def offset_of(positions: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
     }
 
 
-def offset_positions(offset: Any) -> dict[str, dict[str, int]]:
-    """Per factory spool id, per worker segment numbers of an offset; another kind is refused."""
+def offset_positions(offset: Any, ordering: str = "arrival") -> dict[str, dict[str, int]]:
+    """Per factory spool id, per worker segment numbers of an offset; another kind is refused (one of
+    a query without factories, or written with the other ``ordering``)."""
     from cp_source.spool import SpoolMismatchError
 
     if not isinstance(offset, Mapping) or FACTORIES_KEY not in offset:
         raise SpoolMismatchError(
             f"offset {offset!r} is not an offset over factories (a checkpoint of a query without "
             f"factories=...): start the query with a new checkpoint; nothing was read or deleted"
+        )
+    was = "ready" if FRONTIER_KEY in offset else "arrival"
+    if was != ordering:
+        raise SpoolMismatchError(
+            f"the checkpoint's offsets were written with ordering={was}, this query reads with "
+            f"ordering={ordering}: keep the ordering of a checkpoint, or start a new one"
         )
     body = offset[FACTORIES_KEY]
     if not isinstance(body, Mapping) or len(body) > MAX_FACTORIES:
@@ -265,11 +272,12 @@ class FactoryHosts:
         self.initial: dict[str, dict[str, int]] | None = None
         self.new_begins: dict[str, dict[str, int]] = {}  # where a factory absent from a start began
         self._orphan_commits: dict[str, dict[str, int]] = {}  # commits for a spool no host answered for
+        self.ready_status: dict[str, Any] | None = None  # ordering=ready: the frontier's report
         self._ctx = zmq.Context()
         self._pid_ticks = _own_ticks()
         # Spark calls the reader only between batches; a batch waiting on a silent factory's segments
         # makes no call, so a thread keeps asking and keeps the status true meanwhile.
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()
         self._stopping = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="cp-factory-hosts-watch", daemon=True)
         self._watcher.start()
@@ -278,7 +286,7 @@ class FactoryHosts:
     def by_id(self) -> dict[str, Host]:
         return {h.spool_id: h for h in self.hosts if h.spool_id is not None}
 
-    def _ask(self, requests: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any] | str], Asked]:
+    def ask(self, requests: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any] | str], Asked]:
         """The answers, and when they were asked (a silent factory waits since then)."""
         from cp_source.segment_server import ask_servers
 
@@ -287,7 +295,7 @@ class FactoryHosts:
             return {}, asked
         return ask_servers(requests, self.control_timeout, self._ctx, self.curve_keys), asked
 
-    def _mark(self, host: Host, answer: dict[str, Any] | str, asked: Asked) -> dict[str, Any] | None:
+    def mark_answer(self, host: Host, answer: dict[str, Any] | str, asked: Asked) -> dict[str, Any] | None:
         """Record whether ``host`` answered; the answer when it did."""
         if isinstance(answer, str):
             host.answered, host.error = False, answer
@@ -305,13 +313,13 @@ class FactoryHosts:
             if after is not None and h.spool_id is not None and h.spool_id in after:
                 known = dict(after[h.spool_id])
             requests[h.endpoint] = {"op": "latest", "after": known} if known else {"op": "latest"}
-        answers, asked = self._ask(requests)
-        with self._lock:
+        answers, asked = self.ask(requests)
+        with self.lock:
             for h in self.hosts:
-                reply = self._mark(h, answers[h.endpoint], asked)
+                reply = self.mark_answer(h, answers[h.endpoint], asked)
                 if reply is not None:
                     self._take_latest(h, reply, asked)
-            self._check_ids()
+            self.check_ids()
         self._flush_commits()
         self.write_status()
 
@@ -319,10 +327,10 @@ class FactoryHosts:
         """Every WATCH_S, ask each factory for its counters: which ones answer, for the status."""
         while not self._stopping.wait(WATCH_S):
             try:
-                answers, asked = self._ask({h.endpoint: {"op": "stats"} for h in self.hosts})
-                with self._lock:
+                answers, asked = self.ask({h.endpoint: {"op": "stats"} for h in self.hosts})
+                with self.lock:
                     for h in self.hosts:
-                        self._mark(h, answers[h.endpoint], asked)
+                        self.mark_answer(h, answers[h.endpoint], asked)
                 self.write_status()
             except Exception:  # the watcher only reports; the query's own calls fail it if need be
                 continue
@@ -331,7 +339,7 @@ class FactoryHosts:
         try:
             sid, workers = parse_latest(reply)
         except (TypeError, ValueError) as e:  # a factory's answer is data from the network: checked
-            self._mark(host, f"malformed latest answer from {host.endpoint}: {e}", asked)
+            self.mark_answer(host, f"malformed latest answer from {host.endpoint}: {e}", asked)
             return
         if host.spool_id is not None and sid != host.spool_id:
             raise RuntimeError(
@@ -348,7 +356,7 @@ class FactoryHosts:
             for n in [n for n in facts if n <= committed]:
                 del facts[n]
 
-    def _check_ids(self) -> None:
+    def check_ids(self) -> None:
         seen: dict[str, str] = {}
         for h in self.hosts:
             if h.spool_id is None:
@@ -558,8 +566,8 @@ class FactoryHosts:
             for h in self.hosts
             if h.spool_id is not None and pending(h) and h.waiting_mono is None
         }
-        answers, asked = self._ask(requests)
-        with self._lock:
+        answers, asked = self.ask(requests)
+        with self.lock:
             for h in self.hosts:
                 if h.endpoint in answers:
                     self._took(op, h, answers[h.endpoint], pending, asked)
@@ -568,7 +576,7 @@ class FactoryHosts:
         """A factory's answer to a commit or plan: pending cleared, committed offsets taken."""
         if isinstance(answer, str) and not answer.startswith("no answer"):
             raise RuntimeError(f"factory {h.endpoint} refused the {op}: {answer}")
-        reply = self._mark(h, answer, asked)
+        reply = self.mark_answer(h, answer, asked)
         if reply is None:
             return
         pending(h).clear()
@@ -605,6 +613,7 @@ class FactoryHosts:
             "factory_timeout": self.factory_timeout,
             "factories": rows,
             "waiting": [r["endpoint"] for r in rows if r["state"] == "waiting"],
+            **({"ready": self.ready_status} if self.ready_status is not None else {}),
         }
 
     def write_status(self) -> None:
@@ -612,7 +621,7 @@ class FactoryHosts:
         from cp_source.private_dirs import atomic_write, ensure_private_dir
 
         try:
-            with self._lock:
+            with self.lock:
                 ensure_private_dir(self.status_dir)
                 atomic_write(Path(self.status_dir) / STATUS_FILE, orjson.dumps(self.status()))
         except OSError:

@@ -118,6 +118,7 @@ class ReadyFrontier:
         self.data_max = NO_FRONTIER  # latest event time in the segments seen
         self.frontier = NO_FRONTIER
         self.missing_note: str | None = None  # declared senders that never appeared, once timed out
+        self.holding = 0  # live senders the last answer waited on (0: every sender ended or is gone)
         self._ledger = LedgerTails(self.root)
 
     def _state(self, sender: int) -> SenderProgress:
@@ -181,6 +182,7 @@ class ReadyFrontier:
         live = [st.ready_ms() for st in self.senders.values() if not st.done and st.gone is None]
         if self._waiting_for_declared():
             live.append(NO_FRONTIER)
+        self.holding = len(live)
         if live:
             candidate = min(live)
         elif self.senders:

@@ -63,6 +63,8 @@ class ReadySlice(InputPartition):
     spool_id: str = ""
     curve_keys: str | None = None
     batch_key: str = ""  # the batch's end offset digest, for the ingest log
+    # over factory hosts: per segment, the (segment server, spool id) it is fetched from
+    sources: list[tuple[str | None, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         super().__init__(f"{self.lo}..{self.hi}")
@@ -97,7 +99,7 @@ def ready_offset(spool_id: str, frontier: int, positions: Mapping[str, int]) -> 
     return {"spool": spool_id, FRONTIER_KEY: int(frontier), **{w: int(positions[w]) for w in workers}}
 
 
-def _overlapping(spool: Any, upto: Mapping[str, int], lo: int, hi: int) -> list[Any]:
+def overlapping(spool: Any, upto: Mapping[str, int], lo: int, hi: int) -> list[Any]:
     """Segments numbered at most ``upto[w]`` holding an event time in ``(lo, hi]``."""
     out = []
     for w, n in upto.items():
@@ -105,12 +107,10 @@ def _overlapping(spool: Any, upto: Mapping[str, int], lo: int, hi: int) -> list[
     return out
 
 
-def plan_slices(
-    spool: Any, upto: Mapping[str, int], lo: int, hi: int, rows_per_slice: int
-) -> list[tuple[int, int, list[SegmentRef]]]:
-    """The batch ``(lo, hi]`` as consecutive event-time slices of about ``rows_per_slice`` rows
-    (estimated from whole segments), each with the segments it reads."""
-    segs = _overlapping(spool, upto, lo, hi)
+def cut_slices(segs: list[Any], lo: int, hi: int, rows_per_slice: int) -> list[tuple[int, int, list[Any]]]:
+    """``(lo, hi]`` as consecutive event-time slices of about ``rows_per_slice`` rows (estimated from
+    whole segments: anything with ``rows``, ``event_time_min`` and ``event_time_max``), each with the
+    segments it reads."""
     if not segs:
         return []
     start = max(lo, min(s.event_time_min for s in segs) - 1)
@@ -119,14 +119,20 @@ def plan_slices(
     bounds = [start + (hi - start) * i // k for i in range(k + 1)]
     slices = []
     for a, b in zip(bounds, bounds[1:], strict=False):
-        mine = [
-            (s.worker, s.number, s.path, s.rows, s.tuple_id_min)
-            for s in segs
-            if s.event_time_max > a and s.event_time_min <= b
-        ]
+        mine = [s for s in segs if s.event_time_max > a and s.event_time_min <= b]
         if mine:
             slices.append((lo if a == start else a, b, mine))
     return slices
+
+
+def plan_slices(
+    spool: Any, upto: Mapping[str, int], lo: int, hi: int, rows_per_slice: int
+) -> list[tuple[int, int, list[SegmentRef]]]:
+    """The batch ``(lo, hi]`` of one spool as slices (``cut_slices``) of segment references."""
+    return [
+        (a, b, [(s.worker, s.number, s.path, s.rows, s.tuple_id_min) for s in mine])
+        for a, b, mine in cut_slices(overlapping(spool, upto, lo, hi), lo, hi, rows_per_slice)
+    ]
 
 
 def select_rows(table: Any, lo: int, hi: int) -> Any:
@@ -202,9 +208,15 @@ def _last_late_record(root: Path) -> dict[str, Any] | None:
     return recs[-1] if recs else None
 
 
-def commit_ready(spool: Any, spool_id: str, upto: dict[str, int], frontier: int) -> dict[str, int]:
+def commit_ready(
+    spool: Any, spool_id: str, upto: dict[str, int], frontier: int, since: int | None = None
+) -> dict[str, int]:
     """Commit a ready batch ending at (``frontier``, ``upto``): count late rows, record the frontier,
     delete what every later batch is past. Idempotent (Spark may commit an end again after a restart).
+
+    ``since``: the batch's start frontier when known. Rows at or below it in segments no batch had
+    planned are late even when this spool's own committed frontier is lower (a factory host that
+    joined a query past its frontier).
     """
     root = Path(spool.root)
     ensure_private_dir(root)
@@ -212,9 +224,10 @@ def commit_ready(spool: Any, spool_id: str, upto: dict[str, int], frontier: int)
         fcntl.flock(lock, fcntl.LOCK_EX)
         state = ReadyState.read(root)
         if frontier > state.frontier or any(n > state.scanned.get(w, -1) for w, n in upto.items()):
-            rows, ranges = _late_ranges(spool, state.scanned, upto, state.frontier)
+            behind = state.frontier if since is None else max(state.frontier, since)
+            rows, ranges = _late_ranges(spool, state.scanned, upto, behind)
             last = _last_late_record(root)
-            key = {"frontier_ms": state.frontier, "upto": upto}
+            key = {"frontier_ms": behind, "upto": upto}
             if rows and not (last and {k: last.get(k) for k in key} == key):
                 rec = {
                     "wall": time.time(),

@@ -12,7 +12,8 @@ On a factory host the server also answers the control ops a remote reader
 needs (``SpoolControl``): ``latest`` (the spool id, and per worker the
 committed and latest segment numbers with the rows and first tuple id of the
 segments after a given position), ``commit`` and ``plan`` (the spool's own
-``commit`` and ``mark_planned``, refused for another spool id).
+``commit`` and ``mark_planned``, refused for another spool id), and the
+``ordering=ready`` ops (``cp_source.ready_host_ops``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ import orjson
 import zmq
 
 from cp_source.private_dirs import atomic_write
+from cp_source.ready_host_ops import READY_OPS, ReadyControl, event_ms, plan_after, sender_timeout
 from native_tsc import curve_keys as ck
 from native_tsc.zmq_bounds import recv_bounded
 
@@ -44,15 +46,22 @@ MAX_FRAMES = 3  # identity, delimiter, request: frames past this are read and dr
 MAX_SEGMENT_BYTES = 1 << 30
 WORKER_NAME = re.compile(r"^w[0-9]{1,4}$")
 MAX_SEGMENT_NUMBER = 1 << 62
-# A control request carries an offset of up to 64 workers: it is bounded by the socket's frame size.
-MAX_CONTROL_BYTES = MAX_REQUEST_BYTES * 4
+# A control request carries up to two offsets of 64 workers: it is bounded by the socket's frame size.
+MAX_CONTROL_BYTES = MAX_REQUEST_BYTES * 16
 MAX_OFFSET_WORKERS = 64
-CONTROL_OPS = ("latest", "commit", "plan")
+CONTROL_OPS = ("latest", "commit", "plan", *READY_OPS)
 SPOOL_ID_RE = re.compile(r"^[0-9a-f]{8,64}$")
 # A latest answer lists at most this many segments (about 40 bytes each); the reader asks again.
 MAX_LISTED = 16_384
 MAX_CONTROL_REPLY = 8 << 20  # what a control client accepts per frame
-_OP_COUNTERS = {"latest": "latest_requests", "commit": "commits", "plan": "plans"}
+_OP_COUNTERS = {
+    "latest": "latest_requests",
+    "commit": "commits",
+    "plan": "plans",
+    "ready": "ready_requests",
+    "ready_plan": "plans",
+    "ready_commit": "commits",
+}
 
 
 class FetchError(RuntimeError):
@@ -80,6 +89,7 @@ class SpoolControl:
 
     def __init__(self, spool: Any) -> None:
         self.spool = spool
+        self.ready = ReadyControl(spool)
 
     def lookup(self, worker: str, number: int) -> SegmentRef | None:
         """A published, uncommitted segment of this spool (the manifest's own facts)."""
@@ -95,6 +105,8 @@ class SpoolControl:
         sid = self.spool.ensure_spool_id()
         if req.op == "latest":
             return self._latest(sid, req.offsets)
+        if req.op == "ready" and req.spool is None:  # the first ask of a query: it learns the id here
+            req = ControlRequest(req.op, sid, req.offsets, req.args)
         if req.spool != sid:
             return {
                 "ok": False,
@@ -108,11 +120,21 @@ class SpoolControl:
                     "ok": False,
                     "error": f"{req.op} {w}={n} is beyond the latest published segment {latest.get(w, -1)}",
                 }
+        if req.op in READY_OPS:
+            return self._ready(sid, req)
         if req.op == "commit":
             self.spool.commit(req.offsets, sid)
         else:
             self.spool.mark_planned(req.offsets, sid)
         return {"ok": True, "spool": sid, "committed": self.spool.committed()}
+
+    def _ready(self, sid: str, req: ControlRequest) -> dict[str, Any]:
+        a = req.args
+        if req.op == "ready":
+            return self.ready.ready(sid, a["floor"], a["timeout"], req.offsets, a["cap"])
+        if req.op == "ready_plan":
+            return self.ready.plan(sid, a["lo"], a["hi"], req.offsets, a["after"])
+        return self.ready.commit(sid, a["frontier"], req.offsets, a["since"])
 
     def _latest(self, sid: str, after: dict[str, int]) -> dict[str, Any]:
         """Per worker: committed, latest (gapless, as the local reader's latestOffset), and the segments
@@ -135,11 +157,13 @@ class SpoolControl:
 
 @dataclass(frozen=True)
 class ControlRequest:
-    """A validated control op: ``offsets`` is ``after`` for latest, the end offset for commit and plan."""
+    """A validated control op: ``offsets`` is ``after`` for latest and ready, the end offset for
+    commit, plan, ready_plan and ready_commit; ``args``: the ready ops' other fields, checked."""
 
     op: str
     spool: str | None
     offsets: dict[str, int]
+    args: dict[str, Any] = field(default_factory=dict)
 
 
 def _offsets_field(value: Any, name: str) -> dict[str, int]:
@@ -180,9 +204,39 @@ def parse_request(raw: bytes) -> tuple[str, str | None, int | None] | ControlReq
     if op == "latest":
         after = msg.get("after", {})
         return ControlRequest(op, None, _offsets_field(after, "after"))
+    if op == "ready" and spool is None:
+        return _ready_request(msg, None)
     if not isinstance(spool, str) or not SPOOL_ID_RE.match(spool):
         raise ValueError("bad spool id")
+    if op in READY_OPS:
+        return _ready_request(msg, spool)
     return ControlRequest(op, spool, _offsets_field(msg.get("offsets"), "offsets"))
+
+
+def _ready_request(msg: dict[str, Any], spool: str | None) -> ControlRequest:
+    """A ready op's fields, each checked and bounded (``cp_source.ready_host_ops``)."""
+    op = msg["op"]
+    args: dict[str, Any]
+    if op == "ready":
+        cap = msg.get("cap")
+        args = {
+            "floor": event_ms(msg.get("floor"), "floor"),
+            "timeout": sender_timeout(msg.get("timeout")),
+            "cap": None if cap is None else _offsets_field(cap, "cap"),
+        }
+        return ControlRequest(op, spool, _offsets_field(msg.get("after", {}), "after"), args)
+    if op == "ready_plan":
+        lo, hi = event_ms(msg.get("lo"), "lo"), event_ms(msg.get("hi"), "hi")
+        if hi < lo:
+            raise ValueError("hi is below lo")
+        args = {"lo": lo, "hi": hi, "after": plan_after(msg.get("after"))}
+        return ControlRequest(op, spool, _offsets_field(msg.get("offsets"), "offsets"), args)
+    since = msg.get("since")
+    args = {
+        "frontier": event_ms(msg.get("frontier"), "frontier"),
+        "since": None if since is None else event_ms(since, "since"),
+    }
+    return ControlRequest(op, spool, _offsets_field(msg.get("offsets"), "offsets"), args)
 
 
 def validate_request(raw: bytes) -> tuple[str, str | None, int | None]:
@@ -253,6 +307,7 @@ class SegmentServer:
             "latest_requests": 0,
             "commits": 0,
             "plans": 0,
+            "ready_requests": 0,
             "control_errors": 0,
         }
         self._stop = threading.Event()
@@ -266,7 +321,7 @@ class SegmentServer:
         """
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES * 4)  # per frame; frames: recv_bounded
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_CONTROL_BYTES)  # per frame; frames: recv_bounded
         sock.setsockopt(zmq.RCVHWM, REQUEST_HWM)
         sock.setsockopt(zmq.SNDHWM, REPLY_HWM)
         # a full peer pipe raises EAGAIN on a non-blocking send instead of a silent drop, so it is counted

@@ -596,12 +596,14 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         self._driver_state: dict[str, Any] | None = None
         self._target: dict[str, int] | None = None
         self._hosts: Any = None  # factories=...: the driver side over factory hosts (FactoryHosts)
+        self._ready: Any = None  # factories=... with ordering=ready (ReadyHosts)
 
     # Driver-side state never travels to executors or planner copies.
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_driver_state"] = None
         state["_hosts"] = None
+        state["_ready"] = None
         return state
 
     def _factory_hosts(self) -> Any:
@@ -614,8 +616,43 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             self._hosts = FactoryHosts(o.factories, o.factory_timeout, o.status_dir, o.curve_keys)
         return self._hosts
 
+    def _ready_hosts(self) -> Any:
+        """factories=... with ordering=ready: the frontier over every factory host (created once)."""
+        if self._ready is None:
+            from cp_source.ready_hosts import ReadyHosts
+
+            o = self.opts
+            self._ready = ReadyHosts(self._factory_hosts(), o.senders, o.sender_ids, o.sender_timeout)
+        return self._ready
+
+    def _ready_hosts_partitions(self, start: dict, end: dict) -> list[Any]:
+        """Event-time slices over every factory host's segments; each segment names its host's server."""
+        from cp_source.ready_reader import cut_slices
+
+        o = self.opts
+        lo, hi, segs = self._ready_hosts().plan(start, end)
+        parts = [
+            ReadySlice(
+                a,
+                b,
+                [(s.worker, s.number, "", s.rows, s.tuple_id_min) for s in mine],
+                None,
+                "network",
+                o.fetch_timeout,
+                "",
+                o.curve_keys,
+                sources=[(s.server, s.spool) for s in mine],
+            )
+            for a, b, mine in cut_slices(segs, lo, hi, o.rows_per_partition)
+        ]
+        # an empty batch still starts the executors' Python workers (see partitions)
+        parts = parts or [ReadySlice(lo, lo, [], None, "network", o.fetch_timeout)]
+        return self._keyed(parts, end)
+
     def _hosts_partitions(self, start: dict, end: dict) -> list[Any]:
         """Partitions over factory hosts: each names its factory's segment server, fetched directly."""
+        if self.opts.ordering == "ready":
+            return self._ready_hosts_partitions(start, end)
         o = self.opts
         parts = []
         for server, sid, worker, segs in self._factory_hosts().plan(start, end):
@@ -737,6 +774,8 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         # Spark asks again on every trigger until its first batch: the answer must not move.
         mark("reader: initialOffset")
         if self.opts.factories:
+            if self.opts.ordering == "ready":
+                return self._ready_hosts().initial_offset()
             return self._factory_hosts().initial_offset()
         state = self._driver()
         if state["initial"] is None:
@@ -771,7 +810,10 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def prepareForTriggerAvailableNow(self) -> None:
         if self.opts.factories:
-            self._factory_hosts().prepare_available_now()
+            if self.opts.ordering == "ready":
+                self._ready_hosts().prepare_available_now()
+            else:
+                self._factory_hosts().prepare_available_now()
             return
         if self.opts.factory == "embedded":
             # The target is what the spool holds now, and the embedded factory only starts now:
@@ -787,6 +829,8 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         mark("reader: latestOffset")
+        if self.opts.factories and self.opts.ordering == "ready":
+            return self._ready_hosts().latest_offset(start)
         if self.opts.factories:
             rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
             return self._factory_hosts().latest_offset(start, rows)
@@ -898,6 +942,8 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def reportLatestOffset(self) -> dict | None:
         if self.opts.factories:
+            if self.opts.ordering == "ready":
+                return self._ready_hosts().report_latest()
             return self._factory_hosts().report_latest()
         if self.opts.ordering == "ready":
             from cp_source.ready_reader import ready_offset
@@ -979,7 +1025,10 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def commit(self, end: dict) -> None:
         mark("reader: commit")
         if self.opts.factories:
-            self._factory_hosts().commit(end)
+            if self.opts.ordering == "ready":
+                self._ready_hosts().commit(end)
+            else:
+                self._factory_hosts().commit(end)
             return
         state = self._driver()
         # Checked twice: here against the id this reader holds, and by the spool under its lock.
@@ -993,7 +1042,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         state["spool"].commit(self._positions(end), state["spool_id"])
 
     def stop(self) -> None:
-        hosts, self._hosts = self._hosts, None
+        hosts, self._hosts, self._ready = self._hosts, None, None
         if hosts is not None:
             hosts.stop()
         state, self._driver_state = self._driver_state, None
@@ -1062,16 +1111,19 @@ def _read_slice(part: ReadySlice) -> Iterator[Any]:
     """A ready slice: its rows of every segment, each segment checked against the plan, merged."""
     from cp_source.ready_reader import merge_sorted, select_rows
 
-    loaders: dict[str, _SegmentLoader] = {}
+    loaders: dict[tuple[str | None, str, str], _SegmentLoader] = {}
+    sources = part.sources or [(part.server, part.spool_id)] * len(part.segments)
     try:
         tables = []
-        for worker, number, path, rows, first_id in part.segments:
-            loader = loaders.get(worker)
+        for (worker, number, path, rows, first_id), (server, spool_id) in zip(
+            part.segments, sources, strict=True
+        ):
+            loader = loaders.get((server, spool_id, worker))
             if loader is None:
                 ref = SegmentRange(
-                    worker, [], part.server, part.fetch, part.fetch_timeout, part.spool_id, part.curve_keys
+                    worker, [], server, part.fetch, part.fetch_timeout, spool_id, part.curve_keys
                 )
-                loader = loaders[worker] = _SegmentLoader(ref)
+                loader = loaders[(server, spool_id, worker)] = _SegmentLoader(ref)
             tables.append(select_rows(loader.load(number, path, rows, first_id), part.lo, part.hi))
         merged = merge_sorted(tables)
         if merged is not None:

@@ -79,6 +79,40 @@ def factory_addresses(proc: subprocess.Popen) -> tuple[str, str]:
     return first.split("factory listening on ")[1].split(",")[0], second.split(" on ")[1].strip()
 
 
+class FactoryHost:
+    """A `cloudprofiler factory --serve` process on its own spool, ports picked by the factory."""
+
+    def __init__(self, spool: Path, workers: int = 2, keys: Path | None = None) -> None:
+        self.spool = spool
+        extra = ["--curve-keys", str(keys)] if keys is not None else []
+        self.proc = subprocess.Popen(
+            cli_argv(
+                "factory",
+                *extra,
+                "--endpoint",
+                "tcp://127.0.0.1:0",
+                "--spool",
+                str(spool),
+                "--workers",
+                str(workers),
+                "--flush-ms",
+                "50",
+                "--serve",
+                "tcp://127.0.0.1:0",
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+        self.endpoint, self.server = factory_addresses(self.proc)
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGCONT)  # a stopped process cannot act on SIGTERM
+        stop_processes([self.proc], timeout=20)
+
+
 def generate_argv(endpoint: str, summary: Path, sender_base: int, rate: int, duration: float) -> list[str]:
     """`cloudprofiler generate` into one factory: buckets of 500, its ledger in ``summary``, waiting
     up to 60 s for the factory and queueing up to 2 s (a factory host may be stopped in a test)."""

@@ -6,7 +6,6 @@ Real factory processes on loopback with their own spools, real generators, a rea
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import re
 import shutil
@@ -21,9 +20,16 @@ import orjson
 import pytest
 import zmq
 from conftest import wait_for
-from netns_hosts import CLUSTER_DRIVER, Namespaces, NetnsHost, factory_addresses, generate_argv, spark_cluster
+from netns_hosts import (
+    CLUSTER_DRIVER,
+    FactoryHost,
+    Namespaces,
+    NetnsHost,
+    generate_argv,
+    spark_cluster,
+)
 
-from cloudprofiler.cli_process import cli_argv, stop_processes
+from cloudprofiler.cli_process import cli_argv
 from cp_source.segment_server import (
     MAX_CONTROL_BYTES,
     ControlRequest,
@@ -33,40 +39,6 @@ from cp_source.segment_server import (
     parse_request,
 )
 from cp_source.spool import Spool
-
-
-class FactoryHost:
-    """A `cloudprofiler factory --serve` process on its own spool, ports picked by the factory."""
-
-    def __init__(self, spool: Path, workers: int = 2, keys: Path | None = None) -> None:
-        self.spool = spool
-        extra = ["--curve-keys", str(keys)] if keys is not None else []
-        self.proc = subprocess.Popen(
-            cli_argv(
-                "factory",
-                *extra,
-                "--endpoint",
-                "tcp://127.0.0.1:0",
-                "--spool",
-                str(spool),
-                "--workers",
-                str(workers),
-                "--flush-ms",
-                "50",
-                "--serve",
-                "tcp://127.0.0.1:0",
-            ),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-        )
-        self.endpoint, self.server = factory_addresses(self.proc)
-
-    def stop(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGCONT)  # a stopped process cannot act on SIGTERM
-        stop_processes([self.proc], timeout=20)
 
 
 @pytest.fixture
@@ -172,7 +144,6 @@ def test_factories_option_parses() -> None:
         ({"factories": TWO, "endpoint": "tcp://127.0.0.1:1"}, "option endpoint: not with factories"),
         ({"factories": TWO, "factory": "external"}, "option factory: not with factories"),
         ({"factories": TWO, "workers": "2"}, "option workers: not with factories"),
-        ({"factories": TWO, "ordering": "ready"}, "ordering=ready across factory hosts is not supported yet"),
         ({"factories": TWO, "startingOffsets": "latest"}, "not supported with factories yet"),
         ({"factories": TWO, "fetch": "local"}, "option fetch=local"),
         ({"factories": TWO, "factoryTimeout": "soon"}, "option factoryTimeout='soon': expected seconds"),
