@@ -3,6 +3,7 @@ delivers every tuple exactly once with every bucket logged once (nothing accepte
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,12 @@ from conftest import await_query, small_tmpfs
 from ingest_truth import assert_exactly_once, expected_ids
 
 pytestmark = pytest.mark.long
+
+BATCH = 2000  # maxRecordsPerTrigger of the run that fills the disk: about 20 batches, a log file each
+PAGE = 4096
+# Room left on the small disk: one log file of a batch fits (they are 6-12 KB), a few cannot, and a
+# file takes at least a page, so a run of more than FREE_PAGES + 1 files certainly fills it.
+FREE_PAGES = 5
 
 
 def _query(spark: Any, spool: Path, log: Path, out: Path, ckpt: Path, limit: int | None) -> Any:
@@ -31,6 +38,40 @@ def _query(spark: Any, spool: Path, log: Path, out: Path, ckpt: Path, limit: int
     return w.trigger(availableNow=True).start()
 
 
+def _fill(mnt: Path, free_pages: int) -> int:
+    """Write a ballast file on ``mnt`` so that only ``free_pages`` pages stay free; the free bytes."""
+    st = os.statvfs(mnt)
+    ballast = st.f_bavail * st.f_frsize - free_pages * PAGE
+    assert ballast > 0, f"the small disk has only {st.f_bavail * st.f_frsize} bytes free"
+    with open(mnt / "ballast", "wb") as f:
+        f.write(b"\0" * ballast)
+    st = os.statvfs(mnt)
+    assert st.f_bavail * st.f_frsize == free_pages * PAGE, "the ballast did not leave the free room asked"
+    return free_pages * PAGE
+
+
+def _failure(q: Any, log_dir: Path, free: int, timeout: float = 300.0) -> str:
+    """The message of the query's failure; a clear test failure when it hangs or ends cleanly."""
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        finished = q.awaitTermination(timeout)  # raises the query's failure; False on timeout
+    except StreamingQueryException as e:
+        return str(e)
+    if not finished:
+        progress = q.lastProgress
+        q.stop()
+        pytest.fail(f"the query neither failed nor finished in {timeout:.0f}s; last progress: {progress}")
+    if q.exception() is None:
+        files = sorted(log_dir.glob("*.parquet")) if log_dir.is_dir() else []
+        sizes = [f.stat().st_size for f in files]
+        pytest.fail(
+            f"the query finished without error: {len(files)} log files ({sum(sizes)} bytes, {sizes}) "
+            f"fit in the {free} bytes left free on the small disk"
+        )
+    return str(q.exception())
+
+
 def test_a_full_log_disk_fails_the_query_and_a_restart_loses_nothing(spark: Any, tmp_path: Path) -> None:
     from cp_sink import read_records
     from cp_source.factory import start_factory
@@ -45,14 +86,17 @@ def test_a_full_log_disk_fails_the_query_and_a_restart_loses_nothing(spark: Any,
     finally:
         factory.stop()
     want, _ = expected_ids(summary, Spool(spool).stats())
+    # enough batches (a log file each, a page at least) to overflow the free room whatever the sizes
+    assert len(want) > BATCH * (FREE_PAGES + 2), f"only {len(want)} tuples reached the spool: too few to fill"
     with small_tmpfs(tmp_path / "small", "64k") as small:
-        q = _query(spark, spool, small / "plog", out, ckpt, 2000)
-        with pytest.raises(Exception, match="progressLog") as failed:
-            q.awaitTermination(180)
-        err = str(failed.value)
+        free = _fill(small, FREE_PAGES)
+        q = _query(spark, spool, small / "plog", out, ckpt, BATCH)
+        err = _failure(q, small / "plog" / "ingest", free)
         assert "option progressLog: cannot write the ingest log" in err and "No space left" in err, err
         partial = read_records(out)["tuple_id"].to_numpy()
-        assert len(partial) < len(want)  # it stopped before the end
+        # it stopped before the end, having delivered only tuples it should, once each
+        assert len(partial) < len(want)
+        assert len(np.unique(partial)) == len(partial) and np.isin(partial, want).all()
         assert not list((small / "plog" / "ingest").glob(".*.tmp"))  # no partial file left behind
     q = _query(spark, spool, tmp_path / "plog", out, ckpt, None)
     await_query(q)
