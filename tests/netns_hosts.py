@@ -113,6 +113,24 @@ class FactoryHost:
         stop_processes([self.proc], timeout=20)
 
 
+class GeneratorProcess:
+    """`cloudprofiler generate` into one factory host, its summary (the ledger of what it sent) in a file."""
+
+    def __init__(self, endpoint: str, summary: Path, sender_base: int, rate: int, duration: float) -> None:
+        self.summary = summary
+        self.proc = subprocess.Popen(
+            generate_argv(endpoint, summary, sender_base, rate, duration),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def result(self, timeout: float = 180.0) -> dict[str, Any]:
+        _, err = self.proc.communicate(timeout=timeout)
+        assert self.proc.returncode == 0, f"generate exited {self.proc.returncode}: {err}"
+        return orjson.loads(self.summary.read_bytes())
+
+
 def generate_argv(endpoint: str, summary: Path, sender_base: int, rate: int, duration: float) -> list[str]:
     """`cloudprofiler generate` into one factory: buckets of 500, its ledger in ``summary``, waiting
     up to 60 s for the factory and queueing up to 2 s (a factory host may be stopped in a test)."""

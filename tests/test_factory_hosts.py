@@ -23,9 +23,9 @@ from conftest import wait_for
 from netns_hosts import (
     CLUSTER_DRIVER,
     FactoryHost,
+    GeneratorProcess,
     Namespaces,
     NetnsHost,
-    generate_argv,
     spark_cluster,
 )
 
@@ -266,24 +266,6 @@ def test_a_factory_host_serves_latest_segments_and_commits(tmp_path: Path, hosts
 
 
 # ---- one query over two factory hosts -----------------------------------------------------------
-class GeneratorProcess:
-    """`cloudprofiler generate` into one factory host, its summary (the ledger of what it sent) in a file."""
-
-    def __init__(self, endpoint: str, summary: Path, sender_base: int, rate: int, duration: float) -> None:
-        self.summary = summary
-        self.proc = subprocess.Popen(
-            generate_argv(endpoint, summary, sender_base, rate, duration),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-
-    def result(self, timeout: float = 180.0) -> dict[str, Any]:
-        _, err = self.proc.communicate(timeout=timeout)
-        assert self.proc.returncode == 0, f"generate exited {self.proc.returncode}: {err}"
-        return orjson.loads(self.summary.read_bytes())
-
-
 def _hosts_query(spark: Any, tmp_path: Path, hosts: list[Any], **options: str) -> Any:
     import cloudprofiler
 

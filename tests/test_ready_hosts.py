@@ -335,3 +335,67 @@ def test_a_malformed_ready_plan_is_refused(reply: dict[str, Any]) -> None:
     assert more and segs[0].worker == "w1" and segs[0].number == 7
     with pytest.raises(ValueError):
         parse_plan(reply, "tcp://h:1", "abcdef01")
+
+
+# ---- a real query over two factory hosts ---------------------------------------------------------
+@pytest.mark.long
+def test_a_ready_query_over_two_factory_hosts_delivers_every_tuple_once_in_event_time_order(
+    spark: Any, two: list[FactoryHost], tmp_path: Path
+) -> None:
+    import numpy as np
+    from ingest_truth import assert_exactly_once, expected_ids
+    from netns_hosts import GeneratorProcess
+
+    import cloudprofiler
+    from cp_sink import read_records
+
+    cloudprofiler.register(spark)
+    query = (
+        spark.readStream.format("cloudprofiler")
+        .option("factories", ",".join(h.server for h in two))
+        .option("statusDir", str(tmp_path / "status"))
+        .option("ordering", "ready")
+        .option("senders", "2")
+        .option("senderTimeout", "60")
+        .option("progressLog", str(tmp_path / "plog"))
+        .load()
+        .writeStream.format("cloudprofiler")
+        .option("path", str(tmp_path / "records"))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+    try:
+        gens = [
+            GeneratorProcess(h.endpoint, tmp_path / f"gen-{i}.json", 300 + i, 10_000, 3.0)
+            for i, h in enumerate(two)
+        ]
+        summaries = [g.result() for g in gens]
+        parts = [expected_ids(s, Spool(h.spool).stats())[0] for h, s in zip(two, summaries, strict=True)]
+        want = np.sort(np.concatenate(parts))
+
+        def delivered() -> bool:
+            assert query.exception() is None, query.exception()
+            return len(read_records(tmp_path / "records")) >= len(want)
+
+        wait_for(delivered, 240, f"{len(want)} tuples in the sink", interval=0.5)
+    finally:
+        query.stop()
+    recs = read_records(tmp_path / "records")
+    assert_exactly_once(np.sort(recs["tuple_id"].to_numpy()), want)
+    # the batches' event times (from the ingest log, one row per bucket) are disjoint and ordered:
+    # every tuple of one batch is earlier than every tuple of the next
+    from cp_source.ingest_log import read_ingest_log
+
+    log = read_ingest_log(tmp_path / "plog")
+    assert sum(log["count"].to_pylist()) == len(want)
+    spans = log.group_by("batch_key").aggregate([("event_ms_min", "min"), ("event_ms_max", "max")])
+    spans = sorted(
+        zip(spans["event_ms_min_min"].to_pylist(), spans["event_ms_max_max"].to_pylist(), strict=True)
+    )
+    assert len(spans) > 1 and all(a[1] < b[0] for a, b in zip(spans, spans[1:], strict=False)), spans
+    for h in two:
+        assert _served(h) > 0, f"executors fetched from {h.server}"
+        assert ReadyState.read(h.spool).frontier > NO_FRONTIER, f"a ready commit reached {h.server}"
+    status = cloudprofiler.source_status(tmp_path / "status")
+    assert status is not None
