@@ -209,6 +209,7 @@ def _factories_status(path: Path, query: Any) -> dict[str, Any] | None:
         "factory_timeout": doc.get("factory_timeout"),
         "factories": doc.get("factories", []),
         "waiting": doc.get("waiting", []) if live else [],
+        "ready": doc.get("ready"),
         "query_end": end,
         "failed": _why_query_failed(query),
     }
@@ -237,7 +238,10 @@ def source_status(spool: str | os.PathLike[str], query: Any = None) -> dict[str,
     A query over factory hosts (``factories=...``) has no spool: pass its ``statusDir`` instead. The
     dict then holds ``factories`` (per factory host: ``endpoint``, ``spool``, ``state`` ``ok`` or
     ``waiting``, ``waiting_since`` (wall clock) and ``waiting_s``, ``error``, ``committed``, ``latest``,
-    ``pending_commit``), ``waiting`` (the endpoints the query waits for), ``query_end`` and ``failed``.
+    ``pending_commit``), ``waiting`` (the endpoints the query waits for), ``ready`` (``ordering=ready``
+    only, else None: ``frontier_ms``, per host its own frontier, live senders ``holding`` it, senders
+    ``ended`` and ``gone``, and ``holding``: the hosts the query's frontier waits for), ``query_end``
+    and ``failed``.
 
     Raises ``ValueError`` naming the path when it is not a spool.
     """
