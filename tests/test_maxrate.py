@@ -52,7 +52,9 @@ def test_maxrate_finds_throttled_capacity(throttled: Any, tmp_path: Path) -> Non
         method="bisect",
         start=CAPACITY * 0.9,
         max_rate=CAPACITY * 1.3,
-        tolerance=0.08,
+        # the bracket closes within 12 %: the check below is the precision (10 % or grace / duration),
+        # and probing inside it only adds borderline rates that can run five times each
+        tolerance=0.12,
         duration=15.0,
         grace=None,
         retries=2,  # a latency spike of a loaded machine fails a run, not the majority of five

@@ -8,6 +8,9 @@ killed mid-run replays exactly the batches its offsets name.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +22,20 @@ from cloudprofiler.ordering_compare import run_windowed
 pytestmark = pytest.mark.long
 
 
+def _at_once(*runs: Callable[[], dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs' results, the runs side by side (each a query, factory and generator of its own): what
+    they check does not depend on their timing, and their generators' wall time overlaps."""
+    with ThreadPoolExecutor(len(runs)) as pool:
+        return [f.result() for f in [pool.submit(run) for run in runs]]
+
+
 def test_ready_ordering_drops_nothing_and_counts_every_window_exactly(spark: Any, tmp_path: Path) -> None:
-    arrival = run_windowed(spark, tmp_path, "arrival", senders=2, lag_ms=5000, rate=2000, duration=22)
-    ready = run_windowed(spark, tmp_path, "ready", senders=2, lag_ms=5000, rate=2000, duration=22)
+    arrival, ready = _at_once(
+        *(
+            partial(run_windowed, spark, tmp_path, o, senders=2, lag_ms=5000, rate=2000, duration=22)
+            for o in ("arrival", "ready")
+        )
+    )
     for run in (arrival, ready):
         assert run["dropped_by_generator"] == 0 and run["emitted"] == 44_000
         assert len(run["windows"]) >= 2  # the windows the final watermark closes
@@ -44,21 +58,24 @@ def test_same_tuples_give_byte_identical_windows_whatever_workers_and_trigger(
     spark: Any, tmp_path: Path
 ) -> None:
     start = 1_700_000_000_000  # the schedule clock: every run generates the same tuples
-    runs = [
-        run_windowed(
-            spark,
-            tmp_path / f"run{i}",
-            "ready",
-            senders=2,
-            lag_ms=2500,
-            rate=3000,
-            duration=12,
-            workers=workers,
-            trigger_ms=trigger,
-            event_start_ms=start,
-        )  # fmt: skip
-        for i, (workers, trigger) in enumerate([(1, 200), (2, 700), (4, 1500)])
-    ]
+    runs = _at_once(
+        *(
+            partial(
+                run_windowed,
+                spark,
+                tmp_path / f"run{i}",
+                "ready",
+                senders=2,
+                lag_ms=2500,
+                rate=3000,
+                duration=12,
+                workers=workers,
+                trigger_ms=trigger,
+                event_start_ms=start,
+            )
+            for i, (workers, trigger) in enumerate([(1, 200), (2, 700), (4, 1500)])
+        )
+    )
     assert all(r["rows_dropped_by_watermark"] == 0 and r["windows_match"] for r in runs)
     assert _windows(runs[0]) == _windows(runs[1]) == _windows(runs[2])
     assert sum(w["count"] for w in runs[0]["windows"]) > 0

@@ -62,7 +62,7 @@ rows_strategy = st.lists(
 
 
 @pytest.mark.long  # about 4 s per example on the shared 2-core machine
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     rows=rows_strategy,
     hot=st.one_of(

@@ -35,7 +35,7 @@ AGGS = [
     ("avg", "d", "avg_d"),
     ("avg", "v", "avg_v"),
 ]
-SLOW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SLOW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FAST = settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -415,7 +415,7 @@ def test_update_mode_restarted_on_its_checkpoint_keeps_its_panes(spark: Any, tmp
 
 @pytest.mark.long
 @settings(
-    max_examples=6,
+    max_examples=4,  # each a streaming query per mode: ~5 s an example
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
