@@ -275,7 +275,9 @@ class ReadyHosts:
         self.frontier = max(self.frontier, frontier)
         end = {sid: dict(p) for sid, p in pos.items()}
         for h in self.hosts.hosts:
-            if h.endpoint in answered and h.spool_id is not None:
+            # a silent host's frontier (which may hold the query's) covers the segments of its last
+            # answer: they are in the batch too (its planning waits for it)
+            if self.state[h.endpoint].answered and h.spool_id is not None:
                 mine = end.setdefault(h.spool_id, {})
                 for w, n in self.state[h.endpoint].upto.items():
                     mine[w] = max(n, mine.get(w, -1))

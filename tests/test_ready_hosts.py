@@ -338,21 +338,13 @@ def test_a_malformed_ready_plan_is_refused(reply: dict[str, Any]) -> None:
 
 
 # ---- a real query over two factory hosts ---------------------------------------------------------
-@pytest.mark.long
-def test_a_ready_query_over_two_factory_hosts_delivers_every_tuple_once_in_event_time_order(
-    spark: Any, two: list[FactoryHost], tmp_path: Path
-) -> None:
-    import numpy as np
-    from ingest_truth import assert_exactly_once, expected_ids
-    from netns_hosts import GeneratorProcess
-
+def _ready_query(spark: Any, hosts: list[FactoryHost], tmp_path: Path) -> Any:
     import cloudprofiler
-    from cp_sink import read_records
 
     cloudprofiler.register(spark)
-    query = (
+    return (
         spark.readStream.format("cloudprofiler")
-        .option("factories", ",".join(h.server for h in two))
+        .option("factories", ",".join(h.server for h in hosts))
         .option("statusDir", str(tmp_path / "status"))
         .option("ordering", "ready")
         .option("senders", "2")
@@ -365,37 +357,60 @@ def test_a_ready_query_over_two_factory_hosts_delivers_every_tuple_once_in_event
         .trigger(processingTime="500 milliseconds")
         .start()
     )
-    try:
-        gens = [
-            GeneratorProcess(h.endpoint, tmp_path / f"gen-{i}.json", 300 + i, 10_000, 3.0)
-            for i, h in enumerate(two)
-        ]
-        summaries = [g.result() for g in gens]
-        parts = [expected_ids(s, Spool(h.spool).stats())[0] for h, s in zip(two, summaries, strict=True)]
-        want = np.sort(np.concatenate(parts))
 
-        def delivered() -> bool:
-            assert query.exception() is None, query.exception()
-            return len(read_records(tmp_path / "records")) >= len(want)
 
-        wait_for(delivered, 240, f"{len(want)} tuples in the sink", interval=0.5)
-    finally:
-        query.stop()
-    recs = read_records(tmp_path / "records")
-    assert_exactly_once(np.sort(recs["tuple_id"].to_numpy()), want)
-    # the batches' event times (from the ingest log, one row per bucket) are disjoint and ordered:
-    # every tuple of one batch is earlier than every tuple of the next
+@pytest.mark.long
+def test_a_ready_query_over_two_hosts_restarted_mid_stream_delivers_every_tuple_once_in_order(
+    spark: Any, two: list[FactoryHost], tmp_path: Path
+) -> None:
+    import numpy as np
+    from ingest_truth import assert_exactly_once, expected_ids
+    from netns_hosts import GeneratorProcess
+
+    import cloudprofiler
+    from cp_sink import read_records
     from cp_source.ingest_log import read_ingest_log
 
+    def delivered() -> int:
+        return len(read_records(tmp_path / "records")) if (tmp_path / "records").exists() else 0
+
+    gens = [
+        GeneratorProcess(h.endpoint, tmp_path / f"gen-{i}.json", 300 + i, 5_000, 12.0)
+        for i, h in enumerate(two)
+    ]
+    query = _ready_query(spark, two, tmp_path)
+    try:
+        wait_for(lambda: delivered() > 10_000, 180, "the first batches", interval=0.2)
+    finally:
+        query.stop()  # mid-stream: a planned batch may be cut short and run again from the checkpoint
+    first = delivered()
+    summaries = [g.result() for g in gens]
+    parts = [expected_ids(s, Spool(h.spool).stats())[0] for h, s in zip(two, summaries, strict=True)]
+    want = np.sort(np.concatenate(parts))
+    assert first < len(want), "the first query did not read everything"
+    query = _ready_query(spark, two, tmp_path)  # the same checkpoint
+    try:
+
+        def done() -> bool:
+            assert query.exception() is None, query.exception()
+            return delivered() >= len(want)
+
+        wait_for(done, 240, f"{len(want)} tuples in the sink", interval=0.5)
+    finally:
+        query.stop()
+    assert_exactly_once(np.sort(read_records(tmp_path / "records")["tuple_id"].to_numpy()), want)
+    # the batches' event times (from the ingest log, one row per bucket; a batch run again logs the
+    # same buckets) are disjoint and ordered: every tuple of a batch is earlier than the next's
     log = read_ingest_log(tmp_path / "plog")
     assert sum(log["count"].to_pylist()) == len(want)
     spans = log.group_by("batch_key").aggregate([("event_ms_min", "min"), ("event_ms_max", "max")])
-    spans = sorted(
+    pairs = sorted(
         zip(spans["event_ms_min_min"].to_pylist(), spans["event_ms_max_max"].to_pylist(), strict=True)
     )
-    assert len(spans) > 1 and all(a[1] < b[0] for a, b in zip(spans, spans[1:], strict=False)), spans
+    assert len(pairs) > 1 and all(a[1] < b[0] for a, b in zip(pairs, pairs[1:], strict=False)), pairs
     for h in two:
         assert _served(h) > 0, f"executors fetched from {h.server}"
         assert ReadyState.read(h.spool).frontier > NO_FRONTIER, f"a ready commit reached {h.server}"
+        assert not [r for r in Spool(h.spool).skipped() if r["reason"] == LATE_REASON]
     status = cloudprofiler.source_status(tmp_path / "status")
-    assert status is not None
+    assert status["ready"]["frontier_ms"] >= max(b for _, b in pairs)
