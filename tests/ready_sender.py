@@ -82,3 +82,23 @@ def wait_file(path: Path, pred: Any, timeout: float = 30.0) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"{path}: condition not met within {timeout} s")
+
+
+def truth(senders: list[HandSender], lo: int, hi: int) -> list[tuple[int, int, int]]:
+    """(event ms, sender, tuple id) of every tuple ``senders`` sent with event time in (lo, hi], merged."""
+    rows = [
+        (ev, s.sender_id, first + i)
+        for s in senders
+        for first, count, ev in s.ids
+        for i in range(count)
+        if lo < ev <= hi
+    ]
+    return sorted(rows)
+
+
+def rows_of(t: Any) -> list[tuple[int, int, int]]:
+    """(event ms, sender, tuple id) of each row of an Arrow table read from the source, in its order."""
+    import pyarrow as pa
+
+    ev = [v // 1000 for v in t.column("event_time").cast(pa.int64()).to_pylist()]
+    return list(zip(ev, t.column("sender_id").to_pylist(), t.column("tuple_id").to_pylist(), strict=True))

@@ -28,7 +28,7 @@ from cp_source.ready_reader import LATE_REASON, ReadySlice, ReadyState
 from cp_source.segment_server import ControlRequest, ask_servers, parse_request
 from cp_source.spool import Spool
 from cp_source.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
-from tests.ready_sender import HandSender, wait_rows
+from tests.ready_sender import HandSender, rows_of, truth, wait_rows
 
 
 @pytest.fixture
@@ -70,22 +70,6 @@ def _batch(reader: CloudprofilerStreamReader, start: dict, end: dict) -> tuple[p
     return table.select(["event_time", "sender_id", "tuple_id"]), parts
 
 
-def _truth(senders: list[HandSender], lo: int, hi: int) -> list[tuple[int, int, int]]:
-    rows = [
-        (ev, s.sender_id, first + i)
-        for s in senders
-        for first, count, ev in s.ids
-        for i in range(count)
-        if lo < ev <= hi
-    ]
-    return sorted(rows)
-
-
-def _rows(t: pa.Table) -> list[tuple[int, int, int]]:
-    ev = [v // 1000 for v in t.column("event_time").cast(pa.int64()).to_pylist()]
-    return list(zip(ev, t.column("sender_id").to_pylist(), t.column("tuple_id").to_pylist(), strict=True))
-
-
 def _rows_from(spool: Path, event_ms: int) -> int:
     """Rows in the published segments whose event times all are at or after ``event_ms``."""
     sp = Spool(spool)
@@ -121,7 +105,7 @@ def test_batches_over_two_hosts_hold_exactly_the_ready_tuples_merged_and_replay_
         assert end1["frontier"] == 13_999  # the minimum over both hosts: b has shown 14_000
         assert set(end1["factories"]) == {Spool(h.spool).spool_id() for h in two}
         got1, parts = _batch(reader, start, end1)
-        assert _rows(got1) == _truth([a, b], NO_FRONTIER, 13_999)
+        assert rows_of(got1) == truth([a, b], NO_FRONTIER, 13_999)
         servers = {src[0] for p in parts for src in p.sources}
         assert servers == {ha.server, hb.server}  # executors fetch from the hosts, never the driver
         assert all(isinstance(p, ReadySlice) for p in parts)
@@ -141,8 +125,8 @@ def test_batches_over_two_hosts_hold_exactly_the_ready_tuples_merged_and_replay_
         end2 = reader.latestOffset(end1, ReadAllAvailable())
         assert end2["frontier"] == 19_000  # every sender of every host ended: all that is in
         got2, _ = _batch(reader, end1, end2)
-        assert _rows(got2) == _truth([a, b], 13_999, 19_000)
-        assert _rows(got1)[-1] < _rows(got2)[0]
+        assert rows_of(got2) == truth([a, b], 13_999, 19_000)
+        assert rows_of(got1)[-1] < rows_of(got2)[0]
         reader.commit(end2)
         for h in two:  # every segment read and deleted on its own host
             assert all(not list((h.spool / w).glob("seg-*.arrow")) for w in Spool(h.spool).workers())
@@ -190,8 +174,8 @@ def test_a_stopped_host_holds_the_frontier_and_is_read_exactly_once_when_it_retu
         end3 = reader.latestOffset(end1, ReadAllAvailable())
         got3, _ = _batch(reader, end1, end3)
         reader.commit(end3)
-        assert sorted(_rows(got1) + _rows(got3)) == _truth([a, b], NO_FRONTIER, 10_000)
-        assert len(_rows(got1) + _rows(got3)) == a.emitted + b.emitted  # each tuple once
+        assert sorted(rows_of(got1) + rows_of(got3)) == truth([a, b], NO_FRONTIER, 10_000)
+        assert len(rows_of(got1) + rows_of(got3)) == a.emitted + b.emitted  # each tuple once
         reader.stop()
     finally:
         os.killpg(hb.proc.pid, signal.SIGCONT)
@@ -225,7 +209,7 @@ def test_rows_a_late_host_holds_behind_the_frontier_are_counted_on_that_host(
         end2 = reader.latestOffset(end1, ReadAllAvailable())
         assert end2["frontier"] == 25_000
         got, _ = _batch(reader, end1, end2)
-        assert _rows(got) == _truth([late], 20_000, 25_000)  # the 3 tuples at 25_000
+        assert rows_of(got) == truth([late], 20_000, 25_000)  # the 3 tuples at 25_000
         reader.commit(end2)
         reader.commit(end2)  # committed again (a restart): counted once
         recs = [r for r in Spool(hb.spool).skipped() if r["reason"] == LATE_REASON]
