@@ -168,6 +168,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also serve this spool's segments, latest offsets and commits to remote readers "
         "(a factory host; default host 127.0.0.1, port 0 picks a free one)",
     )
+    parser.add_argument(
+        "--register",
+        default=None,
+        metavar="DIR",
+        help="with --serve: write this host's address into DIR (factory-<spool id>.json), where "
+        "queries with factoriesDir=DIR find it; a shared directory adds hosts to a running query",
+    )
 
 
 def _start(args: argparse.Namespace, workload: str) -> Any:
@@ -211,11 +218,27 @@ def _serve(args: argparse.Namespace, durability: str) -> Any:
         raise ValueError(f"--serve {args.serve}: cannot bind ({e})") from None
 
 
+def _register(args: argparse.Namespace, server: Any, handle: Any) -> None:
+    """--register DIR: this host's address where queries with factoriesDir=DIR look for it."""
+    from cp_source.factory_hosts import register_factory
+    from cp_source.spool import Spool
+
+    try:
+        path = register_factory(args.register, Spool(args.spool).ensure_spool_id(), server.endpoint)
+    except (OSError, ValueError) as e:
+        server.stop()
+        handle.stop()
+        raise ValueError(f"--register {args.register}: cannot register this factory host ({e})") from None
+    print(f"registered in {path}", flush=True)
+
+
 MAX_SERVED_WORKERS = 64  # a remote reader's commit names every worker in one bounded request
 
 
 def run(args: argparse.Namespace) -> int:
     workload = "file:" if args.workload == "file" else args.workload
+    if args.register and not args.serve:
+        raise ValueError("--register: only a factory host (--serve) registers its address")
     if args.serve and not 1 <= args.workers <= MAX_SERVED_WORKERS:
         raise ValueError(f"--workers {args.workers}: a factory host (--serve) runs 1 to {MAX_SERVED_WORKERS}")
     try:
@@ -237,6 +260,8 @@ def run(args: argparse.Namespace) -> int:
             handle.stop()
             raise
         print(f"serving segments and commits on {server.endpoint}", flush=True)
+        if args.register:
+            _register(args, server, handle)
     try:
         return _watch(args, handle)
     finally:

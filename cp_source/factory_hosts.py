@@ -19,8 +19,15 @@ segment server beside it (``cp_source.segment_server``: segments, ``latest``,
 
 A factory first seen after the query started (it did not answer yet, or was
 added) joins at its spool's committed offset, as a new checkpoint starts on a
-spool. A checkpoint naming a spool that none of the listed factories serves,
-once all of them answered, fails the query with one line: it is never skipped.
+spool. Factories are listed in the option, or register themselves in a
+directory (``cloudprofiler factory --serve ... --register DIR``, reader option
+``factoriesDir=DIR``): each writes ``factory-<spool id>.json`` with its server's
+address, and the reader looks for new ones on every trigger, so a factory host
+is added to a running query by starting it. A file that is not a registration
+is named in the status and ignored; a registration never removes a factory.
+
+A checkpoint naming a spool that none of the known factories serves, once all
+of them answered, fails the query with one line: it is never skipped.
 """
 
 from __future__ import annotations
@@ -66,7 +73,10 @@ NOT_YET = {
     "startingoffsets": ("latest", "startingOffsets=latest is not supported with factories yet"),
     "scheduling": ("klink", "scheduling=klink is not supported with factories yet"),
 }
-HOST_OPTIONS = ("factories", "factoryTimeout", "statusDir")
+HOST_OPTIONS = ("factories", "factoriesDir", "factoryTimeout", "statusDir")
+REGISTRY_NAME_RE = re.compile(r"^factory-([0-9a-f]{8,64})\.json$")
+MAX_REGISTRATION_BYTES = 4096
+MAX_REGISTRY_ENTRIES = 4096  # directory entries looked at per trigger
 
 
 def parse_factories(raw: str) -> tuple[str, ...]:
@@ -77,34 +87,42 @@ def parse_factories(raw: str) -> tuple[str, ...]:
     if len(items) > MAX_FACTORIES:
         raise ValueError(f"option factories: {len(items)} factories, at most {MAX_FACTORIES}")
     for ep in items:
-        m = _ENDPOINT_RE.match(ep)
-        if m is None or not 1 <= int(m.group(2)) <= 65535:
-            raise ValueError(
-                f"option factories: {ep!r} is not tcp://HOST:PORT (a factory host's --serve address)"
-            )
+        check_endpoint(ep, "option factories")
     dup = sorted({ep for ep in items if items.count(ep) > 1})
     if dup:
         raise ValueError(f"option factories: {dup[0]} is listed twice")
     return tuple(items)
 
 
-def default_status_dir(factories: tuple[str, ...]) -> str:
+def check_endpoint(ep: str, name: str) -> str:
+    """A factory host's ``tcp://HOST:PORT``; ValueError naming where it came from otherwise."""
+    m = _ENDPOINT_RE.match(ep)
+    if m is None or not 1 <= int(m.group(2)) <= 65535:
+        raise ValueError(f"{name}: {ep!r} is not tcp://HOST:PORT (a factory host's --serve address)")
+    return ep
+
+
+def default_status_dir(factories: tuple[str, ...], registry: str | None = None) -> str:
     """Where the reader writes ``_factories.json`` when ``statusDir`` is not given: per user, per list."""
     from cp_source.private_dirs import default_spool_root
 
-    digest = hashlib.sha256(",".join(factories).encode()).hexdigest()[:16]
+    key = ",".join(factories) + (f"|{os.path.abspath(registry)}" if registry else "")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return str(default_spool_root() / f"factories-{digest}")
 
 
 def hosts_options(opts: Mapping[str, str]) -> dict[str, Any]:
     """``factories`` and the options only it takes, checked against the ones it excludes (one line)."""
     raw = opts.get("factories")
-    if raw is None:
+    registry = (opts.get("factoriesdir") or "").strip() or None
+    if raw is None and registry is None:
         given = [n for n in ("factoryTimeout", "statusDir") if n.lower() in opts]
         if given:
-            raise ValueError(f"option {given[0]}: only factories=... takes it")
+            raise ValueError(f"option {given[0]}: only factories=... (or factoriesDir) takes it")
         return {}
-    factories = parse_factories(raw)
+    if registry is not None and "\0" in registry:
+        raise ValueError(f"option factoriesDir={registry!r}: expected a directory path")
+    factories = parse_factories(raw) if raw is not None else ()
     clash = [n for n in EXCLUSIVE_OPTIONS if n.lower() in opts]
     if clash:
         raise ValueError(
@@ -128,9 +146,58 @@ def hosts_options(opts: Mapping[str, str]) -> dict[str, Any]:
         raise ValueError(f"option statusDir={status!r}: expected a directory path")
     return {
         "factories": factories,
+        "factories_dir": registry,
         "factory_timeout": timeout,
-        "status_dir": status or default_status_dir(factories),
+        "status_dir": status or default_status_dir(factories, registry),
     }
+
+
+def register_factory(directory: str | os.PathLike[str], spool_id: str, server: str) -> Path:
+    """Write this factory host's registration (``factory-<spool id>.json``: its segment server) into
+    the directory a query's ``factoriesDir`` names, atomically; the path written."""
+    from cp_source.private_dirs import atomic_write
+
+    check_endpoint(server, "--register")
+    if not SPOOL_ID_RE.match(spool_id):
+        raise ValueError(f"spool id {spool_id!r} is malformed")
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"factory-{spool_id}.json"
+    body = {"server": server, "spool": spool_id, "pid": os.getpid(), "written_wall": time.time()}
+    atomic_write(path, orjson.dumps(body))
+    return path
+
+
+def read_registry(directory: str | os.PathLike[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The registrations in ``directory``: spool id -> segment server, and the files ignored -> why.
+    A missing directory has none (the first factory creates it)."""
+    found: dict[str, str] = {}
+    ignored: dict[str, str] = {}
+    try:
+        with os.scandir(directory) as it:
+            entries = [e for _, e in zip(range(MAX_REGISTRY_ENTRIES), it, strict=False)]
+    except FileNotFoundError:
+        return found, ignored
+    for e in sorted(entries, key=lambda e: e.name):
+        m = REGISTRY_NAME_RE.match(e.name)
+        if m is None:
+            if e.name.startswith("factory-") and not e.name.startswith("."):
+                ignored[e.name] = "not factory-<spool id>.json"
+            continue
+        try:
+            with open(e.path, "rb") as f:
+                raw = f.read(MAX_REGISTRATION_BYTES + 1)
+            if len(raw) > MAX_REGISTRATION_BYTES:
+                raise ValueError(f"larger than {MAX_REGISTRATION_BYTES} bytes")
+            doc = orjson.loads(raw)
+            if not isinstance(doc, dict) or doc.get("spool") != m.group(1):
+                raise ValueError("its spool is not the one its name says")
+            found[m.group(1)] = check_endpoint(str(doc.get("server")), "server")
+        except (OSError, ValueError) as err:  # orjson's decode error is a ValueError
+            ignored[e.name] = str(err)
+        if len(found) >= MAX_FACTORIES:
+            break
+    return found, ignored
 
 
 class SegFact(NamedTuple):
@@ -157,6 +224,7 @@ class Host:
     facts: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)  # w -> n -> rows, first id
     pending_commit: dict[str, int] = field(default_factory=dict)  # not acknowledged yet
     pending_plan: dict[str, int] = field(default_factory=dict)
+    ready: Any = None  # ordering=ready: its last ready answer (cp_source.ready_hosts.HostFrontier)
 
 
 def offset_of(positions: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
@@ -260,10 +328,13 @@ class FactoryHosts:
         status_dir: str,
         curve_keys: str | None = None,
         control_timeout: float = CONTROL_TIMEOUT_S,
+        registry: str | None = None,
     ) -> None:
         import zmq
 
         self.hosts = [Host(ep) for ep in factories]
+        self.registry = registry
+        self.registry_ignored: dict[str, str] = {}
         self.factory_timeout = factory_timeout
         self.status_dir = status_dir
         self.curve_keys = curve_keys
@@ -305,8 +376,25 @@ class FactoryHosts:
         host.answered, host.error, host.waiting_mono, host.waiting_since = True, None, None, None
         return answer
 
+    def discover(self) -> None:
+        """factoriesDir: add the factories registered since the last look (a factory registered
+        again with another address keeps its place and offsets under the new one)."""
+        if self.registry is None:
+            return
+        found, self.registry_ignored = read_registry(self.registry)
+        with self.lock:
+            by_id, endpoints = self.by_id(), {h.endpoint for h in self.hosts}
+            for sid, server in found.items():
+                host = by_id.get(sid)
+                if host is not None and host.endpoint != server and server not in endpoints:
+                    host.endpoint = server
+                elif host is None and server not in endpoints and len(self.hosts) < MAX_FACTORIES:
+                    self.hosts.append(Host(server))
+                    endpoints.add(server)
+
     def refresh(self, after: Mapping[str, Mapping[str, int]] | None = None) -> None:
         """Ask every factory for its latest segments (after what this reader already knows)."""
+        self.discover()
         requests = {}
         for h in self.hosts:
             known = {w: max(f) for w, f in h.facts.items() if f}
@@ -613,6 +701,9 @@ class FactoryHosts:
             "factory_timeout": self.factory_timeout,
             "factories": rows,
             "waiting": [r["endpoint"] for r in rows if r["state"] == "waiting"],
+            "registry": (
+                {"dir": self.registry, "ignored": dict(self.registry_ignored)} if self.registry else None
+            ),
             **({"ready": self.ready_status} if self.ready_status is not None else {}),
         }
 

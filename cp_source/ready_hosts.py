@@ -168,6 +168,13 @@ def parse_plan(reply: Mapping[str, Any], server: str, sid: str) -> tuple[list[Re
     return out, more
 
 
+def _st(h: Host) -> HostFrontier:
+    """What the reader knows of a host's ready frontier (nothing yet: it never answered)."""
+    if h.ready is None:
+        h.ready = HostFrontier()
+    return h.ready
+
+
 def ready_offset_of(frontier: int, positions: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
     return {FRONTIER_KEY: int(frontier), **offset_of(positions)}
 
@@ -197,7 +204,6 @@ class ReadyHosts:
         self, hosts: FactoryHosts, expected: int | None, ids: tuple[int, ...], sender_timeout: float
     ) -> None:
         self.hosts = hosts
-        self.state = {h.endpoint: HostFrontier() for h in hosts.hosts}
         self.expected = expected
         self.ids = ids
         self.sender_timeout = sender_timeout
@@ -217,6 +223,7 @@ class ReadyHosts:
 
     def ask_ready(self, floor: int, after: Mapping[str, Mapping[str, int]]) -> set[str]:
         """Ask every host for its frontier; the endpoints that answered."""
+        self.hosts.discover()
         requests = {}
         for h in self.hosts.hosts:
             req: dict[str, Any] = {"op": "ready", "spool": h.spool_id, "floor": floor}
@@ -240,7 +247,7 @@ class ReadyHosts:
                 except ValueError as e:
                     self.hosts.mark_answer(h, f"malformed ready answer from {h.endpoint}: {e}", asked)
                     continue
-                h.spool_id, h.committed, self.state[h.endpoint] = sid, dict(got.committed), got
+                h.spool_id, h.committed, h.ready = sid, dict(got.committed), got
                 answered.add(h.endpoint)
             self.hosts.check_ids()
         self._flush()
@@ -254,7 +261,7 @@ class ReadyHosts:
             answered = self.ask_ready(NO_FRONTIER, {})
             self.hosts.check_timeouts()
             hosts = [h for h in self.hosts.hosts if h.endpoint in answered and h.spool_id]
-            f0 = max((self.state[h.endpoint].committed_frontier for h in hosts), default=NO_FRONTIER)
+            f0 = max((_st(h).committed_frontier for h in hosts), default=NO_FRONTIER)
             self.initial = ready_offset_of(f0, {h.spool_id: dict(h.committed) for h in hosts if h.spool_id})
         return self.initial
 
@@ -277,11 +284,11 @@ class ReadyHosts:
         for h in self.hosts.hosts:
             # a silent host's frontier (which may hold the query's) covers the segments of its last
             # answer: they are in the batch too (its planning waits for it)
-            if self.state[h.endpoint].answered and h.spool_id is not None:
+            if _st(h).answered and h.spool_id is not None:
                 mine = end.setdefault(h.spool_id, {})
-                for w, n in self.state[h.endpoint].upto.items():
+                for w, n in _st(h).upto.items():
                     mine[w] = max(n, mine.get(w, -1))
-        behind = any(self.state[ep].behind for ep in answered)
+        behind = any(_st(h).behind for h in self.hosts.hosts if h.endpoint in answered)
         self._publish(frontier, answered)
         if frontier <= floor and not behind:
             return dict(start)  # nothing new is ready: no batch
@@ -290,7 +297,7 @@ class ReadyHosts:
     def _frontier(self, floor: int, answered: set[str]) -> int:
         holds = []
         for h in self.hosts.hosts:
-            st = self.state[h.endpoint]
+            st = _st(h)
             if h.endpoint in answered:
                 if st.holding:
                     holds.append(st.frontier)
@@ -301,7 +308,8 @@ class ReadyHosts:
         if holds:
             candidate = min(holds)
         else:  # no live sender anywhere: all that is in is ready
-            candidate = max((self.state[ep].data_max for ep in answered), default=NO_FRONTIER)
+            mine = [_st(h).data_max for h in self.hosts.hosts if h.endpoint in answered]
+            candidate = max(mine, default=NO_FRONTIER)
         return max(floor, candidate)
 
     def _waiting_for_declared(self, answered: set[str]) -> bool:
@@ -309,9 +317,10 @@ class ReadyHosts:
             return False
         seen: set[int] = set()
         count = 0
-        for ep in answered:
-            seen |= set(self.state[ep].sender_ids)
-            count += self.state[ep].senders
+        for h in self.hosts.hosts:
+            if h.endpoint in answered:
+                seen |= set(_st(h).sender_ids)
+                count += _st(h).senders
         missing = sorted(set(self.ids) - seen)
         short = self.expected is not None and count < self.expected
         if not short and not missing:
@@ -331,7 +340,7 @@ class ReadyHosts:
         """The frontier and who holds it, in ``_factories.json`` (``source_status``)."""
         rows = {}
         for h in self.hosts.hosts:
-            st = self.state[h.endpoint]
+            st = _st(h)
             silent_hold = h.endpoint not in answered and not st.all_ended()
             rows[h.endpoint] = {
                 **st.to_json(),
@@ -392,7 +401,7 @@ class ReadyHosts:
     def _skip_known_empty(self, need: dict[str, dict[str, int]], lo: int) -> None:
         """A silent host whose last answer covered these segments and had nothing after ``lo``."""
         for h in self.hosts.hosts:
-            st = self.state[h.endpoint]
+            st = _st(h)
             upto = need.get(h.spool_id or "")
             if upto is None or h.waiting_mono is None or not st.answered or st.data_max > lo:
                 continue

@@ -176,8 +176,14 @@ class ReaderOptions:
     klink: KlinkConfig | None = None  # scheduling=klink: progress-aware admission (cp_source.klink_admission)
     # factories=...: one query over factory hosts (cp_source.factory_hosts); no spool of its own
     factories: tuple[str, ...] = ()
+    factories_dir: str | None = None  # where factory hosts register (--register DIR)
     factory_timeout: float = 0.0  # seconds a factory host may be silent before the query fails; 0: wait
     status_dir: str | None = None  # where the reader writes _factories.json
+
+    @property
+    def over_hosts(self) -> bool:
+        """factories=... or factoriesDir=...: no spool of its own, factory hosts instead."""
+        return bool(self.factories or self.factories_dir)
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], strict: bool = True) -> ReaderOptions:
@@ -613,7 +619,9 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
             o = self.opts
             assert o.status_dir is not None
-            self._hosts = FactoryHosts(o.factories, o.factory_timeout, o.status_dir, o.curve_keys)
+            self._hosts = FactoryHosts(
+                o.factories, o.factory_timeout, o.status_dir, o.curve_keys, registry=o.factories_dir
+            )
         return self._hosts
 
     def _ready_hosts(self) -> Any:
@@ -773,7 +781,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def initialOffset(self) -> dict:
         # Spark asks again on every trigger until its first batch: the answer must not move.
         mark("reader: initialOffset")
-        if self.opts.factories:
+        if self.opts.over_hosts:
             if self.opts.ordering == "ready":
                 return self._ready_hosts().initial_offset()
             return self._factory_hosts().initial_offset()
@@ -809,7 +817,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return ReadMaxRows(self.opts.max_records)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        if self.opts.factories:
+        if self.opts.over_hosts:
             if self.opts.ordering == "ready":
                 self._ready_hosts().prepare_available_now()
             else:
@@ -829,9 +837,9 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         mark("reader: latestOffset")
-        if self.opts.factories and self.opts.ordering == "ready":
+        if self.opts.over_hosts and self.opts.ordering == "ready":
             return self._ready_hosts().latest_offset(start)
-        if self.opts.factories:
+        if self.opts.over_hosts:
             rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
             return self._factory_hosts().latest_offset(start, rows)
         self._check_factory()
@@ -941,7 +949,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return ready_offset(self._driver()["spool_id"], frontier, upto)
 
     def reportLatestOffset(self) -> dict | None:
-        if self.opts.factories:
+        if self.opts.over_hosts:
             if self.opts.ordering == "ready":
                 return self._ready_hosts().report_latest()
             return self._factory_hosts().report_latest()
@@ -954,7 +962,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def partitions(self, start: dict, end: dict) -> list[Any]:
         mark("reader: partitions")
-        if self.opts.factories:
+        if self.opts.over_hosts:
             return self._hosts_partitions(start, end)
         if self.opts.ordering == "ready":
             return self._ready_partitions(start, end)
@@ -1024,7 +1032,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def commit(self, end: dict) -> None:
         mark("reader: commit")
-        if self.opts.factories:
+        if self.opts.over_hosts:
             if self.opts.ordering == "ready":
                 self._ready_hosts().commit(end)
             else:

@@ -82,9 +82,12 @@ def factory_addresses(proc: subprocess.Popen) -> tuple[str, str]:
 class FactoryHost:
     """A `cloudprofiler factory --serve` process on its own spool, ports picked by the factory."""
 
-    def __init__(self, spool: Path, workers: int = 2, keys: Path | None = None) -> None:
+    def __init__(
+        self, spool: Path, workers: int = 2, keys: Path | None = None, register: Path | None = None
+    ) -> None:
         self.spool = spool
         extra = ["--curve-keys", str(keys)] if keys is not None else []
+        extra += ["--register", str(register)] if register is not None else []
         self.proc = subprocess.Popen(
             cli_argv(
                 "factory",
@@ -106,6 +109,10 @@ class FactoryHost:
             start_new_session=True,
         )
         self.endpoint, self.server = factory_addresses(self.proc)
+        if register is not None:
+            assert self.proc.stdout is not None
+            line = self.proc.stdout.readline()
+            assert line.startswith("registered in "), line
 
     def stop(self) -> None:
         with contextlib.suppress(ProcessLookupError):

@@ -831,3 +831,94 @@ def test_a_driver_killed_mid_stream_restarts_and_reads_every_tuple_once(
             os.killpg(second.pid, signal.SIGKILL)
             second.wait(30)
     assert_exactly_once(_sink_ids(tmp_path / "records"), want)
+
+
+# ---- factories that register themselves (factoriesDir) ------------------------------------------
+def test_the_registry_takes_registrations_and_names_what_it_ignores(tmp_path: Path) -> None:
+    from cp_source.factory_hosts import read_registry, register_factory
+
+    reg = tmp_path / "registry"
+    assert read_registry(reg) == ({}, {})  # no directory yet: no factory yet
+    register_factory(reg, "ab" * 16, "tcp://h1:5556")
+    register_factory(reg, "cd" * 16, "tcp://h2:5556")
+    register_factory(reg, "cd" * 16, "tcp://h2:6000")  # registered again: the newer address
+    (reg / f"factory-{'ef' * 16}.json").write_bytes(b"{not json")
+    (reg / f"factory-{'01' * 16}.json").write_bytes(orjson.dumps({"spool": "02" * 16, "server": "tcp://h:1"}))
+    (reg / f"factory-{'03' * 16}.json").write_bytes(orjson.dumps({"spool": "03" * 16, "server": "h:1"}))
+    (reg / f"factory-{'04' * 16}.json").write_bytes(b" " * 5000)
+    (reg / "factory-x.json").write_bytes(b"{}")
+    (reg / "README").write_bytes(b"not a registration, not named factory-")
+    found, ignored = read_registry(reg)
+    assert found == {"ab" * 16: "tcp://h1:5556", "cd" * 16: "tcp://h2:6000"}
+    assert set(ignored) == {f"factory-{x * 16}.json" for x in ("ef", "01", "03", "04")} | {"factory-x.json"}
+    assert "its spool is not the one its name says" in ignored[f"factory-{'01' * 16}.json"]
+    assert "not tcp://HOST:PORT" in ignored[f"factory-{'03' * 16}.json"]
+    assert "larger than 4096 bytes" in ignored[f"factory-{'04' * 16}.json"]
+    with pytest.raises(ValueError, match="--register: 'h:1' is not tcp://HOST:PORT"):
+        register_factory(reg, "ab" * 16, "h:1")
+
+
+def test_a_factory_host_started_later_joins_a_running_query_through_the_registry(
+    tmp_path: Path, hosts: list[FactoryHost]
+) -> None:
+    import pickle
+
+    import numpy as np
+    import pyarrow as pa
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from cp_source.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
+    from tests.ready_sender import HandSender, wait_rows
+
+    reg = tmp_path / "registry"
+    options = {"factoriesDir": str(reg), "statusDir": str(tmp_path / "status")}
+    reader = CloudprofilerStreamReader(source_schema(ReaderOptions.parse(options)), options)
+    ctx = zmq.Context()
+    senders: list[HandSender] = []
+
+    def read(start: dict, end: dict) -> list[int]:
+        executor = pickle.loads(pickle.dumps(reader))
+        got = [b for p in reader.partitions(start, end) for b in executor.read(pickle.loads(pickle.dumps(p)))]
+        return pa.Table.from_batches(got).column("tuple_id").to_pylist() if got else []
+
+    try:
+        start = reader.initialOffset()
+        assert start == {"factories": {}}  # nobody registered yet: the query waits for factories
+        hosts.append(FactoryHost(tmp_path / "spool-a", register=reg))
+        senders.append(HandSender(ctx, hosts[0].endpoint, 7100))
+        for k in range(3):
+            senders[0].data(k, 1_000 * (k + 1))
+        wait_rows(hosts[0].spool, 30)
+        end1 = reader.latestOffset(start, ReadAllAvailable())
+        got = read(start, end1)
+        reader.commit(end1)
+        hosts.append(FactoryHost(tmp_path / "spool-b", register=reg))  # added while the query runs
+        senders.append(HandSender(ctx, hosts[1].endpoint, 7101))
+        for k in range(4):
+            senders[1].data(k, 1_000 * (k + 1))
+        wait_rows(hosts[1].spool, 40)
+        end2 = reader.latestOffset(end1, ReadAllAvailable())
+        assert set(end2["factories"]) == {Spool(h.spool).spool_id() for h in hosts}
+        got += read(end1, end2)
+        reader.commit(end2)
+        want = [first + i for s in senders for first, count, _ in s.ids for i in range(count)]
+        assert sorted(got) == sorted(want) and len(got) == 70  # every tuple of both hosts once
+        assert np.all(np.diff(np.sort(got)) > 0)
+        status = orjson.loads((tmp_path / "status" / "_factories.json").read_bytes())
+        assert {r["endpoint"] for r in status["factories"]} == {h.server for h in hosts}
+        assert status["registry"] == {"dir": str(reg), "ignored": {}}
+    finally:
+        reader.stop()
+        for s in senders:
+            s.close()
+        ctx.term()
+
+
+def test_register_needs_serve(tmp_path: Path) -> None:
+    r = subprocess.run(
+        cli_argv("factory", "--spool", str(tmp_path / "s"), "--register", str(tmp_path / "reg")),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode != 0 and "--register: only a factory host (--serve) registers its address" in r.stderr
