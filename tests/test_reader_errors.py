@@ -15,8 +15,8 @@ VALID = (
     "endpoint, spool, workers, workload, schema, maxRecordsPerTrigger, factory, fetch, serverBind, "
     "serverHost, maxSpoolBytes, segmentsPerPartition, rowsPerPartition, fetchTimeout, startingOffsets, "
     "durability, curveKeys, ordering, senders, senderIds, senderTimeout, progressLog, scheduling, window, "
-    "slide, watermarkDelay, klinkDir, maxDeferMs, klinkHistory, klinkMinSlackMs, factories, factoryTimeout, "
-    "statusDir, path"
+    "slide, watermarkDelay, klinkDir, maxDeferMs, klinkHistory, klinkMinSlackMs, factories, factoriesDir, "
+    "factoryTimeout, statusDir, path"
 )
 TYPO = f"unknown option(s) for the cloudprofiler source: endpont (valid: {VALID})"
 
