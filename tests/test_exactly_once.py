@@ -39,7 +39,7 @@ def test_embedded_factory_run_is_exactly_once(spark, tmp_path: Path) -> None:
     try:
         state = wait_for_factory(str(spool), query)
         assert state.factory == "embedded" and state.factory_endpoint.startswith("tcp://127.0.0.1:")
-        summary = run_generator(state.factory_endpoint, rate=40_000, duration=3.0, senders=2, bucket=500)
+        summary = run_generator(state.factory_endpoint, rate=40_000, duration=2.0, senders=2, bucket=500)
         assert summary["eos_delivered"]
         wait_for(lambda: spool_drained(spool, summary), 60, "the factory to publish everything")
         latest = Spool(spool).latest()
@@ -53,7 +53,7 @@ def test_embedded_factory_run_is_exactly_once(spark, tmp_path: Path) -> None:
 
     stats = Spool(spool).stats()
     want, counts = expected_ids(summary, stats)
-    assert counts["offered"] == summary["offered"] == 120_000
+    assert counts["offered"] == summary["offered"] == 80_000
     assert counts["rejected"] == 0 and stats.deadletters_total == 0
     got = output_ids(spark, out)
     assert_exactly_once(got, want)
