@@ -70,11 +70,19 @@ def _run(spark: Any, work: Path, duration: float, window: str, slide: str, mode:
         wait_for(logged, 120, "every emitted tuple in the ingest log")
         (work / "summary.json").write_text(json.dumps(summary))
         time.sleep(3)  # the batch the last watermark advance runs
+        # and every batch planned so far committed: the report counts the tuples of committed batches
+        wait_for(lambda: _all_committed(work / "ckpt"), 120, "every planned batch to commit")
     finally:
         while query.isActive and query.status.get("isTriggerActive"):
             time.sleep(0.02)
         query.stop()
     return summary
+
+
+def _all_committed(ckpt: Path) -> bool:
+    """Spark has committed the last batch it planned (offsets/N has its commits/N)."""
+    planned = [int(p.name) for p in (ckpt / "offsets").iterdir() if p.name.isdigit()]
+    return bool(planned) and (ckpt / "commits" / str(max(planned))).exists()
 
 
 def _truth_delays(summary: dict, log: Any) -> np.ndarray:
