@@ -19,7 +19,7 @@ from cp_source.ready_frontier import NO_FRONTIER
 from cp_source.ready_reader import LATE_REASON, ReadyState, read_report
 from cp_source.spool import Spool
 from cp_source.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
-from tests.ready_sender import HandSender, wait_rows
+from tests.ready_sender import HandSender, rows_of, truth, wait_rows
 
 
 @pytest.fixture
@@ -52,23 +52,6 @@ def _batch(reader: CloudprofilerStreamReader, start: dict, end: dict) -> pa.Tabl
     return pa.Table.from_batches(batches, schema).select(["event_time", "sender_id", "tuple_id"])
 
 
-def _truth(senders: list[HandSender], lo: int, hi: int) -> list[tuple[int, int, int]]:
-    """(event ms, sender, tuple id) of every tuple sent with event time in (lo, hi], merged."""
-    rows = [
-        (ev, s.sender_id, first + i)
-        for s in senders
-        for first, count, ev in s.ids
-        for i in range(count)
-        if lo < ev <= hi
-    ]
-    return sorted(rows)
-
-
-def _rows(t: pa.Table) -> list[tuple[int, int, int]]:
-    ev = [v // 1000 for v in t.column("event_time").cast(pa.int64()).to_pylist()]
-    return list(zip(ev, t.column("sender_id").to_pylist(), t.column("tuple_id").to_pylist(), strict=True))
-
-
 def test_batches_hold_exactly_the_ready_tuples_in_merged_order_and_replay_identically(
     factory: FactoryHandle, ctx: zmq.Context, tmp_path: Path
 ) -> None:
@@ -85,7 +68,7 @@ def test_batches_hold_exactly_the_ready_tuples_in_merged_order_and_replay_identi
         end1 = reader.latestOffset(start, ReadAllAvailable())
         assert end1["frontier"] == 13_999  # b has shown 14_000
         got1 = _batch(reader, start, end1)
-        assert _rows(got1) == _truth([a, b], NO_FRONTIER, 13_999)
+        assert rows_of(got1) == truth([a, b], NO_FRONTIER, 13_999)
         # a new driver (a restart) plans and reads the same batch from the offsets alone
         again = _reader(spool)
         again.initialOffset()
@@ -99,8 +82,8 @@ def test_batches_hold_exactly_the_ready_tuples_in_merged_order_and_replay_identi
         end2 = reader.latestOffset(end1, ReadAllAvailable())
         assert end2["frontier"] == 19_000  # both ended: everything in is ready
         got2 = _batch(reader, end1, end2)
-        assert _rows(got2) == _truth([a, b], 13_999, 19_000)
-        assert _rows(got1)[-1] < _rows(got2)[0]  # batch 1 entirely before batch 2
+        assert rows_of(got2) == truth([a, b], 13_999, 19_000)
+        assert rows_of(got1)[-1] < rows_of(got2)[0]  # batch 1 entirely before batch 2
         reader.commit(end2)
         assert all(not list((spool / w).glob("seg-*.arrow")) for w in Spool(spool).workers())  # all read
         rep = read_report(spool)
@@ -136,7 +119,7 @@ def test_rows_behind_the_frontier_are_counted_with_their_ids_not_lost(
         end2 = reader.latestOffset(end1, ReadAllAvailable())
         assert end2["frontier"] == 25_000
         got = _batch(reader, end1, end2)
-        assert _rows(got) == _truth([late], 20_000, 25_000)  # the 3 tuples at 25_000
+        assert rows_of(got) == truth([late], 20_000, 25_000)  # the 3 tuples at 25_000
         reader.commit(end2)
         reader.commit(end2)  # Spark may commit an end again after a restart: counted once
         recs = [r for r in Spool(spool).skipped() if r["reason"] == LATE_REASON]
@@ -227,14 +210,14 @@ def test_a_worker_killed_with_buckets_in_hand_leaves_a_gap_the_frontier_passes_a
         assert factory.wait_drained(30)
         stats = Spool(spool).stats()
         lost = stats.lost_in_transit[8000]
-        read_ids = sorted(_rows(got1) + _rows(got2))
+        read_ids = sorted(rows_of(got1) + rows_of(got2))
         seq4 = a.ids[4][0]
         assert lost == [[seq4, 10]]
         # the ledger balances: every id emitted is read once or counted lost, with its id
         assert sorted(t for _, _, t in read_ids) == [
             first + i for k, (first, count, _) in enumerate(a.ids) if k != 4 for i in range(count)
         ]
-        assert _rows(got1)[-1] < _rows(got2)[0]
+        assert rows_of(got1)[-1] < rows_of(got2)[0]
     finally:
         a.close()
         factory.stop()
