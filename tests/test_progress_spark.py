@@ -35,6 +35,9 @@ def _run(spark: Any, work: Path, duration: float, window: str, slide: str, mode:
     from cp_source.ingest_log import read_ingest_log
 
     cloudprofiler.register(spark)
+    # the report joins the ingest log to the checkpoint's batches: Spark keeps only the last 100 by
+    # default, and a quick machine runs more than that at a 100 ms trigger
+    spark.conf.set("spark.sql.streaming.minBatchesToRetain", "100000")
     df = (
         spark.readStream.format("cloudprofiler")
         .option("endpoint", "tcp://127.0.0.1:0")
@@ -76,6 +79,7 @@ def _run(spark: Any, work: Path, duration: float, window: str, slide: str, mode:
         while query.isActive and query.status.get("isTriggerActive"):
             time.sleep(0.02)
         query.stop()
+        spark.conf.unset("spark.sql.streaming.minBatchesToRetain")
     return summary
 
 
