@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 
 from cloudprofiler.errors import CommandError
+
+if TYPE_CHECKING:
+    from cp_sync.report import LatencySeries
 
 
 @dataclass(frozen=True)
@@ -35,10 +39,59 @@ class DemoLayout:
 
 
 WINDOW_PAIR = ("gen", "window", "windowed output")
+XLABEL = "seconds since the queries started (each record at its last stamp: sink or window output)"
+
+
+@dataclass(frozen=True)
+class RunClock:
+    """The run's time axis, in the reference TSC domain: the count when the queries started (time
+    zero of every plot), counts per second, and when the measured run began (seconds since zero)."""
+
+    start_tsc: int
+    hz: float
+    measured_s: float
+
+    def seconds(self, tsc: np.ndarray) -> np.ndarray:
+        """Seconds since the start of reference-domain counts ``tsc``."""
+        return (np.asarray(tsc, dtype=np.int64) - self.start_tsc).astype(np.float64) / self.hz
+
+    @property
+    def warmup(self) -> tuple[float, float]:
+        """The warm-up as every plot shades it: from the start to the measured run's."""
+        return (0.0, self.measured_s)
+
+
+def _last_stamps(root: Path, end: str, reference: str) -> tuple[np.ndarray, np.ndarray]:
+    """Tuple ids and ``end`` stamps of the rows under ``root`` in read order (as translated), each
+    stamp checked to be in ``reference``: it is read as the run's clock, with no translation."""
+    import pyarrow.compute as pc
+
+    from cp_sync.translate import read_points
+    from native_tsc.stamp_columns import node_column, tsc_column
+
+    pts = read_points(str(root), "gen", end)
+    other = sorted(set(pc.unique(pts[node_column(end)]).to_pylist()) - {reference})
+    if other:
+        raise CommandError(f"{root}: {end} stamps taken in {', '.join(other)}, not the reference {reference}")
+    return pts["tuple_id"].to_numpy(), pts[tsc_column(end)].to_numpy()
+
+
+def _end_tsc(out: pa.Table, ids: np.ndarray, tsc: np.ndarray, where: Path) -> np.ndarray:
+    """Each row of ``out``'s record's last stamp, by tuple id (a tuple has one record)."""
+    order = np.argsort(ids, kind="stable")
+    ids, tsc = ids[order], tsc[order]
+    want = out["tuple_id"].to_numpy()
+    pos = np.minimum(np.searchsorted(ids, want), max(0, len(ids) - 1))
+    if not len(ids) or not np.array_equal(ids[pos], want):
+        raise CommandError(f"{where}: some translated tuples have no sink stamp")
+    return tsc[pos]
 
 
 def latencies(records: Path, windows: Path, sync_dir: Path, reference: str) -> tuple[pa.Table, dict]:
-    """Every pair of points the demo reports, translated into ``reference``: the table and the facts."""
+    """Every pair of points the demo reports, translated into ``reference``: the table and the facts.
+
+    Each row also carries ``end_tsc``, its record's last stamp (sink, or window output) in
+    ``reference``: when the record was done, on the run's clock."""
     from cp_sync.latency_report import DEFAULT_PAIRS, latency_report
 
     _, facts, out = latency_report(records, sync_dir, DEFAULT_PAIRS, reference=reference)
@@ -46,6 +99,13 @@ def latencies(records: Path, windows: Path, sync_dir: Path, reference: str) -> t
     missing = facts["missing"] | wfacts["missing"]
     if missing or out is None or wout is None:
         raise CommandError(f"latencies could not be translated: {missing}")
+    out = out.append_column(
+        "end_tsc", pa.array(_end_tsc(out, *_last_stamps(records, "sink", reference), records))
+    )
+    wids, wtsc = _last_stamps(windows, "window", reference)
+    if not np.array_equal(wids, wout["tuple_id"].to_numpy()):  # one read, one order: never expected
+        raise CommandError(f"{windows}: window rows read back in another order than translated")
+    wout = wout.append_column("end_tsc", pa.array(wtsc))
     return pa.concat_tables([out, wout]), facts
 
 
@@ -54,47 +114,51 @@ def id_ranges(summary: dict[str, Any]) -> list[tuple[int, int]]:
     return [(int(s["first_tuple_id"]), int(s["next_tuple_id"])) for s in summary["senders"]]
 
 
-def in_ranges(lat: pa.Table, ranges: list[tuple[int, int]]) -> pa.Table:
-    """The rows of ``lat`` whose tuple id lies in one of ``ranges`` (a window row: its latest tuple's)."""
-    import numpy as np
-
-    ids = lat["tuple_id"].to_numpy()
+def in_ranges(ids: np.ndarray, ranges: list[tuple[int, int]]) -> np.ndarray:
+    """Which of ``ids`` lie in one of ``ranges`` (a window row's id: its latest tuple's)."""
     keep = np.zeros(len(ids), dtype=bool)
     for lo, hi in ranges:
         keep |= (ids >= lo) & (ids < hi)
-    return lat.filter(pa.array(keep))
+    return keep
 
 
-def summary_rows(lat: pa.Table) -> list[dict[str, Any]]:
-    """The latency table's rows of ``lat``, one per pair of points, labelled as the demo names them."""
-    import pyarrow.compute as pc
+def with_run_time(lat: pa.Table, warmup_ids: list[tuple[int, int]], clock: RunClock) -> pa.Table:
+    """``lat`` with ``t_s`` (seconds since the start at the record's last stamp) and ``warmup`` (the
+    record belongs to the warm-up: ``warmup_ids``), the columns the table and the plots select by."""
+    t_s = clock.seconds(lat["end_tsc"].to_numpy())
+    warm = in_ranges(lat["tuple_id"].to_numpy(), warmup_ids)
+    return lat.append_column("t_s", pa.array(t_s)).append_column("warmup", pa.array(warm))
 
+
+def demo_series(lat: pa.Table) -> list[LatencySeries]:
+    """The demo's pairs of points as LatencySeries, in the table's order: the one source of the
+    table's figures and of every plot (``lat`` as ``with_run_time`` gives it)."""
     from cp_sync.latency_report import DEFAULT_PAIRS
-    from cp_sync.report import summarize
+    from cp_sync.report import latency_series
 
-    rows = []
-    for a, b, label in (*DEFAULT_PAIRS, WINDOW_PAIR):
-        sel = lat.filter(pc.and_(pc.equal(lat["from_point"], a), pc.equal(lat["to_point"], b)))
-        rows += [r | {"label": label} for r in summarize(sel)] if sel.num_rows else []
-    return rows
+    return latency_series(lat, (*DEFAULT_PAIRS, WINDOW_PAIR))
 
 
-def _warmup_totals(warm: dict[str, Any], lat: pa.Table) -> dict[str, Any]:
+def table_rows(series: list[LatencySeries]) -> list[dict[str, Any]]:
+    """The steady-state latency table's rows: each series without its warm-up (if any record is left)."""
+    steady = [s.steady() for s in series]
+    return [s.row() for s in steady if len(s.duration_ns)]
+
+
+def _warmup_totals(warm: dict[str, Any], series: list[LatencySeries], clock: RunClock) -> dict[str, Any]:
     """The warm-up's figures: when the factories were ready and the queries had read it, its drops
-    per query and its end-to-end latency."""
-    import numpy as np
-    import pyarrow.compute as pc
-
+    per query, its end-to-end latency (from the same series as the table) and the measured run's start."""
     s = warm["summaries"]
-    sel = in_ranges(lat, [r for name in s for r in id_ranges(s[name])])
-    e2e = sel.filter(pc.and_(pc.equal(sel["from_point"], "gen"), pc.equal(sel["to_point"], "sink")))
-    ms = e2e["duration_ns"].to_numpy() / 1e6
+    e2e = [x for x in series if (x.key["from_point"], x.key["to_point"]) == ("gen", "sink")]
+    warm_e2e = [x.select(x.warmup).figured().duration_ns for x in e2e if x.warmup is not None]
+    ms = np.concatenate(warm_e2e) / 1e6 if warm_e2e else np.zeros(0)
     return {
         "seconds": s["windows"]["duration"],
         "emitted": {name: s[name]["emitted"] for name in ("windows", "latency")},
         "dropped": {name: s[name]["dropped"] for name in ("windows", "latency")},
         "factories_ready_s": round(warm["ready_s"], 1),
         "caught_up_s": round(warm["caught_up_s"], 1),
+        "measured_start_s": clock.measured_s,
         "end_to_end_p50_ms": float(np.percentile(ms, 50)) if len(ms) else None,
         "end_to_end_max_ms": float(ms.max()) if len(ms) else None,
         "id_ranges": [r for name in s for r in id_ranges(s[name])],
@@ -109,13 +173,14 @@ def collect(
     sync_pairs: dict[str, Any],
     rows_read: int,
     warm: dict[str, Any],
-) -> tuple[dict[str, Any], pa.Table, list]:
-    """The run's totals (both queries' ledgers, window counts, records) and its translated latencies.
+) -> tuple[dict[str, Any], pa.Table, list[LatencySeries]]:
+    """The run's totals (both queries' ledgers, window counts, records), its translated latencies
+    (with ``t_s`` and ``warmup``) and their LatencySeries.
 
     ``summaries``: each query's generator summary of the measured run; ``warm``: the
-    warm-up's (``summaries``, ``ready_s``, ``caught_up_s``); ``simulated``: the virtual
-    domains of simulated nodes. The latency table's rows cover the measured run only
-    (the steady state); the translated table returned holds every record.
+    warm-up's (``summaries``, ``ready_s``, ``caught_up_s``, ``start_tsc``, ``measured_tsc``);
+    ``simulated``: the virtual domains of simulated nodes. The latency table's rows cover
+    the measured run only (the steady state); the translated table returned holds every record.
 
     ``consistent``: every emitted tuple (warm-up and measured) was read once by the
     windows query and is in the latency query's sink once, or counted as lost in transit.
@@ -134,9 +199,12 @@ def collect(
     n_records, n_unique = len(ids), pc.count_distinct(ids).as_py()
     reference = native_tsc.domain_id()
     lat, facts = latencies(demo.records, demo.windows_dir, demo.sync_dir, reference)
+    hz = float(facts["frequency_hz"])
+    clock = RunClock(warm["start_tsc"], hz, (warm["measured_tsc"] - warm["start_tsc"]) / hz)
     sw, sl = summaries["windows"], summaries["latency"]
     ww, wl = warm["summaries"]["windows"], warm["summaries"]["latency"]
-    rows = summary_rows(in_ranges(lat, id_ranges(sw) + id_ranges(sl)))
+    lat = with_run_time(lat, [r for s in warm["summaries"].values() for r in id_ranges(s)], clock)
+    series = demo_series(lat)
     totals: dict[str, Any] = {
         **{k: sw[k] for k in ("target_rate", "achieved_rate", "generator_bound", "offered", "emitted")},
         "dropped": sw["dropped"],
@@ -162,8 +230,8 @@ def collect(
         "frequency_hz": facts["frequency_hz"],
         "sync_pairs": dict(sync_pairs),
         "out": str(demo.out),
-        "latency": rows,
-        "warmup": _warmup_totals(warm, lat),
+        "latency": table_rows(series),
+        "warmup": _warmup_totals(warm, series, clock),
         "dropped_per_query": {"windows": sw["dropped"], "latency": sl["dropped"]},
     }
     totals["consistent"] = (
@@ -174,42 +242,55 @@ def collect(
         == wl["emitted"] + sl["emitted"] - stats_l.lost_in_transit_total
     )
     totals["sustained"] = not sw["generator_bound"] and sw["dropped"] == 0 and sl["dropped"] == 0
-    return totals, lat, rows
+    return totals, lat, series
 
 
-def timeline_plot(out: pa.Table, path: Path, warm: list[tuple[int, int]] | None = None) -> None:
-    """End-to-end and windowed-output latency of each record over the run: the warm-up's records
-    first (shaded), then the measured run's, each in tuple-id order."""
+def timeline_figure(series: list[LatencySeries], unit: str, warmup: tuple[float, float] | None) -> Any:
+    """End-to-end and windowed-output latency of every record over the run's time (``XLABEL``), the
+    warm-up shaded as in every plot; each series' markers carry the gid ``from->to``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
-    import pyarrow.compute as pc
 
-    from cp_sync.report import time_unit
+    from cp_sync.report import axis_unit, latency_axis, shade_warmup
 
+    _, ns = axis_unit(unit, np.zeros(0))
     fig, ax = plt.subplots(figsize=(9, 4))
-    unit, scale = time_unit(out["duration_ns"].to_numpy())
-    n_warm = 0
-    for a, b in (("gen", "sink"), ("gen", "window")):
-        sel = out.filter(pc.and_(pc.equal(out["from_point"], a), pc.equal(out["to_point"], b)))
-        early = in_ranges(sel, warm or [])
-        ids = set(early["tuple_id"].to_pylist())
-        late = sel.filter(pc.invert(pc.is_in(sel["tuple_id"], pa.array(sorted(ids), pa.int64()))))
-        lat = np.concatenate([t.sort_by("tuple_id")["duration_ns"].to_numpy() / scale for t in (early, late)])
-        ax.plot(range(len(lat)), lat, ".", markersize=2, label=f"{a} -> {b}")
-        n_warm = max(n_warm, early.num_rows) if b == "sink" else n_warm
-    if n_warm:
-        ax.axvspan(0, n_warm, color="0.88", zorder=0, label="warm-up (not in the table)")
-    ax.set_xlabel("record (warm-up, then the measured run; each in tuple-id order)")
-    ax.set_ylabel(f"latency ({unit})")
-    ax.set_title("end-to-end and windowed-output latency over the run")
-    ax.legend()
+    shade_warmup(ax, warmup)
+    drawn = []
+    for s in series:
+        a, b = s.key["from_point"], s.key["to_point"]
+        f = s.figured()
+        if (a, b) not in (("gen", "sink"), ("gen", "window")) or f.t_s is None:
+            continue
+        drawn.append(f.duration_ns / ns)
+        ax.plot(f.t_s, f.duration_ns / ns, ".", ms=2, gid=f"{a}->{b}",
+                label=f"{s.path}, {s.key['scenario']}")  # fmt: skip
+    ax.set_xlabel(XLABEL, fontsize=9)
+    ax.set_title("end-to-end and windowed-output latency over the run", fontsize=10)
+    latency_axis(ax, np.concatenate(drawn) if drawn else np.zeros(0), unit)
+    ax.legend(fontsize=8, markerscale=4)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
+
+
+PLOTS = ("latency.png", "latency_error.png", "timeline.png")
+
+
+def figures(series: list[LatencySeries], warmup: tuple[float, float], unit: str = "ms") -> dict[str, Any]:
+    """The demo's plots, by file name, drawn from ``series`` (the table's source) in the table's unit:
+    the box plot of the table's records alone, the per-record views over the run with the warm-up
+    shaded (``warmup``: seconds since the start)."""
+    from cp_sync.report import box_figure, error_figure
+
+    steady = [s.steady() for s in series]
+    return {
+        "latency.png": box_figure(steady, unit, "steady-state latency: the table's records"),
+        "latency_error.png": error_figure(series, unit, warmup, XLABEL),
+        "timeline.png": timeline_figure(series, unit, warmup),
+    }
 
 
 def _ingest_table(t: dict[str, Any]) -> Any:
@@ -262,11 +343,16 @@ def rate_line(t: dict[str, Any]) -> str:
     return f"did NOT sustain {rate:,.0f} tuples/s{bound}: {drops}"
 
 
-def report(console: Any, totals: dict[str, Any], lat: pa.Table, rows: list, out: Path) -> None:
-    """Print the ingest table, the rate verdict and the latency table; write latency.parquet and plots."""
+def report(
+    console: Any, totals: dict[str, Any], lat: pa.Table, series: list[LatencySeries], out: Path
+) -> None:
+    """Print the ingest table, the rate verdict and the latency table; write latency.parquet and plots.
+
+    The table and every plot come from ``series``: the plots are in the table's unit (ms), the box
+    plot shows the table's records alone, the others shade the warm-up the table leaves out."""
     import pyarrow.parquet as pq
 
-    from cp_sync.report import plot, plot_with_error, print_latency_table
+    from cp_sync.report import print_latency_table, save
 
     console.print(warmup_line(totals), soft_wrap=True)  # one line, also into a pipe
     console.print(_ingest_table(totals))
@@ -275,10 +361,9 @@ def report(console: Any, totals: dict[str, Any], lat: pa.Table, rows: list, out:
     where = "simulated nodes " + ", ".join(domains) if domains else "one node"
     ref = totals["reference_domain"]
     title = f"steady-state latency (after the warm-up), reference TSC domain {ref} ({where})"
-    print_latency_table(rows, title, unit="ms")
+    print_latency_table(table_rows(series), title, unit="ms")
     pq.write_table(lat, out / "latency.parquet")
-    plot(lat, str(out / "latency.png"))
-    plot_with_error(lat, str(out / "latency_error.png"))
-    timeline_plot(lat, out / "timeline.png", totals["warmup"]["id_ranges"])
-    console.print(f"plots: {out / 'latency.png'}, {out / 'latency_error.png'}, {out / 'timeline.png'}")
+    for name, fig in figures(series, (0.0, totals["warmup"]["measured_start_s"])).items():
+        save(fig, out / name)
+    console.print("plots: " + ", ".join(str(out / name) for name in PLOTS), soft_wrap=True)
     console.print(f"output in {out}  ({totals['seconds']} s)")

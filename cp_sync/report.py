@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import IO, Any, Literal
 
 import numpy as np
@@ -17,39 +19,102 @@ _KEYS = ["from_point", "to_point", "method", "scenario"]
 
 
 def _groups(out: pa.Table) -> list[tuple[dict[str, str], Any]]:
-    cols = [*_KEYS, "duration_ns", "bound_ns"] + (["status"] if "status" in out.column_names else [])
-    df = out.select(cols).to_pandas()
+    extra = [c for c in ("status", "t_s", "warmup") if c in out.column_names]
+    df = out.select([*_KEYS, "duration_ns", "bound_ns", *extra]).to_pandas()
     return [(dict(zip(_KEYS, k, strict=True)), g) for k, g in df.groupby(_KEYS, sort=True)]
+
+
+@dataclass(frozen=True)
+class LatencySeries:
+    """One pair of points (with its method and scenario) and its records, computed once: the latency
+    table's figures and every plot of them are drawn from these arrays, so they cannot disagree.
+
+    ``duration_ns`` and ``bound_ns``: per record (NaN where no relation: counted, never summarised);
+    ``ok``: the record's status is ok; ``t_s``: seconds since the run's start at the record's last
+    stamp (None when the run's clock is not known); ``warmup``: the records the table leaves out.
+    """
+
+    key: dict[str, str]
+    duration_ns: np.ndarray
+    bound_ns: np.ndarray
+    ok: np.ndarray
+    label: str = ""
+    t_s: np.ndarray | None = None
+    warmup: np.ndarray | None = None
+
+    @property
+    def path(self) -> str:
+        """``label (from -> to)`` as the table names the pair, or ``from -> to``."""
+        points = f"{self.key['from_point']} -> {self.key['to_point']}"
+        return f"{self.label} ({points})" if self.label else points
+
+    def select(self, keep: np.ndarray) -> LatencySeries:
+        """The records where ``keep`` holds, every array cut alike."""
+        return replace(
+            self,
+            duration_ns=self.duration_ns[keep],
+            bound_ns=self.bound_ns[keep],
+            ok=self.ok[keep],
+            t_s=None if self.t_s is None else self.t_s[keep],
+            warmup=None if self.warmup is None else self.warmup[keep],
+        )
+
+    def steady(self) -> LatencySeries:
+        """The records the table summarises: all but the warm-up's."""
+        return self if self.warmup is None else replace(self.select(~self.warmup), warmup=None)
+
+    def figured(self) -> LatencySeries:
+        """The records with figures (a finite duration): what percentiles and plots are taken of."""
+        return self.select(np.isfinite(self.duration_ns))
+
+    def row(self) -> dict[str, Any]:
+        """The table's row: count, how many are ok, p50/p90/p99/max latency and median/max bound (us)."""
+        fig = self.figured()
+        lat, bnd = fig.duration_ns / 1e3, fig.bound_ns / 1e3
+        if not len(lat):
+            lat = bnd = np.array([np.nan])
+        p50, p90, p99 = np.percentile(lat, [50, 90, 99])
+        row = self.key | {
+            "count": len(self.duration_ns),
+            "ok": int(self.ok.sum()),
+            "p50_us": float(p50),
+            "p90_us": float(p90),
+            "p99_us": float(p99),
+            "max_us": float(lat.max()),
+            "bound_median_us": float(np.median(bnd)),
+            "bound_max_us": float(bnd.max()),
+        }
+        return row | ({"label": self.label} if self.label else {})
+
+
+def latency_series(out: pa.Table, pairs: Sequence[tuple[str, str, str]] | None = None) -> list[LatencySeries]:
+    """One LatencySeries per (from, to, method, scenario) of the translated rows ``out``.
+
+    Without ``pairs``: sorted by key, unlabelled. With ``pairs`` ((from, to, label), ...): in their
+    order, labelled, other pairs left out. Optional columns ``t_s`` (float) and ``warmup`` (bool) are
+    carried into the series.
+    """
+    found = []
+    for key, g in _groups(out):
+        dur = g["duration_ns"].to_numpy(dtype=np.float64)
+        ok = (g["status"] == "ok").to_numpy() if "status" in g else np.ones(len(dur), dtype=bool)
+        t_s = g["t_s"].to_numpy(dtype=np.float64) if "t_s" in g else None
+        warm = g["warmup"].to_numpy(dtype=bool) if "warmup" in g else None
+        found.append(LatencySeries(key, dur, g["bound_ns"].to_numpy(dtype=np.float64), ok, "", t_s, warm))
+    if pairs is None:
+        return found
+    return [
+        replace(s, label=label)
+        for a, b, label in pairs
+        for s in found
+        if (s.key["from_point"], s.key["to_point"]) == (a, b)
+    ]
 
 
 def summarize(out: pa.Table) -> list[dict[str, Any]]:
     """Per (from, to, method, scenario): count, how many are ``ok``, latency p50/p90/p99/max and
     median/max bound (us) over every record with figures (all statuses: see status_rows)."""
-    rows = []
-    for key, g in _groups(out):
-        lat = g["duration_ns"].to_numpy() / 1e3
-        bnd = g["bound_ns"].to_numpy() / 1e3
-        count = len(lat)
-        ok = int((g["status"] == "ok").sum()) if "status" in g else count
-        fin = np.isfinite(lat)  # a record with no relation has no figures; it is counted, not summarised
-        lat, bnd = lat[fin], bnd[fin]
-        if not len(lat):
-            lat = bnd = np.array([np.nan])
-        p50, p90, p99 = np.percentile(lat, [50, 90, 99])
-        rows.append(
-            key
-            | {
-                "count": count,
-                "ok": ok,
-                "p50_us": p50,
-                "p90_us": p90,
-                "p99_us": p99,
-                "max_us": float(lat.max()),
-                "bound_median_us": float(np.median(bnd)),
-                "bound_max_us": float(bnd.max()),
-            }
-        )
-    return rows
+    return [s.row() for s in latency_series(out)]
 
 
 def status_rows(out: pa.Table) -> list[dict[str, Any]]:
@@ -124,6 +189,8 @@ def print_latency_table(
 
 _UNITS = (("s", 1e9), ("ms", 1e6), ("us", 1e3), ("ns", 1.0))
 NEGLIGIBLE_NS = 1.0  # bounds below a nanosecond: one TSC domain, shown as zero rather than as 4e-7 us
+WARMUP_COLOR = "0.85"  # the one shade of the warm-up, in every plot that shows it
+WARMUP_LABEL = "warm-up (not in the table)"
 
 
 def time_unit(values_ns: np.ndarray) -> tuple[str, float]:
@@ -138,14 +205,51 @@ def time_unit(values_ns: np.ndarray) -> tuple[str, float]:
     return "ns", 1.0
 
 
+def axis_unit(unit: str | None, values_ns: np.ndarray) -> tuple[str, float]:
+    """``unit`` and its nanoseconds, or (``None``) the unit that suits ``values_ns``."""
+    if unit is None:
+        return time_unit(values_ns)
+    units = dict(_UNITS)
+    if unit not in units:
+        raise ValueError(f"unit must be one of {', '.join(units)}, got {unit!r}")
+    return unit, units[unit]
+
+
+def _concat(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    return np.concatenate(arrays) if arrays else np.zeros(0)
+
+
+def shade_warmup(ax: Any, warmup: tuple[float, float] | None) -> None:
+    """Shade the warm-up (seconds since the run's start) the one way every plot does."""
+    if warmup is not None:
+        ax.axvspan(*warmup, color=WARMUP_COLOR, lw=0, zorder=0, label=WARMUP_LABEL)
+
+
 def _plain_axis(ax: Any) -> None:
     # never an offset or a 1eN multiplier above the axis: the unit in the label says it all
     ax.ticklabel_format(axis="y", style="plain", useOffset=False)
 
 
-def _bound_axis(ax: Any, bnds: list[np.ndarray], labels: list[str]) -> None:
+def latency_axis(ax: Any, values: np.ndarray, unit: str) -> None:
+    """The latency axis, labelled with ``unit``: log where the latencies drawn (in ``unit``) span more
+    than two decades, as a warm-up's seconds beside a steady state's milliseconds do, so neither is
+    flattened; linear otherwise, or where a value is not above zero. Tick labels are plain numbers."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    v = values[np.isfinite(values)]
+    if len(v) and float(v.min()) > 0 and float(v.max()) > 100 * float(v.min()):
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylabel(f"latency ({unit}, log scale)")
+    else:
+        _plain_axis(ax)
+        ax.set_ylabel(f"latency ({unit})")
+
+
+def _bound_axis(ax: Any, bnds: list[np.ndarray], labels: list[str], unit: str | None) -> None:
     """The error-bound box plot; bounds that are all below a nanosecond are drawn as zero, said so."""
-    every = np.concatenate(bnds) if bnds else np.zeros(0)
+    every = _concat(bnds)
     if not len(every) or float(np.nanmax(np.abs(every))) < NEGLIGIBLE_NS:
         ax.boxplot([np.zeros(max(1, len(b))) for b in bnds], tick_labels=labels, showfliers=False)
         ax.set_ylim(-0.05, 1.0)
@@ -155,69 +259,105 @@ def _bound_axis(ax: Any, bnds: list[np.ndarray], labels: list[str]) -> None:
             transform=ax.transAxes, ha="center", va="center",
         )  # fmt: skip
         return
-    unit, ns = time_unit(every)
-    ax.boxplot([b / ns for b in bnds], tick_labels=labels, showfliers=False)
-    ax.set_ylabel(f"error bound ({unit})")
+    name, ns = axis_unit(unit, every)
+    ax.boxplot([b / ns for b in bnds], tick_labels=labels, whis=(0, 100), showfliers=False)
+    ax.set_ylabel(f"error bound ({name})")
 
 
-def plot(out: pa.Table, path: str) -> None:
-    """Latency box plot per method and scenario, the error-bound distribution beside it (as Fig. 17).
+def _tick(s: LatencySeries) -> str:
+    head = f"{s.label}\n" if s.label else ""
+    return f"{head}{s.key['from_point']}->{s.key['to_point']}\n{s.key['method']} {s.key['scenario']}"
 
-    Axes are in the unit that suits the data (s, ms, us or ns)."""
+
+def box_figure(
+    series: Sequence[LatencySeries], unit: str | None = None, title: str = "translated latency"
+) -> Any:
+    """Latency box plot per series and the error-bound distribution beside it (as Fig. 17).
+
+    Every record of ``series`` with figures is drawn: box p25 to p75, line p50, whiskers min to max
+    (so the top whisker is the table's max), markers p90 and p99; give the table's series for a plot
+    of the table's records. ``unit``: s, ms, us or ns (default: the one that suits the data). The
+    median line and the top whisker carry the gid ``p50`` and ``max``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    lats, bnds, labels = [], [], []
-    for key, g in _groups(out):
-        fin = np.isfinite(g["duration_ns"].to_numpy())
-        lats.append(g["duration_ns"].to_numpy()[fin])
-        bnds.append(g["bound_ns"].to_numpy()[fin])
-        labels.append(f"{key['from_point']}->{key['to_point']}\n{key['method']} {key['scenario']}")
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(min(16.0, 5.0 + 0.9 * len(labels)), 5.0))
-    unit, ns = time_unit(np.concatenate(lats) if lats else np.zeros(0))
-    ax1.boxplot([v / ns for v in lats], tick_labels=labels, showfliers=False)
-    ax1.set_ylabel(f"latency ({unit})")
-    ax1.set_title("translated latency")
-    _bound_axis(ax2, bnds, labels)
-    ax2.set_title("error bound per record")
+    figured = [s.figured() for s in series]
+    lats, bnds = [s.duration_ns for s in figured], [s.bound_ns for s in figured]
+    labels = [_tick(s) for s in series]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(min(16.0, 5.0 + 0.9 * len(labels)), 5.5))
+    name, ns = axis_unit(unit, _concat(lats))
+    drawn = ax1.boxplot([v / ns for v in lats], tick_labels=labels, whis=(0, 100), showfliers=False)
+    for line in drawn["medians"]:
+        line.set_gid("p50")
+    for line in drawn["whiskers"][1::2]:
+        line.set_gid("max")
+    pos = [i + 1 for i, v in enumerate(lats) if len(v)]
+    rows = [s.row() for s in series]  # the table's own figures
+    for q, marker in (("p90", "x"), ("p99", "^")):
+        ax1.plot(pos, [rows[i - 1][f"{q}_us"] * 1e3 / ns for i in pos], marker, color="tab:red",
+                 ms=5, ls="none", label=q)  # fmt: skip
+    ax1.legend(
+        loc="upper left", fontsize=7, title="box p25-p75, line p50,\nwhiskers min to max", title_fontsize=7
+    )
+    latency_axis(ax1, _concat(lats) / ns, name)
+    ax1.set_title(title, fontsize=10)
+    _bound_axis(ax2, bnds, labels, unit)
+    ax2.set_title("error bound per record", fontsize=10)
+    _plain_axis(ax2)
     for ax in (ax1, ax2):
-        _plain_axis(ax)
         ax.tick_params(axis="x", labelsize=7, labelrotation=60)
         ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
-def plot_with_error(out: pa.Table, path: str, points: int = 4000) -> None:
+def error_figure(
+    series: Sequence[LatencySeries],
+    unit: str | None = None,
+    warmup: tuple[float, float] | None = None,
+    xlabel: str = "seconds since the run's start",
+) -> Any:
     """Latency of each record with its error bound as a band (the paper's latency-with-error view):
-    one panel per pair of points, records in tuple-id order (at most ``points`` of them, evenly taken)."""
+    one panel per series, every record with figures, over ``t_s`` (or, without it, the record's
+    index in tuple-id order); ``warmup`` (seconds) shaded as in every plot."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = _groups(out)
-    fig, axes = plt.subplots(len(groups), 1, figsize=(9.0, 2.6 * max(1, len(groups))), squeeze=False)
-    for ax, (key, g) in zip(axes[:, 0], groups, strict=True):
-        g = g[np.isfinite(g["duration_ns"].to_numpy())]
-        step = max(1, len(g) // points)
-        lat, bnd = g["duration_ns"].to_numpy()[::step], g["bound_ns"].to_numpy()[::step]
-        unit, ns = time_unit(np.concatenate([lat + bnd, lat - bnd]))
-        x = np.arange(len(lat)) * step
+    n = max(1, len(series))
+    fig, axes = plt.subplots(n, 1, figsize=(9.0, 2.6 * n), squeeze=False, sharex=True)
+    name, ns = axis_unit(unit, _concat([s.figured().duration_ns for s in series]))
+    for ax, s in zip(axes[:, 0], series, strict=False):
+        f = s.figured()
+        x = np.arange(len(f.duration_ns), dtype=np.float64) if f.t_s is None else f.t_s
+        order = np.argsort(x, kind="stable")
+        x, lat, bnd = x[order], f.duration_ns[order], f.bound_ns[order]
+        shade_warmup(ax, warmup)
         ax.fill_between(x, (lat - bnd) / ns, (lat + bnd) / ns, color="tab:orange", alpha=0.35, lw=0,
                         label="latency +- error bound")  # fmt: skip
-        ax.plot(x, lat / ns, lw=0.8, color="tab:blue", label="latency")
+        ax.plot(x, lat / ns, ".", ms=1.5, color="tab:blue", label="latency")
         tiny = " (every bound below 1 ns)" if len(bnd) and float(np.nanmax(bnd)) < NEGLIGIBLE_NS else ""
-        ax.set_title(f"{key['from_point']} -> {key['to_point']} ({key['method']}, {key['scenario']}){tiny}",
-                     fontsize=9)  # fmt: skip
-        ax.set_ylabel(f"latency ({unit})")
-        _plain_axis(ax)
+        ax.set_title(f"{s.path} ({s.key['method']}, {s.key['scenario']}){tiny}", fontsize=9)
+        latency_axis(ax, np.concatenate([lat - bnd, lat + bnd]) / ns, name)
         ax.grid(alpha=0.3)
-    axes[0, 0].legend(loc="upper right", fontsize=8)
-    axes[-1, 0].set_xlabel("record (in tuple-id order)")
+    axes[0, 0].legend(loc="upper right", fontsize=8, markerscale=4)
+    no_time = any(s.t_s is None for s in series)
+    axes[-1, 0].set_xlabel("record (in tuple-id order)" if no_time else xlabel)
     fig.tight_layout()
+    return fig
+
+
+def save(fig: Any, path: str | Path) -> None:
+    """Write ``fig`` as a PNG and free it."""
+    import matplotlib.pyplot as plt
+
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot(out: pa.Table, path: str) -> None:
+    """``box_figure`` of every translated row of ``out``, written to ``path``."""
+    save(box_figure(latency_series(out)), path)

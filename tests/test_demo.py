@@ -59,6 +59,7 @@ def test_demo_prints_consistent_totals(tmp_path: Path) -> None:
         assert f"{value:,}" in line
     assert "every emitted tuple read once" in run.stdout
     _check_latencies_against_truth(out, t)
+    _check_table_against_parquet(run.stdout, out, t)
 
 
 @pytest.mark.long
@@ -87,6 +88,7 @@ def test_default_demo_warms_up_then_shows_the_steady_state_with_no_drop(tmp_path
     end_to_end = next(ln for ln in lines[table[0] :] if "end to end (gen -> sink)" in ln)
     assert "500,000" in end_to_end
     assert (out / "latency_error.png").stat().st_size > 0
+    _check_table_against_parquet(run.stdout, out, t)
 
 
 def _real_tsc(values: np.ndarray, nodes: np.ndarray, virtual: dict[str, VirtualDomain]) -> np.ndarray:
@@ -149,9 +151,169 @@ def _check_latencies_against_truth(out: Path, t: dict) -> None:
     assert (out / "latency.png").stat().st_size > 0 and (out / "timeline.png").stat().st_size > 0
 
 
+def _check_table_against_parquet(stdout: str, out: Path, t: dict) -> None:
+    """The printed table's figures are those of latency.parquet's steady-state rows (what the plots
+    draw); on the plots' time axis the warm-up's records lie inside the band, the others after it."""
+    lat = pq.read_table(out / "latency.parquet").to_pandas()
+    table = _table_cells(stdout)
+    band_end = t["warmup"]["measured_start_s"]
+    assert len(table) >= 4
+    for (path, scenario), cells in table.items():
+        a, b = path[path.rindex("(") + 1 : -1].split(" -> ")
+        g = lat[(lat["from_point"] == a) & (lat["to_point"] == b) & (lat["scenario"] == scenario)]
+        steady = g[~g["warmup"]]
+        ms = steady["duration_ns"].to_numpy() / 1e6
+        ms = ms[np.isfinite(ms)]
+        printed = [f"{v:,.3f}" for v in (*np.percentile(ms, [50, 90, 99]), ms.max())]
+        assert [f"{len(steady):,}", *printed] == cells, path
+        assert g.loc[g["warmup"], "t_s"].between(0, band_end).all() and (steady["t_s"] > band_end).all()
+
+
 def test_demo_rejects_bad_arguments() -> None:
     run = subprocess.run([*CLI_ARGV, "demo", "--duration", "-1"], capture_output=True, text=True, timeout=60)
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == [
         "cloudprofiler demo: error: --duration -1.0: expected 0 < seconds <= 3600"
     ]
+
+
+# -- the table and the plots from one source (fast: synthetic records, the real translation) -----------
+
+HZ = 2.6e9
+T0 = 10**13  # raw counter at the first sync phase
+START = T0 + int(HZ)  # the queries start: time zero of every plot
+MEASURED = START + int(33 * HZ)  # the measured run begins: the warm-up band ends here
+WARM_IDS, RUN_IDS = (1000, 1200), (0, 500)  # the measured run numbered lower, as the demo may
+
+
+def _write_run(tmp_path: Path) -> tuple[Path, Path, Path, Any, Any]:
+    """A demo-shaped run: a simulated generator node, source, sink and window stamps on the reference
+    node; a warm-up of slow records (up to 29.5 s), then a measured run of fast ones; sync throughout."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from cp_sync.sync_table import write_sync
+    from cp_sync.synthetic import synth_phases
+    from native_tsc.domain import make_virtual
+
+    ref, gen = make_virtual("ref-node", "0", 0), make_virtual("gen-node", "87.5", 3_000_000_000_000)
+    rng = np.random.default_rng(7)
+    sync = tmp_path / "sync"
+    table = synth_phases([ref, gen], [T0 + int(k * HZ) for k in (0, 25, 50)], 20, rng)
+    for name in sorted(set(table["phase"].to_pylist())):
+        write_sync(sync, name, [table.filter(pc.equal(table["phase"], name))], {ref.domain: HZ})
+
+    def stamps(ids: np.ndarray, t_gen: np.ndarray, t_end: np.ndarray, end: str) -> pa.Table:
+        mid = t_gen + (t_end - t_gen) // 3
+        cols: dict[str, Any] = {"tuple_id": ids.astype(np.int64)}
+        for point, raw, dom in (("gen", t_gen, gen), ("source", mid, ref), (end, t_end, ref)):
+            if end == "window" and point == "source":
+                continue
+            cols[f"cp_tsc_{point}"] = np.array([dom.apply(int(t)) for t in raw], np.int64)
+            cols[f"cp_node_{point}"] = [dom.domain] * len(ids)
+        return pa.table(cols)
+
+    warm_gen = START + np.linspace(2 * HZ, 4 * HZ, 200).astype(np.int64)
+    warm_end = warm_gen + np.linspace(0.5 * HZ, 25 * HZ, 200).astype(np.int64)
+    run_gen = MEASURED + np.linspace(0.1 * HZ, 4 * HZ, 500).astype(np.int64)
+    run_end = run_gen + rng.integers(int(1e-3 * HZ), int(50e-3 * HZ), 500)
+    records, windows = tmp_path / "records", tmp_path / "windows"
+    for i, (ids, g, e) in enumerate(
+        ((np.arange(*WARM_IDS), warm_gen, warm_end), (np.arange(*RUN_IDS), run_gen, run_end))
+    ):
+        (records / f"batch={i}").mkdir(parents=True)
+        pq.write_table(stamps(ids, g, e, "sink"), records / f"batch={i}" / "records-0.parquet")
+    # window rows: the latest tuple's id and gen stamp (an id may repeat), stamped at output
+    w_ids = np.array([1010, 1010, 1150, 1199, 20, 20, 250, 300])
+    w_gen = np.array([warm_gen[10], warm_gen[10], warm_gen[150], warm_gen[199], *run_gen[[20, 20, 250, 300]]])
+    w_end = w_gen + (np.array([29.5, 28.0, 12.0, 6.0, 2.5, 2.0, 1.0, 0.5]) * HZ).astype(np.int64)
+    (windows / "batch=0").mkdir(parents=True)
+    pq.write_table(stamps(w_ids, w_gen, w_end, "window"), windows / "batch=0" / "windows-0.parquet")
+    ends = {"sink": np.concatenate([warm_end, run_end]), "window": w_end}
+    return records, windows, sync, ref, ends
+
+
+def _table_cells(text: str) -> dict[tuple[str, str], list[str]]:
+    """The printed latency table: (path, scenario) -> [count, p50, p90, p99, max] as printed."""
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        if len(cells) == 10 and cells[1] == "minrtt":
+            rows[(cells[0], cells[2])] = cells[3:8]
+    return rows
+
+
+def test_the_table_and_every_plot_show_the_same_steady_state_records(tmp_path: Path, capsys: Any) -> None:
+    from cloudprofiler.demo_report import (
+        RunClock,
+        demo_series,
+        figures,
+        latencies,
+        table_rows,
+        with_run_time,
+    )  # fmt: skip
+    from cp_sync.report import WARMUP_COLOR, WARMUP_LABEL, print_latency_table
+
+    records, windows, sync, ref, ends = _write_run(tmp_path)
+    lat, facts = latencies(records, windows, sync, ref.domain)
+    assert facts["frequency_hz"] == HZ
+    clock = RunClock(ref.apply(START), HZ, (MEASURED - START) / HZ)
+    series = demo_series(with_run_time(lat, [WARM_IDS], clock))
+    print_latency_table(table_rows(series), "steady state", unit="ms")
+    table = _table_cells(capsys.readouterr().out)
+    paths = ["generator -> source (gen -> source)", "source -> sink (source -> sink)",
+             "end to end (gen -> sink)", "windowed output (gen -> window)"]  # fmt: skip
+    assert [p for p, _ in table] == paths  # the table's order, every pair once
+    counts = {p: c[0] for (p, _), c in table.items()}
+    assert counts == dict.fromkeys(paths[:3], "500") | {paths[3]: "4"}  # the warm-up's are left out
+    figs = figures(series, clock.warmup)
+
+    # latency.png: what the box plot drew (median, p90, p99 markers, top whisker) is what the table prints
+    box = figs["latency.png"].axes[0]
+    drawn: dict[str, list[float]] = {}
+    for line in box.lines:
+        gid = line.get_gid() or line.get_label()
+        if gid in ("p50", "max"):
+            drawn.setdefault(gid, []).append(float(np.max(line.get_ydata())))
+        elif gid in ("p90", "p99"):
+            drawn[gid] = [float(y) for y in line.get_ydata()]
+    for i, cells in enumerate(table.values()):
+        assert [f"{drawn[k][i]:,.3f}" for k in ("p50", "p90", "p99", "max")] == cells[1:], i
+    # ... and the arrays the plots receive, steady-state part, have the table's percentiles
+    for s, cells in zip(series, table.values(), strict=True):
+        ms = s.steady().figured().duration_ns / 1e6
+        assert [f"{v:,.3f}" for v in (*np.percentile(ms, [50, 90, 99]), ms.max())] == cells[1:]
+        assert s.warmup is not None and int(s.warmup.sum()) == (200 if s.key["to_point"] != "window" else 4)
+
+    # timeline.png: records and window rows on one axis, seconds since the start at their last stamp
+    tl = figs["timeline.png"].axes[0]
+    xs = {line.get_gid(): np.sort(np.asarray(line.get_xdata())) for line in tl.lines if line.get_gid()}
+    for pair, end in (("gen->sink", "sink"), ("gen->window", "window")):
+        assert np.allclose(xs[pair], np.sort((ends[end] - START) / HZ), atol=1e-6), pair
+    # (as an index, 0 to 7 on an axis of 700 records, the window rows would all fall in the warm-up)
+    assert xs["gen->sink"][0] < xs["gen->window"][0] and xs["gen->window"][-1] < xs["gen->sink"][-1]
+    # the warm-up: the same band (seconds since the start), colour and label wherever it is shown
+    warm_end = (MEASURED - START) / HZ
+    spans = []
+    for name in ("timeline.png", "latency_error.png"):
+        for ax in figs[name].axes:
+            (band,) = [p for p in ax.patches if p.get_label() == WARMUP_LABEL]
+            x0, x1 = band.get_path().get_extents(band.get_patch_transform()).intervalx
+            spans.append((round(x0, 9), round(x1, 9), band.get_facecolor()))
+            assert (
+                ax.get_xlabel() in ("", tl.get_xlabel())
+                and "seconds since the queries started" in tl.get_xlabel()
+            )
+    assert len(spans) == 5 and set(spans) == {(0.0, round(warm_end, 9), matplotlib_rgba(WARMUP_COLOR))}
+    warm_x = xs["gen->sink"][xs["gen->sink"] < warm_end]
+    assert (
+        len(warm_x) == 200 and xs["gen->sink"][200] > warm_end
+    )  # the band holds the warm-up's records alone
+    assert not [p for p in box.patches if p.get_label() == WARMUP_LABEL]  # the box plot has none to shade
+    assert box.get_ylabel().startswith("latency (ms") and tl.get_ylabel() == "latency (ms, log scale)"
+
+
+def matplotlib_rgba(color: str) -> tuple[float, ...]:
+    from matplotlib.colors import to_rgba
+
+    return to_rgba(color)
