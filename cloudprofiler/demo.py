@@ -55,9 +55,11 @@ Warms up first (the queries, their factories and a --warmup load, reported on
 one line), then measures. Prints what was offered, dropped (per query), lost and
 ingested, the rate sustained, and the steady-state latency table (generator to
 source, source to sink, end to end, windowed output) with error bounds; writes
-latency.parquet (one row per record and pair of points), latency.png (latency and
-error-bound distributions), latency_error.png (latency with its error bound per
-record) and timeline.png beside the output.
+latency.parquet (one row per record and pair of points), latency.png (the table's
+records: latency and error-bound distributions, whiskers at min and max),
+latency_error.png (latency with its error bound per record) and timeline.png
+(end-to-end and windowed-output latency over the run), the last two over seconds
+since the queries started with the warm-up shaded, beside the output.
 
 examples:
   cloudprofiler demo
