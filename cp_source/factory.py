@@ -52,6 +52,7 @@ from cp_source.spool_ledger import WorkerState
 from cp_source.startup_trace import mark, mark_process_start
 from cp_source.workloads import Workload, resolve
 from native_tsc import curve_keys as ck
+from native_tsc.zmq_bounds import frame_hard_cap
 
 # Segments are not published into the last this many bytes of the spool's filesystem, so the ledger's
 # small writes (end-of-streams, worker stats) still succeed on a full disk.
@@ -372,7 +373,8 @@ class FactoryWorker:
         sock = ctx.socket(zmq.PULL)
         sock.setsockopt(zmq.RCVHWM, HWM)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.MAXMSGSIZE, 2 * self.cfg.max_frame_bytes + 4096)  # as the front end's cap
+        # above what the front end forwards (a frame over the cap arrives cut to the cap and a byte)
+        sock.setsockopt(zmq.MAXMSGSIZE, 2 * self.cfg.max_frame_bytes + 4096)
         sock.connect(self.cfg.backend)
         self.write_stats()
         mark(f"worker {self.cfg.worker}: ready")
@@ -585,9 +587,10 @@ class FactoryHandle:
         front = self._ctx.socket(zmq.ROUTER)
         front.setsockopt(zmq.RCVHWM, FRONT_HWM)
         front.setsockopt(zmq.LINGER, 0)
-        # per frame, a hard cap above the checked bound (a frame past the bound is dead-lettered, past
-        # the cap it costs the sender its connection); frames per message: FrontEnd._recv cuts them
-        front.setsockopt(zmq.MAXMSGSIZE, 2 * max_frame_bytes + 4096)
+        # per frame, a hard cap well above the checked bound (a frame past the bound is counted and
+        # dead-lettered, past the hard cap it costs the sender its connection, which ZeroMQ does not
+        # report); frames per message: FrontEnd._recv cuts them
+        front.setsockopt(zmq.MAXMSGSIZE, frame_hard_cap(max_frame_bytes))
         if self.curve_keys:  # CURVE, and only the clients DIR/authorized lists (ZAP)
             try:
                 ck.server_secure(front, self.curve_keys)

@@ -283,8 +283,15 @@ def _watch(args: argparse.Namespace, handle: Any) -> int:
         st = view.stats()
         print(
             f"rows {st.rows:,}  segments {sum(n + 1 for n in st.latest.values())}  "
-            f"spool {st.used_bytes / 2**20:,.1f} MiB  dead letters {st.deadletters_total}  "
+            f"spool {st.used_bytes / 2**20:,.1f} MiB  dead letters {dead_letters(st.deadletters)}  "
             f"lost in transit {st.lost_in_transit_total}",
             flush=True,
         )
     return 0
+
+
+def dead_letters(by_reason: dict[str, int]) -> str:
+    """``3 (oversized 1, bad_json 2)``: the total, and the count per reason when there are any."""
+    total = sum(by_reason.values())
+    counted = [f"{k} {v}" for k, v in sorted(by_reason.items()) if v]
+    return f"{total} ({', '.join(counted)})" if counted else str(total)

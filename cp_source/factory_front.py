@@ -21,6 +21,21 @@ factory rather than inside it, never not counted. With ``durability=strict``
 each snapshot is fsynced before its rename and the directory after, so an
 acknowledged end-of-stream survives a power loss too.
 
+The front end's answers say more than "acknowledged" (``sender_link.AckInfo``):
+a hello's answer carries the factory's frame cap (``max_frame_bytes``), so a
+generator refuses a bucket too large for it before sending any, and an end of
+stream's answer carries the tuples and buckets of that sender it accepted, so
+a generator whose connection dropped knows whether its buckets arrived.
+
+Frames over the cap. The socket's ``MAXMSGSIZE`` is well above the cap
+(``zmq_bounds.frame_hard_cap``): ZeroMQ answers a frame past ``MAXMSGSIZE``
+only by dropping the peer's connection, saying nothing to anyone. A message
+with a frame over the cap is received whole, counted (``oversized_frames``),
+and forwarded with each frame cut to one byte past the cap: a worker then
+dead-letters it as ``oversized`` (the header and the first 64 KiB of the
+payload) and, for a valid data header, records its ids as rejected. A worker
+never receives more than the cap and a byte per frame.
+
 Beside it, ``_front/progress.json`` tells a reader which senders exist and how
 far each has got before any of its tuples is published: per sender id the
 wall time of its first hello (answered or waiting for the workers) and its
@@ -48,7 +63,8 @@ import zmq
 from cp_source import bucket as bk
 from cp_source.durability import check_durability, fsync_dirs, fsync_path
 from cp_source.private_dirs import ensure_private_dir
-from cp_source.sender_link import REFUSED_SENDER_IN_USE, answer_control
+from cp_source.sender_link import REFUSED_SENDER_IN_USE, AckInfo, answer_control
+from native_tsc.zmq_bounds import cut_frames
 
 FRONT_DIR = "_front"
 LEDGER_FILE = "ledger.json"
@@ -309,6 +325,7 @@ class FrontEnd:
                 "out_of_window",
                 "long_messages",
                 "frames_dropped",
+                "oversized_frames",
             ),
             0,
         )
@@ -343,7 +360,10 @@ class FrontEnd:
             if e.header is not None and self.ledger.in_window(e.header):
                 self.ledger.accept(e.header)
             self.counters["forwarded_unparsed"] += 1
-            self._held = frames[:MAX_FRAMES]  # the workers dead-letter it, counted by reason
+            # the workers dead-letter it, counted by reason; a frame over the cap reaches them cut
+            # (still over it, so the reason stays), never more than their sockets take
+            self._held, cut = cut_frames(frames[:MAX_FRAMES], self.max_frame_bytes + 1)
+            self.counters["oversized_frames"] += cut
             return
         if h.kind == bk.KIND_DATA and not self.ledger.in_window(h):
             self.counters["out_of_window"] += 1  # not accepted; a worker dead-letters it by reason
@@ -373,7 +393,7 @@ class FrontEnd:
                 return
             if self.ledger.end_of_stream(h, eos):
                 self.counters["eos"] += 1
-                self._reply(ident, h)
+                self._reply(ident, h, self._accepted(eos))
         elif h.kind == bk.KIND_HEARTBEAT:
             self.counters["heartbeats"] += 1  # recorded as progress, never forwarded to the workers
             if self.ledger.in_window(h):  # one forged seq far ahead would pin the sender's progress
@@ -411,8 +431,21 @@ class FrontEnd:
             self.counters["long_messages"] += 1
         return msg
 
-    def _reply(self, ident: bytes, h: bk.Header) -> None:
-        answer_control(self.front, ident, h)
+    def _reply(self, ident: bytes, h: bk.Header, info: AckInfo | None = None) -> None:
+        """Acknowledge a hello (with the frame cap) or an end of stream (``info``: what was accepted)."""
+        if h.kind == bk.KIND_HELLO:
+            info = AckInfo(max_frame_bytes=self.max_frame_bytes)
+        answer_control(self.front, ident, h, info=info)
+
+    def _accepted(self, eos: bk.EndOfStream) -> AckInfo:
+        """What the front end accepted of a sender: its tuples inside the ids its totals name (so
+        buckets forged under its id elsewhere do not count), and its buckets."""
+        s = self.ledger.senders.get(eos.sender_id)
+        if s is None:
+            return AckInfo(accepted_tuples=0, accepted_buckets=0)
+        lo, hi = eos.first_tuple_id, eos.next_tuple_id
+        tuples = sum(max(0, min(a + c, hi) - max(a, lo)) for a, c in s["ids"])
+        return AckInfo(accepted_tuples=tuples, accepted_buckets=int(s["buckets"]))
 
     def _forward_held(self) -> bool:
         """Pass the held message to a worker if one has room; False when none has."""

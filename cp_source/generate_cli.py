@@ -18,8 +18,12 @@ behind its schedule is flagged generator_bound (invalid).
 
 Each sender says hello first and starts its schedule only once a factory has
 acknowledged it (--wait-ready seconds; no answer is an error, exit status 2).
-The run ends with each sender's totals, which the factory must acknowledge;
-a run whose totals were not acknowledged exits with status 1.
+A bucket larger than the factory accepts (its --max-frame-bytes, which it
+names in that acknowledgement) is refused before anything is sent (exit
+status 2). The run ends with each sender's totals, which the factory must
+acknowledge with the tuples it received; a run whose totals were not
+acknowledged, or whose tuples did not all reach the factory (a dropped
+connection), exits with status 1.
 
 examples:
   cloudprofiler generate --endpoint tcp://127.0.0.1:5555 --rate 200000 --duration 10
@@ -282,4 +286,25 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    if not summary.get("acknowledged", True):
+        print(f"error: {unacknowledged(summary)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def unacknowledged(summary: dict[str, Any]) -> str:
+    """One line on the senders whose emitted tuples the factory did not acknowledge receiving."""
+    parts = []
+    for s in summary["senders"]:
+        if s["acknowledged"]:
+            continue
+        got = s["factory_accepted"]
+        seen = "did not say how many it received" if got is None else f"received {got:,}"
+        parts.append(
+            f"sender {s['id']} emitted {s['emitted']:,} tuples, the factory {seen}, "
+            f"{s['disconnects']} dropped connection(s)"
+        )
+    return (
+        "; ".join(parts) + ": tuples were lost on the way to the factory (a connection it dropped: "
+        "a frame over its hard cap, or the factory restarting)"
+    )

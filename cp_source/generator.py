@@ -60,6 +60,7 @@ import heapq
 import math
 import multiprocessing as mp
 import random
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,10 +74,12 @@ from cp_source import bucket as bk
 from cp_source.key_skew import KeySkew, Payloads, parse_key_skew, plan_skew, skewed_payloads
 from cp_source.sender_link import (
     DEFAULT_READY_TIMEOUT_S,
+    AckInfo,
+    DisconnectWatch,
     FactoryUnavailable,
     SenderIdInUse,
-    close_stream,
-    open_link,
+    close_stream_info,
+    open_link_info,
 )
 from cp_source.startup_trace import mark
 from cp_source.workloads import file_lines, ysb_rows
@@ -87,6 +90,9 @@ SEND_QUEUE_MAX_BYTES = 64 << 20
 # The end of stream waits behind the buckets queued before it; a query at capacity with a full spool
 # may take this long to make room for them.
 EOS_ACK_TIMEOUT_S = 60.0
+# A sender that stops before its first bucket (its buckets are too large for the factory, or another
+# sender of the run failed) still closes its stream, with nothing sent; a live factory answers at once.
+EMPTY_EOS_TIMEOUT_S = 10.0
 RATE_TOLERANCE = 0.01
 LAG_TOLERANCE = 0.10  # of the run's duration
 SPIN_NS = 200_000  # busy-wait the last 200 us before a deadline; sleep before that (sleep overshoots ~60 us)
@@ -362,6 +368,30 @@ def _shape(payloads: Payloads, bucket: int, tuples: int) -> tuple[int, int, byte
     return n_buckets, last_rows, partial
 
 
+class BucketTooLarge(ValueError):
+    """A bucket's payload is larger than the factory accepts (its frame cap): nothing was sent."""
+
+
+def check_fits(payloads: Payloads, bucket: int, workload: str, cap: int | None) -> None:
+    """BucketTooLarge, naming the size and the cap, when a payload is over the factory's frame cap.
+
+    ``cap`` is what the factory's answer to the hello said (None: an older factory said nothing).
+    A run's last bucket may be partial: a prefix of a full one, never larger.
+    """
+    if cap is None:
+        return
+    biggest = max(len(p) for pool in payloads.pools for p in pool)
+    if biggest <= cap:
+        return
+    fit = bucket * cap // biggest
+    hint = f"use --bucket {fit} or smaller" if fit else "one tuple alone is over it"
+    raise BucketTooLarge(
+        f"a bucket of {bucket} tuples of {workload} is {biggest:,} bytes, over the factory's frame cap "
+        f"of {cap:,} bytes (its --max-frame-bytes): nothing was sent; {hint}, or start the factory "
+        "with a larger --max-frame-bytes"
+    )
+
+
 def _open_link(
     endpoint: str,
     packer: bk.HeaderPacker,
@@ -371,14 +401,15 @@ def _open_link(
     hwm: int | None,
     ready_timeout: float,
     curve_keys: str | None = None,
-) -> tuple[zmq.Context[Any], zmq.Socket[Any]]:
-    """A context and a socket whose hello a factory acknowledged, its queue sized for ``rate``."""
+) -> tuple[zmq.Context[Any], zmq.Socket[Any], AckInfo]:
+    """A context and a socket whose hello a factory acknowledged, its queue sized for ``rate``; and
+    what the acknowledgement said."""
     if hwm is None:
         by_time = math.ceil(SEND_QUEUE_S * rate / bucket)
         hwm = max(SEND_HWM, min(by_time, SEND_QUEUE_MAX_BYTES // max(1, bucket_bytes)))
     ctx: zmq.Context[Any] = zmq.Context()
     try:
-        return ctx, open_link(ctx, endpoint, packer, hwm, ready_timeout, curve_keys)
+        return ctx, *open_link_info(ctx, endpoint, packer, hwm, ready_timeout, curve_keys)
     except BaseException:
         ctx.term()
         raise
@@ -733,6 +764,16 @@ class _DelayedEmitter:
         return em
 
 
+def _acknowledged(ack: AckInfo | None, emitted: int, disconnects: int) -> bool:
+    """The end of stream was acknowledged and every emitted tuple reached the factory: as its answer
+    says, or, from a factory that does not say, as far as a connection that never dropped shows."""
+    if ack is None:
+        return False
+    if ack.accepted_tuples is not None:
+        return ack.accepted_tuples >= emitted
+    return disconnects == 0
+
+
 def _end_of_stream(
     sock: zmq.Socket[Any],
     packer: bk.HeaderPacker,
@@ -741,13 +782,20 @@ def _end_of_stream(
     rate: float,
     tuples: int,
     e: _Emission,
+    watch: DisconnectWatch,
 ) -> dict[str, Any]:
-    """Send end-of-stream and wait for the factory's acknowledgement; the sender's counters."""
+    """Send end-of-stream and wait for the factory's acknowledgement; the sender's counters.
+
+    ``factory_accepted``: the tuples the factory's answer says it received (None: it did not say);
+    ``disconnects``: connections that dropped during the run; ``acknowledged``: see _acknowledged.
+    """
     ideal_end = e.t0 + int(tuples / rate * 1e9)
     elapsed = (max(e.end, ideal_end) - e.t0) / 1e9
     eos = bk.EndOfStream(sender_id, first, e.next_id, e.seq, e.emitted, e.dropped, e.ranges)
     body = eos.to_json()
-    eos_ok = close_stream(sock, packer, e.seq, body, EOS_ACK_TIMEOUT_S)
+    ack = close_stream_info(sock, packer, e.seq, body, EOS_ACK_TIMEOUT_S)
+    disconnects = watch.count()
+    accepted = ack.accepted_tuples if ack is not None else None
     return {
         "id": sender_id,
         "first_tuple_id": first,
@@ -760,7 +808,10 @@ def _end_of_stream(
         "achieved_rate": (e.emitted + e.dropped) / elapsed if elapsed else 0.0,
         "target_rate": rate,
         "max_lag_ms": e.max_lag / 1e6,
-        "eos_delivered": eos_ok,
+        "eos_delivered": ack is not None,
+        "factory_accepted": accepted,
+        "disconnects": disconnects,
+        "acknowledged": _acknowledged(ack, e.emitted, disconnects),
         "aborted": e.aborted,
         "end_wall_s": e.end_wall,
         "heartbeats": e.heartbeats,
@@ -845,18 +896,48 @@ def _sender(
     pays = sender_payloads(workload, bucket, rate, tuples, seed, events.key_skew)
     packer = bk.HeaderPacker(sender_id, native_tsc.domain_id())
     size = len(pays.pools[0][0])
-    ctx, sock = _open_link(endpoint, packer, rate, bucket, size, hwm, ready_timeout, curve_keys)
+    ctx, sock, hello = _open_link(endpoint, packer, rate, bucket, size, hwm, ready_timeout, curve_keys)
     first = bk.tuple_id(sender_id, 0)
+    watch = DisconnectWatch(sock)
     try:
-        if events.delay is None:
-            emission = _emit(sock, packer, pays, bucket, rate, tuples, first, barrier, events, sender_index)
-        else:
-            loop = _DelayedEmitter(sock, packer, pays, bucket, rate, tuples, first, events, sender_index)
-            emission = loop.run(barrier)
-        return _end_of_stream(sock, packer, sender_id, first, rate, tuples, emission)
+        try:
+            check_fits(pays, bucket, workload, hello.max_frame_bytes)
+            emission = _run_loop(
+                sock, packer, pays, bucket, rate, tuples, first, barrier, events, sender_index
+            )
+        except (BucketTooLarge, threading.BrokenBarrierError):
+            _close_empty(sock, packer, sender_id, first)  # before any bucket: nothing was sent
+            raise
+        return _end_of_stream(sock, packer, sender_id, first, rate, tuples, emission, watch)
     finally:
+        watch.close()
         sock.close(0)  # the end of stream was acknowledged (or counted as not delivered)
         ctx.term()
+
+
+def _run_loop(
+    sock: zmq.Socket[Any],
+    packer: bk.HeaderPacker,
+    pays: Payloads,
+    bucket: int,
+    rate: float,
+    tuples: int,
+    first: int,
+    barrier: Any,
+    events: EventSettings,
+    sender_index: int,
+) -> _Emission:
+    """The emission loop: the plain one, or the one that holds buckets back for an injected delay."""
+    if events.delay is None:
+        return _emit(sock, packer, pays, bucket, rate, tuples, first, barrier, events, sender_index)
+    loop = _DelayedEmitter(sock, packer, pays, bucket, rate, tuples, first, events, sender_index)
+    return loop.run(barrier)
+
+
+def _close_empty(sock: zmq.Socket[Any], packer: bk.HeaderPacker, sender_id: int, first: int) -> None:
+    """End the stream of a sender that sent nothing, so the factory holds it closed with zero totals."""
+    body = bk.EndOfStream(sender_id, first, first, 0, 0, 0, []).to_json()
+    close_stream_info(sock, packer, 0, body, EMPTY_EOS_TIMEOUT_S)
 
 
 def _check_endpoint(endpoint: str) -> None:
@@ -938,7 +1019,7 @@ def _run_processes(
     for p in procs:
         p.join()
     # the others stopped at the barrier because of it, before any data bucket
-    for kind in (SenderIdInUse, FactoryUnavailable):
+    for kind in (SenderIdInUse, BucketTooLarge, FactoryUnavailable):
         first = next((msg for name, msg in errors if name == kind.__name__), None)
         if first is not None:
             raise kind(first)
@@ -984,6 +1065,8 @@ def _summary(
         "sender_base": base,
         "aborted": aborted,
         "eos_delivered": all(r["eos_delivered"] for r in results),
+        "acknowledged": all(r["acknowledged"] for r in results),
+        "disconnects": sum(r["disconnects"] for r in results),
         "heartbeats": sum(r["heartbeats"] for r in results),
         "heartbeat_ms": events.heartbeat_ms,
         "event_lag_ms": events.lag_ms,

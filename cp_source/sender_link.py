@@ -10,14 +10,29 @@ acknowledgement: only then was the end of stream delivered.
 
 The other side is any ROUTER that answers with :func:`ack_frames`: the
 factory's front end, or the naive baseline source.
+
+An acknowledgement's payload may say more (:class:`AckInfo`, a small JSON object
+``{"v": 1, ...}``): the factory's frame cap in the answer to a hello, so the
+sender refuses a bucket too large for it before sending any; and in the answer
+to an end of stream the tuples and buckets of that sender it accepted, so a
+sender whose buckets did not all arrive (a dropped connection) knows it. An
+empty payload (an older factory, the naive source) or one that does not parse
+says nothing more; the acknowledgement still counts.
+
+After the hello the sender watches its socket for dropped connections
+(:class:`DisconnectWatch`): a connection ZeroMQ drops and reconnects takes the
+messages in flight with it, without an error on the sending side.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
+from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import zmq
 
 import native_tsc
@@ -27,6 +42,9 @@ from native_tsc import curve_keys as ck
 
 DEFAULT_READY_TIMEOUT_S = 10.0
 RESEND_S = 1.0
+ACK_INFO_VERSION = 1
+MAX_ACK_INFO_BYTES = 4096  # an acknowledgement's payload is read only up to this size
+MAX_ACK_MESSAGE = 64 << 10  # MAXMSGSIZE of a sender's socket: it receives only acknowledgements
 
 
 # The payload of an acknowledgement that refuses a hello: the sender id already numbered tuples
@@ -42,21 +60,71 @@ class SenderIdInUse(ValueError):
     """The factory refused the hello: its spool already holds tuples of this sender id."""
 
 
-def ack_frames(h: bk.Header, refusal: bytes = b"") -> list[bytes]:
+@dataclass(frozen=True, slots=True)
+class AckInfo:
+    """What an acknowledgement said beyond "acknowledged"; None: not said (an older factory).
+
+    ``max_frame_bytes``: the largest payload the factory accepts (a hello's answer).
+    ``accepted_tuples``, ``accepted_buckets``: what the factory's front end accepted of this sender
+    (an end of stream's answer).
+    """
+
+    max_frame_bytes: int | None = None
+    accepted_tuples: int | None = None
+    accepted_buckets: int | None = None
+
+    def to_json(self) -> bytes:
+        fields = {k: getattr(self, k) for k in _ACK_FIELDS if getattr(self, k) is not None}
+        return orjson.dumps({"v": ACK_INFO_VERSION, **fields})
+
+
+_ACK_FIELDS = ("max_frame_bytes", "accepted_tuples", "accepted_buckets")
+_ACK_FIELD_MAX = 1 << 62
+
+
+def parse_ack_info(payload: bytes) -> AckInfo:
+    """An acknowledgement's payload read as :class:`AckInfo`, bounded; anything else says nothing.
+
+    Unknown keys are ignored (a newer factory may say more); a known key that is not an integer in
+    range is left unsaid, so a wrong value can never make a sender refuse or doubt a run.
+    """
+    if not payload or len(payload) > MAX_ACK_INFO_BYTES:
+        return AckInfo()
+    try:
+        doc = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return AckInfo()
+    if not isinstance(doc, dict) or doc.get("v") != ACK_INFO_VERSION:
+        return AckInfo()
+    got = {}
+    for k in _ACK_FIELDS:
+        v = doc.get(k)
+        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _ACK_FIELD_MAX:
+            got[k] = v
+    if got.get("max_frame_bytes") == 0:
+        del got["max_frame_bytes"]
+    return AckInfo(**got)
+
+
+def ack_frames(h: bk.Header, refusal: bytes = b"", info: AckInfo | None = None) -> list[bytes]:
     """The acknowledgement of ``h`` (a hello or an end-of-stream): an ACK header naming its kind and seq.
 
-    A non-empty ``refusal`` (a reason code such as ``REFUSED_SENDER_IN_USE``) turns it into a refusal.
+    A non-empty ``refusal`` (a reason code such as ``REFUSED_SENDER_IN_USE``) turns it into a refusal;
+    otherwise ``info`` (if any) is its payload.
     """
+    payload = refusal or (info.to_json() if info is not None else b"")
     ack = bk.Header(
-        bk.KIND_ACK, h.sender_id, h.seq, h.kind, 0, len(refusal), native_tsc.now(), time.time_ns(), ""
+        bk.KIND_ACK, h.sender_id, h.seq, h.kind, 0, len(payload), native_tsc.now(), time.time_ns(), ""
     )
-    return [bk.pack_header(ack), refusal]
+    return [bk.pack_header(ack), payload]
 
 
-def answer_control(sock: zmq.Socket, ident: bytes, h: bk.Header, refusal: bytes = b"") -> None:
+def answer_control(
+    sock: zmq.Socket, ident: bytes, h: bk.Header, refusal: bytes = b"", info: AckInfo | None = None
+) -> None:
     """Acknowledge (or refuse) a hello or end-of-stream on a ROUTER socket; a gone peer gets nothing."""
     with contextlib.suppress(zmq.ZMQError):
-        sock.send_multipart([ident, *ack_frames(h, refusal)], zmq.NOBLOCK)
+        sock.send_multipart([ident, *ack_frames(h, refusal, info)], zmq.NOBLOCK)
 
 
 def _control(packer: bk.HeaderPacker, kind: int, seq: int, payload: bytes) -> list[Any]:
@@ -66,11 +134,16 @@ def _control(packer: bk.HeaderPacker, kind: int, seq: int, payload: bytes) -> li
 
 def await_ack(sock: zmq.Socket, sender_id: int, kind: int, seq: int, timeout_s: float) -> bool:
     """Wait for the acknowledgement of (kind, seq); other messages are skipped. False on timeout."""
+    return await_ack_info(sock, sender_id, kind, seq, timeout_s) is not None
+
+
+def await_ack_info(sock: zmq.Socket, sender_id: int, kind: int, seq: int, timeout_s: float) -> AckInfo | None:
+    """Wait for the acknowledgement of (kind, seq) and read what it says; None on timeout."""
     deadline = time.monotonic() + timeout_s
     while True:
         left = deadline - time.monotonic()
         if left <= 0 or not sock.poll(max(1, int(left * 1000)), zmq.POLLIN):
-            return False
+            return None
         frames = sock.recv_multipart()
         try:
             h = bk.parse_header(frames[0])
@@ -83,7 +156,7 @@ def await_ack(sock: zmq.Socket, sender_id: int, kind: int, seq: int, timeout_s: 
                     "sender (an earlier run with the same --sender-base); leave --sender-base unset for a "
                     "fresh random one, or pick another"
                 )
-            return True
+            return parse_ack_info(bytes(frames[1])) if len(frames) > 1 else AckInfo()
 
 
 def open_link(
@@ -100,9 +173,22 @@ def open_link(
     refuses a wrong or missing key without a word: the handshake watch names that failure in the
     ``FactoryUnavailable`` message instead of a bare timeout.
     """
+    return open_link_info(ctx, endpoint, packer, hwm, timeout_s, curve_keys)[0]
+
+
+def open_link_info(
+    ctx: zmq.Context,
+    endpoint: str,
+    packer: bk.HeaderPacker,
+    hwm: int,
+    timeout_s: float,
+    curve_keys: str | None = None,
+) -> tuple[zmq.Socket, AckInfo]:
+    """:func:`open_link`, and what the factory's answer to the hello said (its frame cap)."""
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.SNDHWM, hwm)
     sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.MAXMSGSIZE, MAX_ACK_MESSAGE)  # a sender receives only acknowledgements
     try:
         if curve_keys:
             ck.client_secure(sock, curve_keys)
@@ -123,7 +209,7 @@ def _hello(
     packer: bk.HeaderPacker,
     timeout_s: float,
     keyed: bool,
-) -> zmq.Socket:
+) -> tuple[zmq.Socket, AckInfo]:
     """Connect, say hello and wait for its acknowledgement; the socket is closed on failure."""
     try:
         sock.connect(endpoint)
@@ -135,11 +221,11 @@ def _hello(
     sock.send_multipart(_control(packer, bk.KIND_HELLO, 0, b""))
     mark(f"sender {packer.sender_id}: hello sent")
     try:
-        acked = await_ack(sock, packer.sender_id, bk.KIND_HELLO, 0, timeout_s)
+        info = await_ack_info(sock, packer.sender_id, bk.KIND_HELLO, 0, timeout_s)
     except SenderIdInUse:
         sock.close(0)
         raise
-    if not acked:
+    if info is None:
         hint = ck.refusal_hint(watch, keyed)
         sock.close(0)
         if hint:
@@ -151,11 +237,18 @@ def _hello(
             "whose cloudprofiler source embeds it) first, or wait longer (--wait-ready)"
         )
     mark(f"sender {packer.sender_id}: hello acknowledged")
-    return sock
+    return sock, info
 
 
 def close_stream(sock: zmq.Socket, packer: bk.HeaderPacker, seq: int, eos: bytes, timeout_s: float) -> bool:
-    """Send the end-of-stream totals and wait for their acknowledgement; True only if acknowledged.
+    """Send the end-of-stream totals and wait for their acknowledgement; True only if acknowledged."""
+    return close_stream_info(sock, packer, seq, eos, timeout_s) is not None
+
+
+def close_stream_info(
+    sock: zmq.Socket, packer: bk.HeaderPacker, seq: int, eos: bytes, timeout_s: float
+) -> AckInfo | None:
+    """Send the end-of-stream totals and wait for their acknowledgement; what it said, None if none came.
 
     One connection keeps order, so the totals arrive after every data bucket that
     was sent. They are sent again every ``RESEND_S`` until acknowledged: a factory
@@ -166,8 +259,52 @@ def close_stream(sock: zmq.Socket, packer: bk.HeaderPacker, seq: int, eos: bytes
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            return False
+            return None
         with contextlib.suppress(zmq.Again):  # a full queue: the next round tries again
             sock.send_multipart(_control(packer, bk.KIND_EOS, seq, eos), zmq.NOBLOCK)
-        if await_ack(sock, packer.sender_id, bk.KIND_EOS, seq, min(left, RESEND_S)):
-            return True
+        info = await_ack_info(sock, packer.sender_id, bk.KIND_EOS, seq, min(left, RESEND_S))
+        if info is not None:
+            return info
+
+
+_WATCHES = itertools.count()
+
+
+class DisconnectWatch:
+    """Counts the connections of a sender's socket that dropped (a monitor read only when asked).
+
+    ZeroMQ reconnects by itself and says nothing to the sender; the messages that were in flight
+    are gone. A factory drops a connection that sends a frame past its hard cap, and a factory that
+    stops or restarts drops them all.
+    """
+
+    def __init__(self, sock: zmq.Socket) -> None:
+        self._sock = sock
+        addr = f"inproc://cp-sender-watch-{next(_WATCHES)}"
+        sock.monitor(addr, zmq.EVENT_DISCONNECTED)
+        # unbounded queue: ZeroMQ blocks the socket's own thread on a full monitor queue, and the
+        # count is read only at the end of the run (an event is a few bytes)
+        self._mon: zmq.Socket | None = sock.context.socket(zmq.PAIR)
+        self._mon.setsockopt(zmq.RCVHWM, 0)
+        self._mon.connect(addr)
+        self.disconnects = 0
+
+    def count(self) -> int:
+        """Dropped connections so far."""
+        while self._mon is not None and self._mon.poll(0):
+            try:
+                self._mon.recv_multipart(zmq.NOBLOCK)
+            except zmq.ZMQError:
+                break
+            self.disconnects += 1
+        return self.disconnects
+
+    def close(self) -> int:
+        """Stop watching (the socket stays open); the count."""
+        n = self.count()
+        if self._mon is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                self._sock.disable_monitor()
+            self._mon.close(0)
+            self._mon = None
+        return n

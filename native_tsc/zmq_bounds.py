@@ -3,6 +3,12 @@
 ZeroMQ hands a message over only once its last frame is in, each frame bounded by
 ``MAXMSGSIZE``; a peer can still send thousands of frames in one message. Keeping only the
 first few stops them from being copied into Python objects.
+
+A server that checks its frames against a cap of its own (the factory's ``max_frame_bytes``)
+sets ``MAXMSGSIZE`` well above that cap (:func:`frame_hard_cap`): ZeroMQ answers a frame over
+``MAXMSGSIZE`` only by dropping the connection, without telling the server why, so a frame
+between the two caps is received, rejected and counted by the server under a reason that
+names it, and only a frame past the hard cap costs the peer its connection.
 """
 
 from __future__ import annotations
@@ -10,6 +16,27 @@ from __future__ import annotations
 from typing import Any
 
 import zmq
+
+# Room above a server's own frame cap before ZeroMQ itself refuses a frame: at least this much,
+# and at least the cap again (a frame twice the cap is still received and counted).
+FRAME_SLACK_BYTES = 64 << 20
+
+
+def frame_hard_cap(max_frame_bytes: int) -> int:
+    """The ``MAXMSGSIZE`` of a socket whose frames the server checks against ``max_frame_bytes``."""
+    return max_frame_bytes + max(max_frame_bytes, FRAME_SLACK_BYTES)
+
+
+def cut_frames(frames: list[Any], keep_bytes: int) -> tuple[list[Any], int]:
+    """Each frame cut to at most ``keep_bytes`` (zero-copy slices); and how many were cut."""
+    out, cut = [], 0
+    for f in frames:
+        if len(f) > keep_bytes:
+            out.append(memoryview(f)[:keep_bytes])
+            cut += 1
+        else:
+            out.append(f)
+    return out, cut
 
 
 def recv_bounded(sock: zmq.Socket[Any], max_frames: int) -> tuple[list[bytes], int]:

@@ -7,6 +7,7 @@ once, and every hostile message is counted as a dead letter with its reason.
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -16,10 +17,13 @@ import zmq
 from ingest_truth import published_ids
 from live_server import LiveServer
 
+from cloudprofiler.cli_process import cli_argv, stop_processes
 from cp_source import bucket as bk
+from cp_source.deadletter import read_dead_letters
 from cp_source.factory import start_factory
 from cp_source.factory_front import read_front_ledger
-from cp_source.generator import build_payloads
+from cp_source.generator import build_payloads, run_generator
+from cp_source.spool import Spool
 
 SENDER, DOMAIN, ROWS = 4321, "hostile-test@00000001", 10
 
@@ -116,3 +120,68 @@ def test_a_message_of_many_frames_is_cut_and_dead_lettered(tmp_path: Path) -> No
     np.testing.assert_array_equal(got, np.setdiff1d(ids, cut))
     # ZeroMQ holds a message until its last frame is in: the front end briefly holds it whole
     print(f"front end grew by {grown_front:.0f} MiB, worker by {grown_worker:.0f} MiB")
+
+
+def _progress_line(proc: subprocess.Popen, want: str, timeout: float = 60.0) -> str:
+    """The first progress line of a ``cloudprofiler factory`` process that contains ``want``."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()  # one every 2 s
+        assert line, "the factory exited"
+        if want in line:
+            return line
+    raise AssertionError(f"no progress line with {want!r}")
+
+
+def test_a_payload_frame_over_the_cap_is_counted_as_oversized_and_the_factory_runs_on(
+    tmp_path: Path,
+) -> None:
+    """A raw ZeroMQ peer that does not check the cap sends 6 MB payloads to a factory taking 1 MB:
+    one whose header says so, one whose header claims 100 bytes. ZeroMQ would drop the connection
+    without a word past MAXMSGSIZE; the front end receives them, and both are dead-lettered."""
+    spool = tmp_path / "spool"
+    proc = subprocess.Popen(
+        cli_argv("factory", "--endpoint", "tcp://127.0.0.1:0", "--spool", str(spool), "--workers", "1")
+        + ["--max-frame-bytes", "1000000", "--flush-ms", "50"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        endpoint = proc.stdout.readline().split("factory listening on ")[1].split(",")[0]
+        s = Sender(endpoint)
+        payload = os.urandom(6_000_000)
+        honest = [bytes(s.pk.pack(bk.KIND_DATA, 0, s.nid, ROWS, len(payload), 1, 2)), payload]
+        lying = [bytes(s.pk.pack(bk.KIND_DATA, 1, s.nid + ROWS, ROWS, 100, 1, 2)), payload]
+        s.sock.send_multipart(honest)
+        s.sock.send_multipart(lying)
+        s.seq, s.nid = 2, s.nid + 2 * ROWS
+        s.close()  # its end of stream: 2 buckets sent, 20 tuples emitted
+        line = _progress_line(proc, "dead letters 2")
+        assert "dead letters 2 (oversized 2)" in line, line
+        # a sender that checks still gets through, exactly once
+        summary = run_generator(endpoint, rate=2000, duration=0.5, bucket=100, sender_base=4400)
+        assert summary["acknowledged"] and summary["senders"][0]["factory_accepted"] == 1000
+        sp = Spool(spool)
+        deadline = time.monotonic() + 60
+        while not sp.drained({SENDER, 4400}):
+            assert time.monotonic() < deadline, "the factory did not publish the second sender"
+            time.sleep(0.1)
+        st = sp.stats()
+        assert proc.poll() is None, "the factory runs on"
+    finally:
+        stop_processes([proc])
+    assert st.deadletters == {"oversized": 2}
+    mine = bk.tuple_id(SENDER, 0)
+    assert st.rejected_ranges == [[mine, 2 * ROWS]]  # its ids are counted as rejected, not lost
+    assert st.lost_in_transit == {SENDER: [], 4400: []}
+    want = np.arange(bk.tuple_id(4400, 0), bk.tuple_id(4400, 1000), dtype=np.int64)
+    np.testing.assert_array_equal(published_ids(spool), want)
+    # the dead letters keep each header whole and the payload's first 64 KiB of the cut frame
+    records = list(read_dead_letters(spool / "w0" / "deadletter.bin"))
+    assert [r for r, _ in records] == ["oversized", "oversized"]
+    for (_, frames), sent in zip(records, (honest, lying), strict=True):
+        assert frames[0] == (bk.HEADER.size, sent[0])
+        assert frames[1][0] == 1_000_001 and frames[1][1] == payload[: 64 << 10]

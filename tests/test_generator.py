@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
 import pytest
+import zmq
 from ingest_truth import expected_ids, published_ids, spool_drained
 
-from cloudprofiler.cli_process import CLI_ARGV
+from cloudprofiler.cli_process import CLI_ARGV, stop_processes
 from cp_source import bucket as bk
 from cp_source import generator
 from cp_source.factory import FactoryHandle, start_factory
-from cp_source.generator import run_generator
-from cp_source.sender_link import SenderIdInUse
+from cp_source.factory_front import read_front_ledger
+from cp_source.generator import BucketTooLarge, run_generator
+from cp_source.sender_link import SenderIdInUse, answer_control
+from cp_source.spool import Spool
 
 
 @pytest.fixture
@@ -42,6 +47,8 @@ def _check_accounting(summary: dict) -> None:
         assert s["next_tuple_id"] - s["first_tuple_id"] == s["emitted"] + s["dropped"]
         assert sum(c for _, c in s["dropped_ranges"]) == s["dropped"]
         assert s["eos_delivered"]
+        # the factory's answer to the end of stream: it received every tuple that was emitted
+        assert s["acknowledged"] and s["factory_accepted"] == s["emitted"] and s["disconnects"] == 0
 
 
 def test_achieved_rate_is_within_one_percent_at_a_sustainable_rate(
@@ -198,3 +205,121 @@ def test_a_restarted_factory_remembers_the_sender_ids_of_its_spool(tmp_path: Pat
         "fresh random one, or pick another"
     ]
     assert np.array_equal(published_ids(spool), expected_ids(first)[0])
+
+
+# -- buckets over the factory's frame cap -------------------------------------------------------
+
+
+def _big_lines(path: Path, n: int, size: int) -> list[bytes]:
+    """An NDJSON file of ``n`` lines of ``size`` bytes of text each (and their newline)."""
+    lines = [orjson.dumps({"name": f"n{i}", "blob": "x" * size}) for i in range(n)]
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    return lines
+
+
+def _factory_process(spool: Path, *args: str) -> tuple[subprocess.Popen, str]:
+    """``cloudprofiler factory`` in its own process, one worker; and its endpoint."""
+    proc = subprocess.Popen(
+        [*CLI_ARGV, "factory", "--endpoint", "tcp://127.0.0.1:0", "--spool", str(spool), "--workers", "1"]
+        + list(args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert "factory listening on" in line, line
+    return proc, line.split("factory listening on ")[1].split(",")[0]
+
+
+def test_a_bucket_over_the_factorys_frame_cap_is_refused_before_any_is_sent(tmp_path: Path) -> None:
+    """4 lines of 40 KB in buckets of 150 (6 MB) to a factory taking 1,000,000 bytes per payload."""
+    data = tmp_path / "big.ndjson"
+    lines = _big_lines(data, 4, 40_000)
+    size = sum(len(lines[i % 4]) + 1 for i in range(150))  # a bucket: 150 lines, newline-terminated
+    spool = tmp_path / "spool"
+    proc, endpoint = _factory_process(
+        spool, "--workload", "file", "--schema", "name STRING, blob STRING", "--max-frame-bytes", "1000000"
+    )
+    try:
+        r = subprocess.run(
+            [*CLI_ARGV, "generate", "--endpoint", endpoint, "--rate", "300", "--duration", "2"]
+            + ["--bucket", "150", "--workload", f"file:{data}", "--sender-base", "5151"]
+            + ["--summary", str(tmp_path / "gen.json")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert r.stderr.strip().splitlines() == [
+            f"cloudprofiler generate: error: a bucket of 150 tuples of file:{data} is {size:,} bytes, over "
+            "the factory's frame cap of 1,000,000 bytes (its --max-frame-bytes): nothing was sent; use "
+            "--bucket 24 or smaller, or start the factory with a larger --max-frame-bytes"
+        ]
+        assert r.stdout == "" and not (tmp_path / "gen.json").exists(), "no summary of a run not made"
+        # two senders: both refuse, neither sends a bucket (the one that fails first stops the other)
+        with pytest.raises(BucketTooLarge, match=f"is {size:,} bytes, over the factory's frame cap"):
+            run_generator(
+                endpoint, 300, 2.0, senders=2, bucket=150, workload=f"file:{data}", sender_base=6000
+            )
+        sp = Spool(spool)
+        assert sp.drained({5151, 6000, 6001})
+        st = sp.stats()
+        assert proc.poll() is None, "the factory runs on"
+    finally:
+        stop_processes([proc])
+    # the ledger balances: each sender closed its stream with nothing emitted, nothing reached the
+    # factory, and nothing is counted as lost
+    front = read_front_ledger(spool)
+    for sid in (5151, 6000, 6001):
+        first = bk.tuple_id(sid, 0)
+        eos = st.end_of_stream[sid]
+        assert (eos["first_tuple_id"], eos["next_tuple_id"], eos["buckets_sent"]) == (first, first, 0)
+        assert (eos["emitted"], eos["dropped"]) == (0, 0)
+        assert st.lost_in_transit[sid] == [] and (front[sid]["buckets"], front[sid]["ids"]) == (0, [])
+    assert st.rows == 0 and st.deadletters == {} and st.rejected_ranges == []
+
+
+def _old_factory(sock: zmq.Socket[Any], stop: threading.Event) -> None:
+    """A factory of before acknowledgements said more: a bare answer to hello and end of stream."""
+    while not stop.is_set():
+        if sock.poll(50):
+            frames = sock.recv_multipart()
+            h = bk.parse_header(frames[1])
+            if h.kind in (bk.KIND_HELLO, bk.KIND_EOS):
+                answer_control(sock, frames[0], h)
+
+
+def test_a_generator_whose_connection_was_dropped_never_exits_as_a_clean_run(tmp_path: Path) -> None:
+    """A factory that names no cap and no count drops the connection of each bucket over its socket's
+    MAXMSGSIZE; the generator, told nothing else, sees the dropped connections and exits 1."""
+    ctx: zmq.Context[Any] = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.MAXMSGSIZE, 64 << 10)  # a ysb bucket of 1000 rows is about 250 KB
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    stop = threading.Event()
+    th = threading.Thread(target=_old_factory, args=(sock, stop))
+    th.start()
+    try:
+        r = subprocess.run(
+            [*CLI_ARGV, "generate", "--endpoint", f"tcp://127.0.0.1:{port}", "--rate", "2000"]
+            + ["--duration", "1", "--bucket", "1000", "--sender-base", "5200"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        stop.set()
+        th.join()
+        sock.close(0)
+        ctx.term()
+    assert r.returncode == 1, r.stdout + r.stderr
+    summary = orjson.loads(r.stdout)
+    s = summary["senders"][0]
+    assert summary["eos_delivered"] and not summary["acknowledged"], summary
+    assert s["emitted"] == 2000 and s["factory_accepted"] is None and s["disconnects"] >= 1
+    assert r.stderr.strip().splitlines() == [
+        f"error: sender 5200 emitted 2,000 tuples, the factory did not say how many it received, "
+        f"{s['disconnects']} dropped connection(s): tuples were lost on the way to the factory (a "
+        "connection it dropped: a frame over its hard cap, or the factory restarting)"
+    ]
