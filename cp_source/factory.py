@@ -88,7 +88,8 @@ def make_accumulator(workload: Workload, parser: str = "auto") -> Any:
     """A payload parser for a workload's fields, as an accumulator (add / take).
 
     ``auto`` picks the fastest correct one: the numba parser for all-string fields, pyarrow's JSON
-    reader otherwise. The others exist to compare them (benchmarks/ingest.py).
+    reader otherwise. The others exist to compare them (benchmarks/ingest.py). Every one gives the
+    same values, or the same refusal, for the same payload (``cp_source.parse_json``'s rules).
     """
     from cp_source import parse_json
 
@@ -105,14 +106,7 @@ def make_accumulator(workload: Workload, parser: str = "auto") -> Any:
     if parser == "orjson":
         return BatchAccumulator(lambda p, c: parse_json.parse_orjson(p, fields, c), fields)
     if parser == "naive":
-
-        def naive(p: bytes | memoryview, c: int) -> pa.RecordBatch:
-            rows = parse_json.parse_naive_rows(p, fields, c)
-            return pa.RecordBatch.from_pylist(
-                [dict(zip(fields.names, r, strict=True)) for r in rows], schema=fields
-            )
-
-        return BatchAccumulator(naive, fields)
+        return BatchAccumulator(lambda p, c: parse_json.parse_naive(p, fields, c), fields)
     return BatchAccumulator(lambda p, c: parse_json.parse_arrow_json(p, fields, c), fields)
 
 
@@ -208,6 +202,7 @@ class FactoryWorker:
         self.paused = False
         self.stop = False
         self._unpublished: tuple[Any, ...] | None = None  # a built segment the disk refused
+        self.told: set[str] = set()  # payload refusals already named on stderr
         self.disk_error: str | None = None
 
     def _warm_up(self) -> None:
@@ -222,6 +217,19 @@ class FactoryWorker:
         d = self.counters["deadletters"]
         d[reason] = d.get(reason, 0) + 1
         self.dead.write(reason, frames)
+
+    def _tell_first(self, e: bk.BucketError, h: bk.Header) -> None:
+        """Name the first payload of each reason a worker refuses (its line and field) on stderr: the
+        dead letters keep the bytes, not why. Later ones are only counted, so a bad file floods no log."""
+        if e.reason in self.told:
+            return
+        self.told.add(e.reason)
+        print(
+            f"factory worker {self.cfg.worker}: rejected bucket {h.seq} of sender {h.sender_id} ({e}); "
+            f"further {e.reason} rejections are only counted",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def _in_window(self, h: bk.Header) -> bool:
         seen = max(self.max_seq.get(h.sender_id, -1), self.window_base.get(h.sender_id, -1))
@@ -271,6 +279,7 @@ class FactoryWorker:
         except bk.BucketError as e:
             self._reject(e.reason, frames)
             self.writer.record_rejected(h.sender_id, h.seq, h.first_id, h.count)
+            self._tell_first(e, h)
             return
         if not self.pending:
             self.oldest = time.monotonic()

@@ -198,7 +198,8 @@ class StringRowParser:
         names = [f.name.encode() for f in fields]
         self._keys = np.frombuffer(b"".join(names), dtype=np.uint8).copy()
         self._key_off = np.cumsum([0] + [len(n) for n in names]).astype(np.int64)
-        # smallest possible row: braces, and per field the quoted key, colon, empty quoted value, comma
+        # smallest row the numba path takes (every key): braces, and per field the quoted key, colon,
+        # empty quoted value, comma
         self._min_row = 1 + sum(len(n) + 6 for n in names)
 
     def fast(self, payload: bytes | memoryview, count: int) -> pa.RecordBatch | None:
@@ -217,16 +218,17 @@ class StringRowParser:
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=self.fields)
 
-    def check(self, payload: bytes | memoryview, count: int) -> None:
+    def check(self, payload: bytes | memoryview, count: int) -> bool:
+        """Whether the numba path may take the payload (it needs every key in every row: a payload
+        too short for that goes to the generic parser, which accepts rows with missing keys, or
+        refuses with the same reason and line as for any parser); raise for a payload over 2 GiB."""
         if len(payload) > np.iinfo(np.int32).max:
             raise BucketError("oversized", "payload exceeds 2 GiB")
-        if count * self._min_row > len(payload) + 1:
-            raise BucketError("count_mismatch", f"{len(payload)} bytes cannot hold {count} rows")
+        return count * self._min_row <= len(payload) + 1
 
     def __call__(self, payload: bytes | memoryview, count: int) -> pa.RecordBatch:
         """Fast path, falling back to the generic orjson path (which raises BucketError if invalid)."""
-        self.check(payload, count)
-        batch = self.fast(payload, count)
+        batch = self.fast(payload, count) if self.check(payload, count) else None
         if batch is None:
             batch = parse_orjson(payload, self.fields, count)
         return batch
@@ -265,7 +267,9 @@ class StringRowAccumulator:
 
     def add(self, payload: bytes | memoryview, count: int) -> None:
         """Parse one payload of ``count`` rows; raise BucketError if it is invalid."""
-        self.parser.check(payload, count)
+        if not self.parser.check(payload, count):
+            self.pieces.append(parse_orjson(payload, self.fields, count))
+            return
         buf = np.frombuffer(payload, dtype=np.uint8)
         self._room(count, len(buf))
         got = _parse(
