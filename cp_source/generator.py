@@ -51,6 +51,14 @@ is not mistaken for a slow generator. While anything is held, a heartbeat's
 bound is the smallest event time still held (an older one than any to be
 generated), so it stays a lower bound on every tuple not yet sent. Without
 a delay the loop does no heap work at all.
+
+The factory's frame cap. The answer to a sender's hello names the largest
+payload the factory accepts; a sender whose pool holds a larger one raises
+``BucketTooLarge`` before its first bucket and closes its stream with nothing
+sent. The answer to its end of stream names the tuples the factory received
+(``factory_accepted``), and a monitor counts the connections that dropped
+(``disconnects``): a sender is ``acknowledged`` only when every tuple it
+emitted arrived (see ``sender_link``).
 """
 
 from __future__ import annotations
@@ -1131,8 +1139,10 @@ def run_generator(
     """Offer ``rate`` tuples/s for ``duration`` s from ``senders`` processes; return the JSON summary.
 
     Each sender starts its schedule only after a factory acknowledged its hello
-    (``FactoryUnavailable`` after ``ready_timeout`` s); ``eos_delivered`` says the
-    factory acknowledged every sender's end-of-stream totals. ``curve_keys``: a keys directory
+    (``FactoryUnavailable`` after ``ready_timeout`` s; ``BucketTooLarge`` before any bucket
+    when a payload is over the frame cap the factory named); ``eos_delivered`` says the
+    factory acknowledged every sender's end-of-stream totals, ``acknowledged`` that it received
+    every tuple emitted. ``curve_keys``: a keys directory
     (``cloudprofiler keys generate``) when the factory runs with keys. Event times (sender i lags
     ``i * event_lag_ms``, jitter, a schedule clock from ``event_start_ms``) and heartbeats: see the
     module docstring; ``schedule_event_ms`` gives a schedule clock's event times. ``delay`` (a
