@@ -36,6 +36,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -333,8 +334,9 @@ def parse_orjson(payload: bytes | memoryview, fields: pa.Schema, count: int) -> 
 
 
 # Input pyarrow's reader accepts but JSON does not (so orjson refuses it): NaN and Infinity tokens
-# (rapidjson's NaN/Inf flag, even in ignored fields), a byte order mark, and two objects on one line
-# (the reader needs no newline between them).
+# (rapidjson's NaN/Inf flag), a byte order mark, two objects on one line (the reader needs no
+# newline between them), and bytes that are not UTF-8, all where the reader skips them (a key or
+# value not in the schema).
 _TWO_ON_A_LINE = re.compile(rb"\}[ \t\r]*\{")
 _BOM = b"\xef\xbb\xbf"
 
@@ -346,7 +348,18 @@ def _not_json_to_arrow(data: bytes) -> bool:
         or (b"I" in data and b"Inf" in data)
         or data.startswith(_BOM)
         or _TWO_ON_A_LINE.search(data) is not None
+        or not _utf8(data)
     )
+
+
+def _utf8(data: bytes) -> bool:
+    if data.isascii():
+        return True
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _read_type(t: pa.DataType) -> pa.DataType:
@@ -357,12 +370,17 @@ def _read_type(t: pa.DataType) -> pa.DataType:
     return pa.float64() if pa.types.is_floating(t) else t
 
 
-def _arrow_column(col: pa.Array, f: pa.Field) -> pa.Array:
+def _arrow_column(col: pa.Array, f: pa.Field) -> pa.Array | None:
+    """A column as pyarrow's reader read it, converted by the shared rules; None to hand over."""
     if pa.types.is_date32(f.type):
         return dates_from_strings(col)
     if f.type == TIMESTAMP:
         return timestamps_from_strings(col)
-    return finite_floats(col, f) if pa.types.is_floating(f.type) else col
+    if not pa.types.is_floating(f.type):
+        return col
+    # the reader reads the integer -0 as -0.0, orjson as 0: the rules' path tells -0 from -0.0
+    v = col.to_numpy(zero_copy_only=False)
+    return None if (np.signbit(v) & (v == 0)).any() else finite_floats(col, f)
 
 
 def parse_arrow_json(payload: bytes | memoryview, fields: pa.Schema, count: int) -> pa.RecordBatch:
@@ -392,7 +410,7 @@ def _arrow_batch(data: bytes, fields: pa.Schema, count: int) -> pa.RecordBatch |
         cols = [_arrow_column(t.column(f.name).combine_chunks(), f) for f in fields]
     except (_BadValue, pa.ArrowInvalid):
         return None
-    return pa.RecordBatch.from_arrays(cols, schema=fields)
+    return None if any(c is None for c in cols) else pa.RecordBatch.from_arrays(cols, schema=fields)
 
 
 def _has_null_rows(t: pa.Table) -> bool:

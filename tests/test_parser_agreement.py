@@ -128,6 +128,7 @@ HOSTILE_ALL: list[tuple[bytes, Any]] = [
     (b'{"f": 1e-400}', ("f", 0.0)),
     (b'{"f": -0.0}', ("f", -0.0)),
     (b'{"g": -0.0}', ("g", -0.0)),
+    (b'{"f": -0}', ("f", 0.0)),  # the integer -0 is 0
     (b'{"f": 5}', ("f", 5.0)),
     (b'{"f": 9007199254740993}', ("f", 9007199254740992.0)),
     (b'{"g": 0.1}', ("g", 0.10000000149011612)),
@@ -143,6 +144,7 @@ HOSTILE_ALL: list[tuple[bytes, Any]] = [
     (b'{"s": "x", "z": -Infinity}', (REFUSED, "line 1: not JSON")),
     (b'\xef\xbb\xbf{"s": "x"}', (REFUSED, "line 1: not JSON")),
     (b'{"s": "x"} {"s": "y"}', (REFUSED, "line 1: not JSON")),
+    (b'{"s": "x", "\x80": 1}', (REFUSED, "line 1: not JSON")),  # not UTF-8, in a key not in the schema
     (b'[{"s": "x"}]', (REFUSED, "line 1: not a JSON object")),
     # a key twice: the last value counts (as Spark's reader)
     (b'{"n": 1, "n": 2}', ("n", 2)),
@@ -255,6 +257,22 @@ def test_fuzzed_rows_give_one_outcome_whatever_the_parser(rows: list[bytes]) -> 
 @given(st.lists(_row(STRINGS), min_size=1, max_size=4))
 def test_fuzzed_string_rows_give_one_outcome_whatever_the_parser(rows: list[bytes]) -> None:
     agreed(STRINGS, b"\n".join(rows) + b"\n", len(rows))
+
+
+_EDITS = st.lists(st.tuples(st.integers(0, 1 << 20), st.binary(max_size=3)), min_size=1, max_size=3)
+
+
+@FUZZ
+@given(st.sampled_from([ALL, STRINGS]), st.data(), _EDITS, st.integers(-1, 1))
+def test_rows_with_stray_bytes_give_one_outcome_whatever_the_parser(
+    fields: pa.Schema, data: st.DataObject, edits: list[tuple[int, bytes]], extra: int
+) -> None:
+    rows = data.draw(st.lists(_row(fields), min_size=1, max_size=4))
+    payload = bytearray(b"\n".join(rows) + b"\n")
+    for at, put in edits:  # insert, or replace one byte: what a JSON parser may be lenient about
+        i = at % (len(payload) + 1)
+        payload[i : i + at % 2] = put
+    agreed(fields, bytes(payload), max(1, len(rows) + extra))
 
 
 # ---- the reproductions, end to end: a factory process fed by the generator over ZeroMQ -----------
