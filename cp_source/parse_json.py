@@ -24,9 +24,11 @@ naming the line and the field). A value is never truncated or reinterpreted:
   (``1700000000`` is 2023-11-14 22:13:20 UTC); a fractional number is refused,
   and so is an instant outside the years 0001 to 9999.
 
-pyarrow's reader is the fast path: whatever it does not read exactly as the
-rules above would (a number into a TIMESTAMP, a duplicate key, a token that is
-not JSON such as ``NaN``) makes it hand the payload to :func:`parse_orjson`.
+pyarrow's reader is the fast path (it reads a TIMESTAMP column of strings, or
+one of epoch seconds); whatever it does not read exactly as the rules above
+would (a TIMESTAMP column mixing numbers and strings, a duplicate key, a token
+that is not JSON such as ``NaN``) makes it hand the payload to
+:func:`parse_orjson`.
 """
 
 from __future__ import annotations
@@ -97,10 +99,6 @@ def _numbered_lines(payload: bytes) -> tuple[list[bytes], list[int]]:
             lines.append(ln)
             numbers.append(i)
     return lines, numbers
-
-
-def _lines(payload: bytes) -> list[bytes]:
-    return _numbered_lines(payload)[0]
 
 
 def _no_field(row: dict, fields: pa.Schema, line: int) -> BucketError:
@@ -362,10 +360,13 @@ def _utf8(data: bytes) -> bool:
     return True
 
 
-def _read_type(t: pa.DataType) -> pa.DataType:
+def _read_type(t: pa.DataType, seconds: bool) -> pa.DataType:
     """What pyarrow's reader reads a field as, before the shared conversion: DATE and TIMESTAMP as
-    strings (a number there then fails, and the payload goes the rules' way), FLOAT as DOUBLE."""
-    if pa.types.is_date32(t) or t == TIMESTAMP:
+    strings (a number there then fails, and the payload goes the rules' way), or TIMESTAMP as
+    integers (``seconds``: epoch seconds), FLOAT as DOUBLE."""
+    if t == TIMESTAMP:
+        return pa.int64() if seconds else pa.string()
+    if pa.types.is_date32(t):
         return pa.string()
     return pa.float64() if pa.types.is_floating(t) else t
 
@@ -375,6 +376,8 @@ def _arrow_column(col: pa.Array, f: pa.Field) -> pa.Array | None:
     if pa.types.is_date32(f.type):
         return dates_from_strings(col)
     if f.type == TIMESTAMP:
+        if pa.types.is_integer(col.type):
+            return timestamps_from_micros(pc.multiply_checked(col, 1_000_000))
         return timestamps_from_strings(col)
     if not pa.types.is_floating(f.type):
         return col
@@ -391,11 +394,10 @@ def parse_arrow_json(payload: bytes | memoryview, fields: pa.Schema, count: int)
     return batch if batch is not None else parse_orjson(data, fields, count)
 
 
-def _arrow_batch(data: bytes, fields: pa.Schema, count: int) -> pa.RecordBatch | None:
-    """The fast path's batch, or None where it would not be exactly the rules' answer."""
-    read_as = pa.schema([pa.field(f.name, _read_type(f.type)) for f in fields])
+def _arrow_read(data: bytes, fields: pa.Schema, seconds: bool) -> pa.Table | None:
+    read_as = pa.schema([pa.field(f.name, _read_type(f.type, seconds)) for f in fields])
     try:
-        t = pajson.read_json(
+        return pajson.read_json(
             io.BytesIO(data),
             read_options=pajson.ReadOptions(use_threads=False, block_size=max(1 << 16, len(data) + 1)),
             parse_options=pajson.ParseOptions(
@@ -404,7 +406,14 @@ def _arrow_batch(data: bytes, fields: pa.Schema, count: int) -> pa.RecordBatch |
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeDecodeError):
         return None
-    if t.num_rows != count or _has_null_rows(t):
+
+
+def _arrow_batch(data: bytes, fields: pa.Schema, count: int) -> pa.RecordBatch | None:
+    """The fast path's batch, or None where it would not be exactly the rules' answer."""
+    t = _arrow_read(data, fields, seconds=False)
+    if t is None and TIMESTAMP in fields.types:  # timestamps as epoch seconds, one read more
+        t = _arrow_read(data, fields, seconds=True)
+    if t is None or t.num_rows != count or _has_null_rows(t):
         return None  # the rules' path names the count, or checks the null rows' lines hold a field
     try:
         cols = [_arrow_column(t.column(f.name).combine_chunks(), f) for f in fields]
