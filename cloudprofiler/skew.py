@@ -16,10 +16,25 @@ same aggregates (exactly for count, min, max and integer sums; a float sum may d
 bits, since addition order changes). Hot keys are given, or found by :func:`detect_hot_keys` (keys
 holding at least ``min_share`` of the rows), or taken from a partition-load report
 (``cloudprofiler.partition_load``), or found per Arrow batch as the data passes
-(``hot_keys="adaptive"``, :func:`adaptive_salt`: follows a hot spot that moves). In a
-streaming query, run :func:`compute` as the stateful
-aggregation and :func:`consolidate` on its output in ``foreachBatch`` (complete or update mode):
-the consolidate step is stateless, as in Enorm.
+(``hot_keys="adaptive"``, :func:`adaptive_salt`: follows a hot spot that moves).
+
+**In a stream** a state kept per (key, salt) cannot work in update mode: a micro-batch outputs only
+the (key, salt) partials it changed, so a merge of its output misses the key's other salts; and
+Spark refuses a second stateful operator after an aggregation in update mode. So on a streaming
+DataFrame, :func:`compute` is Enorm's compute per micro-batch, stateless (the rows repartitioned
+by keys and salt, one partial per key and Arrow batch in each partition: :func:`_batch_partials`),
+followed by one stateful aggregation by the keys alone that merges every micro-batch's partials
+into the key's state. Its output has one row per key with the merged partials, which is what each
+output mode needs:
+
+* **complete** and **update**: run :func:`compute` and :func:`consolidate` in ``foreachBatch``, or
+  write :func:`salted_aggregate` (or ``consolidate(compute(stream))``) to any sink; every row
+  output is the key's total so far, the native aggregation's row;
+* **append**: refused by Spark at the query's start, as for the native aggregation (there is no
+  event time to close a key).
+
+The state is Spark's, in the checkpoint: a query restarted from it keeps exact totals, even with
+other hot keys or salts (the state is per key, not per salt).
 """
 
 from __future__ import annotations
@@ -109,6 +124,150 @@ def salt_column(
     return F.when(_is_hot(list(keys), hot), salt).otherwise(F.lit(0)) if hot else F.lit(0)
 
 
+def _salted(
+    df: Any,
+    keys: list[str],
+    hot_keys: Iterable[Any] | str,
+    salts: int,
+    salt_by: Sequence[str] | None,
+    min_share: float,
+) -> Any:
+    """``df`` with the ``_cp_salt`` column: hot keys given, or ``"adaptive"`` (per Arrow batch)."""
+    if isinstance(salts, bool) or not isinstance(salts, int) or not 1 <= salts <= MAX_SALTS:
+        raise ValueError(f"salts must be an integer in 1..{MAX_SALTS}, got {salts!r}")
+    if isinstance(hot_keys, str) and hot_keys == "adaptive":
+        return adaptive_salt(df, keys, salts, min_share)
+    if isinstance(hot_keys, str):
+        raise ValueError(f"hot_keys must be key values or 'adaptive', got {hot_keys!r}")
+    hot = [_key_tuple(k, len(keys)) for k in hot_keys]
+    if len(hot) > MAX_HOT_KEYS:
+        raise ValueError(f"{len(hot)} hot keys: at most {MAX_HOT_KEYS}")
+    return df.withColumn(SALT, salt_column(df, keys, hot, salts, salt_by))
+
+
+_INTEGRAL = ("tinyint", "smallint", "int", "bigint")
+_FLOATING = ("float", "double")
+_ORDERED = (*_INTEGRAL, *_FLOATING, "string", "boolean", "date", "timestamp", "timestamp_ntz", "binary")
+
+
+def _check_stream_types(df: Any, keys: list[str], specs: list[Agg]) -> None:
+    """What the per-batch partials (Arrow) compute exactly as Spark does: atomic keys, numeric sums
+    and means, min and max of orderable atomic columns. Decimal sums are refused: Spark widens a
+    decimal sum's precision at each aggregation, so the result's type would differ."""
+    types = dict(df.dtypes)
+    for k in keys:
+        if types[k].startswith(("array", "map", "struct", "variant")):
+            raise ValueError(f"grouping key {k!r} is a {types[k]}: a stream's partials group atomic keys")
+    for a in specs:
+        if a.column is None:
+            continue
+        if a.column not in types:
+            raise ValueError(f"aggregate {a.alias!r}: no column {a.column!r} in the input ({df.columns})")
+        t = types[a.column]
+        if a.func in ("sum", "avg") and t not in _INTEGRAL + _FLOATING:
+            raise ValueError(
+                f"aggregate {a.alias!r}: {a.func} of {a.column!r} ({t}) in a stream needs integers or floats"
+            )
+        if a.func in ("min", "max") and t not in _ORDERED and not t.startswith("decimal"):
+            raise ValueError(
+                f"aggregate {a.alias!r}: {a.func} of {a.column!r} ({t}) is not supported in a stream"
+            )
+
+
+def _partial_fields(df: Any, keys: list[str], specs: list[Agg]) -> Any:
+    """The schema of the partials: the keys, then each aggregate's partial columns."""
+    from pyspark.sql.types import DoubleType, LongType, StructField, StructType
+
+    fields = {f.name: f for f in df.schema.fields}
+    out = [StructField(k, fields[k].dataType, True) for k in keys]
+    for a in specs:
+        src: Any = fields[a.column].dataType if a.column is not None else None
+        if a.func in ("count", "avg"):
+            out.append(StructField(f"{a.alias}__count", LongType(), True))
+        if a.func in ("sum", "avg"):
+            floating = src is not None and src.simpleString() in _FLOATING
+            out.append(StructField(f"{a.alias}__sum", DoubleType() if floating else LongType(), True))
+        if a.func in ("min", "max"):
+            out.append(StructField(f"{a.alias}__{a.func}", src, True))
+    return StructType(out)
+
+
+def _row_parts(batch: Any, i: int, a: Agg) -> list[tuple[str, Any, str]]:
+    """Aggregate ``a``'s inputs in an Arrow batch: (column name, values, Arrow hash aggregate)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    src: Any = batch.column(a.column) if a.column is not None else None
+    out: list[tuple[str, Any, str]] = []
+    if a.func in ("count", "avg"):
+        valid = pc.is_valid(src) if src is not None else pa.repeat(True, batch.num_rows)
+        out.append((f"_cp{i}c", pc.cast(valid, pa.int64()), "sum"))
+    if a.func in ("sum", "avg"):
+        out.append(
+            (f"_cp{i}s", pc.cast(src, pa.float64() if pa.types.is_floating(src.type) else pa.int64()), "sum")
+        )
+    if a.func in ("min", "max"):
+        out.append((f"_cp{i}m", src, a.func))
+        if a.func == "max" and pa.types.is_floating(src.type):
+            out.append((f"_cp{i}n", pc.is_nan(src), "any"))
+    return out
+
+
+def _grouped_parts(got: Any, i: int, a: Agg) -> list[Any]:
+    """Aggregate ``a``'s partial columns from the grouped Arrow table, in the partials' order."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    out = []
+    if a.func in ("count", "avg"):
+        out.append(got.column(f"_cp{i}c_sum"))
+    if a.func in ("sum", "avg"):
+        out.append(got.column(f"_cp{i}s_sum"))
+    if a.func in ("min", "max"):
+        m = got.column(f"_cp{i}m_{a.func}")
+        if a.func == "max" and pa.types.is_floating(m.type):
+            nan = pc.fill_null(got.column(f"_cp{i}n_any"), False)
+            m = pc.if_else(nan, pa.scalar(float("nan"), m.type), m)
+        out.append(m)
+    return out
+
+
+def _batch_partials(keys: list[str], specs: list[Agg], schema: Any) -> Any:
+    """The ``mapInArrow`` function: each Arrow batch of rows as one partial row per key.
+
+    Counts are sums of validity, integer sums add in int64 (wrapping as Spark's non-ANSI sum does,
+    so the merged total is exact whenever it fits a bigint), float sums in double. Arrow's max skips
+    NaN where Spark's returns it (NaN orders above every number), so a NaN is put back; Arrow's
+    min, like Spark's, gives NaN only when nothing else is there. Null keys group together, as in
+    Spark; float keys Arrow keeps apart (NaN, -0.0) meet again in the stateful aggregation."""
+    names = [f.name for f in schema.fields]
+
+    def partials(batches: Iterable[Any]) -> Iterable[Any]:
+        import pyarrow as pa
+
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            parts = [p for i, a in enumerate(specs) for p in _row_parts(batch, i, a)]
+            table = pa.table({**{k: batch.column(k) for k in keys}, **{n: v for n, v, _ in parts}})
+            got = table.group_by(keys, use_threads=False).aggregate([(n, f) for n, _, f in parts])
+            out = [got.column(k) for k in keys]
+            out += [c for i, a in enumerate(specs) for c in _grouped_parts(got, i, a)]
+            yield from pa.table(out, names=names).to_batches()
+
+    return partials
+
+
+def _stream_compute(salted: Any, keys: list[str], specs: list[Agg]) -> Any:
+    """Enorm's compute per micro-batch (rows spread by keys and salt, partials per Arrow batch,
+    stateless), then one stateful aggregation by the keys merging the partials into the key's
+    state: in update mode a micro-batch outputs the keys it changed with their whole totals."""
+    spread = salted.repartition(*keys, SALT)  # a hot key's rows over up to `salts` partitions
+    schema = _partial_fields(salted, keys, specs)
+    partials = spread.mapInArrow(_batch_partials(keys, specs, schema), schema)
+    return partials.groupBy(*keys).agg(*[m for a in specs for m in _merge(a)])
+
+
 def compute(
     df: Any,
     keys: Sequence[str],
@@ -125,22 +284,20 @@ def compute(
     ``hot_keys="adaptive"``: hot keys found per Arrow batch as the data passes
     (:func:`adaptive_salt`, keys with ``min_share`` of a batch). Columns: the keys, ``_cp_salt``,
     and per aggregate ``<alias>__count`` / ``__sum`` / ``__min`` /
-    ``__max`` (avg: ``__sum`` and ``__count``)."""
+    ``__max`` (avg: ``__sum`` and ``__count``).
+
+    On a streaming DataFrame: per micro-batch partials per (keys, salt), merged into a state per
+    key (module docstring); the columns are the same without ``_cp_salt``, one row per key, right
+    for :func:`consolidate` in ``foreachBatch`` in complete and in update mode."""
     from pyspark.sql import functions as F
 
     keys = _check_keys(df, keys)
     specs = _aggs(aggs)
-    if isinstance(salts, bool) or not isinstance(salts, int) or not 1 <= salts <= MAX_SALTS:
-        raise ValueError(f"salts must be an integer in 1..{MAX_SALTS}, got {salts!r}")
-    if isinstance(hot_keys, str) and hot_keys == "adaptive":
-        salted = adaptive_salt(df, keys, salts, min_share)
-    elif isinstance(hot_keys, str):
-        raise ValueError(f"hot_keys must be key values or 'adaptive', got {hot_keys!r}")
-    else:
-        hot = [_key_tuple(k, len(keys)) for k in hot_keys]
-        if len(hot) > MAX_HOT_KEYS:
-            raise ValueError(f"{len(hot)} hot keys: at most {MAX_HOT_KEYS}")
-        salted = df.withColumn(SALT, salt_column(df, keys, hot, salts, salt_by))
+    if df.isStreaming:
+        _check_stream_types(df, keys, specs)
+    salted = _salted(df, keys, hot_keys, salts, salt_by, min_share)
+    if df.isStreaming:
+        return _stream_compute(salted, keys, specs)
     parts: list[Any] = []
     for a in specs:
         col = F.col(a.column) if a.column is not None else F.lit(1)  # count(*) counts a constant
@@ -153,24 +310,47 @@ def compute(
     return salted.groupBy(*keys, SALT).agg(*parts)
 
 
-def consolidate(partials: Any, keys: Sequence[str], aggs: Sequence[Agg | tuple[str, str | None, str]]) -> Any:
-    """Merge :func:`compute`'s partials into one row per key with the aggregates' aliases."""
+def _finish(a: Agg) -> Any:
+    """The aggregate from its merged partial columns (one row per key)."""
     from pyspark.sql import functions as F
 
+    if a.func != "avg":  # count, sum, min, max: the merged partial is the aggregate
+        return F.col(f"{a.alias}__{a.func}").alias(a.alias)
+    # avg: the merged sum over the merged count, as Spark's avg (null for no values)
+    s = F.col(f"{a.alias}__sum").cast("double")
+    return F.try_divide(s, F.col(f"{a.alias}__count")).alias(a.alias)
+
+
+def _merge(a: Agg) -> list[Any]:
+    """Partials of one aggregate merged: counts and sums added, min of mins, max of maxes."""
+    from pyspark.sql import functions as F
+
+    names = {"count": ["count"], "sum": ["sum"], "min": ["min"], "max": ["max"], "avg": ["count", "sum"]}
+    out = []
+    for part in names[a.func]:
+        col = F.col(f"{a.alias}__{part}")
+        merged = F.min(col) if part == "min" else F.max(col) if part == "max" else F.sum(col)
+        out.append(merged.alias(f"{a.alias}__{part}"))
+    return out
+
+
+def consolidate(partials: Any, keys: Sequence[str], aggs: Sequence[Agg | tuple[str, str | None, str]]) -> Any:
+    """Merge :func:`compute`'s partials into one row per key with the aggregates' aliases.
+
+    On a streaming DataFrame (the output of :func:`compute` on a stream, already one row per key)
+    no second aggregation is needed, so none is made: Spark refuses two in update and complete
+    mode."""
     keys = list(keys)
-    out: list[Any] = []
-    for a in _aggs(aggs):
-        if a.func == "count":
-            out.append(F.sum(f"{a.alias}__count").alias(a.alias))
-        elif a.func == "sum":
-            out.append(F.sum(f"{a.alias}__sum").alias(a.alias))
-        elif a.func in ("min", "max"):
-            col = F.col(f"{a.alias}__{a.func}")
-            out.append((F.min(col) if a.func == "min" else F.max(col)).alias(a.alias))
-        else:  # avg: the merged sum over the merged count, as Spark's avg (null for no values)
-            s = F.sum(f"{a.alias}__sum").cast("double")
-            out.append(F.try_divide(s, F.sum(f"{a.alias}__count")).alias(a.alias))
-    return partials.groupBy(*keys).agg(*out)
+    specs = _aggs(aggs)
+    if partials.isStreaming:
+        if SALT in partials.columns:
+            raise ValueError(
+                f"consolidate on a stream takes compute's output on that stream (one row per key), "
+                f"not partials per {SALT!r}: a micro-batch in update mode holds only the salts it changed"
+            )
+        return partials.select(*keys, *[_finish(a) for a in specs])
+    merged = partials.groupBy(*keys).agg(*[m for a in specs for m in _merge(a)])
+    return merged.select(*keys, *[_finish(a) for a in specs])
 
 
 def detect_hot_keys(df: Any, keys: Sequence[str], min_share: float = 0.05, limit: int = 100) -> list[Any]:
@@ -256,8 +436,11 @@ def salted_aggregate(
 ) -> Any:
     """``df.groupBy(keys).agg(aggs)`` through compute/consolidate, hot keys split ``salts`` ways.
 
-    ``hot_keys`` None: found by :func:`detect_hot_keys` with ``min_share`` (one extra pass);
-    ``"adaptive"``: found per Arrow batch as the data passes (:func:`adaptive_salt`)."""
+    ``hot_keys`` None: found by :func:`detect_hot_keys` with ``min_share`` (one extra pass; not on
+    a stream); ``"adaptive"``: found per Arrow batch as the data passes (:func:`adaptive_salt`).
+    On a stream: one stateful aggregation, to write in complete or update mode."""
+    if hot_keys is None and df.isStreaming:
+        raise ValueError("hot keys cannot be detected up front in a stream: give hot_keys or 'adaptive'")
     if isinstance(hot_keys, str):
         return consolidate(compute(df, keys, aggs, hot_keys, salts, salt_by, min_share), keys, aggs)
     hot = list(hot_keys) if hot_keys is not None else detect_hot_keys(df, keys, min_share)

@@ -47,6 +47,52 @@ def _same(a: Any, b: Any, keys: list[str]) -> None:
     assert _sorted(a.collect(), keys) == _sorted(b.collect(), keys)
 
 
+ARROW_SCHEMA = pa.schema([("k", pa.string()), ("g", pa.int32()), ("v", pa.int64()), ("s", pa.string())])
+
+
+def _write_files(src: Path, files: list[list[tuple[Any, ...]]], schema: pa.Schema = ARROW_SCHEMA) -> None:
+    """One Parquet file per list of rows; a file stream takes them in this order, one a batch."""
+    src.mkdir(parents=True, exist_ok=True)
+    start = len(list(src.glob("*.parquet")))
+    for i, rows in enumerate(files, start):
+        cols = list(zip(*rows, strict=True)) if rows else [[] for _ in schema]
+        table = pa.table(
+            [pa.array(list(c), f.type) for c, f in zip(cols, schema, strict=True)], schema=schema
+        )
+        pq.write_table(table, src / f"f{i:03d}.parquet")
+        # Spark takes files oldest first: distinct modification times fix the batches' order
+        stamp = 1_700_000_000 + 10 * i
+        os.utime(src / f"f{i:03d}.parquet", (stamp, stamp))
+
+
+def _run_stream(df: Any, mode: str, checkpoint: Path, each: Any) -> list[int]:
+    """Write ``df`` in ``mode`` into ``foreachBatch(each)`` until the files are done; the batch ids."""
+    ids: list[int] = []
+
+    def batch(b: Any, batch_id: int) -> None:
+        ids.append(batch_id)
+        each(b, batch_id)
+
+    q = (
+        df.writeStream.outputMode(mode)
+        .foreachBatch(batch)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    await_query(q)
+    return ids
+
+
+def _key(row: tuple[Any, ...], n: int) -> tuple[Any, ...]:
+    return row[:n]
+
+
+def _nan_safe(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """NaN as a marker: two NaNs compare equal only as the same object."""
+    return tuple("NaN" if isinstance(x, float) and math.isnan(x) else x for x in row)
+
+
 rows_strategy = st.lists(
     st.tuples(
         # a skewed key: "hot" often, a few others, and null
@@ -61,8 +107,8 @@ rows_strategy = st.lists(
 )
 
 
-@pytest.mark.long  # about 4 s per example on the shared 2-core machine
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.mark.long  # about 4 s per batch example and 6 s per stream example on the shared machine
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     rows=rows_strategy,
     hot=st.one_of(
@@ -70,16 +116,54 @@ rows_strategy = st.lists(
     ),
     salts=st.integers(1, 9),
     two_keys=st.booleans(),
+    mode=st.sampled_from(["batch", "complete", "update"]),
+    split=st.floats(0, 1),
+    in_foreach=st.booleans(),
 )
 def test_salted_aggregation_equals_the_plain_one(
-    spark: Any, rows: list[tuple[Any, ...]], hot: list[str] | str, salts: int, two_keys: bool
+    spark: Any,
+    tmp_path_factory: Any,
+    rows: list[tuple[Any, ...]],
+    hot: list[str] | str,
+    salts: int,
+    two_keys: bool,
+    mode: str,
+    split: float,
+    in_foreach: bool,
 ) -> None:
-    df = spark.createDataFrame(rows, SCHEMA).repartition(3)
+    """In batch, and in a stream of two files in complete or update mode (consolidated in
+    foreachBatch, or the salted aggregation written as it is): after every micro-batch the rows
+    out are the plain aggregation's of the files so far (update: those of the keys the batch had)."""
     keys = ["k", "g"] if two_keys else ["k"]
     hot_keys: list[Any] | str = [(h, 0) for h in hot] + [(h, 1) for h in hot] if two_keys else list(hot)
     if hot == "adaptive":
         hot_keys = "adaptive"
-    _same(salted_aggregate(df, keys, AGGS, hot_keys, salts), plain_aggregate(df, keys, AGGS), keys)
+    if mode == "batch":
+        df = spark.createDataFrame(rows, SCHEMA).repartition(3)
+        _same(salted_aggregate(df, keys, AGGS, hot_keys, salts), plain_aggregate(df, keys, AGGS), keys)
+        return
+    tmp = tmp_path_factory.mktemp("stream")
+    cut = int(split * len(rows))
+    files = [rows[:cut], rows[cut:]]
+    _write_files(tmp / "in", files)
+    stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(tmp / "in"))
+    seen: list[list[tuple[Any, ...]]] = []
+    if in_foreach:
+        out = compute(stream, keys, AGGS, hot_keys, salts)
+        ids = _run_stream(
+            out, mode, tmp / "cp", lambda b, _: seen.append(consolidate(b, keys, AGGS).collect())
+        )
+    else:
+        out = salted_aggregate(stream, keys, AGGS, hot_keys, salts)
+        ids = _run_stream(out, mode, tmp / "cp", lambda b, _: seen.append(b.collect()))
+    assert ids == [0, 1]
+    for i, got in enumerate(seen):
+        upto = [r for f in files[: i + 1] for r in f]
+        want = plain_aggregate(spark.createDataFrame(upto, SCHEMA), keys, AGGS).collect()
+        if mode == "update":  # the keys this batch's file holds, each with its total so far
+            changed = {_key(r, len(keys)) for r in files[i]}  # the keys are the rows' first columns
+            want = [w for w in want if _key(tuple(w), len(keys)) in changed]
+        assert _sorted(got, keys) == _sorted(want, keys)
 
 
 def test_salted_equals_plain_on_fixed_cases(spark: Any) -> None:
@@ -173,45 +257,166 @@ def test_float_sums_agree_to_rounding(spark: Any) -> None:
     assert math.isclose(got["hot"]["fa"], want["hot"]["fa"], rel_tol=1e-12)
 
 
-@pytest.mark.long  # a streaming query of three batches
-def test_streaming_compute_then_consolidate_in_foreach_batch(spark: Any, tmp_path: Path) -> None:
-    """Compute as the stateful streaming aggregation (complete mode), consolidate per micro-batch:
-    after every batch the consolidated result equals the plain aggregation of the files so far."""
-    src = tmp_path / "in"
-    src.mkdir()
-    sch = pa.schema([("k", pa.string()), ("g", pa.int32()), ("v", pa.int64()), ("s", pa.string())])
-    batches = []
-    for b in range(3):
-        rows = [("hot" if i % 4 else f"c{i % 7}", i % 2, i * (b + 1), None) for i in range(400)]
-        batches.append(rows)
-        cols = list(zip(*rows, strict=True))
-        pq.write_table(
-            pa.table([pa.array(c, t.type) for c, t in zip(cols, sch, strict=True)], schema=sch),
-            src / f"f{b}.parquet",
-        )
-        # Spark takes files oldest first: distinct modification times fix the batches' order
-        stamp = 1_700_000_000 + 10 * b
-        os.utime(src / f"f{b}.parquet", (stamp, stamp))
-    stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(src))
+@pytest.mark.long  # a streaming query of three batches per mode
+@pytest.mark.parametrize("mode", ["complete", "update"])
+def test_streaming_compute_then_consolidate_in_foreach_batch(spark: Any, tmp_path: Path, mode: str) -> None:
+    """Compute as the stateful streaming aggregation, consolidate per micro-batch: after every
+    batch the consolidated rows are the plain aggregation of the files so far (complete: every
+    key; update: the keys the batch's file holds)."""
+    files = [
+        [("hot" if i % 4 else f"c{i % (7 - 2 * b)}", i % 2, i * (b + 1), None) for i in range(400 - 50 * b)]
+        for b in range(2)
+    ]
+    # two hot rows change at most 2 of the hot key's 5 key groups: the others must stay in its total
+    files.append(
+        [("hot", 0, 7, None), ("hot", 1, 9, None), ("c0", 0, 1, None), ("c1", 1, 2, "y"), ("c2", 0, 3, "z")]
+    )
+    _write_files(tmp_path / "in", files)
+    stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(tmp_path / "in"))
     partials = compute(stream, ["k"], AGGS, ["hot"], salts=5)
-    seen: list[tuple[int, list[Any]]] = []
+    seen: list[list[tuple[Any, ...]]] = []
 
     def consolidate_batch(batch: Any, batch_id: int) -> None:
-        seen.append((batch_id, _sorted(consolidate(batch, ["k"], AGGS).collect(), ["k"])))
+        seen.append(_sorted(consolidate(batch, ["k"], AGGS).collect(), ["k"]))
 
-    q = (
-        partials.writeStream.outputMode("complete")
-        .foreachBatch(consolidate_batch)
-        .option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    await_query(q)
-    assert [b for b, _ in seen] == [0, 1, 2]
-    for i, (_, got) in enumerate(seen):
-        upto = [r for rows in batches[: i + 1] for r in rows]
+    assert _run_stream(partials, mode, tmp_path / "cp", consolidate_batch) == [0, 1, 2]
+    for i, got in enumerate(seen):
+        upto = [r for rows in files[: i + 1] for r in rows]
         want = plain_aggregate(spark.createDataFrame(upto, SCHEMA), ["k"], AGGS).collect()
+        if mode == "update":
+            want = [w for w in want if w["k"] in {r[0] for r in files[i]}]
         assert got == _sorted(want, ["k"])
+    assert len(seen[2]) == (8 if mode == "complete" else 4)  # hot and c0..c6; file 3 has hot and c0..c2
+
+
+REPRO_AGGS: list[tuple[str, str | None, str]] = [("count", None, "n"), ("sum", "v", "s")]
+
+
+@pytest.mark.parametrize("mode", ["update", "complete"])
+@pytest.mark.parametrize("hot", [["hot"], "adaptive"], ids=["static", "adaptive"])
+def test_streaming_salted_totals_are_the_native_ones_in_update_and_complete_mode(
+    spark: Any, tmp_path: Path, mode: str, hot: list[str] | str
+) -> None:
+    """The documented streaming path: compute as the stateful aggregation, consolidate in
+    foreachBatch. File 1: 300 rows of the hot key and 100 of another; file 2: one hot row. In
+    update mode the second batch holds only the hot key, with its whole total (a merge of only
+    the salts that batch changed gave n = 82, or 76 adaptive)."""
+    hot_v, cold_v = list(range(300)), list(range(1000, 1100))
+    files = [
+        [("hot", 0, v, None) for v in hot_v] + [("cold", 0, v, None) for v in cold_v],
+        [("hot", 0, 5000, None)],
+    ]
+    _write_files(tmp_path / "in", files)
+    stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(tmp_path / "in"))
+    partials = compute(stream, ["k"], REPRO_AGGS, hot, salts=4)
+    batches: list[dict[str, tuple[int, int]]] = []
+    table: dict[str, tuple[int, int]] = {}  # the result table a sink keeps: rows upserted by key
+
+    def consolidate_batch(batch: Any, batch_id: int) -> None:
+        rows = {r["k"]: (r["n"], r["s"]) for r in consolidate(batch, ["k"], REPRO_AGGS).collect()}
+        batches.append(rows)
+        table.update(rows)
+
+    assert _run_stream(partials, mode, tmp_path / "cp", consolidate_batch) == [0, 1]
+    first = {"hot": (300, sum(hot_v)), "cold": (100, sum(cold_v))}
+    total = {"hot": (301, sum(hot_v) + 5000), "cold": (100, sum(cold_v))}
+    assert batches[0] == first
+    assert batches[1] == (total if mode == "complete" else {"hot": total["hot"]})
+    assert table == total
+
+
+TYPED_SCHEMA = "k STRING, v BIGINT, f DOUBLE, s STRING, d DATE"
+TYPED_ARROW = pa.schema(
+    [("k", pa.string()), ("v", pa.int64()), ("f", pa.float64()), ("s", pa.string()), ("d", pa.date32())]
+)
+TYPED_AGGS: list[tuple[str, str | None, str]] = [
+    ("count", None, "n"),
+    ("count", "f", "n_f"),
+    ("sum", "v", "total"),
+    ("avg", "v", "mean"),
+    ("sum", "f", "f_sum"),
+    ("min", "f", "f_lo"),
+    ("max", "f", "f_hi"),
+    ("avg", "f", "f_mean"),
+    ("min", "s", "s_lo"),
+    ("max", "d", "d_hi"),
+]
+
+
+def test_streaming_update_totals_survive_a_restart_from_the_checkpoint(spark: Any, tmp_path: Path) -> None:
+    """salted_aggregate on a stream, written in update mode; the query stops after the first file
+    and restarts from its checkpoint with other hot keys and salts (the state is per key): every
+    micro-batch's rows are the plain aggregation's of the files so far for the keys the file holds.
+    Doubles with NaN (Spark's max is NaN, its min skips NaN), a null key, dates, strings."""
+    import datetime as dt
+
+    day = dt.date(2024, 1, 1)
+    nan = float("nan")
+
+    def rows(n: int, shift: int) -> list[tuple[Any, ...]]:
+        out: list[tuple[Any, ...]] = [
+            ("hot", i * 7 - shift, (i % 9) * 0.25, f"s{i % 13}", day + dt.timedelta(days=i % 40))
+            for i in range(n)
+        ]
+        out += [("nan", shift, nan if shift % 2 else 1.5, None, None), (None, -shift, None, "z", day)]
+        out += [("allnan", 1, nan, "a", None), ("big", 2**40 + shift, -0.5, "b", day)]
+        return out
+
+    files = [rows(200, 1), rows(100, 2), [("hot", 10**12, nan, "zz", day), ("nan", 3, 2.5, None, None)]]
+    src, cp = tmp_path / "in", tmp_path / "cp"
+    seen: list[list[tuple[Any, ...]]] = []
+
+    def run(hot: list[Any] | str, salts: int) -> list[int]:
+        stream = spark.readStream.schema(TYPED_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(src))
+        out = salted_aggregate(stream, ["k"], TYPED_AGGS, hot, salts)
+        return _run_stream(out, "update", cp, lambda b, _: seen.append(b.collect()))
+
+    _write_files(src, files[:1], TYPED_ARROW)
+    assert run(["hot", "big"], 4) == [0]
+    _write_files(src, files[1:], TYPED_ARROW)
+    assert run("adaptive", 3) == [1, 2]
+    for i, got in enumerate(seen):
+        upto = [r for f in files[: i + 1] for r in f]
+        want = plain_aggregate(spark.createDataFrame(upto, TYPED_SCHEMA), ["k"], TYPED_AGGS).collect()
+        want = [w for w in want if w["k"] in {r[0] for r in files[i]}]
+        assert [_nan_safe(r) for r in _sorted(got, ["k"])] == [_nan_safe(r) for r in _sorted(want, ["k"])]
+    last = {r["k"]: r for r in seen[2]}
+    assert math.isnan(last["hot"]["f_hi"]) and last["hot"]["f_lo"] == 0.0 and last["hot"]["n"] == 301
+    assert math.isnan(last["nan"]["f_hi"]) and last["nan"]["f_lo"] == 1.5  # NaN came in the first file
+    allnan = next(r for r in seen[1] if r["k"] == "allnan")
+    assert math.isnan(allnan["f_lo"]) and allnan["n_f"] == 2
+
+
+def test_stream_only_arguments_are_one_line_errors(spark: Any) -> None:
+    rate = spark.readStream.format("rate").load()
+    stream = rate.selectExpr(
+        "cast(value % 3 as string) as k",
+        "value as v",
+        "cast(value as decimal(10, 2)) as dec",
+        "array(value) as arr",
+    )
+    calls = [
+        (lambda: salted_aggregate(stream, ["k"], AGGS[:1]), "cannot be detected up front in a stream"),
+        (lambda: compute(stream, ["k"], [("sum", "dec", "x")], ["0"]), "needs integers or floats"),
+        (lambda: compute(stream, ["k"], [("avg", "k", "x")], ["0"]), "needs integers or floats"),
+        (lambda: compute(stream, ["arr"], [("count", None, "n")], []), "'arr' is a array<bigint>"),
+        (lambda: compute(stream, ["k"], [("max", "arr", "x")], []), "is not supported in a stream"),
+        (lambda: compute(stream, ["k"], [("min", "nope", "x")], []), "no column 'nope'"),
+        (
+            lambda: consolidate(stream.withColumn(SALT, stream.v), ["k"], AGGS[:1]),
+            "not partials per '_cp_salt'",
+        ),
+    ]
+    for call, message in calls:
+        with pytest.raises(ValueError, match=message) as e:
+            call()
+        assert "\n" not in str(e.value)
+    # what is supported: min and max of decimals; append mode is Spark's refusal, as for the native query
+    compute(stream, ["k"], [("min", "dec", "lo"), ("max", "dec", "hi")], ["0"])
+    q = salted_aggregate(stream, ["k"], [("count", None, "n")], "adaptive").writeStream.format("noop")
+    with pytest.raises(Exception, match="output mode: append. This output mode is not supported for") as err:
+        q.outputMode("append").start()
+    assert "\n" not in str(err.value)
 
 
 @pytest.mark.long  # a streaming query over 3 s of generated data: about 80 s on the shared machine
