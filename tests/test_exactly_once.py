@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from conftest import wait_for
 from embedded_source import embedded_source
 from ingest_truth import assert_exactly_once, expected_ids, output_ids, spool_drained
@@ -23,6 +24,7 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+@pytest.mark.long  # over 8 s: keeps the quick tier within its budget
 def test_embedded_factory_run_is_exactly_once(spark, tmp_path: Path) -> None:
     spool = tmp_path / "spool"
     df = embedded_source(spark, spool, workers="2", maxRecordsPerTrigger="40000").select(

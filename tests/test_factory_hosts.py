@@ -392,6 +392,7 @@ def test_a_stopped_factory_host_is_waited_for_and_read_exactly_once_after(
     assert len(got) == len(np.unique(got)) == len(want)
 
 
+@pytest.mark.long  # over 8 s: keeps the quick tier within its budget
 def test_factory_timeout_fails_the_query_naming_the_silent_factory(
     spark: Any, tmp_path: Path, hosts: list[FactoryHost]
 ) -> None:
@@ -410,6 +411,7 @@ def test_factory_timeout_fails_the_query_naming_the_silent_factory(
     assert "factoryTimeout=3" in line and hosts[1].server not in line
 
 
+@pytest.mark.long  # over 8 s: keeps the quick tier within its budget
 def test_a_commit_a_silent_factory_missed_is_sent_again_when_it_answers(
     tmp_path: Path, hosts: list[FactoryHost]
 ) -> None:

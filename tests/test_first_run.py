@@ -157,6 +157,7 @@ def test_ysb_buckets_into_a_file_schema_are_dead_lettered_not_null_rows(tmp_path
 # ---- knowing when to start sending ------------------------------------------------------------
 
 
+@pytest.mark.long  # over 8 s: keeps the quick tier within its budget
 def test_generate_with_wait_ready_started_with_the_query_drops_nothing(spark, tmp_path: Path) -> None:
     """``generate --wait-ready`` started right after ``start()`` (the factory still starting) waits for
     the factory's acknowledgement: nothing is dropped and every tuple reaches the sink once. The send

@@ -125,6 +125,7 @@ def test_sink_counter_attributes_by_sender(spark: Any, tmp_path: Path) -> None:
     assert not c.mixed
 
 
+@pytest.mark.long  # over 8 s: keeps the quick tier within its budget
 def test_trial_counts_exactly(spark: Any, tmp_path: Path) -> None:
     """One low-rate trial through the real pipeline: emitted == received, by sender."""
     target, query = start_source_query(spark, tmp_path / "q", max_spool_bytes=32 << 20, handler="null")

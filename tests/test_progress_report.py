@@ -134,6 +134,7 @@ def test_window_latency_is_sink_minus_the_crossing_generation_exactly() -> None:
         pr.window_output_latency(_windows([(2, 0, 1000, 20_000, "other")]), ingest, clock)
 
 
+@pytest.mark.long  # over 8 s: keeps the quick tier within its budget
 def test_window_latency_across_virtual_domains_is_within_its_bound() -> None:
     """Generator, executors and sink in three virtual TSC domains: every latency within its bound of
     the truth, which the raw counter gives exactly."""

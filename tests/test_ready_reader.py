@@ -172,6 +172,7 @@ def test_a_checkpoint_keeps_its_ordering(tmp_path: Path) -> None:
     arrival.stop()
 
 
+@pytest.mark.long  # over 8 s: keeps the quick tier within its budget
 def test_a_worker_killed_with_buckets_in_hand_leaves_a_gap_the_frontier_passes_and_the_ledger_counts(
     ctx: zmq.Context, tmp_path: Path
 ) -> None:
