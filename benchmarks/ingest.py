@@ -182,7 +182,7 @@ def bench_factory(
             done.set()
             consumer.join()
             f.stop()
-    rows = st["rows"]
+    rows = st.rows
     return {
         "workers": workers,
         "parser": parser,
@@ -190,7 +190,7 @@ def bench_factory(
         "emitted": s["emitted"],
         "dropped": s["dropped"],
         "published": rows,
-        "lost_in_transit": st["lost_in_transit_total"],
+        "lost_in_transit": st.lost_in_transit_total,
         "elapsed_s": s["elapsed_s"],
         "published_per_s": rows / s["elapsed_s"],
         "per_worker_cpu_s": rows / cpu if cpu else 0.0,
