@@ -5,8 +5,9 @@ MinRTT probe. Neighbouring edges bound a *span*; a record is translated with
 the relation of the span its stamp falls in (the first or last span, widened
 by the affine extrapolation, outside the probed window). Per span:
 
-* ``minrtt``: the polygon of the two phases' MinRTT probes (initiated by dst
-  where it probed, else by src), the paper's two-point method;
+* ``minrtt``: the polygon of the two phases' MinRTT probes, the paper's
+  two-point method: per phase the direction whose MinRTT is smaller in dst's
+  units (both directions bracket the relation within half their round trip);
 * ``hull``: the polygon of every probe of the two phases, both directions.
 
 The affine assumption is tested on the neighbourhood of every span: the hull
@@ -37,9 +38,9 @@ class PhaseProbes:
     name: str
     fwd: Probes
     back: Probes
-    edge: int  # src stamp of the phase's MinRTT probe
+    edge: int  # src stamp of the phase's MinRTT probe (c_j, or the midpoint of a src-initiated one)
     best: tuple[str, int]  # ("fwd" | "back", row) of the MinRTT probe
-    e: float  # half its round trip (cycles of its initiator)
+    e: float  # half its round trip, in dst cycles
 
 
 @dataclass(frozen=True)
@@ -68,23 +69,51 @@ def _arrays(t: pa.Table) -> Probes:
     return i, j, k
 
 
+def _rate_guess(fwd: Probes, back: Probes) -> float:
+    """dst cycles per src cycle from the earliest and latest probe of either direction (1.0 if unknown).
+
+    Only used to compare the two directions' round trips in dst's units, so a rough figure serves.
+    """
+    src = np.concatenate([fwd[1], (back[0] + back[2]) // 2]).astype(np.float64)
+    dst = np.concatenate([(fwd[0] + fwd[2]) / 2, back[1]]).astype(np.float64)
+    if len(src) < 2:
+        return 1.0
+    a, b = int(np.argmin(src)), int(np.argmax(src))
+    rate = (dst[b] - dst[a]) / (src[b] - src[a]) if src[b] > src[a] else 1.0
+    return rate if np.isfinite(rate) and rate > 0 else 1.0
+
+
+def _best(fwd: Probes, back: Probes, rate: float) -> tuple[int, tuple[str, int], float]:
+    """(edge, best, e) of a phase: the direction whose MinRTT, in dst cycles, is smaller (dst's on a tie).
+
+    A dst-initiated probe puts its c_j (a src stamp) between c_i and c_k of dst; a src-initiated one
+    puts its c_j (a dst stamp) between c_i and c_k of src, whose round trip is rate times as long in
+    dst. Either brackets the relation within half its round trip (docs/sync.md, "Two methods").
+    """
+    cands = []
+    if len(fwd[0]):
+        rtt = fwd[2] - fwd[0]
+        r = int(np.argmin(rtt))
+        cands.append((float(rtt[r]) / 2, int(fwd[1][r]), ("fwd", r)))
+    if len(back[0]):
+        rtt = back[2] - back[0]
+        r = int(np.argmin(rtt))
+        cands.append((float(rtt[r]) * rate / 2, int((back[0][r] + back[2][r]) // 2), ("back", r)))
+    e, edge, best = min(cands, key=lambda c: c[0])  # stable: dst-initiated first on a tie
+    return edge, best, e
+
+
 def _pair_phases(table: pa.Table, src: str, dst: str) -> list[PhaseProbes]:
     """The phases that probed the pair, ordered by their edge in src's counter."""
     fwd_all = table.filter(pc.and_(pc.equal(table["initiator"], dst), pc.equal(table["responder"], src)))
     back_all = table.filter(pc.and_(pc.equal(table["initiator"], src), pc.equal(table["responder"], dst)))
     names = sorted(set(fwd_all["phase"].to_pylist()) | set(back_all["phase"].to_pylist()))
+    rate = _rate_guess(_arrays(fwd_all), _arrays(back_all))
     out = []
     for name in names:
         fwd = _arrays(fwd_all.filter(pc.equal(fwd_all["phase"], name)))
         back = _arrays(back_all.filter(pc.equal(back_all["phase"], name)))
-        if len(fwd[0]):  # dst initiated: the paper's probe, its c_j is the src stamp
-            rtt = fwd[2] - fwd[0]
-            r = int(np.argmin(rtt))
-            edge, best, e = int(fwd[1][r]), ("fwd", r), float(rtt[r]) / 2
-        else:  # only src initiated: the midpoint of its bracket in src
-            rtt = back[2] - back[0]
-            r = int(np.argmin(rtt))
-            edge, best, e = int((back[0][r] + back[2][r]) // 2), ("back", r), float(rtt[r]) / 2
+        edge, best, e = _best(fwd, back, rate)
         out.append(PhaseProbes(name, fwd, back, edge, best, e))
     out.sort(key=lambda p: p.edge)
     return out

@@ -5,8 +5,8 @@ of phases (cp_sync.phase_spans): each record is translated with the relation
 of the span between the two phases that bracket its stamp, by one of two
 methods that share the same evaluation:
 
-* ``minrtt`` (the paper's two-point method): the MinRTT probes of the span's
-  two phases, initiated by the domain translated into where it probed;
+* ``minrtt`` (the paper's two-point method): the MinRTT probe of each of the
+  span's two phases, from whichever direction has the smaller MinRTT;
 * ``hull``: every probe of the span's two phases, both directions (the
   convex-hull / LP bound: never looser than ``minrtt``).
 
@@ -60,8 +60,8 @@ class Relation:
     dst: str
     method: str
     polygon: Polygon | None  # the first span's
-    e_before: float  # half MinRTT, first phase (cycles of its initiator)
-    e_after: float  # half MinRTT, last phase
+    e_before: float  # half MinRTT, first phase (dst cycles)
+    e_after: float  # half MinRTT, last phase (dst cycles)
     rate: float  # the paper's r = d^dst[j,m] / d^src[j,m], first to last phase
     span_src: int  # D: src cycles between the first and last phase's MinRTT probes
     probes: int
