@@ -13,9 +13,10 @@ by the affine extrapolation, outside the probed window). Per span:
 The affine assumption is tested on the neighbourhood of every span: the hull
 of all probes of the span's phases and of the neighbouring spans' (up to four
 phases) must admit one affine relation; where it does not, the span is
-``drift`` for every method. The hull over the whole run is tested too and
-reported (a slow drift that every neighbourhood absorbs leaves each span
-usable on its own).
+``drift`` for every method, unless the misfit is located in a neighbouring
+span and the span's own phases agree with the phase on its far side. The hull
+over the whole run is tested too and reported (a slow drift that every
+neighbourhood absorbs leaves each span usable on its own).
 """
 
 from __future__ import annotations
@@ -172,10 +173,29 @@ def pair_phases(table: pa.Table, src: str, dst: str) -> list[PhaseProbes]:
 
 
 def span_drift(phases: list[PhaseProbes]) -> np.ndarray:
-    """Per span: no affine relation fits the probes of the span and its neighbours (up to four phases)."""
-    return np.array(
-        [not _consistent(phases[max(0, k - 1) : k + 3]) for k in range(len(phases) - 1)], dtype=bool
-    )
+    """Per span: no affine relation fits the probes of the span and its neighbours (up to four phases),
+    unless the misfit is located in a neighbouring span.
+
+    A span is a located change when its two phases agree with neither the phase before nor the
+    phase after. Its neighbour on either side is then affine under the model (at most one change
+    in three neighbouring spans), and is cleared when its own phases agree with the phase on its far
+    side: a rate change between two phases marks only the span it lies in. A change next to a phase
+    is located nowhere (either span beside the phase may hold it), so both stay drift.
+    """
+    n = len(phases) - 1
+    old = np.array([not _consistent(phases[max(0, k - 1) : k + 3]) for k in range(n)], dtype=bool)
+    if n < 3:
+        return old
+    # fits[k]: phases k, k + 1, k + 2 admit one affine relation (the triple right of span k).
+    fits = np.array([_consistent(phases[k : k + 3]) for k in range(n - 1)], dtype=bool)
+    left = np.r_[False, fits]  # span k with the phase before (absent for the first span)
+    right = np.r_[fits, False]  # span k with the phase after (absent for the last span)
+    located = np.zeros(n, bool)
+    located[1:-1] = ~fits[:-1] & ~fits[1:]
+    cleared = np.zeros(n, bool)
+    cleared[:-1] |= located[1:] & left[:-1]
+    cleared[1:] |= located[:-1] & right[1:]
+    return old & ~cleared  # a located change is never cleared: neither of its triples fits
 
 
 def _rate_range(p: Polygon | None) -> tuple[float, float]:

@@ -119,17 +119,22 @@ def _run(tmp: Path, b: _B) -> tuple[Path, np.ndarray]:
 
 
 def _phase_windows(sync: Path) -> tuple[list[str], np.ndarray]:
-    """Each phase's raw interval, from the reference's stamps in it (A's transform inverted)."""
+    """Each phase's raw interval, from A's and C's stamps in it (their transforms inverted): every probe
+    involves A or C, so the interval holds every pair's probes, B <-> C's too."""
     table, _ = read_sync(sync)
     order = phase_order(table)
     win = []
     for p in order:
         t = table.filter(pc.equal(table["phase"], p))
-        own = t.filter(pc.equal(t["initiator"], A_V.domain))
-        other = t.filter(pc.equal(t["responder"], A_V.domain))
-        lo = min(pc.min(own["c_i"]).as_py(), pc.min(other["c_j"]).as_py())
-        hi = max(pc.max(own["c_k"]).as_py(), pc.max(other["c_j"]).as_py())
-        win.append((invert(A_V, lo), invert(A_V, hi) + 1))
+        los, his = [], []
+        for v in (A_V, C_V):
+            own = t.filter(pc.equal(t["initiator"], v.domain))
+            other = t.filter(pc.equal(t["responder"], v.domain))
+            lo = min(pc.min(own["c_i"]).as_py(), pc.min(other["c_j"]).as_py())
+            hi = max(pc.max(own["c_k"]).as_py(), pc.max(other["c_j"]).as_py())
+            los.append(invert(v, lo))
+            his.append(invert(v, hi) + 1)
+        win.append((min(los), max(his)))
     return order, np.array(win, dtype=np.int64)
 
 
@@ -195,6 +200,8 @@ def test_skew_change_mid_run_is_flagged_and_only_there(tmp_path: Path, capsys: p
         assert np.all(err[ok] <= bound[ok]), (method, int(np.sum(err[ok] > bound[ok])))
         changed = (span == m) & uses_b
         assert changed.sum() > 100 and not np.any(ok[changed]), (method, sorted(set(status[changed])))
+        # Two spans or more away stays ok. (The neighbours are ok too when the change is located in its
+        # span, which a switch a few ms after a phase may not allow: test_translate_status checks them.)
         far = (span >= 0) & (np.abs(span - m) >= 2)
         assert far.sum() > 1000 and np.all(ok[far]), (method, sorted(set(status[far])))
         assert np.all(ok[(span >= 0) & a_c_only]), method
