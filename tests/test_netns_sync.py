@@ -253,7 +253,7 @@ def _run(ns: dict[str, str], delay_us: int, tmp: Path) -> dict:
 
 
 @pytest.mark.long  # about a minute of probes through a delayed veth
-def test_asymmetric_delay_widens_the_bound_and_it_holds(netns, tmp_path) -> None:
+def test_a_delay_on_one_probe_direction_widens_its_minrtt_and_minrtt_takes_the_other(netns, tmp_path) -> None:
     delay_us = 400
     hz = native_tsc.clock.real_hz()
     base = _run(netns, 0, tmp_path)
@@ -273,7 +273,9 @@ def test_asymmetric_delay_widens_the_bound_and_it_holds(netns, tmp_path) -> None
     widening = slow["e"] - base["e"]  # per phase
     assert np.all((half - 40e-6 * hz <= widening) & (widening <= half + 150e-6 * hz))
 
-    # The MinRTT midpoint is off by about half the asymmetry, and the stated bound covers it.
+    # minrtt takes each phase's probe from the direction with the smaller MinRTT. B's probes to A do
+    # not pass the relay, so minrtt relates the clocks through them: neither its error nor its bound
+    # grows with the delay on A's path (A's own probes would add about half the delay to both).
     def s2(r, method):
         sub = r["out"].filter(
             pc.and_(pc.equal(r["out"]["method"], method), pc.equal(r["out"]["scenario"], "reference-node"))
@@ -283,13 +285,10 @@ def test_asymmetric_delay_widens_the_bound_and_it_holds(netns, tmp_path) -> None
 
     err_b, bnd_b = s2(base, "minrtt")
     err_s, bnd_s = s2(slow, "minrtt")
-    assert abs((np.median(err_s) - np.median(err_b)) - half) < 60e-6 * hz
-    # Each record's bound interpolates the phases' e, so it widens by the phases' widening, plus
-    # the cover for a rate change the drift check cannot see, which follows the probes' spread
-    # (docs/sync.md, "Many phases"): a few microseconds here.
+    assert abs(np.median(err_s) - np.median(err_b)) < 0.25 * half, (np.median(err_s), np.median(err_b))
     grown = np.median(bnd_s) - np.median(bnd_b)
-    slack = 10e-6 * hz  # both runs carry that cover, each from its own probes
-    assert widening.min() - slack <= grown <= widening.max() + slack, (grown, widening)
-    # The hull also uses B's undelayed probes to A, so the asymmetry costs it far less.
+    assert grown < 0.25 * half, (grown, half)
+    assert np.median(bnd_s) < 0.5 * (np.median(bnd_b) + half)  # far under what A's probes would give
+    # The hull uses every probe of both directions: never looser than minrtt (a rounding's slack).
     _, hull_s = s2(slow, "hull")
-    assert np.median(hull_s) < 0.6 * np.median(bnd_s)
+    assert np.median(hull_s) <= np.median(bnd_s) + 2e-6 * hz
