@@ -1,0 +1,1 @@
+"""Result storage on any filesystem pyarrow knows: locations (paths and URIs) and atomic batch commits."""
