@@ -63,7 +63,20 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"  # set by Spark's micro-batch engine
 DURABILITY_LEVELS = ("process", "strict")
 ROWS_PER_ROW_GROUP = 1 << 18
 # The sink's options as the user spells them; Spark adds checkpointLocation and queryName itself.
-SINK_OPTIONS = ("path", "handler", "n", "x", "y", "periodMs", "tupleIdColumn", "windowColumn", "durability")
+SINK_OPTIONS = (
+    "path",
+    "handler",
+    "n",
+    "x",
+    "y",
+    "periodMs",
+    "tupleIdColumn",
+    "windowColumn",
+    "durability",
+    "sync",
+    "syncEvery",
+    "curveKeys",
+)
 _SPARK_OPTIONS = ("checkpointlocation", "queryname")
 
 
