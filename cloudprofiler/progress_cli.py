@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from pathlib import Path
 from typing import Any
+
+from cp_store.location import Location, resolve
 
 DESCRIPTION = """Window output latency, per-epoch delay statistics, the next sweeping watermark's
 prediction against the actual one, and watermark advice, for each windowed query given.
@@ -14,6 +15,8 @@ prediction against the actual one, and watermark advice, for each windowed query
 A query is given by three directories: --records (its window results: the cloudprofiler sink with
 option windowColumn, or record_windows in foreachBatch), --ingest (its source's progressLog) and
 --checkpoint (its checkpointLocation). Repeat the three, in the same order, for several queries.
+Every directory and output (--json, --plot) is a path or a URI (s3://, Hadoop's s3a://, gs://,
+hdfs://, abfs://, file://), with credentials from the store's usual chain.
 Stamps from several TSC domains need --sync (cloudprofiler sync run --out); each latency then has an
 error bound. The window size, slide and watermark delay are read from the results and the
 checkpoint unless given.
@@ -22,6 +25,8 @@ examples:
   cloudprofiler progress --records out/win --ingest out/plog --checkpoint out/ckpt
   cloudprofiler progress --records a/win --ingest a/plog --checkpoint a/ckpt \\
       --records b/win --ingest b/plog --checkpoint b/ckpt --sync sync/ --plot progress.png --json p.json
+  cloudprofiler progress --records s3a://bucket/run1/win --ingest s3a://bucket/run1/plog \\
+      --checkpoint s3a://bucket/run1/ckpt --json s3://bucket/run1/progress.json
 """
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
@@ -40,18 +45,18 @@ def duration_ms(text: str, zero: bool = False) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``cloudprofiler progress``."""
-    p.add_argument("--records", action="append", required=True, help="window results directory")
-    p.add_argument("--ingest", action="append", required=True, help="the source's progressLog directory")
-    p.add_argument("--checkpoint", action="append", required=True, help="the query's checkpoint")
-    p.add_argument("--sync", help="sync tables directory (needed when stamps span TSC domains)")
+    p.add_argument("--records", action="append", required=True, help="window results: a directory or URI")
+    p.add_argument("--ingest", action="append", required=True, help="the source's progressLog: dir or URI")
+    p.add_argument("--checkpoint", action="append", required=True, help="the query's checkpoint: dir or URI")
+    p.add_argument("--sync", help="sync tables: a directory or URI (needed when stamps span TSC domains)")
     p.add_argument("--window", help="window size, e.g. 10s (default: from the results)")
     p.add_argument("--slide", help="window slide (default: from the results; the size for tumbling)")
     p.add_argument("--watermark-delay", help="the query's watermark delay (default: from the checkpoint)")
     p.add_argument("--history", type=int, default=10, help="h: epochs the prediction uses (default 10)")
     p.add_argument("--confidence", type=float, default=0.95, help="f: the interval's probability (0.95)")
     p.add_argument("--max-drop-share", type=float, default=1e-4, help="watermark advice's drop share (1e-4)")
-    p.add_argument("--json", help="write every figure as JSON here")
-    p.add_argument("--plot", help="write output latency and SWM prediction over time (PNG)")
+    p.add_argument("--json", help="write every figure as JSON here (a path or URI)")
+    p.add_argument("--plot", help="write output latency and SWM prediction over time (PNG; a path or URI)")
 
 
 def _window(args: argparse.Namespace) -> tuple[int, int] | None:
@@ -102,6 +107,7 @@ def _print(name: str, r: dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Report every query given."""
     from cloudprofiler.progress_report import progress_report
+    from cp_store.tables import input_dir, output_file, resolve_option
 
     n = len(args.records)
     if not len(args.ingest) == len(args.checkpoint) == n:
@@ -110,33 +116,43 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--history must be at least 2, got {args.history}")
     delay = duration_ms(args.watermark_delay, zero=True) if args.watermark_delay is not None else None
     window = _window(args)
+    # every location checked before the work: a typo or a missing bucket fails now, in one line
+    for opt in ("records", "ingest", "checkpoint"):
+        for where in getattr(args, opt):
+            input_dir(f"--{opt}", where)
+    if args.sync is not None:
+        input_dir("--sync", args.sync)
+    json_loc = output_file("--json", args.json) if args.json else None
+    plot_loc = output_file("--plot", args.plot) if args.plot else None
     out: dict[str, Any] = {}
     plots = []
     for rec, ing, ckpt in zip(args.records, args.ingest, args.checkpoint, strict=True):
         r, lat, table = progress_report(
             rec, ing, ckpt, args.sync, window, delay, args.history, args.confidence, args.max_drop_share
         )
-        name = Path(rec).name or rec
-        out[rec] = r
+        where = resolve_option("--records", rec)
+        name = where.name or where.uri
+        out[where.uri] = r  # the URI without credentials
         plots.append((name, lat, table))
         _print(name, r)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(out, indent=1))
-        print(f"figures written to {args.json}")
-    if args.plot:
-        plot_progress(plots, args.plot)
-        print(f"plot written to {args.plot}")
+    if json_loc is not None:
+        json_loc.write_bytes(json.dumps(out, indent=1).encode())
+        print(f"figures written to {json_loc.uri}")
+    if plot_loc is not None:
+        plot_progress(plots, plot_loc)
+        print(f"plot written to {plot_loc.uri}")
     return 0
 
 
-def plot_progress(queries: list[tuple[str, Any, Any]], path: str) -> None:
+def plot_progress(queries: list[tuple[str, Any, Any]], path: str | Location) -> None:
     """Per query: window output latency (with bounds) by window end, and the SWM interval vs actual."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+
+    from cp_store.tables import write_figure
 
     fig, axes = plt.subplots(len(queries), 2, figsize=(12, 3.2 * len(queries)), squeeze=False)
     for row, (name, lat, table) in zip(axes, queries, strict=True):
@@ -152,6 +168,4 @@ def plot_progress(queries: list[tuple[str, Any, Any]], path: str) -> None:
             row[1].legend()
         row[1].set(title=f"{name}: next SWM, actual minus predicted mean", xlabel="epoch", ylabel="ms")
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    write_figure(resolve(path), fig, dpi=100)

@@ -28,14 +28,16 @@ watermark advice can save.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from cp_source import progress_model as pm
+from cp_store.location import Location, resolve
 from native_tsc.stamp_columns import FACTORY, GEN, SINK, SOURCE, node_column, tsc_column
 
 MAX_CHECKPOINT_BATCHES = 10_000_000
@@ -43,7 +45,7 @@ MAX_OFFSET_FILE_BYTES = 1 << 20
 
 
 # ---- the checkpoint ---------------------------------------------------------------------------
-def _source_offset(lines: list[str], path: Path) -> dict[str, Any] | None:
+def _source_offset(lines: list[str], path: str) -> dict[str, Any] | None:
     """The cloudprofiler source's end offset among a batch's source lines (None: not in this batch)."""
     found = []
     for line in lines:
@@ -62,25 +64,32 @@ def _source_offset(lines: list[str], path: Path) -> dict[str, Any] | None:
     return found[0] if found else None
 
 
-def read_checkpoint(checkpoint: str | Path) -> pa.Table:
+def _batch_files(loc: Location) -> dict[int, pafs.FileInfo]:
+    """The files of a checkpoint log (``offsets/``, ``commits/``) named by batch id."""
+    return {
+        int(i.base_name): i for i in loc.children() if i.base_name.isdigit() and i.type == pafs.FileType.File
+    }
+
+
+def read_checkpoint(checkpoint: str | os.PathLike[str] | Location) -> pa.Table:
     """Per committed micro-batch: batch_id, batch_key (its end offset's digest), the watermark it used
-    (ms) and its trigger time (ms), from Spark's offset and commit logs."""
+    (ms) and its trigger time (ms), from Spark's offset and commit logs (a path or URI)."""
     from cp_source.ingest_log import batch_key
 
-    root = Path(checkpoint)
-    offsets, commits = root / "offsets", root / "commits"
+    root = resolve(checkpoint)
+    offsets, commits = root.join("offsets"), root.join("commits")
     if not offsets.is_dir():
-        raise ValueError(f"{checkpoint!r} is not a streaming checkpoint (no offsets/ directory)")
-    done = {int(p.name) for p in commits.iterdir() if p.name.isdigit()} if commits.is_dir() else set()
-    ids = sorted(int(p.name) for p in offsets.iterdir() if p.name.isdigit() and int(p.name) in done)
-    if len(ids) > MAX_CHECKPOINT_BATCHES:
-        raise ValueError(f"{checkpoint!r}: {len(ids)} batches, more than {MAX_CHECKPOINT_BATCHES}")
+        raise ValueError(f"{root.uri} is not a streaming checkpoint (no offsets/ directory)")
+    done = set(_batch_files(commits))
+    entries = {i: f for i, f in _batch_files(offsets).items() if i in done}
+    if len(entries) > MAX_CHECKPOINT_BATCHES:
+        raise ValueError(f"{root.uri}: {len(entries)} batches, more than {MAX_CHECKPOINT_BATCHES}")
     rows: dict[str, list[Any]] = {"batch_id": [], "batch_key": [], "watermark_ms": [], "timestamp_ms": []}
-    for i in ids:
-        path = offsets / str(i)
-        if path.stat().st_size > MAX_OFFSET_FILE_BYTES:
+    for i, info in sorted(entries.items()):
+        path = offsets.join(str(i)).uri
+        if (info.size or 0) > MAX_OFFSET_FILE_BYTES:
             raise ValueError(f"{path}: larger than {MAX_OFFSET_FILE_BYTES} bytes, not an offset log entry")
-        lines = path.read_text().splitlines()
+        lines = offsets.join(str(i)).read_bytes().decode("utf-8", "replace").splitlines()
         if len(lines) < 3 or not lines[0].startswith("v"):
             raise ValueError(f"{path}: not a Spark offset log entry (version, metadata, offsets)")
         try:
@@ -394,7 +403,10 @@ def progress_report(
     f: float = 0.95,
     max_drop_share: float = 1e-4,
 ) -> tuple[dict[str, Any], pa.Table, Any]:
-    """(report, per-window latency table, prediction table or None) of one windowed query."""
+    """(report, per-window latency table, prediction table or None) of one windowed query.
+
+    ``records``, ``ingest_dir`` (the source's progressLog), ``checkpoint`` and ``sync_dir`` are
+    paths or URIs."""
     from cp_sink.records import read_windows
     from cp_source.ingest_log import read_ingest_log
 

@@ -1,6 +1,7 @@
 """The ingest log: what each micro-batch of the source handed to Spark, one row per bucket.
 
-With the reader option ``progressLog=DIR`` every partition an executor reads
+With the reader option ``progressLog=DIR`` (a path or URI: ``s3://``, ``s3a://``, ``gs://``,
+``hdfs://``, ...) every partition an executor reads
 writes one Parquet file under ``DIR/ingest/`` when it has handed all its rows to
 Spark. A row is one bucket (one sender's tuples that share a ``gen`` stamp and an
 event time): its tuple count, first tuple id, event time range, and its ``gen``,
@@ -11,9 +12,11 @@ without the reader knowing batch ids. Windowed queries aggregate the tuples
 away; this log is what keeps their generation and ingestion times
 (``cloudprofiler progress``, docs/progress.md).
 
-A file appears by write-then-rename, so a task that dies leaves none; a retried
-task writes another file for the same buckets, and ``read_ingest_log`` keeps
-one row per bucket (the last attempt's).
+A file appears whole or not at all (write-then-rename locally, one upload on an
+object store), so a task that dies leaves none; a retried task writes another
+file for the same buckets, and ``read_ingest_log`` keeps one row per bucket (the
+last attempt's: files are ordered by modification time, then by the time in
+their name, as an object store's times are whole seconds).
 """
 
 from __future__ import annotations
@@ -21,15 +24,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 import uuid
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from cp_store.location import Location, check_writable, first_line, resolve
+from cp_store.tables import HIDDEN, parent, write_parquet
 from native_tsc.stamp_columns import FACTORY, GEN, SOURCE, node_column, tsc_column
 
 INGEST_DIR = "ingest"
@@ -65,7 +71,7 @@ class IngestLogger:
     """Collects one partition's buckets as its batches go to Spark; ``close`` publishes the file."""
 
     def __init__(self, log_dir: str, key: str) -> None:
-        self.dir = Path(log_dir) / INGEST_DIR
+        self._log_dir = log_dir  # the raw path or URI (credentials and all): resolved, never printed
         self.key = key
         self.parts: list[pa.Table] = []
 
@@ -124,37 +130,68 @@ class IngestLogger:
             },
             schema=INGEST_SCHEMA,
         )
-        name = f"{self.key}-{uuid.uuid4().hex}"
-        tmp = self.dir / f".{name}.tmp"
+        name = f"{self.key}-{time.time_ns():020d}-{uuid.uuid4().hex}.parquet"
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            pq.write_table(out, tmp, compression="zstd")
-            os.replace(tmp, self.dir / f"{name}.parquet")
+            write_parquet(log_location(self._log_dir).join(name), out)
         except OSError as e:
             # the task fails and Spark retries it: its rows are not taken without their log
-            tmp.unlink(missing_ok=True)
-            raise OSError(
-                e.errno, f"option progressLog: cannot write the ingest log in {self.dir}: {e}"
-            ) from e
+            raise OSError(e.errno, f"option progressLog: cannot write the ingest log: {e}") from None
 
 
-def read_ingest_log(log_dir: str | os.PathLike[str]) -> pa.Table:
-    """Every bucket the source handed to Spark, once (a retried partition's last file wins)."""
-    root = Path(log_dir) / INGEST_DIR
+def log_location(log_dir: str | os.PathLike[str] | Location) -> Location:
+    """Where the ingest log of ``progressLog=log_dir`` lives (``<log_dir>/ingest``)."""
+    return resolve(log_dir).join(INGEST_DIR)
+
+
+def check_progress_log(log_dir: str) -> None:
+    """Fail at the query's start, in one line naming the option, if ``progressLog`` cannot be written
+    (an unknown scheme, an unreachable store, a missing bucket)."""
+    try:
+        check_writable(log_location(log_dir))
+    except OSError as e:
+        raise ValueError(f"option progressLog: {e}") from None
+
+
+def _log_files(root: Location) -> list[Location]:
+    """The log's files, oldest first: by modification time, then by the writer's time in the name."""
+    try:
+        infos = root.fs.get_file_info(pafs.FileSelector(root.path, allow_not_found=True))
+    except OSError as e:
+        raise ValueError(f"ingest log {root.uri}: {first_line(e)}") from None
+    infos = [i for i in infos if i.type == pafs.FileType.File and _is_log_file(i.base_name)]
+    if len(infos) > MAX_LOG_FILES:
+        raise ValueError(f"{root.uri} holds {len(infos)} log files, more than {MAX_LOG_FILES}")
+    infos.sort(key=lambda i: (i.mtime_ns or 0, _written_ns(i.base_name), i.base_name))
+    return [root.join(i.base_name) for i in infos]
+
+
+def _is_log_file(name: str) -> bool:
+    return name.endswith(".parquet") and not name.startswith(HIDDEN)
+
+
+def _written_ns(name: str) -> int:
+    """The writer's clock in a file name ``<key>-<ns>-<uuid>.parquet`` (0 for older names)."""
+    parts = name.split("-")
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else 0
+
+
+def read_ingest_log(log_dir: str | os.PathLike[str] | Location) -> pa.Table:
+    """Every bucket the source handed to Spark, once (a retried partition's last file wins).
+
+    ``log_dir`` is the source's ``progressLog``: a path or URI."""
+    root = log_location(log_dir)
     if not root.is_dir():
-        raise ValueError(f"no ingest log under {log_dir!r} (the source's option progressLog writes one)")
-    files = sorted((f for f in root.iterdir() if f.suffix == ".parquet" and not f.name.startswith(".")),
-                   key=lambda f: f.stat().st_mtime_ns)  # fmt: skip
-    if len(files) > MAX_LOG_FILES:
-        raise ValueError(f"{root} holds {len(files)} log files, more than {MAX_LOG_FILES}")
+        where = parent(root).uri
+        raise ValueError(f"no ingest log under {where} (the source's option progressLog writes one)")
+    files = _log_files(root)
     if not files:
         return INGEST_SCHEMA.empty_table()
     tables = []
     for i, f in enumerate(files):
         try:
-            t = pq.read_table(f, schema=INGEST_SCHEMA)
+            t = pq.read_table(f.path, filesystem=f.fs, schema=INGEST_SCHEMA)
         except (OSError, pa.ArrowInvalid) as e:
-            raise ValueError(f"ingest log file {f} is unreadable: {e}") from e
+            raise ValueError(f"ingest log file {f.uri} is unreadable: {first_line(e)}") from None
         tables.append(t.append_column("_file", pa.repeat(pa.scalar(i, pa.int32()), t.num_rows)))
     t = pa.concat_tables(tables)
     # the last file written for a bucket wins

@@ -128,6 +128,19 @@ def _dir_option(opts: Mapping[str, str], name: str) -> str | None:
     return path
 
 
+def _progress_log_option(opts: Mapping[str, str]) -> str | None:
+    """progressLog: a directory or URI whose scheme is known (the store is checked at the start)."""
+    path = _dir_option(opts, "progressLog")
+    if path is not None:
+        from cp_store.location import StoreError, resolve
+
+        try:
+            resolve(path)
+        except StoreError as e:
+            raise ValueError(f"option progressLog: {e}") from None
+    return path
+
+
 def _choice_option(opts: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
     raw = str(opts.get(name.lower(), choices[0])).strip().lower()
     if raw not in choices:
@@ -172,7 +185,7 @@ class ReaderOptions:
     senders: int | None = None  # ready: how many senders to wait for
     sender_ids: tuple[int, ...] = ()  # ready: which senders to wait for
     sender_timeout: float = 10.0  # ready: a gap or a silent sender stops holding the frontier after it
-    progress_log: str | None = None  # a directory: executors log each batch's buckets (cp_source.ingest_log)
+    progress_log: str | None = None  # a directory or URI: executors log each batch's buckets (ingest_log)
     klink: KlinkConfig | None = None  # scheduling=klink: progress-aware admission (cp_source.klink_admission)
     # factories=...: one query over factory hosts (cp_source.factory_hosts); no spool of its own
     factories: tuple[str, ...] = ()
@@ -238,7 +251,7 @@ class ReaderOptions:
             starting_offsets=_choice_option(opts, "startingOffsets", STARTING_OFFSETS),
             durability=_choice_option(opts, "durability", DURABILITY_LEVELS),
             curve_keys=opts.get("curvekeys") or None,
-            progress_log=_dir_option(opts, "progressLog"),
+            progress_log=_progress_log_option(opts),
             klink=parse_klink_options(opts),
             **ready,
             **hosts,
@@ -599,6 +612,10 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         self.schema = schema
         self.opts = ReaderOptions.parse(options)
         check_schema(schema, self.opts)
+        if self.opts.progress_log is not None:
+            from cp_source.ingest_log import check_progress_log
+
+            check_progress_log(self.opts.progress_log)  # a missing bucket fails now, not in a task
         self._driver_state: dict[str, Any] | None = None
         self._target: dict[str, int] | None = None
         self._hosts: Any = None  # factories=...: the driver side over factory hosts (FactoryHosts)

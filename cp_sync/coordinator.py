@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import re
 import secrets
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import zmq
 
+from cp_store.location import Location, check_writable, resolve
 from cp_sync import control
 from cp_sync.sync_table import probes_table, write_sync
 from native_tsc import curve_keys as ck
@@ -430,7 +431,7 @@ def run_phase(
     server: str,
     phase: str,
     rounds: int,
-    out_dir: str | Path,
+    out_dir: str | os.PathLike[str] | Location,
     expect: int = 2,
     wait_s: float = 10.0,
     gap_us: int = 100,
@@ -438,10 +439,13 @@ def run_phase(
     progress: Any = None,
     curve_keys: str | None = None,
 ) -> dict[str, Any]:
-    """Probe every ordered pair of registered agents and write the phase's sync table under ``out_dir``."""
+    """Probe every ordered pair of registered agents and write the phase's sync table under ``out_dir``
+    (a path or URI, checked before any probe: an unknown scheme or a missing bucket fails at once)."""
     check_phase(phase)
     if not 1 <= rounds <= control.MAX_ROUNDS:
         raise ValueError(f"rounds must be 1..{control.MAX_ROUNDS}")
+    out = resolve(out_dir)
+    check_writable(out)
     deadline = time.monotonic() + wait_s
     while True:
         agents = list_agents(server, curve_keys=curve_keys)
@@ -502,5 +506,5 @@ def run_phase(
                     progress(len(pairs) + len(failures), None)
             elif op == "done":
                 break
-    path = write_sync(out_dir, phase, tables, domains)
-    return {"path": str(path), "phase": phase, "pairs": pairs, "failures": failures, "domains": domains}
+    path = write_sync(out, phase, tables, domains)
+    return {"path": path.uri, "phase": phase, "pairs": pairs, "failures": failures, "domains": domains}

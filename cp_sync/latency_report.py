@@ -9,13 +9,15 @@ not guessed. ``latency_table`` (from ``cp_sync.report``) renders the rows.
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 from typing import Any
 
 import pyarrow as pa
 
+from cp_store.location import Location, resolve
+from cp_sync.record_points import read_points
 from cp_sync.report import latency_table, print_latency_table, print_table, summarize
-from cp_sync.translate import default_reference, read_points, translate_records
+from cp_sync.translate import default_reference, translate_records
 
 __all__ = ["DEFAULT_PAIRS", "latency_report", "latency_table", "print_latency_table", "print_table"]
 
@@ -27,13 +29,15 @@ DEFAULT_PAIRS: tuple[tuple[str, str, str], ...] = (
 
 
 def latency_report(
-    records: str | Path,
-    sync: str | Path,
+    records: str | os.PathLike[str] | Location,
+    sync: str | os.PathLike[str] | Location,
     pairs: tuple[tuple[str, str, str], ...] = DEFAULT_PAIRS,
     method: str = "minrtt",
     reference: str | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any], pa.Table | None]:
     """Summary rows (one per pair and scenario), facts, and all translated rows (for plots).
+
+    ``records`` and ``sync`` are paths or URIs (or Locations: resolved once, read per pair).
 
     Facts: reference, frequency, the relations refused and spans found drifting, and
     ``status_counts``: per pair label, the records per status (see cp_sync.translate.STATUSES).
@@ -41,15 +45,16 @@ def latency_report(
     ``reference`` defaults to the domain of the end-to-end pair's end stamps, so
     every pair is expressed in the same reference domain.
     """
+    records, sync = resolve(records), resolve(sync)
     if reference is None:
         last = pairs[-1]
-        reference = default_reference(read_points(str(records), last[0], last[1]), last[1])
+        reference = default_reference(read_points(records, last[0], last[1]), last[1])
     rows: list[dict[str, Any]] = []
     facts: dict[str, Any] = {"reference": reference, "missing": {}}
     outs = []
     for a, b, label in pairs:
         try:
-            out, f = translate_records(str(records), str(sync), a, b, reference=reference, methods=(method,))
+            out, f = translate_records(records, sync, a, b, reference=reference, methods=(method,))
         except ValueError as e:
             facts["missing"][label] = str(e)
             continue

@@ -12,15 +12,17 @@ the request lies between two phases; with ``duration`` the last phase runs at
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from cp_store.location import Location, check_writable, resolve
 from cp_sync.coordinator import check_phase, list_agents, run_phase
+from cp_sync.sync_table import sync_files
 
 PROBE_BYTES = 32  # the probe datagram's payload, request and reply alike
 IP_UDP_HEADERS = 28  # IPv4 (20) and UDP (8) headers on each datagram
@@ -127,11 +129,10 @@ def check_prefix(prefix: str) -> str:
     return prefix
 
 
-def first_index(out_dir: str | Path, prefix: str) -> int:
-    """The next free index for ``prefix`` in ``out_dir`` (0 when it holds none)."""
+def first_index(out_dir: str | os.PathLike[str] | Location, prefix: str) -> int:
+    """The next free index for ``prefix`` in ``out_dir`` (a path or URI; 0 when it holds none)."""
     rx = re.compile(rf"^sync-{re.escape(prefix)}(\d{{4,}})-\d+\.parquet$")
-    root = Path(out_dir)
-    found = [int(m.group(1)) for f in root.glob("sync-*.parquet") if (m := rx.match(f.name))]
+    found = [int(m.group(1)) for f in sync_files(out_dir) if (m := rx.match(f.name))]
     return max(found) + 1 if found else 0
 
 
@@ -181,7 +182,7 @@ def wait_agents(server: str, expect: int, wait_s: float, curve_keys: str | None 
 
 def run_periodic(
     server: str,
-    out_dir: str | Path,
+    out_dir: str | os.PathLike[str] | Location,
     schedule: Schedule,
     prefix: str = "p",
     stop: threading.Event | None = None,
@@ -198,7 +199,9 @@ def run_periodic(
     stop = stop or threading.Event()
     rounds = int(phase_kw.pop("rounds", 100))
     load = Load()
-    index = first_index(out_dir, prefix)
+    out = resolve(out_dir)
+    check_writable(out)  # before waiting for agents: a bad --out fails at once
+    index = first_index(out, prefix)
     # Wait for the agents first, so the schedule and the load count from the first phase's start.
     wait_agents(
         server,
@@ -214,7 +217,7 @@ def run_periodic(
         index += 1
         started = time.monotonic()
         try:
-            res = run_phase(server, name, rounds, out_dir, **phase_kw)
+            res = run_phase(server, name, rounds, out, **phase_kw)
         except (OSError, ValueError) as e:
             if load.phases == 0 and load.failed_phases == 0:
                 raise

@@ -63,6 +63,7 @@ examples:
   cloudprofiler sync run --server 127.0.0.1:5599 --phase after --out sync/ --expect 3
   cloudprofiler sync run --server 127.0.0.1:5599 --every 30 --out sync/
   cloudprofiler sync run --server 127.0.0.1:5599 --every 10 --duration 600 --phase job1- --out sync/
+  cloudprofiler sync run --server 10.0.0.1:5599 --every 30 --out s3a://bucket/run1/records/_sync
 """
 
 
@@ -120,7 +121,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --every: end with a phase this many seconds after the first",
     )
     r.add_argument("--rounds", type=int, default=100, help="probes per ordered pair (default 100)")
-    r.add_argument("--out", required=True, help="directory for the sync table")
+    r.add_argument(
+        "--out",
+        required=True,
+        help="directory or URI (s3://, s3a://, gs://, hdfs://, abfs://) for the sync tables",
+    )
     r.add_argument("--expect", type=int, default=2, help="wait for at least this many agents (default 2)")
     r.add_argument("--wait", type=float, default=10.0, help="seconds to wait for them (default 10)")
     r.add_argument("--gap-us", type=int, default=100, help="pause between probes in microseconds")

@@ -10,17 +10,17 @@ reported frequency (Hz) as JSON.
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-import pyarrow.parquet as pq
+
+from cp_store.location import Location, resolve
+from cp_store.tables import files_under, missing, read_schema, write_parquet
 
 SCHEMA = pa.schema(
     [
@@ -66,41 +66,46 @@ def probes_table(
 
 
 def write_sync(
-    out_dir: str | Path, phase: str, tables: Iterable[pa.Table], domains_hz: Mapping[str, float]
-) -> Path:
-    """Write one phase's probes to ``out_dir/sync-<phase>-<ns>.parquet`` atomically; returns the path."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out_dir: str | os.PathLike[str] | Location,
+    phase: str,
+    tables: Iterable[pa.Table],
+    domains_hz: Mapping[str, float],
+) -> Location:
+    """Write one phase's probes to ``out_dir/sync-<phase>-<ns>.parquet``; returns its location.
+
+    ``out_dir`` is a path or URI. The file appears whole or not at all (a rename locally, one upload
+    on an object store): a reader never sees part of a phase.
+    """
+    out = resolve(out_dir)
     tabs = [t.cast(SCHEMA) for t in tables]
     table = pa.concat_tables(tabs) if tabs else SCHEMA.empty_table()
     table = table.replace_schema_metadata({_META_KEY: orjson.dumps(dict(domains_hz))})
-    path = out / f"sync-{phase}-{time.time_ns()}.parquet"
-    # a fresh temp name (O_EXCL): a name planted in a shared directory is never followed
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=out)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            pq.write_table(table, f, compression="zstd")
-        os.replace(name, path)
-    except BaseException:
-        Path(name).unlink(missing_ok=True)
-        raise
+    path = out.join(f"sync-{phase}-{time.time_ns()}.parquet")
+    write_parquet(path, table)
     return path
 
 
-def read_sync(sync_dir: str | Path) -> tuple[pa.Table, dict[str, float]]:
-    """All probes under ``sync_dir`` (files starting with ``_`` or ``.`` ignored) and domain frequencies."""
-    root = Path(sync_dir)
+def sync_files(sync_dir: str | os.PathLike[str] | Location) -> list[Location]:
+    """The sync tables directly under ``sync_dir`` (names starting with ``_`` or ``.`` ignored)."""
+    return files_under(resolve(sync_dir), recursive=False)
+
+
+def read_sync(sync_dir: str | os.PathLike[str] | Location) -> tuple[pa.Table, dict[str, float]]:
+    """All probes under ``sync_dir`` (a path or URI) and the domains' reported frequencies."""
+    root = resolve(sync_dir)
     if not root.is_dir():
-        raise ValueError(f"sync directory {str(root)!r} does not exist")
-    files = sorted(p for p in root.glob("*.parquet") if not p.name.startswith(("_", ".")))
+        raise ValueError(str(missing(root, "sync directory")))
+    files = sync_files(root)
     if not files:
-        raise ValueError(f"no sync tables (*.parquet) in {str(root)!r}")
+        raise ValueError(f"no sync tables (*.parquet) in {root.uri}")
     hz: dict[str, float] = {}
     for f in files:
-        meta = pq.read_schema(f).metadata or {}
+        meta = read_schema(f).metadata or {}
         if _META_KEY in meta:
             hz.update({str(k): float(v) for k, v in orjson.loads(meta[_META_KEY]).items()})
-    table = ds.dataset([str(f) for f in files], format="parquet", schema=SCHEMA).to_table()
+    table = ds.dataset(
+        [f.path for f in files], format="parquet", schema=SCHEMA, filesystem=root.fs
+    ).to_table()
     return table, hz
 
 

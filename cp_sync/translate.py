@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,10 +36,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
+from cp_store.location import Location
 from cp_sync.hull import Polygon
 from cp_sync.phase_spans import PairSpans, PhaseProbes, fit_spans, pair_phases, span_cover, span_drift
+from cp_sync.record_points import read_points
 from cp_sync.sync_table import minrtt
-from native_tsc.stamp_columns import node_column, stamp_points, tsc_column
+from native_tsc.stamp_columns import node_column, tsc_column
 
 METHODS = ("minrtt", "hull", "naive")
 SCENARIOS = {0: "reference", 1: "same-node", 2: "reference-node", 3: "two-nodes"}
@@ -593,70 +594,7 @@ def _np(t: pa.Table, col: str) -> np.ndarray:
 
 
 # -- records -------------------------------------------------------------------------------------
-
-
-def _record_files(root: Path) -> list[Path]:
-    """Parquet files under ``root``, skipping any file or directory whose name starts with ``_`` or ``.``."""
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(("_", ".")))
-        out += [
-            Path(dirpath) / f
-            for f in sorted(filenames)
-            if f.endswith(".parquet") and not f.startswith(("_", "."))
-        ]
-    return out
-
-
-def read_points(records_dir: str, from_point: str, to_point: str) -> pa.Table:
-    """tuple_id and the two points' stamp columns from a records directory (staging ignored).
-
-    Files without ``tuple_id`` (such as the sink's per-period counts) are not records and are skipped.
-    """
-    import pyarrow.dataset as pds
-    import pyarrow.parquet as pq
-
-    root = Path(records_dir)
-    if not root.is_dir():
-        raise ValueError(f"records directory {records_dir!r} does not exist")
-    cols = [
-        "tuple_id",
-        tsc_column(from_point),
-        node_column(from_point),
-        tsc_column(to_point),
-        node_column(to_point),
-    ]
-    files, seen = [], set()
-    for f in _record_files(root):
-        names = pq.read_schema(f).names
-        if "tuple_id" in names:
-            seen.update(names)
-            if all(c in names for c in cols):
-                files.append(str(f))
-    if not seen:
-        raise ValueError(f"no record files (Parquet with tuple_id) under {records_dir!r}")
-    if not files:
-        missing = [c for c in cols if c not in seen]
-        raise ValueError(
-            f"records in {records_dir!r} lack {', '.join(missing) or 'both points together'} "
-            f"(stamp points present: {_points(sorted(seen))})"
-        )
-    schema = pa.schema(
-        [
-            ("tuple_id", pa.int64()),
-            (cols[1], pa.int64()),
-            (cols[2], pa.string()),
-            (cols[3], pa.int64()),
-            (cols[4], pa.string()),
-        ]
-    )
-    t = pds.dataset(files, format="parquet", schema=schema).to_table(columns=cols)
-    valid = pc.and_(pc.is_valid(t[cols[1]]), pc.is_valid(t[cols[3]]))
-    return t.filter(valid)
-
-
-def _points(names: list[str]) -> str:
-    return ", ".join(stamp_points(names)) or "none"
+# read_points (cp_sync.record_points) reads them from a path or URI.
 
 
 def default_reference(points: pa.Table, to_point: str) -> str:
@@ -723,15 +661,15 @@ def translate_points(
 
 
 def translate_records(
-    records_dir: str,
-    sync_dir: str,
+    records_dir: str | os.PathLike[str] | Location,
+    sync_dir: str | os.PathLike[str] | Location,
     from_point: str,
     to_point: str,
     reference: str | None = None,
     methods: tuple[str, ...] = METHODS,
     stamp_margin: float = STAMP_MARGIN,
 ) -> tuple[pa.Table, dict[str, Any]]:
-    """Read records and sync tables, translate, and return the output table and facts about the run.
+    """Read records and sync tables (paths or URIs), translate, and return the output table and facts.
 
     Facts: reference, frequency_hz, its source and relative error (frequency_error), the relations
     that could not be formed (refused: why), the spans found not affine (drift), and the number of

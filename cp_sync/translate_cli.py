@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
+
+from cp_store.location import Location, StoreError
+
+SYNC_DIR = "_sync"  # where the sink's option sync=auto writes the probe tables, under its path
 
 DESCRIPTION = """Translate the duration between two stamp points of every record into reference-TSC
 cycles and ns, with an error bound and a status per record. Methods: minrtt (the paper's two MinRTT
@@ -18,6 +21,11 @@ stay affine), drift (no affine relation fits the probes around the span), stamp_
 far outside its domain's probed counter range: probably another domain's), no_relation (no probes
 relate the domains). --strict exits 1 if any record is not ok.
 
+--records, --sync, --out and --plot take a path or a URI (s3://, Hadoop's s3a://, gs://, hdfs://,
+abfs://, file://); credentials come from the store's usual chain (AWS_* variables, instance roles).
+Without --sync, the sync tables are looked for in <records>/_sync, where the sink's option sync=auto
+writes them. --out is one Parquet file, written whole or not at all.
+
 examples:
   cloudprofiler translate --records out/records --sync sync/ --from gen --to sink --out lat.parquet
   cloudprofiler translate --records out/records --sync sync/ --from source --to sink \\
@@ -25,18 +33,23 @@ examples:
   cloudprofiler translate --records r/ --sync s/ --from gen --to sink --out l.parquet --method minrtt,naive
   cloudprofiler translate --records r/ --sync s/ --from gen --to sink --out l.parquet --compare
   cloudprofiler translate --records r/ --sync s/ --from gen --to sink --out l.parquet --strict
+  cloudprofiler translate --records s3a://bucket/run1/records --from gen --to sink \\
+      --out s3://bucket/run1/latency.parquet                  # sync tables from .../records/_sync
 """
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``cloudprofiler translate``."""
-    p.add_argument("--records", required=True, help="Parquet dataset directory of sink records")
-    p.add_argument("--sync", required=True, help="directory of sync tables (cloudprofiler sync run --out)")
+    p.add_argument("--records", required=True, help="sink records: a directory or URI")
+    p.add_argument(
+        "--sync",
+        help="sync tables: a directory or URI (cloudprofiler sync run --out; default: <records>/_sync)",
+    )
     p.add_argument("--from", dest="from_point", required=True, help="start stamp point, e.g. gen")
     p.add_argument("--to", dest="to_point", required=True, help="end stamp point, e.g. sink")
     p.add_argument("--reference", help="reference TSC domain (default: where most end stamps were taken)")
-    p.add_argument("--out", required=True, help="output Parquet file")
-    p.add_argument("--plot", help="write a latency and error-bound plot (PNG)")
+    p.add_argument("--out", required=True, help="output Parquet file: a path or URI")
+    p.add_argument("--plot", help="write a latency and error-bound plot (PNG) here: a path or URI")
     p.add_argument("--method", default="minrtt,hull,naive", help="comma list of minrtt, hull, naive")
     p.add_argument(
         "--strict", action="store_true", help="exit 1 (after writing) if any record's status is not ok"
@@ -57,9 +70,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Translate, write, summarise."""
-    import pyarrow.parquet as pq
-
-    from cp_sync.report import latency_table, plot, print_table, status_rows, status_table, summarize
+    from cp_store.tables import output_file, write_figure, write_parquet
+    from cp_sync.report import (
+        box_figure,
+        latency_series,
+        latency_table,
+        print_table,
+        status_rows,
+        status_table,
+        summarize,
+    )
     from cp_sync.translate import METHODS, translate_records
     from native_tsc.stamp_columns import check_point
 
@@ -71,11 +91,14 @@ def run(args: argparse.Namespace) -> int:
         check_point(name)
     if not args.stamp_margin >= 0:
         raise ValueError(f"--stamp-margin must be >= 0, got {args.stamp_margin}")
+    # every location checked before the work: a typo or a missing bucket fails now, in one line
+    records, sync = inputs(args.records, args.sync)
+    out_loc = output_file("--out", args.out)
+    plot_loc = output_file("--plot", args.plot) if args.plot else None
     out, facts = translate_records(
-        args.records, args.sync, args.from_point, args.to_point, args.reference, methods, args.stamp_margin
+        records, sync, args.from_point, args.to_point, args.reference, methods, args.stamp_margin
     )
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(out, args.out, compression="zstd")
+    write_parquet(out_loc, out)
     hz = facts["frequency_hz"]
     title = (
         f"latency in us: {args.from_point} -> {args.to_point}, reference {facts['reference']}, "
@@ -93,11 +116,11 @@ def run(args: argparse.Namespace) -> int:
         for note in notes:
             print(f"relation {pair}: {note}", file=sys.stderr)
     if args.compare:
-        _compare(args.sync, facts["reference"], hz)
-    if args.plot:
-        plot(out, args.plot)
-        print(f"plot written to {args.plot}")
-    print(f"{out.num_rows:,} rows written to {args.out}")
+        _compare(sync, facts["reference"], hz)
+    if plot_loc is not None:
+        write_figure(plot_loc, box_figure(latency_series(out)))
+        print(f"plot written to {plot_loc.uri}")
+    print(f"{out.num_rows:,} rows written to {out_loc.uri}")
     if args.strict:
         return _strict(facts["status_counts"])
     return 0
@@ -117,7 +140,25 @@ def _strict(status_counts: dict[str, dict[str, int]]) -> int:
     return 1
 
 
-def _compare(sync_dir: str, reference: str, hz: float) -> None:
+def inputs(records: str, sync: str | None) -> tuple[Location, Location]:
+    """The records' and the sync tables' locations; without ``sync``, ``<records>/_sync`` if it is there."""
+    from cp_store.tables import missing, resolve_option
+
+    rec = resolve_option("--records", records)
+    if not rec.is_dir():
+        raise missing(rec, "--records")
+    if sync is not None:
+        return rec, resolve_option("--sync", sync)
+    found = rec.join(SYNC_DIR)
+    if not found.is_dir():
+        raise StoreError(
+            f"no --sync given and no sync tables in {found.uri} (the sink's option sync=auto writes "
+            f"them there; else give --sync, where cloudprofiler sync run --out wrote them)"
+        )
+    return rec, found
+
+
+def _compare(sync_dir: Location, reference: str, hz: float) -> None:
     """Return-trip's bound on the same probes and NTP's, beside this method's e."""
     import numpy as np
 
