@@ -204,9 +204,27 @@ def _rates(RI, edges, SI, SF, r, ya, yb):
         hi = max(hi, SF[b + sp, 1])
         st = max(st, SI[b + sp, 3])
         if SI[b + sp, 4] >= 2:
-            span = float(edges[RI[r, 2] + sp + 1] - edges[RI[r, 2] + sp])
-            extra = max(extra, SF[b + sp, 3] * span)
+            extra = max(extra, _end_cover(edges, e0 + sp, SI[b + sp, 4], SF[b + sp, 3], s0 == s1, ya, yb))
     return lo, hi, st, extra
+
+
+@njit(cache=True, inline="always")
+def _end_cover(edges, e, kind, spread, inside, ya, yb):
+    """The cycles one rate change in a first (kind 2) or last (kind 3) span adds to a duration [ya, yb].
+
+    At most spread * T (T the span). Within the span the change at c leaves the neighbour's rate on
+    the far side of c, and the near side's rate differs from it by at most spread * T / (c - x0) (first
+    span; (x1 - c) in the last), over at most the part of [ya, yb] on that side: so the duration moves
+    by at most spread * T * (yb - ya) / (yb - x0), or / (x1 - ya) (docs/sync.md, "Drift")."""
+    x0 = float(edges[e])
+    x1 = float(edges[e + 1])
+    full = spread * (x1 - x0)
+    if not inside or ya < x0 or yb > x1:
+        return full
+    den = float(yb) - x0 if kind == 2 else x1 - float(ya)
+    if den <= 0.0:
+        return 0.0
+    return min(full, full * float(yb - ya) / den)
 
 
 @njit(cache=True, inline="always")
