@@ -45,6 +45,7 @@ import native_tsc
 from cloudprofiler.cli_process import cli_argv, stop_processes
 from cloudprofiler.demo_report import DemoLayout
 from cloudprofiler.errors import CommandError
+from cp_store.location import Location, resolve
 
 DESCRIPTION = """Run the YSB pipeline on embedded defaults: local Spark (local[2], UI off), the
 "cloudprofiler" stream reader with its embedded factory, generators in background
@@ -67,6 +68,7 @@ examples:
   cloudprofiler demo --warmup 5                    # a longer warm-up before measuring
   cloudprofiler demo --simulate-nodes 2            # generator and factory on simulated nodes
   cloudprofiler demo --out /tmp/ysb --summary /tmp/ysb/summary.json
+  cloudprofiler demo --out s3://bucket/demo1 --summary s3://bucket/demo1/summary.json
 """
 
 # Simulated nodes: (skew ppm, offset cycles) of each virtual TSC domain.
@@ -109,8 +111,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="with --simulate-nodes: a sync phase every SECONDS for the whole run (default 5)",
     )
-    p.add_argument("--out", help="directory for spools, checkpoints, records and plots (default: a temp dir)")
-    p.add_argument("--summary", help="also write the totals as JSON to this file")
+    p.add_argument(
+        "--out",
+        help="directory for spools, checkpoints, records and plots (default: a temp dir); a URI "
+        "(s3://, s3a://, gs://, hdfs://, abfs://) takes latency.parquet and the plots, the rest "
+        "stays in a local temp dir",
+    )
+    p.add_argument("--summary", help="also write the totals as JSON to this file (a path or URI)")
     p.add_argument("--timeout", type=float, default=300.0, help="give up after N seconds (default 300)")
 
 
@@ -436,14 +443,36 @@ class _Demo:
         return rows_read
 
 
-def _prepare_out(args: argparse.Namespace) -> Path:
-    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="cloudprofiler-demo-"))
+def _check_results(results: Location) -> None:
+    from cp_store.location import check_writable
+
+    try:
+        check_writable(results)
+    except OSError as e:
+        raise CommandError(f"--out {e}") from None
+
+
+def _prepare_out(args: argparse.Namespace) -> tuple[Path, Location]:
+    """The local work directory (spools, checkpoints, records) and where the results go (--out).
+
+    Both are checked before anything starts. With a URI, the work directory is a local temp dir:
+    spools live on the factory's local disk, and the windows query writes through Spark's own
+    file sink."""
+    from cp_store.tables import resolve_option
+
+    results = resolve_option("--out", args.out) if args.out else None
+    if results is not None:
+        _check_results(results)
+    if results is not None and results.is_local:
+        out = Path(results.path)
+    else:
+        out = Path(tempfile.mkdtemp(prefix="cloudprofiler-demo-"))
     out.mkdir(parents=True, exist_ok=True)
     for name in ("spool", "spool-latency"):
         spool = out / name
         if spool.exists() and any(spool.iterdir()):
             raise CommandError(f"{spool} already holds a spool: give an empty --out directory")
-    return out
+    return out, results or resolve(out)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -452,9 +481,13 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from cloudprofiler.demo_report import collect, report
+    from cp_store.tables import output_file
 
     console = Console()
-    out = _prepare_out(args)
+    summary = output_file("--summary", args.summary) if args.summary else None
+    out, results = _prepare_out(args)
+    if not results.is_local:
+        console.print(f"work files (spools, checkpoints, records) in {out}; results to {results.uri}")
     started = time.monotonic()
     with ExitStack() as stack, console.status("starting Spark (local[2])") as status:
         from cloudprofiler.spark_local import local_session
@@ -484,7 +517,8 @@ def run(args: argparse.Namespace) -> int:
             spark, demo.layout, demo.summaries, demo.nodes.virtual, demo.sync_pairs, rows_read, demo.warm
         )
     totals["seconds"] = round(time.monotonic() - started, 1)
-    report(console, totals, lat, series, out)
-    if args.summary:
-        Path(args.summary).write_text(json.dumps(totals, indent=2, default=str))
+    totals["out"] = results.uri
+    report(console, totals, lat, series, results)
+    if summary is not None:
+        summary.write_bytes(json.dumps(totals, indent=2, default=str).encode())
     return 0 if totals["consistent"] else 1

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from cloudprofiler.errors import CommandError
+from cp_store.location import Location
 
 if TYPE_CHECKING:
     from cp_sync.report import LatencySeries
@@ -277,6 +278,7 @@ def timeline_figure(series: list[LatencySeries], unit: str, warmup: tuple[float,
 
 
 PLOTS = ("latency.png", "latency_error.png", "timeline.png")
+LATENCY_FILE = "latency.parquet"
 
 
 def figures(series: list[LatencySeries], warmup: tuple[float, float], unit: str = "ms") -> dict[str, Any]:
@@ -343,16 +345,29 @@ def rate_line(t: dict[str, Any]) -> str:
     return f"did NOT sustain {rate:,.0f} tuples/s{bound}: {drops}"
 
 
+def write_results(
+    out: Location, lat: pa.Table, series: list[LatencySeries], warmup: tuple[float, float]
+) -> list[Location]:
+    """Write latency.parquet and the plots under ``out`` (a directory or URI), each whole or not at
+    all; returns where they went."""
+    from cp_store.tables import write_figure, write_parquet
+
+    written = [out.join(LATENCY_FILE)]
+    write_parquet(written[0], lat)
+    for name, fig in figures(series, warmup).items():
+        written.append(out.join(name))
+        write_figure(written[-1], fig)
+    return written
+
+
 def report(
-    console: Any, totals: dict[str, Any], lat: pa.Table, series: list[LatencySeries], out: Path
+    console: Any, totals: dict[str, Any], lat: pa.Table, series: list[LatencySeries], out: Location
 ) -> None:
     """Print the ingest table, the rate verdict and the latency table; write latency.parquet and plots.
 
     The table and every plot come from ``series``: the plots are in the table's unit (ms), the box
     plot shows the table's records alone, the others shade the warm-up the table leaves out."""
-    import pyarrow.parquet as pq
-
-    from cp_sync.report import print_latency_table, save
+    from cp_sync.report import print_latency_table
 
     console.print(warmup_line(totals), soft_wrap=True)  # one line, also into a pipe
     console.print(_ingest_table(totals))
@@ -362,8 +377,6 @@ def report(
     ref = totals["reference_domain"]
     title = f"steady-state latency (after the warm-up), reference TSC domain {ref} ({where})"
     print_latency_table(table_rows(series), title, unit="ms")
-    pq.write_table(lat, out / "latency.parquet")
-    for name, fig in figures(series, (0.0, totals["warmup"]["measured_start_s"])).items():
-        save(fig, out / name)
-    console.print("plots: " + ", ".join(str(out / name) for name in PLOTS), soft_wrap=True)
-    console.print(f"output in {out}  ({totals['seconds']} s)")
+    written = write_results(out, lat, series, (0.0, totals["warmup"]["measured_start_s"]))
+    console.print("plots: " + ", ".join(w.uri for w in written[1:]), soft_wrap=True)
+    console.print(f"output in {out.uri}  ({totals['seconds']} s)")

@@ -21,6 +21,8 @@ from cloudprofiler.errors import CommandError
 from cloudprofiler.pipeline_trial import PipelineTrial
 from cloudprofiler.queries import Target
 from cloudprofiler.rate_search import SearchResult, Step, Trial, bisect_search, linear_search
+from cp_store.location import Location, redact, resolve
+from cp_store.tables import output_file, resolve_option, write_figure
 
 DESCRIPTION = """Find the maximum rate a streaming query sustains: constant-rate trials of
 --duration seconds from fresh sender ids; a trial passes when the generator
@@ -46,6 +48,7 @@ examples:
   cloudprofiler maxrate --method linear --start 20000 --increment 20000 --duration 10
   cloudprofiler maxrate --method bisect --start 50000 --tolerance 0.05 --json maxrate.json --plot rate.png
   cloudprofiler maxrate --sink /data/records --spool /data/spool --latency-slope 0.05
+  cloudprofiler maxrate --json s3://bucket/maxrate/result.json --plot s3://bucket/maxrate/rate.png
 """
 
 PROGRESS_COLOURS = {"sustained": "green", "generator-bound": "yellow"}
@@ -94,9 +97,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--handler", default="xoy", help="built-in query: sink handler (default xoy; pc, null, id)"
     )
-    p.add_argument("--out", help="built-in query: work directory (default: a temp dir)")
-    p.add_argument("--json", help="write the result (every step) as JSON here")
-    p.add_argument("--plot", help="write the ingestion rate over time (PNG) here")
+    p.add_argument("--out", help="built-in query: local work directory (default: a temp dir)")
+    p.add_argument("--json", help="write the result (every step) as JSON here (a path or URI)")
+    p.add_argument("--plot", help="write the ingestion rate over time (PNG) here (a path or URI)")
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -116,6 +119,18 @@ def _check(args: argparse.Namespace) -> None:
         raise CommandError("--spool and --endpoint describe a running query: give its --sink too")
     if args.sink and not (args.spool or args.endpoint):
         raise CommandError("--sink needs --spool (or --endpoint) of the query's source")
+    if args.out and not resolve_option("--out", args.out).is_local:
+        raise CommandError(
+            f"--out {redact(args.out)}: the built-in query's work directory holds its spool, which "
+            "stays on local disk; give a local path (--json and --plot take URIs)"
+        )
+
+
+def _outputs(args: argparse.Namespace) -> tuple[Location | None, Location | None]:
+    """Where --json and --plot go, checked before the search starts (a typo fails now, not after it)."""
+    json_loc = output_file("--json", args.json) if args.json else None
+    plot_loc = output_file("--plot", args.plot) if args.plot else None
+    return json_loc, plot_loc
 
 
 def confirming(
@@ -235,12 +250,12 @@ def step_table(attempts: list[Step], title: str) -> Any:
     return t
 
 
-def plot_ingestion(sink: str | Path, history: list[dict[str, Any]], path: str | Path) -> str:
+def plot_ingestion(sink: str | Path, history: list[dict[str, Any]], path: str | Path | Location) -> str:
     """Ingestion rate over time at the sink (the paper's Fig. 3) with the offered rate of each trial.
 
     From the ``pc`` handler's periods when the sink kept them, else from the
     per-micro-batch counts (tuples committed between consecutive sink stamps).
-    Returns which of the two it used.
+    Returns which of the two it used. ``path`` is a path or URI.
     """
     import matplotlib
 
@@ -288,13 +303,17 @@ def plot_ingestion(sink: str | Path, history: list[dict[str, Any]], path: str | 
     ax.set_title(f"ingestion rate at the sink ({source})")
     ax.legend(loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    write_figure(resolve(path), fig)
     return source
 
 
 def _report(
-    result: SearchResult, attempts: list[Step], trial: PipelineTrial, args: argparse.Namespace, console: Any
+    result: SearchResult,
+    attempts: list[Step],
+    trial: PipelineTrial,
+    args: argparse.Namespace,
+    console: Any,
+    outputs: tuple[Location | None, Location | None] | None = None,
 ) -> None:
     ref = trial.reference_landing()
     if trial.grace is not None:
@@ -322,20 +341,37 @@ def _report(
             f"[yellow]the generator could not offer {result.generator_cap:,.0f} tuples/s here: "
             "rates above it were not tested[/yellow]"
         )
-    if args.json:
-        doc = result.to_json()
-        doc["attempts"] = [s.__dict__ for s in attempts]
-        doc["trials"] = trial.history
-        doc["settings"] = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
-        Path(args.json).write_text(json.dumps(doc, indent=2, default=str))
-    if args.plot:
-        source = plot_ingestion(trial.target.sink, trial.history, args.plot)
-        console.print(f"ingestion-rate plot ({source}): {args.plot}")
+    json_loc, plot_loc = _outputs(args) if outputs is None else outputs
+    if json_loc is not None:
+        json_loc.write_bytes(
+            json.dumps(result_doc(result, attempts, trial, args), indent=2, default=str).encode()
+        )
+        console.print(f"result written to {json_loc.uri}")
+    if plot_loc is not None:
+        source = plot_ingestion(trial.target.sink, trial.history, plot_loc)
+        console.print(f"ingestion-rate plot ({source}): {plot_loc.uri}")
+
+
+def result_doc(
+    result: SearchResult, attempts: list[Step], trial: PipelineTrial, args: argparse.Namespace
+) -> dict[str, Any]:
+    """The --json document: the result, every attempt, the trials and the settings (locations given
+    as URIs without credentials)."""
+    doc = result.to_json()
+    doc["attempts"] = [s.__dict__ for s in attempts]
+    doc["trials"] = trial.history
+    settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
+    for k in ("sink", "spool", "out"):
+        if isinstance(settings.get(k), str):
+            settings[k] = redact(settings[k])
+    doc["settings"] = settings
+    return doc
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the search and print every step."""
     _check(args)
+    outputs = _outputs(args)
     from rich.console import Console
 
     from cloudprofiler.queries import start_source_query, user_target
@@ -367,7 +403,7 @@ def run(args: argparse.Namespace) -> int:
         target = user_target(args.sink, args.spool, args.endpoint, args.bucket, args.senders)
         console.print(f"measuring the query that writes {args.sink}")
         result, trial, attempts = find_max_rate(target, **opts)
-        _report(result, attempts, trial, args, console)
+        _report(result, attempts, trial, args, console, outputs)
         return 0 if result.max_rate is not None else 1
 
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="cloudprofiler-maxrate-"))
@@ -390,7 +426,7 @@ def run(args: argparse.Namespace) -> int:
         )
         console.print(f"built-in query: cloudprofiler source -> YSB join -> sink ({args.handler}) in {out}")
         result, trial, attempts = find_max_rate(target, **opts)
-        _report(result, attempts, trial, args, console)
+        _report(result, attempts, trial, args, console, outputs)
     finally:
         if query is not None and query.isActive:
             query.stop()

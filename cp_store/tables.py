@@ -50,10 +50,12 @@ def output_file(name: str, where: str | os.PathLike[str] | Location) -> Location
     """The location of an output file, checked before any work: a known scheme, a reachable store and
     bucket, the directory that holds it created where directories exist."""
     loc = resolve_option(name, where)
+    directory = parent(loc)
     try:
-        check_writable(parent(loc))
+        check_writable(directory)
     except StoreError as e:
-        raise StoreError(f"{name} {e}") from None
+        why = str(e).removeprefix(f"{directory.uri}: ")
+        raise StoreError(f"{name} {loc.uri}: {why}") from None
     return loc
 
 
