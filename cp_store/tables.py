@@ -63,7 +63,11 @@ def input_dir(name: str, where: str | os.PathLike[str] | Location) -> Location:
     """The location of an input directory, checked before any work: a known scheme and something there
     (else one line naming ``name`` and the path, or the bucket when that is what is missing)."""
     loc = resolve_option(name, where)
-    if not loc.is_dir():
+    try:
+        there = loc.is_dir()
+    except StoreError as e:  # an unreachable store
+        raise StoreError(f"{name} {e}") from None
+    if not there:
         raise missing(loc, name)
     return loc
 

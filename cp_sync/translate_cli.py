@@ -142,11 +142,9 @@ def _strict(status_counts: dict[str, dict[str, int]]) -> int:
 
 def inputs(records: str, sync: str | None) -> tuple[Location, Location]:
     """The records' and the sync tables' locations; without ``sync``, ``<records>/_sync`` if it is there."""
-    from cp_store.tables import missing, resolve_option
+    from cp_store.tables import input_dir, resolve_option
 
-    rec = resolve_option("--records", records)
-    if not rec.is_dir():
-        raise missing(rec, "--records")
+    rec = input_dir("--records", records)
     if sync is not None:
         return rec, resolve_option("--sync", sync)
     found = rec.join(SYNC_DIR)
