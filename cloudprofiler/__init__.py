@@ -10,9 +10,9 @@ from cp_source.reader_state import ReaderState
 
 def register(spark: Any) -> None:
     """Register the "cloudprofiler" data source (reader and writer) with a SparkSession."""
-    from cloudprofiler.datasource import CloudprofilerDataSource
+    from cloudprofiler.datasource import register_source
 
-    spark.dataSource.register(CloudprofilerDataSource)
+    register_source(spark)
 
 
 def wait_for_factory(spool: str, query: Any = None, timeout: float = 120.0) -> ReaderState:

@@ -3,13 +3,13 @@
 It lives here, beside ``register``, because it is the one class that ties ingest and egress
 together; cp_source and cp_sink do not know each other.
 
-Register it once per SparkSession with ``cloudprofiler.register(spark)``, then
+Register it once per SparkSession with ``cloudprofiler.register(spark)`` (``register_source``), then
 ``spark.readStream.format("cloudprofiler").option(...).load()``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
@@ -17,6 +17,9 @@ from pyspark.sql.types import StructType
 
 class CloudprofilerDataSource(DataSource):
     """``spark.readStream.format("cloudprofiler")`` and ``df.writeStream.format("cloudprofiler")``."""
+
+    # The driver's spark.master, spark.driver.host and spark.driver.bindAddress (see register_source).
+    driver: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def name(cls) -> str:
@@ -42,6 +45,22 @@ class CloudprofilerDataSource(DataSource):
             return RefusedStreamReader(str(e))
 
     def streamWriter(self, schema: Any, overwrite: bool) -> Any:
-        from cp_sink.stream_writer import CloudprofilerStreamWriter
+        """The sink's writer, built on the driver host; with ``sync=auto`` it also starts sync."""
+        from cp_sync.auto import sink_writer
 
-        return CloudprofilerStreamWriter(schema, dict(self.options), overwrite)
+        return sink_writer(schema, dict(self.options), overwrite, self.driver)
+
+
+def register_source(spark: Any) -> None:
+    """Register the data source with ``spark``, carrying what ``sync=auto`` needs of the driver.
+
+    Spark builds the writer in Python workers, which see none of the session's configuration: the
+    class registered here is made for this session and carries the driver's master and address
+    (Spark pickles a class made at run time by value, class attributes included). The session also
+    gets the listener that runs a query's last sync phase when the query stops.
+    """
+    from cp_sync.auto import driver_info, watch_queries
+
+    attrs = {"driver": driver_info(spark), "__qualname__": "register_source.<locals>.CloudprofilerDataSource"}
+    spark.dataSource.register(type("CloudprofilerDataSource", (CloudprofilerDataSource,), attrs))
+    watch_queries(spark)

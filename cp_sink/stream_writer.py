@@ -76,6 +76,7 @@ SINK_OPTIONS = (
     "sync",
     "syncEvery",
     "curveKeys",
+    "syncPort",
 )
 _SPARK_OPTIONS = ("checkpointlocation", "queryname")
 

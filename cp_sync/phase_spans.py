@@ -198,6 +198,46 @@ def span_drift(phases: list[PhaseProbes]) -> np.ndarray:
     return old & ~cleared  # a located change is never cleared: neither of its triples fits
 
 
+def _first_stamps(table: pa.Table, dom: str) -> dict[str, int]:
+    """Per phase, the earliest stamp ``dom`` took in it (sending or answering a probe of any pair)."""
+    out: dict[str, int] = {}
+    for role, col in (("initiator", "c_i"), ("responder", "c_j")):
+        rows = table.filter(pc.equal(table[role], dom))
+        if rows.num_rows:
+            g = rows.group_by("phase").aggregate([(col, "min")])
+            for name, v in zip(g["phase"].to_pylist(), g[f"{col}_min"].to_pylist(), strict=True):
+                out[name] = min(out.get(name, v), v)
+    return out
+
+
+def skipped_phases(table: pa.Table, src: str, dst: str, phases: list[PhaseProbes]) -> list[list[str]]:
+    """Per span of the pair: the run's other phases that fall inside it, which probed one of the two
+    domains but not this pair (its agent was away for them, or the pair failed).
+
+    Such a span was not checked as often as the run's period promises, so a record in it is not
+    ``ok``. A phase is placed by the domains' own counters (dst's first, else src's): phases run one
+    after the other, so each domain's earliest stamp per phase orders them.
+    """
+    gaps: list[list[str]] = [[] for _ in range(len(phases) - 1)]
+    own = {p.name for p in phases}
+    if len(phases) < 2 or set(table["phase"].unique().to_pylist()) <= own:
+        return gaps
+    placed: set[str] = set()
+    for dom in (dst, src):
+        first = _first_stamps(table, dom)
+        marks = np.array([first.get(p.name, -1) for p in phases], np.int64)
+        if any(p.name not in first for p in phases) or np.any(np.diff(marks) <= 0):
+            continue  # cannot order by this domain's counter
+        for name, t in first.items():
+            if name in own or name in placed:
+                continue
+            k = int(np.searchsorted(marks, t)) - 1
+            if 0 <= k < len(gaps):
+                gaps[k].append(name)
+                placed.add(name)
+    return [sorted(g) for g in gaps]
+
+
 def _rate_range(p: Polygon | None) -> tuple[float, float]:
     return p.rate_range if p is not None else (float("nan"), float("nan"))
 
@@ -282,6 +322,13 @@ def fit_spans(
         if drift[k]:
             notes.append(f"span {two[0].name} -> {two[1].name}: no affine relation fits the probes nearby")
     whole = bool(not drift.any()) and (len(phases) <= 4 or _consistent(phases))
+    for k, missed in enumerate(skipped_phases(table, src, dst, phases)):
+        if missed:  # the run probed others in between: this pair's span went unchecked there
+            drift[k] = True
+            notes.append(
+                f"span {phases[k].name} -> {phases[k + 1].name}: phase(s) {', '.join(missed)} did not "
+                f"probe {src} <-> {dst} (an agent away or the pair failed)"
+            )
     names = tuple(p.name for p in phases)
     rates, spread, kinds = span_cover(phases) if cover is None else cover
     return PairSpans(
