@@ -1,42 +1,46 @@
 """Tuples a cloudprofiler sink committed, per generator sender, read incrementally.
 
-The sink writes per-partition counts with the min and max tuple id of each
-partition (``cp_sink.records.COUNTS_FILE``), so any handler works, ``null``
-included. A tuple id carries its sender (``cp_source.bucket.sender_of``), so
+The sink's manifest of each published batch (``cp_store.batch_log``) holds
+per-partition counts with the min and max tuple id of each partition, so any
+handler works, ``null`` included, and a poll reads one small object per new
+batch on any store (a path or a URI). A tuple id carries its sender (``cp_source.bucket.sender_of``), so
 a partition whose min and max ids belong to one sender is attributed to it;
 one that spans two senders cannot be attributed and is reported as mixed.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
-import pyarrow.parquet as pq
-
-from cp_sink.records import COUNTS_FILE, published_batches
+from cp_sink.records import COUNTS_SCHEMA
 from cp_source.bucket import sender_of
+from cp_store.batch_log import committed, read_manifest
+from cp_store.location import Location, resolve
 
 
 class SinkCounter:
     """Tuples the sink committed, per sender id, read incrementally from the published batches."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+    def __init__(self, path: str | os.PathLike[str] | Location) -> None:
+        self.path = resolve(path)
         self._read: set[int] = set()
         self.per_sender: dict[int, int] = {}
         self.mixed: list[tuple[int, int, int]] = []  # (batch, min sender, max sender)
 
     def poll(self) -> None:
         """Read the counts of batches published since the last poll."""
-        for bid, d in sorted(published_batches(self.path).items()):
-            if bid in self._read or not (d / COUNTS_FILE).exists():
+        for bid, info in committed(self.path).items():
+            if bid in self._read:
+                continue
+            manifest = read_manifest(self.path, bid, info)
+            if manifest is None:
                 continue
             self._read.add(bid)
-            t = pq.read_table(d / COUNTS_FILE, columns=["seen", "min_tuple_id", "max_tuple_id"])
+            t = manifest.counts_table(COUNTS_SCHEMA)  # checks each field's type
             for seen, lo, hi in zip(
                 *(t[c].to_pylist() for c in ("seen", "min_tuple_id", "max_tuple_id")), strict=True
             ):
-                if not seen:
+                if not seen or lo is None or hi is None:
                     continue
                 s_lo, s_hi = sender_of(int(lo)), sender_of(int(hi))
                 if s_lo == s_hi:

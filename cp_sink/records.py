@@ -1,35 +1,35 @@
-"""Latency records written by the sink: the layout on disk and readers.
+"""Latency records written by the sink: the layout on any store and readers.
 
-A sink path holds one directory per published micro-batch::
+A sink path (a directory or a URI such as ``s3://bucket/prefix``, see ``cp_store.location``)
+holds the data files of each micro-batch and one manifest per published micro-batch
+(the protocol is ``cp_store.batch_log``)::
 
-    <path>/batch=<id>/records-*.parquet   tuples kept by the handler (id, downsample, xoy, firstlast)
-    <path>/batch=<id>/periods-*.parquet   tuples per period (pc handler)
-    <path>/batch=<id>/windows-*.parquet   window results (option windowColumn, or record_windows)
-    <path>/batch=<id>/_counts.parquet     one row per partition: what the sink saw and wrote
-    <path>/_staging/...                   task output not yet published (never read)
-    <path>/_publishing/...                a publication in progress (never read)
+    <path>/batch=<id>/records-p<part>-a<attempt>-<rnd>.parquet  tuples kept by the handler
+    <path>/batch=<id>/periods-p<part>-a<attempt>-<rnd>.parquet  tuples per period (pc handler)
+    <path>/batch=<id>/windows-*.parquet                         window results (windowColumn, ...)
+    <path>/_commits/<id>.json                                   manifest: files and counts of <id>
 
-A ``batch=<id>`` directory appears by one atomic rename, so a reader sees a
-micro-batch entirely or not at all. ``batch_id`` comes from the directory name.
+A micro-batch is published when its manifest is written (one all-or-nothing write), so a
+reader sees it entirely or not at all. Readers read only the files the manifests list: what a
+failed, crashed or speculative task attempt wrote is never read, wherever it lies. The counts
+(one row per partition: what the sink saw and wrote) are in the manifest. ``batch_id`` comes
+from the manifest.
 """
 
 from __future__ import annotations
 
 import os
-import re
-from pathlib import Path
+from typing import TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from cp_store.batch_log import Manifest, parallel, read_data, read_manifests
+from cp_store.location import Location, resolve
 from native_tsc.stamp_columns import SINK, node_column, stamp_columns
 
 TUPLE_ID = "tuple_id"
-BATCH_DIR_RE = re.compile(r"^batch=(\d+)$")
-STAGING = "_staging"
-PUBLISHING = "_publishing"
-COUNTS_FILE = "_counts.parquet"
 RECORDS_PREFIX = "records-"
 PERIODS_PREFIX = "periods-"
 WINDOWS_PREFIX = "windows-"
@@ -64,26 +64,29 @@ PERIODS_SCHEMA = pa.schema(
 )
 
 
-def published_batches(path: str | os.PathLike[str]) -> dict[int, Path]:
-    """Published micro-batch ids and their directories."""
-    root = Path(path)
-    out: dict[int, Path] = {}
-    if not root.is_dir():
-        return out
-    for entry in root.iterdir():
-        m = BATCH_DIR_RE.match(entry.name)
-        if m and entry.is_dir():
-            out[int(m.group(1))] = entry
-    return dict(sorted(out.items()))
+Where: TypeAlias = str | os.PathLike[str] | Location
 
 
-def _read_prefixed(path: str | os.PathLike[str], prefix: str, schema: pa.Schema | None) -> pa.Table | None:
-    tables = []
-    for batch_id, d in published_batches(path).items():
-        for f in sorted(d.iterdir()):
-            if f.name.startswith(prefix) and f.name.endswith(".parquet"):
-                t = _plain(pq.read_table(f))
-                tables.append(t.append_column("batch_id", pa.repeat(pa.scalar(batch_id, pa.int64()), len(t))))
+def published_batches(path: Where) -> dict[int, Manifest]:
+    """Published micro-batch ids and their manifests (files and counts), in order."""
+    return read_manifests(resolve(path))
+
+
+def _read_prefixed(path: Where, prefix: str, schema: pa.Schema | None) -> pa.Table | None:
+    root = resolve(path)
+    listed = [
+        (m, loc)
+        for m in published_batches(root).values()
+        for loc in m.data(root, prefix)
+        if loc.path.endswith(".parquet")
+    ]
+
+    def read(item: tuple[Manifest, Location]) -> pa.Table:
+        m, loc = item
+        t = _plain(read_data(m, loc, lambda f: pq.read_table(f.path, filesystem=f.fs)))
+        return t.append_column("batch_id", pa.repeat(pa.scalar(m.batch_id, pa.int64()), len(t)))
+
+    tables = parallel(read, listed, remote=not root.is_local)
     if not tables:
         return None if schema is None else schema.empty_table()
     return pa.concat_tables(tables, promote_options="default")
@@ -97,8 +100,8 @@ def _plain(t: pa.Table) -> pa.Table:
     return t
 
 
-def read_records(path: str | os.PathLike[str]) -> pa.Table:
-    """The committed tuple records under a sink path (``batch_id`` added); nothing from staging.
+def read_records(path: Where) -> pa.Table:
+    """The committed tuple records under a sink path (``batch_id`` added); nothing unpublished.
 
     Columns: ``tuple_id``, every ``cp_tsc_*``/``cp_node_*`` column the query carried,
     ``partition``, ``batch_id`` (and ``role`` for the firstlast handler).
@@ -111,8 +114,8 @@ def read_records(path: str | os.PathLike[str]) -> pa.Table:
     return t
 
 
-def read_windows(path: str | os.PathLike[str]) -> pa.Table:
-    """Every published window result under a sink path (``batch_id`` added); nothing from staging.
+def read_windows(path: Where) -> pa.Table:
+    """Every published window result under a sink path (``batch_id`` added); nothing unpublished.
 
     Columns: ``window_start_ms``, ``window_end_ms`` (int64 epoch ms), the query's scalar columns
     (keys, counts, aggregates, ``cp_tsc_*``/``cp_node_*``), ``cp_tsc_sink`` (int64),
@@ -133,24 +136,22 @@ def read_windows(path: str | os.PathLike[str]) -> pa.Table:
     return t
 
 
-def read_counts(path: str | os.PathLike[str]) -> pa.Table:
+def read_counts(path: Where) -> pa.Table:
     """One row per published (batch, partition): tuples seen and written by the sink."""
-    tables = [
-        pq.read_table(d / COUNTS_FILE) for d in published_batches(path).values() if (d / COUNTS_FILE).exists()
-    ]
+    tables = [m.counts_table(COUNTS_SCHEMA) for m in published_batches(path).values()]
     if not tables:
         return COUNTS_SCHEMA.empty_table()
     return pa.concat_tables(tables)
 
 
-def read_periods(path: str | os.PathLike[str]) -> pa.Table:
+def read_periods(path: Where) -> pa.Table:
     """The pc handler's time series: tuples per (node, period) and partition, with ``batch_id``."""
     t = _read_prefixed(path, PERIODS_PREFIX, PERIODS_SCHEMA.append(pa.field("batch_id", pa.int64())))
     assert t is not None
     return t
 
 
-def total_seen(path: str | os.PathLike[str]) -> int:
+def total_seen(path: Where) -> int:
     """How many tuples the sink saw in all published micro-batches."""
     counts = read_counts(path)
     return int(pc.sum(counts["seen"]).as_py() or 0) if counts.num_rows else 0

@@ -1,17 +1,25 @@
-"""The "cloudprofiler" streaming sink: stamp, apply a handler, stage Parquet, publish on commit.
+"""The "cloudprofiler" streaming sink: stamp, apply a handler, write Parquet, publish on commit.
+
+``path`` is a directory or a URI on any store ``pyarrow.fs`` knows (``s3://``, Hadoop's
+``s3a://``, ``gs://``, ``hdfs://``, ``abfs://``, ``file://``; see ``cp_store.location``). The
+writer keeps the string it was given and resolves it on each process (driver and executors), with
+the credentials of that process's standard chain. Publication needs no rename
+(``cp_store.batch_log``): files under unique names, one manifest per batch written last.
 
 Executors (``write``): each Arrow batch gets one sink stamp (``cp_tsc_sink``,
 ``cp_node_sink``: the batch arrives at the sink as a unit), the handler picks
-the tuples to keep, and the records go to Parquet (zstd) in a staging
-directory of this task attempt alone. A retried or speculative attempt stages
-somewhere else; only attempts whose commit message reaches the driver are
-published.
+the tuples to keep, and the records go to Parquet (zstd) directly under
+``batch=<id>/``, in files named after the partition, the task attempt and a random part: a
+retried or speculative attempt never shares a file with another. A file is invisible until a
+manifest lists it.
 
-Driver (``commit``): the staged files of all messages move into a fresh
-directory under ``_publishing`` together with ``_counts.parquet``, which is then
-renamed to ``batch=<id>`` in one step. If ``batch=<id>`` already exists the
-batch was published before (a replay after a restart) and the new staging is
-dropped. ``abort`` removes the staging of the failed batch.
+Driver (``commit``): one manifest, ``_commits/<id>.json``, lists the files of exactly the
+messages Spark passed and holds the counts (one row per partition); writing it publishes the
+batch. If the manifest exists the batch was published before (a replay after a restart): the
+replay's files are deleted and nothing is published again. ``abort`` and every commit delete
+the files of attempts that no manifest lists. The location is checked when the query starts
+(when Spark creates the writer on the driver): an unknown scheme, an unreachable store or a
+missing bucket fails then, in one line naming the path without credentials.
 
 Window mode (option ``windowColumn``, the ``struct<start, end>`` column of ``F.window``): the
 rows of a windowed aggregation have no tuple id; each row is kept whole as a window record
@@ -24,39 +32,29 @@ pc, null; default identity; ``id`` is accepted for identity), ``n``, ``x``, ``y`
 any other name is refused (a typo such as ``handlr`` would otherwise run the default):
 
 * ``process`` (default): a published batch survives a crash of any process (the
-  publication is one rename), but nothing is fsynced: after an OS crash or power
-  loss a batch published in the last seconds may be missing or hold empty files.
-* ``strict``: also survives an OS crash or power loss. Each task fsyncs its
-  Parquet files when it closes them; the driver fsyncs ``_counts.parquet`` and the
-  batch directory before the publishing rename and ``path`` after it.
+  publication is one all-or-nothing write), but nothing is fsynced: after an OS crash or power
+  loss a batch published in the last seconds on a local disk may be missing or hold empty files.
+* ``strict``: also survives an OS crash or power loss of a local filesystem. Each task fsyncs
+  its Parquet files when it closes them; the driver fsyncs the batch directory and ``path``
+  before the manifest, the manifest before its rename and ``_commits/`` after it. On an object
+  store a completed upload is durable: the option changes nothing there.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from cp_sink.records import (
-    COUNTS_FILE,
-    COUNTS_SCHEMA,
-    PERIODS_PREFIX,
-    PERIODS_SCHEMA,
-    PUBLISHING,
-    RECORDS_PREFIX,
-    STAGING,
-    TUPLE_ID,
-    WINDOWS_PREFIX,
-)
-from cp_sink.window_records import fsync_path, window_columns, window_counts, window_rows
+from cp_sink.records import PERIODS_PREFIX, PERIODS_SCHEMA, RECORDS_PREFIX, TUPLE_ID, WINDOWS_PREFIX
+from cp_sink.window_records import parquet_options, window_columns, window_counts, window_rows
+from cp_store import batch_log
+from cp_store.location import Location, StoreError, check_writable, first_line, resolve
 from native_tsc.stamp_columns import SINK, is_stamp_column, node_column, stamp_columns, tsc_column
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # set by Spark's micro-batch engine on every task
@@ -83,12 +81,10 @@ _SPARK_OPTIONS = ("checkpointlocation", "queryname")
 
 @dataclass
 class SinkCommitMessage(WriterCommitMessage):
-    """What one task attempt staged: its directory, files and counts."""
+    """What one task attempt wrote: its files (relative to ``path``) and its counts row."""
 
-    staging_dir: str
     files: list[str]
     counts: dict[str, Any] = field(default_factory=dict)
-    periods: list[tuple[str, int, int]] = field(default_factory=list)
 
 
 def _ours(messages: list[WriterCommitMessage | None]) -> list[SinkCommitMessage]:
@@ -131,16 +127,30 @@ def _task_identity() -> tuple[int, int, str]:
 
     ctx = TaskContext.get()
     if ctx is None:  # called outside Spark (a unit test driving write() directly)
-        return 0, 0, "x"
+        return 0, 0, batch_log.UNKNOWN_BATCH
     batch = ctx.getLocalProperty(BATCH_ID_PROPERTY)
-    return ctx.partitionId(), ctx.taskAttemptId(), batch if batch and batch.isdigit() else "x"
+    tag = batch if batch and batch.isdigit() else batch_log.UNKNOWN_BATCH
+    return ctx.partitionId(), ctx.taskAttemptId(), tag
+
+
+# Locations checked by this process: Spark creates a writer on the driver at the query's start
+# and again for every commit, and one check per process is enough.
+_CHECKED: set[str] = set()
+
+
+def _check_location(loc: Location) -> None:
+    """Check that the store of ``loc`` is reachable and writable, once per process."""
+    if loc.uri not in _CHECKED:
+        check_writable(loc)
+        _CHECKED.add(loc.uri)
 
 
 class _RecordFile:
-    """A Parquet file in the staging directory, opened on the first rows."""
+    """A Parquet file of one task attempt, opened on the first rows."""
 
-    def __init__(self, path: Path, durable: bool = False) -> None:
-        self.path = path
+    def __init__(self, loc: Location, rel: str, durable: bool = False) -> None:
+        self.loc = loc
+        self.rel = rel  # the name the manifest lists: relative to the sink's path
         self.durable = durable
         self._writer: Any = None
         self._pending: list[pa.RecordBatch] = []
@@ -160,18 +170,13 @@ class _RecordFile:
         if not self._pending:
             return
         table = pa.Table.from_batches(self._pending)
-        if self._writer is None:
-            # Stamps and ids grow slowly, so delta bit-packing shrinks them ~50x and is cheaper to
-            # write than dictionaries; node ids are few strings, so they get a dictionary.
-            ints = [f.name for f in table.schema if pa.types.is_integer(f.type)]
-            self._writer = pq.ParquetWriter(
-                self.path,
-                table.schema,
-                compression="zstd",
-                use_dictionary=[f.name for f in table.schema if f.name not in ints],
-                column_encoding=dict.fromkeys(ints, "DELTA_BINARY_PACKED"),
-            )
-        self._writer.write_table(table, row_group_size=ROWS_PER_ROW_GROUP)
+        with _store_errors(self.loc):
+            if self._writer is None:
+                batch_log.prepare(self.loc)
+                self._writer = pq.ParquetWriter(
+                    self.loc.path, table.schema, filesystem=self.loc.fs, **parquet_options(table.schema)
+                )
+            self._writer.write_table(table, row_group_size=ROWS_PER_ROW_GROUP)
         self._pending, self._rows = [], 0
 
     def close(self) -> bool:
@@ -179,10 +184,22 @@ class _RecordFile:
         self._flush()
         if self._writer is None:
             return False
-        self._writer.close()
-        if self.durable:
-            fsync_path(self.path)  # on the executor that wrote it, before the driver may publish it
+        with _store_errors(self.loc):
+            self._writer.close()  # on an object store: the upload completes here, all or nothing
+            if self.durable:
+                batch_log.sync_file(self.loc)  # by the executor that wrote it, before any commit
         return True
+
+
+@contextmanager
+def _store_errors(loc: Location) -> Iterator[None]:
+    """A store's failure as one line naming the file (pyarrow's S3 messages run over lines)."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except OSError as e:
+        raise StoreError(f"{loc.uri}: {first_line(e)}") from None
 
 
 @dataclass
@@ -236,15 +253,26 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         check_sink_options(opts)
         if not opts.get("path"):
             raise ValueError("the cloudprofiler sink needs option 'path'")
-        self.path = os.path.abspath(opts["path"])  # workers may not share the driver's cwd
+        loc = resolve(opts["path"])  # an unknown scheme: one line naming the path
+        # The string as given (it may carry credentials: never printed), resolved on each process
+        # with that process's credentials; a local path made absolute here, on the driver, since
+        # executors need not share its working directory.
+        self._uri = loc.path if loc.is_local else opts["path"]
+        self._loc: Location | None = None
         self.spec = parse_handler(opts.get("handler", "identity"), opts)
         self.durable = _durable(opts)
-        self._root_synced = False  # strict: the parent of path is fsynced once, on the first commit
         self.overwrite = overwrite
         self.window_column = opts.get("windowcolumn")
         if self.window_column is not None:
             self.keep = self._window_mode(schema, opts)
-            return
+        else:
+            self.keep = self._tuple_mode(schema, opts)
+        # Last, once the options are known good: on the driver, when the query starts, a store
+        # that cannot be reached or a missing bucket fails now, in one line naming the path.
+        _check_location(loc)
+
+    def _tuple_mode(self, schema: Any, opts: dict[str, str]) -> list[str]:
+        """The tuple id column and the stamp columns to keep (the sink stamp is added per batch)."""
         self.id_column = opts.get("tupleidcolumn", TUPLE_ID)
         names = list(schema.fieldNames()) if schema is not None else []
         if self.id_column not in names:
@@ -252,10 +280,23 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
                 f"the cloudprofiler sink needs a tuple id column {self.id_column!r} (option tupleIdColumn); "
                 f"the query has {names}"
             )
-        # Keep tuple id and stamps only; the sink stamp is added per batch.
-        self.keep = [self.id_column] + [
-            n for n in names if is_stamp_column(n) and n not in stamp_columns(SINK)
-        ]
+        return [self.id_column] + [n for n in names if is_stamp_column(n) and n not in stamp_columns(SINK)]
+
+    @property
+    def location(self) -> Location:
+        """Where the records go, resolved on this process."""
+        if self._loc is None:
+            self._loc = resolve(self._uri)
+        return self._loc
+
+    @property
+    def path(self) -> str:
+        """The sink's path as it may be printed (credentials removed)."""
+        return self.location.uri
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Executors resolve the raw string themselves: a filesystem object is not shipped.
+        return {**self.__dict__, "_loc": None}
 
     def _window_mode(self, schema: Any, opts: dict[str, str]) -> list[str]:
         """Check the options and schema of window mode; the scalar columns to keep."""
@@ -281,13 +322,12 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         from cp_sink.handlers import selected_positions
 
         partition, attempt, batch_tag = _task_identity()
-        staging = Path(self.path) / STAGING / f"b{batch_tag}-p{partition}-a{attempt}-{uuid.uuid4().hex[:12]}"
-        staging.mkdir(parents=True, exist_ok=False)
+        base = f"batch={batch_tag}"
         node = native_tsc.domain_id()
         if self.window_column is not None:
-            return self._write_windows(iterator, staging, partition, attempt, node)
+            return self._write_windows(iterator, base, partition, attempt, node)
         spec = self.spec
-        records = _RecordFile(staging / f"{RECORDS_PREFIX}p{partition}-a{attempt}.parquet", self.durable)
+        records = self._file(base, RECORDS_PREFIX, partition, attempt)
         tally = _Tally()
         written = 0
         fl_first: pa.RecordBatch | None = None
@@ -323,7 +363,7 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
 
         if fl_first is not None and fl_last is not None:
             written += _add_first_last(records, tally.seen, fl_first, fl_last)
-        files = [records.path.name] if records.close() else []
+        files = [records.rel] if records.close() else []
         counts = {
             "partition": partition,
             "task_attempt": attempt,
@@ -333,19 +373,23 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
             "first_tsc_sink": tally.first_tsc,
             "last_tsc_sink": tally.last_tsc,
         }
-        name = f"{PERIODS_PREFIX}p{partition}-a{attempt}.parquet"
-        if self._write_periods(staging / name, partition, node, period_cycles, batch_tscs, batch_rows):
+        name = f"{base}/{batch_log.data_file(PERIODS_PREFIX, partition, attempt)}"
+        if self._write_periods(name, partition, node, period_cycles, batch_tscs, batch_rows):
             files.append(name)
-        return SinkCommitMessage(staging_dir=str(staging), files=files, counts=counts)
+        return SinkCommitMessage(files=files, counts=counts)
+
+    def _file(self, base: str, prefix: str, partition: int, attempt: int) -> _RecordFile:
+        rel = f"{base}/{batch_log.data_file(prefix, partition, attempt)}"
+        return _RecordFile(self.location.join(rel), rel, self.durable)
 
     def _write_windows(
-        self, iterator: Iterator[pa.RecordBatch], staging: Path, partition: int, attempt: int, node: str
+        self, iterator: Iterator[pa.RecordBatch], base: str, partition: int, attempt: int, node: str
     ) -> SinkCommitMessage:
         """Window mode: every row as a window record with the sink stamp of its Arrow batch."""
         import native_tsc
 
         assert self.window_column is not None
-        out = _RecordFile(staging / f"{WINDOWS_PREFIX}p{partition}-a{attempt}.parquet", self.durable)
+        out = self._file(base, WINDOWS_PREFIX, partition, attempt)
         node_dict = pa.array([node])
         seen = 0
         tscs: list[int] = []
@@ -362,9 +406,9 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
             out.add(window_rows(stamped, self.window_column, self.keep + list(stamp_columns(SINK))))
             seen += n
             tscs.append(tsc)
-        files = [out.path.name] if out.close() else []
+        files = [out.rel] if out.close() else []
         counts = window_counts(seen, node, tscs, partition, attempt)
-        return SinkCommitMessage(staging_dir=str(staging), files=files, counts=counts)
+        return SinkCommitMessage(files=files, counts=counts)
 
     def _ids(self, batch: pa.RecordBatch) -> np.ndarray:
         ids = batch.column(self.id_column)
@@ -374,14 +418,14 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
 
     def _write_periods(
         self,
-        path: Path,
+        rel: str,
         partition: int,
         node: str,
         period_cycles: float,
         batch_tscs: list[int],
         batch_rows: list[int],
     ) -> bool:
-        """pc: write the task's row count per period to ``path``; False if it has none."""
+        """pc: write the task's row count per period to ``rel``; False if it has none."""
         from cp_sink.handlers import period_counts
 
         periods = period_counts(np.array(batch_tscs, np.int64), period_cycles, np.array(batch_rows, np.int64))
@@ -398,11 +442,7 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
             },
             schema=PERIODS_SCHEMA,
         )
-        import pyarrow.parquet as pq
-
-        pq.write_table(table, path, compression="zstd")
-        if self.durable:
-            fsync_path(path)
+        batch_log.write_parquet(table, self.location.join(rel), self.durable)
         return True
 
     def _record_batch(
@@ -422,63 +462,15 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
     # ---- driver ----------------------------------------------------------------------------------
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Publish the staged output of ``batchId`` atomically, once."""
-        import pyarrow.parquet as pq
-
-        root = Path(self.path)
-        final = root / f"batch={batchId}"
+        """Publish what the tasks of ``batchId`` wrote with one manifest, once per batch id."""
         msgs = _ours(messages)
-        if final.exists():
-            # Published before the restart that replays it: the replayed copy is dropped.
-            self._remove_staging(msgs)
-            self._sweep(batchId)
-            return
-        tmp = root / PUBLISHING / f"batch={batchId}-{uuid.uuid4().hex[:12]}"
-        tmp.mkdir(parents=True)
-        rows = []
-        for m in msgs:
-            for name in m.files:
-                os.replace(Path(m.staging_dir) / name, tmp / name)
-            rows.append({"batch_id": batchId, **m.counts})
-        counts = pa.Table.from_pylist(rows, schema=COUNTS_SCHEMA)
-        pq.write_table(counts, tmp / COUNTS_FILE, compression="zstd")
-        self._publish(tmp, final)
-        self._remove_staging(msgs)
-        self._sweep(batchId)
-
-    def _publish(self, tmp: Path, final: Path) -> None:
-        """Rename the batch directory into place. Strict: its files (the tasks fsynced theirs) and
-        the directory itself are on disk before the rename, and the rename is before we return."""
-        if self.durable:
-            fsync_path(tmp / COUNTS_FILE)
-            fsync_path(tmp)
-        os.rename(tmp, final)  # the publication: atomic on one filesystem
-        if self.durable:
-            fsync_path(final.parent)
-            if not self._root_synced:  # path itself may be new: its name lives in its parent
-                fsync_path(final.parent.parent)
-                self._root_synced = True
+        files = [f for m in msgs for f in m.files]
+        rows = [{"batch_id": batchId, **m.counts} for m in msgs]
+        batch_log.commit(self.location, batchId, files, rows, self.durable)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Remove what the tasks of a failed micro-batch staged."""
-        self._remove_staging(_ours(messages))
-        self._sweep(batchId, include_current=True)
-
-    @staticmethod
-    def _remove_staging(msgs: list[SinkCommitMessage]) -> None:
-        for m in msgs:
-            shutil.rmtree(m.staging_dir, ignore_errors=True)
-
-    def _sweep(self, batch_id: int, include_current: bool = True) -> None:
-        # Attempts that never reached commit (failed, retried, speculative) leave staging behind;
-        # so does a publication cut short by a crash.
-        root = Path(self.path)
-        for d in (root / STAGING).glob("b*-p*"):
-            tag = d.name[1 : d.name.index("-")]
-            if tag.isdigit() and (int(tag) < batch_id or (include_current and int(tag) == batch_id)):
-                shutil.rmtree(d, ignore_errors=True)
-        for d in (root / PUBLISHING).glob(f"batch={batch_id}-*"):
-            shutil.rmtree(d, ignore_errors=True)
+        """Delete what the tasks of a failed micro-batch wrote (never a published file)."""
+        batch_log.abort(self.location, batchId, [f for m in _ours(messages) for f in m.files])
 
 
 def _dictionary(col: pa.Array) -> pa.Array:

@@ -8,25 +8,25 @@ produce them in the same layout, read by ``cp_sink.records.read_windows``:
 
 * the cloudprofiler sink with option ``windowColumn`` (``cp_sink.stream_writer``);
 * ``record_windows(df, batch_id, path)`` inside ``foreachBatch``: the sink point is stamped on the
-  executors, the rows are collected to the driver as Arrow and published as
-  ``path/batch=<id>/windows-<uuid>.parquet`` by one rename of a fresh directory; a batch id already
-  published (a replay after a restart) is skipped.
+  executors, the rows are collected to the driver as Arrow, written as
+  ``path/batch=<id>/windows-<uuid>.parquet`` and published by the batch's manifest
+  (``cp_store.batch_log.publish``); a batch id already published (a replay after a restart) is
+  skipped. ``path`` is a directory or a URI (``s3://bucket/prefix``, ...), as for the sink.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
-from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from cp_sink.records import COUNTS_FILE, COUNTS_SCHEMA, PUBLISHING, WINDOWS_PREFIX
+from cp_sink.records import WINDOWS_PREFIX
+from cp_store import batch_log
+from cp_store.location import Location, resolve
 from native_tsc.stamp_columns import SINK, node_column, stamp_columns, tsc_column
 
 WINDOW_START = "window_start_ms"
@@ -106,7 +106,7 @@ def window_rows(data: T, window_column: str, keep: list[str]) -> T:
 def window_counts(
     rows: int, node: str, tscs: list[int], partition: int, task_attempt: int | None
 ) -> dict[str, Any]:
-    """The ``_counts.parquet`` row of window records (``batch_id`` aside): seen = written = rows,
+    """The counts row of window records (``batch_id`` aside): seen = written = rows,
     no tuple ids, the sink stamps of the first and last batch."""
     return {
         "partition": partition,
@@ -120,27 +120,21 @@ def window_counts(
     }
 
 
-def fsync_path(path: Path) -> None:
-    """fsync a file or a directory by name."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def parquet_options(schema: pa.Schema) -> dict[str, Any]:
+    """How latency and window records are encoded: zstd; stamps and ids grow slowly, so delta
+    bit-packing shrinks them ~50x and is cheaper to write than dictionaries; the rest (node ids:
+    a few strings) gets a dictionary."""
+    ints = [f.name for f in schema if pa.types.is_integer(f.type)]
+    return {
+        "compression": "zstd",
+        "use_dictionary": [f.name for f in schema if f.name not in ints],
+        "column_encoding": dict.fromkeys(ints, "DELTA_BINARY_PACKED"),
+    }
 
 
-def write_window_file(table: pa.Table, path: Path, durable: bool = False) -> None:
-    """Write window records to one Parquet file (zstd; integers delta bit-packed like the records)."""
-    ints = [f.name for f in table.schema if pa.types.is_integer(f.type)]
-    pq.write_table(
-        table,
-        path,
-        compression="zstd",
-        use_dictionary=[f.name for f in table.schema if f.name not in ints],
-        column_encoding=dict.fromkeys(ints, "DELTA_BINARY_PACKED"),
-    )
-    if durable:
-        fsync_path(path)
+def write_window_file(table: pa.Table, loc: Location, durable: bool = False) -> None:
+    """Write window records to one Parquet file at ``loc`` (encoded as the records are)."""
+    batch_log.write_parquet(table, loc, durable, **parquet_options(table.schema))
 
 
 def _driver_counts(rows: pa.Table) -> dict[str, Any]:
@@ -165,46 +159,22 @@ def record_windows(
     driver and publish them as ``path/batch=<batch_id>/windows-<uuid>.parquet`` (once per batch id).
 
     Columns as the sink's ``windowColumn`` mode writes them; ``read_windows(path)`` reads both.
-    ``durability`` as the sink's option: ``strict`` fsyncs the files and the batch directory before
-    the publishing rename and ``path`` after it.
+    ``path`` is a directory or a URI. ``durability`` as the sink's option: ``strict`` fsyncs the
+    file, the directories that name it and the manifest (on a local filesystem).
     """
     from cp_sink.stamp import stamp
 
     if durability not in ("process", "strict"):
         raise ValueError(f"record_windows: durability={durability!r}: expected one of process, strict")
-    durable = durability == "strict"
     if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
         raise ValueError(f"record_windows: batch_id={batch_id!r}: expected a non-negative integer")
-    root = Path(path).absolute()
-    final = root / f"batch={batch_id}"
-    if final.exists():  # published before a restart replayed this batch: keep the first publication
+    root = resolve(path)
+    if batch_log.is_committed(root, batch_id):  # published before a restart replayed this batch
         return
     keep = window_columns(df.schema, window_column) + list(stamp_columns(SINK))
     own = [c for c in stamp_columns(SINK) if c in df.columns]  # replaced by this stamp
     table = stamp(df.drop(*own), SINK).toArrow()
     rows = window_rows(table, window_column, keep)
-    for stale in (root / PUBLISHING).glob(f"batch={batch_id}-*"):  # a publication cut short by a crash
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = root / PUBLISHING / f"batch={batch_id}-{uuid.uuid4().hex[:12]}"
-    tmp.mkdir(parents=True)
-    if rows.num_rows:
-        write_window_file(rows, tmp / f"{WINDOWS_PREFIX}{uuid.uuid4().hex}.parquet", durable)
-    counts = pa.Table.from_pylist([{"batch_id": batch_id, **_driver_counts(rows)}], schema=COUNTS_SCHEMA)
-    write_window_file(counts, tmp / COUNTS_FILE, durable)
-    _publish(tmp, final, durable)
-
-
-def _publish(tmp: Path, final: Path, durable: bool) -> None:
-    """Rename the batch directory into place (strict: on disk before and after the rename)."""
-    if durable:
-        fsync_path(tmp)
-    try:
-        os.rename(tmp, final)  # the publication: one atomic rename
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not final.exists():
-            raise
-        return  # a concurrent replay published it first
-    if durable:
-        fsync_path(final.parent)
-        fsync_path(final.parent.parent)  # path itself may be new: its name lives in its parent
+    files = {f"{WINDOWS_PREFIX}{uuid.uuid4().hex}.parquet": rows} if rows.num_rows else {}
+    counts = [{"batch_id": batch_id, **_driver_counts(rows)}]
+    batch_log.publish(root, batch_id, files, counts, durability == "strict", write_window_file)

@@ -231,32 +231,33 @@ def _sink(out: Path, handler: str, durability: str | None) -> Any:
 
 
 @pytest.mark.parametrize("handler", ["id", "pc"])
-def test_sink_files_and_directory_are_on_disk_before_the_publishing_rename(
+def test_sink_files_and_their_names_are_on_disk_before_the_manifest(
     tmp_path: Path, calls: CallLog, handler: str
 ) -> None:
     from cp_sink import read_counts, read_records
-    from cp_sink.records import COUNTS_FILE
 
     out = tmp_path / "out"
     w = _sink(out, handler, "strict")
     batch = pa.record_batch([pa.array(np.arange(100, dtype=np.int64))], names=["tuple_id"])
     msg = w.write(iter([batch]))  # a task: fsyncs the Parquet files it closes
-    staged = [Path(msg.staging_dir) / name for name in msg.files]
-    assert len(staged) == 1 and calls.fsyncs() == [str(staged[0])]
+    written = [out / name for name in msg.files]
+    assert len(written) == 1 and calls.fsyncs() == [str(written[0])]
     w.commit([msg], 0)
-    final = out / "batch=0"
-    published = [e for e in calls.events if e[0] == "rename" and e[2] == str(final)]
+    manifest = out / "_commits" / "0.json"
+    published = [e for e in calls.events if e[0] == "rename" and e[2] == str(manifest)]
     assert len(published) == 1
     tmp, r = Path(published[0][1]), calls.events.index(published[0])
-    # each file: fsynced (by its task), then moved into the batch directory, all before the rename
-    for f in staged:
-        assert calls.index("fsync", f) < calls.index("rename", f, tmp / f.name) < r
-    assert calls.index("fsync", tmp / COUNTS_FILE) < calls.index("fsync", tmp) < r
-    # after it: path (the rename lasts), then path's parent, once (path may be new)
-    assert calls.index("fsync", out, after=r) < calls.index("fsync", tmp_path, after=r)
+    # the file (fsynced by its task), the directory naming it, path (naming the batch directory and
+    # _commits) and path's parent (path may be new): all on disk before the manifest's rename
+    f = written[0]
+    assert calls.index("fsync", f) < calls.index("fsync", f.parent) < calls.index("fsync", out) < r
+    assert calls.index("fsync", tmp_path) < r
+    assert calls.index("fsync", tmp) < r  # the manifest's content before its name
+    assert calls.index("fsync", manifest.parent, after=r) > r  # the rename lasts
     calls.clear()
     w.commit([w.write(iter([batch]))], 1)
-    assert calls.fsyncs().count(str(tmp_path)) == 0
+    assert calls.fsyncs().count(str(tmp_path)) == 0  # path's parent once per process
+    assert calls.fsyncs()[-1] == str(manifest.parent)
     assert read_counts(out)["seen"].to_pylist() == [100, 100]
     if handler == "id":
         assert sorted(read_records(out)["tuple_id"].to_pylist()) == sorted(list(range(100)) * 2)
@@ -278,7 +279,7 @@ def test_strict_query_through_reader_and_sink(spark, tmp_path: Path) -> None:
     run_available_now(df, "cloudprofiler", str(tmp_path / "ckpt"), str(out), options=opts)
     got = read_records(out)["tuple_id"].to_pylist()
     assert sorted(got) == sorted(ids)
-    assert len(list(out.glob("batch=*"))) == 3
+    assert len(list(out.glob("batch=*"))) == 3 and len(list((out / "_commits").glob("*.json"))) == 3
     # the reader's commit (written with durability=strict) moved as in process mode
     assert Spool(spool).committed() == {"w0": 1, "w1": 1}
     assert orjson.loads((spool / "planned.json").read_bytes()) == {"w0": 2, "w1": 1}

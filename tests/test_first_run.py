@@ -11,12 +11,13 @@ import pytest
 
 from cloudprofiler.cli_process import CLI_ARGV
 from cp_sink.handlers import parse_handler, selected_positions
-from cp_sink.records import read_records
+from cp_sink.records import published_batches, read_records
 from cp_sink.stream_writer import CloudprofilerStreamWriter
 
 SINK_TYPO = (
     "unknown option(s) for the cloudprofiler sink: handlr "
-    "(valid: path, handler, n, x, y, periodMs, tupleIdColumn, windowColumn, durability)"
+    "(valid: path, handler, n, x, y, periodMs, tupleIdColumn, windowColumn, durability, "
+    "sync, syncEvery, curveKeys, syncPort)"
 )
 
 
@@ -30,7 +31,7 @@ def test_sink_refuses_an_unknown_option_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(ValueError) as e:
         CloudprofilerStreamWriter(_schema(), {"path": str(tmp_path), "handlr": "null"}, False)
     assert str(e.value) == SINK_TYPO
-    assert not (tmp_path / "_staging").exists()
+    assert list(tmp_path.iterdir()) == []  # refused before anything is written
     # Spark's own options and any case of the sink's are accepted
     opts = {"PATH": str(tmp_path), "checkpointLocation": "c", "queryName": "q", "HANDLER": "xoy", "Y": "8"}
     w = CloudprofilerStreamWriter(_schema(), opts, False)
@@ -56,6 +57,7 @@ def test_query_with_a_misspelled_sink_option_fails_naming_it(spark, tmp_path: Pa
     with pytest.raises(Exception) as e:  # awaitTermination raises the query's failure
         q.awaitTermination(180)
     assert f"ValueError: {SINK_TYPO}" in str(e.value).splitlines()
+    assert published_batches(tmp_path / "out") == {}
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("batch=*"))
 
 

@@ -13,7 +13,7 @@ from conftest import run_available_now
 
 import cloudprofiler
 from cp_sink import read_counts, read_periods, read_records, total_seen
-from cp_sink.records import STAGING
+from cp_sink.records import published_batches
 from cp_sink.stamp import stamp
 from cp_sink.stream_writer import CloudprofilerStreamWriter
 
@@ -41,6 +41,16 @@ def _stream(spark, source_dir: Path):
         .withColumnRenamed("id", "tuple_id")
         .repartition(2)
     )
+
+
+def data_files(out: Path) -> set[str]:
+    """Every data file under the sink's batch directories, relative to ``out``."""
+    return {str(f.relative_to(out)) for f in out.glob("batch=*/*")}
+
+
+def listed_files(out: Path) -> set[str]:
+    """The files the published manifests list."""
+    return {f for m in published_batches(out).values() for f in m.files}
 
 
 def _run(df, tmp_path: Path, name: str, **options: str) -> Path:
@@ -73,8 +83,8 @@ def test_id_handler_records_every_tuple_once_with_stamps(spark, source_dir, tmp_
     assert sorted(set(rec["batch_id"].to_pylist())) == list(range(FILES))
     counts = read_counts(out)
     assert pc.sum(counts["seen"]).as_py() == TOTAL == pc.sum(counts["written"]).as_py()
-    # Staging holds nothing once every batch is published.
-    assert list((out / STAGING).iterdir()) == []
+    # Every file written is listed by a manifest once every batch is published.
+    assert data_files(out) == listed_files(out) and len(listed_files(out)) == 2 * FILES
 
 
 @pytest.mark.parametrize(
@@ -142,11 +152,14 @@ def test_task_failure_is_retried_and_each_id_is_committed_once(spark, source_dir
     assert ids.size == TOTAL
     assert np.array_equal(np.sort(ids), np.arange(TOTAL))
     assert total_seen(out) == TOTAL
-    # The failed attempt had staged output; none of it was published.
-    assert int(marker.read_text()) not in read_counts(out)["task_attempt"].to_pylist()
+    # The failed attempt had written records; none of it was published, and its file was swept.
+    failed = int(marker.read_text())
+    assert failed not in read_counts(out)["task_attempt"].to_pylist()
+    assert not [f for f in data_files(out) if f"-a{failed}-" in f]
+    assert data_files(out) == listed_files(out)
 
 
-def test_commit_is_idempotent_and_abort_removes_staging(tmp_path) -> None:
+def test_commit_is_idempotent_and_abort_removes_unlisted_files(tmp_path) -> None:
     from pyspark.sql.types import LongType, StructField, StructType
 
     schema = StructType([StructField("tuple_id", LongType())])
@@ -155,16 +168,20 @@ def test_commit_is_idempotent_and_abort_removes_staging(tmp_path) -> None:
     batch = pa.record_batch([pa.array(np.arange(100, dtype=np.int64))], names=["tuple_id"])
     first = w.write(iter([batch]))
     w.commit([first], 0)
-    # A replay of batch 0 (same data, new staging) must not be published a second time.
+    manifest = (out / "_commits" / "0.json").read_bytes()
+    # A replay of batch 0 (same data, new files) must not be published a second time.
     replay = w.write(iter([batch]))
+    assert set(replay.files).isdisjoint(first.files) and all((out / f).exists() for f in replay.files)
     w.commit([replay], 0)
     assert sorted(read_records(out)["tuple_id"].to_pylist()) == list(range(100))
-    assert not Path(replay.staging_dir).exists()
+    assert not any((out / f).exists() for f in replay.files)
+    assert (out / "_commits" / "0.json").read_bytes() == manifest
     failed = w.write(iter([batch.slice(0, 10)]))
     w.abort([failed, None], 1)
-    assert not Path(failed.staging_dir).exists()
+    assert len(failed.files) == 1 and not (out / failed.files[0]).exists()
     assert read_records(out).num_rows == 100
     assert read_counts(out)["seen"].to_pylist() == [100]
+    assert sorted(published_batches(out)) == [0] and data_files(out) == set(first.files)
 
 
 def test_sink_needs_path_and_tuple_id(tmp_path) -> None:

@@ -58,7 +58,9 @@ def test_replayed_batch_is_published_once(spark, tmp_path) -> None:
     finally:
         q.stop()
     last = max(published_batches(out))
-    first_counts = (out / f"batch={last}" / "_counts.parquet").read_bytes()
+    manifest = out / "_commits" / f"{last}.json"
+    first_manifest = manifest.read_bytes()
+    first_files = published_batches(out)[last].files
     # The state a crash between the sink's publication and Spark's commit log leaves behind.
     _remove_log_entries(ck / "commits", lambda b: b < last)
     _remove_log_entries(ck / "offsets", lambda b: b <= last)
@@ -73,8 +75,10 @@ def test_replayed_batch_is_published_once(spark, tmp_path) -> None:
         q.stop()
     # Spark re-ran the batch; the sink kept its first publication untouched.
     assert (ck / "commits" / str(last)).exists()
-    assert (out / f"batch={last}" / "_counts.parquet").read_bytes() == first_counts
+    assert manifest.read_bytes() == first_manifest
     published = published_batches(out)
+    # the replay's own files were deleted: the batch directory holds the first publication's only
+    assert {f"batch={last}/{p.name}" for p in (out / f"batch={last}").iterdir()} == set(first_files)
     batches = max(published) + 1
     assert sorted(published) == list(range(batches))
     ids = read_records(out)["tuple_id"].to_numpy()

@@ -21,7 +21,7 @@ from conftest import wait_for
 from embedded_source import embedded_source
 from ingest_truth import spool_drained
 
-from cp_sink.records import WINDOWS_PREFIX, read_counts, read_windows, total_seen
+from cp_sink.records import WINDOWS_PREFIX, published_batches, read_counts, read_windows, total_seen
 from cp_sink.stream_writer import CloudprofilerStreamWriter
 from cp_sink.window_records import record_windows
 
@@ -83,7 +83,7 @@ def test_sink_writes_window_records_once_per_batch_id(tmp_path: Path) -> None:
     # a replay of batch 0 (a restart before Spark logged the commit) brings other rows: dropped
     replay = w.write(iter([_arrow_rows([T0 + 5000], 1000, [1])]))
     w.commit([replay], 0)
-    assert not Path(replay.staging_dir).exists()
+    assert not any((out / f).exists() for f in replay.files)
     t = read_windows(out)
     assert t.column_names == WINDOW_COLUMNS + SINK_COLUMNS
     assert t["window_start_ms"].to_pylist() == [T0, T0 + 1000, T0 + 2000]
@@ -94,8 +94,8 @@ def test_sink_writes_window_records_once_per_batch_id(tmp_path: Path) -> None:
     assert tsc[0] == tsc[1] < tsc[2]  # one stamp per Arrow batch, in arrival order
     assert set(t["cp_node_sink"].to_pylist()) == {native_tsc.domain_id()}
     assert t.schema.field("cp_node_sink").type == pa.string()
-    files = sorted(p.name for p in (out / "batch=0").iterdir())
-    assert files == ["_counts.parquet", f"{WINDOWS_PREFIX}p0-a0.parquet"]
+    files = [str(p.relative_to(out)) for p in out.glob("batch=*/*")]
+    assert files == msg.files and files[0].startswith(f"batch=x/{WINDOWS_PREFIX}p0-a0-")
     counts = read_counts(out)
     assert counts["seen"].to_pylist() == [3, 0] and counts["written"].to_pylist() == [3, 0]
     assert counts["first_tuple_id"].null_count == 2 and counts["max_tuple_id"].null_count == 2
@@ -132,9 +132,6 @@ def test_bad_window_options_are_one_line_naming_the_option(tmp_path: Path) -> No
             _writer(tmp_path, **opts)
         assert str(e.value).startswith(start), str(e.value)
         assert "\n" not in str(e.value)
-    assert (
-        _writer(tmp_path, windowColumn="window", handler="id").keep[0] == "sender_id"
-    )  # identity's old name
     strings = StructType([StructField("start", StringType()), StructField("end", StringType())])
     with pytest.raises(ValueError, match=r"the column is struct<start:string,end:string>"):
         _writer(tmp_path, StructType([StructField("w", strings)]), windowColumn="w")
@@ -150,7 +147,8 @@ def test_bad_window_options_are_one_line_naming_the_option(tmp_path: Path) -> No
         ValueError, match=r"^option windowColumn='w': .* themselves; rename the query's \['batch_id'\]$"
     ):
         _writer(tmp_path, clash, windowColumn="w")
-    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "out").exists()  # refused before anything is written
+    assert _writer(tmp_path, windowColumn="window", handler="id").keep[0] == "sender_id"  # "id": identity
 
 
 def _stop_between_batches(query: Any, wait_s: float = 10.0) -> None:
@@ -330,8 +328,9 @@ def test_record_windows_publishes_each_batch_id_once(spark: Any, tmp_path: Path)
     import native_tsc
 
     out = tmp_path / "windows"
-    stale = out / "_publishing" / "batch=0-cut-short"  # what a crash mid-publication leaves
-    stale.mkdir(parents=True)
+    stale = out / "batch=0" / f"{WINDOWS_PREFIX}cut-short.parquet"  # what a crash before the commit leaves
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"PAR1 half a file")
     record_windows(_static_windows(spark, 250), 0, out, durability="strict")
     record_windows(_static_windows(spark, 250, offset=1), 0, out)  # a replay: skipped
     record_windows(_static_windows(spark, 0), 1, out)  # a batch that closed no window
@@ -350,8 +349,11 @@ def test_record_windows_publishes_each_batch_id_once(spark: Any, tmp_path: Path)
     counts = read_counts(out)
     assert counts["batch_id"].to_pylist() == [0, 1] and counts["seen"].to_pylist() == [6, 0]
     assert counts["first_tsc_sink"][0].as_py() == pc.min(t["cp_tsc_sink"]).as_py()
-    assert sorted(p.name for p in (out / "batch=1").iterdir()) == ["_counts.parquet"]
-    assert not stale.exists() and not any((out / "_publishing").iterdir())
+    # a batch without rows publishes its counts alone; the cut-short file was never read, then swept
+    assert published_batches(out)[1].files == () and not (out / "batch=1").exists()
+    assert not stale.exists()
+    listed = list(published_batches(out)[0].files)
+    assert [f"batch=0/{p.name}" for p in (out / "batch=0").iterdir()] == listed
 
 
 def test_record_windows_refuses_bad_input_in_one_line(spark: Any, tmp_path: Path) -> None:

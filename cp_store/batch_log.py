@@ -1,0 +1,408 @@
+"""Exactly-once publication of micro-batches on any store, without rename: files first, manifest last.
+
+Object stores have no atomic rename, so a batch is not published by moving a directory into place.
+Under a result location (any :class:`cp_store.location.Location`)::
+
+    <path>/batch=<id>/<prefix>p<partition>-a<attempt>-<random>.parquet   data, written in place
+    <path>/_commits/<id>.json                                           the manifest of batch <id>
+
+* **Writers** (Spark tasks) write their data files directly under ``batch=<id>/``, each under a
+  name no other attempt can take (partition, task attempt and a random part). A file that is not
+  listed by a manifest is invisible, however complete it is.
+* **The commit** (the driver, once per batch id) writes one manifest, ``_commits/<id>.json``, with
+  one all-or-nothing write (a temporary file and a rename locally, one upload on an object store):
+  ``{"v": 1, "batch_id": <id>, "files": [paths relative to <path>], "counts": [rows]}``. Writing
+  it is the publication. A batch id whose manifest already exists (a query restarted from its
+  checkpoint replays the last batch it had not logged) publishes nothing: the replay's own files
+  are deleted and the first publication is kept whole.
+* **Readers** list ``_commits/`` and read exactly the files the manifests list. A listed file that
+  is missing is an error naming it; nothing is guessed from a directory listing.
+* **Sweeping**: files of failed, crashed or speculative attempts are never listed. ``abort`` and
+  every commit delete the files of their batch's directory (and the one before it, where a late
+  speculative attempt may still have written) that its manifest does not list; the first commit a
+  process makes on a location also sweeps every earlier batch directory. A listed file is never
+  deleted.
+* **Durability** (``durable``, local filesystems): the tasks fsync their files; the commit fsyncs
+  the directories that name them and ``<path>`` before the manifest, writes the manifest through
+  an fsynced temporary file, and fsyncs ``_commits/`` after its rename (``<path>``'s parent once
+  per process: ``<path>`` may be new). On an object store a completed upload is already durable.
+
+One query (one driver) writes one location. The manifest carries the batch's counts, so the
+commit point is a single object and ``read_counts`` needs no other file.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import orjson
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from cp_store.location import Location, StoreError, first_line, fsync_dir, resolve
+
+COMMITS = "_commits"
+MANIFEST_VERSION = 1
+MAX_MANIFEST_BYTES = 16 << 20  # 16 MiB: ~50,000 files and counts rows; a bigger one is not ours
+UNKNOWN_BATCH = "x"  # the batch tag of data written outside a Spark micro-batch
+_MANIFEST_RE = re.compile(r"^(\d+)\.json$")
+_BATCH_DIR_RE = re.compile(r"^batch=(\d+)$")
+_DATA_DIR_RE = re.compile(r"^batch=(\d+|" + UNKNOWN_BATCH + r")$")
+_IO_THREADS = 8  # manifests and files read in parallel: an object store answers each in ~10 ms
+
+# Per process: locations whose earlier batches were swept, and whose parent was fsynced.
+_SWEPT: set[tuple[str, str]] = set()
+_ROOT_SYNCED: set[str] = set()
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class ManifestError(ValueError):
+    """A manifest that is not one this protocol wrote: over the size cap, or a field of a bad type."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The committed content of one batch: its data files (relative to the location) and counts."""
+
+    batch_id: int
+    files: tuple[str, ...]
+    counts: tuple[dict[str, Any], ...]
+    uri: str  # the manifest's own URI, for messages
+
+    def data(self, root: Location, prefix: str = "") -> list[Location]:
+        """The listed files whose name starts with ``prefix``."""
+        return [root.join(f) for f in self.files if posixpath.basename(f).startswith(prefix)]
+
+    def counts_table(self, schema: pa.Schema) -> pa.Table:
+        """The counts rows as a table of ``schema``; a value of the wrong type is a ManifestError."""
+        for i, row in enumerate(self.counts):
+            for name, value in row.items():
+                if schema.get_field_index(name) < 0:
+                    raise ManifestError(f"{self.uri}: field counts[{i}].{name}: not a counts column")
+                if not _fits(schema.field(name).type, value):
+                    raise ManifestError(
+                        f"{self.uri}: field counts[{i}].{name}: expected {schema.field(name).type}, "
+                        f"got {_show(value)}"
+                    )
+            if row.get("batch_id", self.batch_id) != self.batch_id:
+                raise ManifestError(
+                    f"{self.uri}: field counts[{i}].batch_id: {_show(row['batch_id'])} in the manifest "
+                    f"of batch {self.batch_id}"
+                )
+        rows = [{**row, "batch_id": self.batch_id} for row in self.counts]
+        if schema.get_field_index("batch_id") < 0:
+            rows = [{k: v for k, v in r.items() if k != "batch_id"} for r in rows]
+        return pa.Table.from_pylist(rows, schema=schema)
+
+
+# ---- names -----------------------------------------------------------------------------------------------
+
+
+def batch_dir(root: Location, batch_id: int | str) -> Location:
+    """Where the data files of ``batch_id`` are written."""
+    return root.join(f"batch={batch_id}")
+
+
+def data_file(prefix: str, partition: int, attempt: int) -> str:
+    """A data file name no other task attempt can take."""
+    return f"{prefix}p{partition}-a{attempt}-{uuid.uuid4().hex[:12]}.parquet"
+
+
+def manifest_location(root: Location, batch_id: int) -> Location:
+    return root.join(COMMITS, f"{batch_id}.json")
+
+
+# ---- reading ---------------------------------------------------------------------------------------------
+
+
+def committed(root: Location) -> dict[int, pafs.FileInfo]:
+    """The committed batch ids (their manifests' listing entries), in order; one listing, no reads."""
+    out = {}
+    for info in root.join(COMMITS).children():
+        m = _MANIFEST_RE.match(info.base_name)
+        if m and info.type == pafs.FileType.File:
+            out[int(m.group(1))] = info
+    return dict(sorted(out.items()))
+
+
+def read_manifest(root: Location, batch_id: int, info: pafs.FileInfo | None = None) -> Manifest | None:
+    """The manifest of ``batch_id``, None if the batch is not committed."""
+    loc = manifest_location(root, batch_id)
+    size = info.size if info is not None else None
+    if size is not None and size > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"{loc.uri}: manifest of {size} bytes is over the cap of {MAX_MANIFEST_BYTES}")
+    try:
+        with loc.fs.open_input_stream(loc.path) as f:
+            data = bytes(f.read(MAX_MANIFEST_BYTES + 1))
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise StoreError(f"{loc.uri}: {first_line(e)}") from None
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"{loc.uri}: manifest over the cap of {MAX_MANIFEST_BYTES} bytes")
+    return parse_manifest(data, batch_id, loc.uri)
+
+
+def read_manifests(root: Location, ids: Iterable[int] | None = None) -> dict[int, Manifest]:
+    """The manifests of every committed batch (or of ``ids`` among them), by batch id."""
+    listing = committed(root)
+    want = list(listing) if ids is None else [i for i in ids if i in listing]
+    manifests = parallel(lambda i: read_manifest(root, i, listing[i]), want, remote=not root.is_local)
+    return {i: m for i, m in zip(want, manifests, strict=True) if m is not None}
+
+
+def is_committed(root: Location, batch_id: int) -> bool:
+    return manifest_location(root, batch_id).exists()
+
+
+def parse_manifest(data: bytes, batch_id: int, uri: str) -> Manifest:
+    """Check a manifest's fields; a bad one is a one-line ManifestError naming ``uri`` and the field."""
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise ManifestError(f"{uri}: not JSON ({first_line(e)})") from None
+    if not isinstance(doc, dict):
+        raise ManifestError(f"{uri}: expected a JSON object, got {_show(doc)}")
+    if doc.get("v") != MANIFEST_VERSION:
+        raise ManifestError(f"{uri}: field v: expected {MANIFEST_VERSION}, got {_show(doc.get('v'))}")
+    if doc.get("batch_id") != batch_id or isinstance(doc.get("batch_id"), bool):
+        raise ManifestError(f"{uri}: field batch_id: expected {batch_id}, got {_show(doc.get('batch_id'))}")
+    files = doc.get("files")
+    if not isinstance(files, list):
+        raise ManifestError(f"{uri}: field files: expected a list of paths, got {_show(files)}")
+    for i, f in enumerate(files):
+        problem = _bad_data_path(f)
+        if problem:
+            raise ManifestError(f"{uri}: field files[{i}]: {problem}")
+    counts = doc.get("counts")
+    if not isinstance(counts, list):
+        raise ManifestError(f"{uri}: field counts: expected a list of rows, got {_show(counts)}")
+    for i, row in enumerate(counts):
+        if not isinstance(row, dict):
+            raise ManifestError(f"{uri}: field counts[{i}]: expected an object, got {_show(row)}")
+    return Manifest(batch_id, tuple(files), tuple(counts), uri)
+
+
+def read_data(manifest: Manifest, loc: Location, read: Callable[[Location], T]) -> T:
+    """``read(loc)`` of a listed file; a listed file that is gone is one line naming it."""
+    try:
+        return read(loc)
+    except FileNotFoundError:
+        raise StoreError(f"{loc.uri}: listed by {manifest.uri} but missing") from None
+    except OSError as e:
+        if isinstance(e, StoreError):
+            raise
+        raise StoreError(f"{loc.uri}: {first_line(e)}") from None
+
+
+def parallel(fn: Callable[[T], R], items: Sequence[T], remote: bool) -> list[R]:
+    """``fn`` over ``items`` in order; in threads on a remote store (each call waits on the network)."""
+    if not remote or len(items) < 2:
+        return [fn(i) for i in items]
+    with ThreadPoolExecutor(min(_IO_THREADS, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+# ---- writing ---------------------------------------------------------------------------------------------
+
+
+def prepare(loc: Location) -> None:
+    """Make the directory ``loc`` goes in where directories exist (an object store has none)."""
+    if loc.is_local:
+        os.makedirs(posixpath.dirname(loc.path), exist_ok=True)
+
+
+def sync_file(loc: Location) -> None:
+    """fsync a local file by name (a no-op on an object store: an upload is durable once complete)."""
+    if loc.is_local:
+        fsync_dir(loc.path)  # opens read-only and fsyncs: the same for a file
+
+
+def commit(
+    root: Location,
+    batch_id: int,
+    files: Sequence[str],
+    counts: Sequence[Mapping[str, Any]],
+    durable: bool = False,
+) -> bool:
+    """Publish ``files`` (relative to ``root``) and ``counts`` as batch ``batch_id``, once.
+
+    True if this call published; False if the batch id was committed before (a replay): then the
+    ``files`` it brought are deleted and the first publication stays as it was.
+    """
+    for i, f in enumerate(files):
+        problem = _bad_data_path(f)
+        if problem:
+            raise ValueError(f"batch {batch_id}: file {i}: {problem}")
+    existing = read_manifest(root, batch_id)
+    if existing is not None:
+        listed = set(existing.files)
+        _delete(root, [f for f in files if f not in listed])
+        sweep(root, batch_id, existing)
+        return False
+    body = orjson.dumps(
+        {"v": MANIFEST_VERSION, "batch_id": batch_id, "files": list(files), "counts": list(counts)}
+    )
+    if len(body) > MAX_MANIFEST_BYTES:
+        raise ManifestError(
+            f"batch {batch_id}: manifest of {len(body)} bytes is over the cap of {MAX_MANIFEST_BYTES}"
+        )
+    if durable and root.is_local:
+        _sync_names(root, files)
+    manifest_location(root, batch_id).write_bytes(body, durable=durable and root.is_local)
+    _sweep_after_commit(root, batch_id)
+    return True
+
+
+def abort(root: Location, batch_id: int, files: Sequence[str]) -> None:
+    """Delete what the tasks of a failed batch wrote (never a file a manifest lists)."""
+    existing = read_manifest(root, batch_id)
+    listed = set(existing.files) if existing else set()
+    _delete(root, [f for f in files if _bad_data_path(f) is None and f not in listed])
+    sweep(root, batch_id, existing)
+
+
+def publish(
+    root: Location | str | os.PathLike[str],
+    batch_id: int,
+    tables: Mapping[str, pa.Table],
+    counts: Sequence[Mapping[str, Any]] = (),
+    durable: bool = False,
+    write: Callable[[pa.Table, Location, bool], None] | None = None,
+) -> bool:
+    """Write ``tables`` as ``batch=<batch_id>/<name>`` and commit them with ``counts``, once.
+
+    For a writer that holds a whole batch in one process (``record_windows``, tools, tests).
+    ``write(table, location, durable)`` writes one file (default: Parquet, zstd). Returns False,
+    writing nothing, if the batch id is already committed.
+    """
+    loc = resolve(root)
+    if is_committed(loc, batch_id):
+        return False
+    files = []
+    for name, table in tables.items():
+        if "/" in name or not name or name.startswith(("_", ".")):
+            raise ValueError(f"publish: file name {name!r}: expected a plain name (no '/', not hidden)")
+        rel = f"batch={batch_id}/{name}"
+        (write or write_parquet)(table, loc.join(rel), durable)
+        files.append(rel)
+    return commit(loc, batch_id, files, counts, durable)
+
+
+def write_parquet(table: pa.Table, loc: Location, durable: bool = False, **options: Any) -> None:
+    """One Parquet file (zstd unless ``options`` say otherwise) at ``loc``; fsynced if ``durable``."""
+    import pyarrow.parquet as pq
+
+    prepare(loc)
+    try:
+        pq.write_table(table, loc.path, filesystem=loc.fs, **{"compression": "zstd", **options})
+    except OSError as e:
+        raise StoreError(f"{loc.uri}: {first_line(e)}") from None
+    if durable:
+        sync_file(loc)
+
+
+# ---- sweeping --------------------------------------------------------------------------------------------
+
+
+def sweep(root: Location, batch_id: int, manifest: Manifest | None | bool = True) -> list[str]:
+    """Delete the files under ``batch=<batch_id>/`` its manifest does not list; the paths deleted.
+
+    ``manifest``: the batch's manifest if the caller read it (None: not committed); True: read it.
+    """
+    infos = [i for i in batch_dir(root, batch_id).children() if i.type == pafs.FileType.File]
+    if not infos:
+        return []
+    if manifest is True:
+        manifest = read_manifest(root, batch_id)
+    listed = set(manifest.files) if isinstance(manifest, Manifest) else set()
+    stray = [f"batch={batch_id}/{i.base_name}" for i in infos]
+    stray = [f for f in stray if f not in listed]
+    _delete(root, stray)
+    return stray
+
+
+def sweep_history(root: Location, upto: int) -> list[str]:
+    """Sweep every ``batch=<id>/`` directory with ``id <= upto``; the paths deleted."""
+    ids = sorted(
+        int(m.group(1))
+        for i in root.children()
+        if i.type == pafs.FileType.Directory and (m := _BATCH_DIR_RE.match(i.base_name))
+    )
+    ids = [i for i in ids if i <= upto]
+    swept = parallel(lambda i: sweep(root, i), ids, remote=not root.is_local)
+    return [f for s in swept for f in s]
+
+
+def _sweep_after_commit(root: Location, batch_id: int) -> None:
+    # This batch's failed attempts, and a late speculative attempt of the batch before; once per
+    # process and location, everything older too (what a crash of an earlier driver left).
+    key = (type(root.fs).__name__, root.uri)
+    if key in _SWEPT:
+        sweep(root, batch_id)
+        if batch_id > 0:
+            sweep(root, batch_id - 1)
+        return
+    sweep_history(root, batch_id)
+    _SWEPT.add(key)
+
+
+def _delete(root: Location, files: Iterable[str]) -> None:
+    for f in files:
+        root.join(f).delete()
+
+
+def _sync_names(root: Location, files: Sequence[str]) -> None:
+    """Strict, locally: the names of the tasks' files (fsynced by their tasks), of their batch
+    directories and of ``_commits/`` are on disk before the manifest that lists them."""
+    root.join(COMMITS).make_dirs()
+    for d in sorted({posixpath.dirname(f) for f in files}):
+        fsync_dir(root.join(d).path)
+    fsync_dir(root.path)
+    if root.path not in _ROOT_SYNCED:  # root itself may be new: its name lives in its parent
+        fsync_dir(posixpath.dirname(root.path.rstrip("/")) or "/")
+        _ROOT_SYNCED.add(root.path)
+
+
+# ---- checks ----------------------------------------------------------------------------------------------
+
+
+def _bad_data_path(f: Any) -> str | None:
+    """Why ``f`` is not a data file path of this layout (``batch=<id>/<name>``), or None."""
+    if not isinstance(f, str):
+        return f"expected a path, got {_show(f)}"
+    parts = f.split("/")
+    if len(parts) != 2 or not _DATA_DIR_RE.match(parts[0]):
+        return f"{_show(f)} is not batch=<id>/<name>"
+    if not parts[1] or parts[1] in (".", "..") or "\\" in parts[1] or parts[1].startswith("."):
+        return f"{_show(f)} has a bad file name"
+    return None
+
+
+def _fits(t: pa.DataType, value: Any) -> bool:
+    if value is None:
+        return True
+    if pa.types.is_integer(t):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if pa.types.is_floating(t):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return isinstance(value, str)
+    if pa.types.is_boolean(t):
+        return isinstance(value, bool)
+    return False
+
+
+def _show(value: Any) -> str:
+    """A value for a message: its repr, cut short (a manifest's content is not ours to print at length)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
