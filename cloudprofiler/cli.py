@@ -27,11 +27,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config-server": ("cp_sink.channels.config_server", "serve channel handler settings over ZeroMQ"),
     "keys": ("cloudprofiler.keys_cli", "make CurveZMQ key pairs for --curve-keys (generate --out DIR)"),
     "tsc": ("native_tsc.tsc_cli", "show this machine's TSC backend, flags, frequency and read cost"),
+    "check-executors": ("cloudprofiler.executor_check", "check that every executor can run cloudprofiler"),
 }
 
 
 def _top_parser() -> argparse.ArgumentParser:
-    lines = [f"  {name:<14}{summary}" for name, (_, summary) in COMMANDS.items()]
+    lines = [f"  {name:<17}{summary}" for name, (_, summary) in COMMANDS.items()]
     p = argparse.ArgumentParser(
         prog="cloudprofiler",
         formatter_class=argparse.RawDescriptionHelpFormatter,
