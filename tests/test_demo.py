@@ -217,18 +217,18 @@ def _write_run(tmp_path: Path) -> tuple[Path, Path, Path, Any, Any]:
     warm_end = warm_gen + np.linspace(0.5 * HZ, 25 * HZ, 200).astype(np.int64)
     run_gen = MEASURED + np.linspace(0.1 * HZ, 4 * HZ, 500).astype(np.int64)
     run_end = run_gen + rng.integers(int(1e-3 * HZ), int(50e-3 * HZ), 500)
+    from cp_store.batch_log import publish
+
     records, windows = tmp_path / "records", tmp_path / "windows"
     for i, (ids, g, e) in enumerate(
         ((np.arange(*WARM_IDS), warm_gen, warm_end), (np.arange(*RUN_IDS), run_gen, run_end))
     ):
-        (records / f"batch={i}").mkdir(parents=True)
-        pq.write_table(stamps(ids, g, e, "sink"), records / f"batch={i}" / "records-0.parquet")
+        publish(records, i, {"records-0.parquet": stamps(ids, g, e, "sink")})
     # window rows: the latest tuple's id and gen stamp (an id may repeat), stamped at output
     w_ids = np.array([1010, 1010, 1150, 1199, 20, 20, 250, 300])
     w_gen = np.array([warm_gen[10], warm_gen[10], warm_gen[150], warm_gen[199], *run_gen[[20, 20, 250, 300]]])
     w_end = w_gen + (np.array([29.5, 28.0, 12.0, 6.0, 2.5, 2.0, 1.0, 0.5]) * HZ).astype(np.int64)
-    (windows / "batch=0").mkdir(parents=True)
-    pq.write_table(stamps(w_ids, w_gen, w_end, "window"), windows / "batch=0" / "windows-0.parquet")
+    publish(windows, 0, {"windows-0.parquet": stamps(w_ids, w_gen, w_end, "window")})
     ends = {"sink": np.concatenate([warm_end, run_end]), "window": w_end}
     return records, windows, sync, ref, ends
 

@@ -223,6 +223,7 @@ def test_the_command_reports_a_run_across_virtual_domains_within_its_bounds(tmp_
     import pyarrow.parquet as pq
 
     from cloudprofiler.cli import main
+    from cp_store.batch_log import publish
     from cp_sync.sync_table import write_sync
 
     ref, gen_d, sink_d, src_d = DOMAINS
@@ -249,10 +250,8 @@ def test_the_command_reports_a_run_across_virtual_domains_within_its_bounds(tmp_
     truth = []
     for j in range(1, n - 2):
         raw_sink = int(raw_src[j + 2]) + int(0.05 * HZ)
-        d = tmp_path / "win" / f"batch={j + 2}"
-        d.mkdir(parents=True)
         row = (j + 2, 1000 * (j - 1), 1000 * j, sink_d.apply(raw_sink), sink_d.domain)
-        pq.write_table(_windows([row]).drop(["batch_id"]), d / "windows-0.parquet")
+        publish(tmp_path / "win", j + 2, {"windows-0.parquet": _windows([row]).drop(["batch_id"])})
         truth.append((raw_sink - int(raw_gen[j])) * 1e9 / HZ)
     out = tmp_path / "p.json"
     args = ["progress", "--records", str(tmp_path / "win"), "--ingest", str(tmp_path / "plog"),

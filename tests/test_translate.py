@@ -215,21 +215,19 @@ def _records(tmp_path, rng, n=3000):
         }
     )
     rec = tmp_path / "records"
-    # The sink's layout: one directory per published batch, staging and counts files beside.
+    # The sink's layout: two published batches (files and a manifest each), and a file beside them
+    # that no manifest lists (a failed task attempt's).
+    from cp_store.batch_log import publish
+
     second = t.slice(n // 2)
     for col in ("cp_node_gen", "cp_node_sink"):  # one file with dictionary-encoded domain columns
         i = second.schema.get_field_index(col)
         second = second.set_column(i, col, pc.dictionary_encode(second[col]))
     for b, part in ((0, t.slice(0, n // 2)), (1, second)):
-        (rec / f"batch={b}").mkdir(parents=True)
-        pq.write_table(part.drop_columns(["batch_id"]), rec / f"batch={b}" / "records-0.parquet")
-        pq.write_table(
-            pa.table({"partition": [0], "period": [1], "count": [5]}),
-            rec / f"batch={b}" / "periods-0.parquet",
-        )  # not records: no tuple_id
-        pq.write_table(pa.table({"seen": [n]}), rec / f"batch={b}" / "_counts.parquet")
-    (rec / "_staging").mkdir()
-    pq.write_table(t.slice(0, 5), rec / "_staging" / "records-9.parquet")  # uncommitted: must be ignored
+        periods = pa.table({"partition": [0], "period": [1], "count": [5]})  # not records: no tuple_id
+        files = {"records-0.parquet": part.drop_columns(["batch_id"]), "periods-0.parquet": periods}
+        assert publish(rec, b, files, [{"seen": n}])
+    pq.write_table(t.slice(0, 5), rec / "batch=1" / "records-p0-a9-failed.parquet")  # unlisted: ignored
     return dict(zip(ids.tolist(), truth.tolist(), strict=True))
 
 
