@@ -3,8 +3,8 @@
 A records location is a directory or URI of Parquet files: the cloudprofiler sink's path, or any
 dataset whose files carry ``tuple_id`` and ``cp_tsc_<point>``/``cp_node_<point>`` columns (such as
 window results a Spark query wrote). Names starting with ``_`` or ``.`` (staging, publication in
-progress, the sync tables under ``_sync``) are never read; where the sink keeps a log of committed
-batches, only the files it lists are read.
+progress, the sync tables under ``_sync``) are never read; under a sink path, only the files its
+committed manifests list (``cp_store.batch_log``).
 """
 
 from __future__ import annotations
@@ -20,8 +20,18 @@ from native_tsc.stamp_columns import node_column, stamp_points, tsc_column
 
 
 def record_files(root: Location) -> list[Location]:
-    """The Parquet files of a records location, none below a ``_`` or ``.`` name."""
-    return files_under(root)
+    """The Parquet files of a records location.
+
+    A sink path (one with ``_commits/``): exactly the files its committed manifests list, so what a
+    failed or speculative task attempt left beside them is never read. Any other directory (files
+    a Spark query wrote, say): every Parquet file, none below a ``_`` or ``.`` name.
+    """
+    from cp_store.batch_log import COMMITS, read_manifests
+
+    if not root.join(COMMITS).is_dir():
+        return files_under(root)
+    listed = [f for m in read_manifests(root).values() for f in m.data(root)]
+    return [f for f in listed if f.path.endswith(".parquet")]
 
 
 def read_points(records_dir: str | os.PathLike[str] | Location, from_point: str, to_point: str) -> pa.Table:
