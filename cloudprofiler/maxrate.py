@@ -84,7 +84,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--bucket", type=int, default=1000, help="tuples per generator bucket (default 1000)")
     p.add_argument("--senders", type=int, default=1, help="generator processes (default 1)")
-    p.add_argument("--sink", help="sink path of a running query to measure (default: start the built-in one)")
+    p.add_argument(
+        "--sink", help="sink path or URI of a running query to measure (default: start the built-in one)"
+    )
     p.add_argument("--spool", help="the running query's spool (transit-loss counts and its factory endpoint)")
     p.add_argument("--endpoint", help="the running query's factory endpoint (default: read from --spool)")
     p.add_argument("--workers", type=int, default=2, help="built-in query: factory workers (default 2)")
@@ -401,7 +403,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.sink:
         target = user_target(args.sink, args.spool, args.endpoint, args.bucket, args.senders)
-        console.print(f"measuring the query that writes {args.sink}")
+        console.print(f"measuring the query that writes {redact(args.sink)}")
         result, trial, attempts = find_max_rate(target, **opts)
         _report(result, attempts, trial, args, console, outputs)
         return 0 if result.max_rate is not None else 1

@@ -282,13 +282,16 @@ def user_target(
         if state is None:
             raise ValueError(f"no running factory is recorded in spool {spool}: is the query running?")
         endpoint = state.factory_endpoint
-    if not Path(sink).is_dir():
-        raise ValueError(f"sink path {sink} is not a directory (has the query started?)")
+    from cp_store.location import resolve
+
+    where = resolve(sink)  # a path or URI; only its URI without credentials is ever printed
+    if not where.is_dir():
+        raise ValueError(f"sink path {where.uri} is not a directory (has the query started?)")
     return Target(
         sink=str(sink),
         offer=generator_offer(endpoint, bucket, senders, workload),
         spool=None if spool is None else str(spool),
-        label=f"query writing {sink}",
+        label=f"query writing {where.uri}",
     )
 
 

@@ -296,3 +296,16 @@ def test_the_demo_and_maxrate_check_their_outputs_first(capsys: Any) -> None:
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and err.startswith(expect), err
         assert SECRET_KEY not in err and ACCESS_KEY not in err
+
+
+def test_maxrate_measures_a_query_whose_sink_is_on_s3() -> None:
+    from cloudprofiler.queries import user_target
+    from cp_store.batch_log import publish
+
+    sink = f"s3://{CREDS}{BUCKET}/q/records"
+    with pytest.raises(ValueError, match=f"^sink path s3://{BUCKET}/q/records is not a directory") as e:
+        user_target(sink, endpoint="tcp://127.0.0.1:5555")
+    assert SECRET_KEY not in str(e.value)
+    assert publish(sink, 0, {"records-p0-a0.parquet": pa.table({"tuple_id": [1, 2]})})
+    target = user_target(sink, endpoint="tcp://127.0.0.1:5555")
+    assert target.sink == sink and target.label == f"query writing s3://{BUCKET}/q/records"
