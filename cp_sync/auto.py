@@ -306,9 +306,22 @@ def ensure_coordinator(
 
 
 def coordinator_state(path: str) -> dict[str, Any] | None:
-    """The registry entry of sink ``path``'s coordinator on this host (endpoint, pid, state), or None."""
-    _, state_path, _, _ = registry_paths(runtime_dir(), path_key(resolve(path).uri))
-    return read_state(state_path)
+    """The registry entry of sink ``path``'s coordinator on this host (endpoint, pid, state), or None
+    when none runs (a coordinator that was killed leaves its entry, but not its lock, behind)."""
+    lock_path, state_path, _, _ = registry_paths(runtime_dir(), path_key(resolve(path).uri))
+    if not lock_path.exists() or not _lock_held(lock_path):
+        return None
+    return read_state(state_path) or {"state": "starting"}
+
+
+def wait_for_stop(path: str, timeout: float = 120.0) -> None:
+    """Wait until no coordinator serves sink ``path`` on this host: after a query stops, its stop
+    phase is in ``path/_sync`` once this returns. TimeoutError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while coordinator_state(path) is not None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the sync coordinator of {resolve(path).uri} still runs after {timeout:g} s")
+        time.sleep(0.1)
 
 
 def _stop_pending(state: Mapping[str, Any], stop_path: Path) -> bool:

@@ -23,6 +23,7 @@ stdin, never from the command line.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import zmq
 
 from cp_store.location import Location, first_line, resolve
 from cp_sync.coordinator import Coordinator, list_agents, run_phase
@@ -155,9 +157,10 @@ def _bind(cfg: dict[str, Any]) -> Coordinator:
     port = int(cfg.get("port", 0))
     try:
         return Coordinator(f"{cfg['bind']}:{port}", curve_keys=cfg.get("curve_keys"))
-    except OSError as e:
-        if cfg["bind"] in ("0.0.0.0", "127.0.0.1") or "not available" not in str(e).lower():
+    except zmq.ZMQError as e:
+        if e.errno != errno.EADDRNOTAVAIL or cfg["bind"] in ("0.0.0.0", "127.0.0.1"):
             raise
+        cfg["bind"] = "0.0.0.0"  # spark.driver.host names an address this host does not have
         return Coordinator(f"0.0.0.0:{port}", curve_keys=cfg.get("curve_keys"))
 
 
@@ -175,9 +178,10 @@ def serve(cfg: dict[str, Any], rundir: Path) -> int:
     try:
         sync_dir = resolve(cfg["path"]).join("_sync")
         coord = _bind(cfg).start()
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, zmq.ZMQError) as e:
         where = f"{cfg['bind']}:{cfg.get('port', 0)}"
-        why = f"the sync coordinator cannot start on {where}: {first_line(e)}"
+        text = first_line(e).split(" (addr=")[0]  # ZeroMQ's message repeats the address
+        why = f"the sync coordinator cannot start on {where}: {text}"
         if int(cfg.get("port", 0)):
             why = f"option syncPort={cfg['port']}: {why}"
         write_state(state_path, {"state": "failed", "error": why, "pid": os.getpid()})

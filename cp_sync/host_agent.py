@@ -38,9 +38,11 @@ from typing import Any
 import zmq
 
 from cp_sync import control
-from cp_sync.agent import Agent
+from cp_sync.agent import REFUSED_GIVE_UP_S, Agent
 
-AGENT_GONE_S = 10.0  # an agent that has not heard from its coordinator this long exits
+# An agent that has not heard from its coordinator this long exits. The coordinator acknowledges
+# every registration (one a second) and forgets an agent silent for 5 s: the same span both ways.
+AGENT_GONE_S = 5.0
 _LOCK_PREFIX = "cloudprofiler-sync-agent-"
 
 
@@ -184,10 +186,28 @@ class WatchedAgent(Agent):
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.heard = time.monotonic()
+        self.busy = False  # running a task: a probe run to a dead peer may take its whole timeout
+        self.registered = False
 
     def _dispatch(self, sock: zmq.Socket[bytes], header: dict[str, Any]) -> None:
-        self.heard = time.monotonic()
-        super()._dispatch(sock, header)
+        self.heard, self.busy = time.monotonic(), True
+        self.registered = self.registered or header.get("op") == "registered"
+        try:
+            super()._dispatch(sock, header)
+        finally:
+            self.heard, self.busy = time.monotonic(), False
+
+    def silent_for(self) -> float:
+        """Seconds since the coordinator was last heard (0 while a task of its runs).
+
+        Before its first acknowledgement the agent may be refused (its domain still held by a
+        killed predecessor the coordinator has not yet forgotten): those refusals are not counted
+        as silence, and ``Agent.run`` gives up on them by itself after REFUSED_GIVE_UP_S.
+        """
+        if self.busy:
+            return 0.0
+        waited = time.monotonic() - self.heard
+        return waited if self.registered else waited - REFUSED_GIVE_UP_S
 
 
 def probe_address(server: str) -> tuple[str, str | None]:
@@ -223,7 +243,7 @@ def serve(server: str, lock: socket.socket, port: int, gone_s: float, curve_keys
     thread = threading.Thread(target=run, name="cp-sync-agent", daemon=True)
     thread.start()
     while thread.is_alive():
-        if time.monotonic() - agent.heard > gone_s:
+        if agent.silent_for() > gone_s:
             print(f"no word from the coordinator at {server} for {gone_s:g} s: it is gone, exiting")
             agent.stop()
             break

@@ -16,7 +16,16 @@ from doc_blocks import page_blocks, run_page
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 PAGES = sorted(p.name for p in DOCS.glob("*.md"))
 # Pages that start queries, factories or the demo: tens of seconds per run.
-SLOW = {"quickstart.md", "sink.md", "ingest.md", "channels.md", "reader.md", "progress.md", "windows.md"}
+SLOW = {
+    "quickstart.md",
+    "sink.md",
+    "ingest.md",
+    "channels.md",
+    "reader.md",
+    "progress.md",
+    "windows.md",
+    "sync-auto.md",
+}
 
 
 def _params() -> list[Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -94,6 +95,20 @@ def test_checkpoints_compare_as_spark_reports_them(tmp_path: Path) -> None:
     assert auto.normalize_checkpoint(f"file:{ck}") == auto.normalize_checkpoint(str(ck))
     assert auto.normalize_checkpoint("ck", cwd=str(tmp_path)) == os.path.realpath(ck)
     assert auto.normalize_checkpoint("s3a://b/x/ck/") == auto.normalize_checkpoint("s3a://b/x/ck") == "/x/ck"
+
+
+def test_a_taken_sync_port_fails_in_one_line_naming_the_option(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ValueError) as e:
+            ensure_coordinator(str(tmp_path / "out"), SyncOptions("auto", port=port), {"master": "local"})
+    assert str(e.value) == (
+        f"option syncPort={port}: the sync coordinator cannot start on 127.0.0.1:{port}: "
+        "Address already in use"
+    )
+    assert coordinator_state(str(tmp_path / "out")) is None
 
 
 @pytest.fixture
