@@ -40,6 +40,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -297,12 +298,20 @@ def ensure_coordinator(
                 )
             if proc is None:
                 check_writable(loc.join("_sync"))  # a store that cannot take the phases fails now
+            # A coordinator that died mid-query comes back on its old port if it is free: the executors
+            # hold the endpoint their writer was given at the start.
+            cfg["port_hint"] = _port_of(state.get("endpoint")) if not opts.port else 0
             state_path.unlink(missing_ok=True)
             proc = _spawn_coordinator(cfg, log_path)
             deadline = min(deadline, time.monotonic() + START_TIMEOUT_S)
         if time.monotonic() > deadline:
             raise TimeoutError(f"the sync coordinator for {loc.uri} did not start in time; log: {log_path}")
         time.sleep(0.05)
+
+
+def _port_of(endpoint: Any) -> int:
+    port = str(endpoint).rpartition(":")[2] if endpoint else ""
+    return int(port) if port.isdigit() else 0
 
 
 def coordinator_state(path: str) -> dict[str, Any] | None:
@@ -363,15 +372,14 @@ def stop_for_checkpoint(checkpoint: str) -> int:
 
 # ---- the query listener -----------------------------------------------------------------------
 
-_WATCHED: set[int] = set()
+_WATCHED: weakref.WeakSet[Any] = weakref.WeakSet()
 _WATCH_LOCK = threading.Lock()
 
 
 def watch_queries(spark: Any) -> None:
     """Add (once per session) the listener that runs a query's stop phase when the query ends."""
-    key = id(getattr(spark, "_jsparkSession", spark))
     with _WATCH_LOCK:
-        if key in _WATCHED:
+        if spark in _WATCHED:
             return
         try:
             spark.streams.addListener(_listener(spark))
@@ -382,7 +390,7 @@ def watch_queries(spark: Any) -> None:
                 file=sys.stderr,
             )
             return
-        _WATCHED.add(key)
+        _WATCHED.add(spark)
 
 
 def _listener(spark: Any) -> Any:

@@ -153,8 +153,15 @@ class PhaseRunner:
 
 
 def _bind(cfg: dict[str, Any]) -> Coordinator:
-    """The coordinator on the configured address, or on every interface when that one is not local."""
+    """The coordinator on the configured address, or on every interface when that one is not local.
+
+    Without a fixed port it first tries ``port_hint``, the port of the coordinator it replaces.
+    """
     port = int(cfg.get("port", 0))
+    hint = int(cfg.get("port_hint", 0))
+    if not port and hint:
+        with contextlib.suppress(zmq.ZMQError):
+            return Coordinator(f"{cfg['bind']}:{hint}", curve_keys=cfg.get("curve_keys"))
     try:
         return Coordinator(f"{cfg['bind']}:{port}", curve_keys=cfg.get("curve_keys"))
     except zmq.ZMQError as e:
@@ -246,10 +253,13 @@ def run_phases(runner: PhaseRunner, every: float, stopping: Callable[[], bool]) 
 
 
 def main() -> int:
-    from cp_sync.host_agent import runtime_dir
+    from cp_sync.host_agent import runtime_dir, sweep_logs
 
     cfg = json.loads(sys.stdin.buffer.read())
-    return serve(cfg, runtime_dir())
+    rundir = runtime_dir()
+    with contextlib.suppress(OSError):
+        sweep_logs(rundir)
+    return serve(cfg, rundir)
 
 
 if __name__ == "__main__":

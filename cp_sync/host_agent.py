@@ -108,6 +108,20 @@ def runtime_dir() -> Path:
     return ensure_private_dir(root / "sync")
 
 
+LOG_KEEP_S = 7 * 86_400.0
+
+
+def sweep_logs(rundir: Path, keep_s: float = LOG_KEEP_S) -> None:
+    """Remove the sync processes' logs not written for ``keep_s`` seconds (one per sink path and
+    coordinator endpoint ever used would pile up otherwise). Lock files are kept: they are empty,
+    and removing one a process may be about to lock would let two processes hold "the" lock."""
+    cutoff = time.time() - keep_s
+    for log in rundir.glob("*.log"):
+        with contextlib.suppress(OSError):
+            if log.stat().st_mtime < cutoff:
+                log.unlink()
+
+
 def ensure_agent(spec: AgentSpec) -> int | None:
     """Start this host's agent for ``spec.endpoint`` unless one runs; the new agent's pid, or None.
 
@@ -227,6 +241,8 @@ def probe_address(server: str) -> tuple[str, str | None]:
 
 def serve(server: str, lock: socket.socket, port: int, gone_s: float, curve_keys: str | None) -> int:
     """Run an agent until its coordinator is gone (or SIGTERM); 0, or 1 when it failed."""
+    with contextlib.suppress(OSError):
+        sweep_logs(runtime_dir())
     bind, advertise = probe_address(server)
     agent = WatchedAgent(server, bind, port, advertise, curve_keys=curve_keys)
     failure: list[BaseException] = []

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +26,7 @@ import native_tsc
 from cp_sync import auto
 from cp_sync.auto import SyncOptions, coordinator_state, ensure_coordinator, sink_writer
 from cp_sync.coordinator import Coordinator, list_agents
-from cp_sync.host_agent import AgentSpec, agent_pids, ensure_agent
+from cp_sync.host_agent import AgentSpec, agent_pids, ensure_agent, sweep_logs
 from cp_sync.sync_table import read_sync
 from cp_sync.synthetic import DOMAINS, synth_phases
 from cp_sync.translate import STATUSES, Translator
@@ -111,6 +113,16 @@ def test_a_taken_sync_port_fails_in_one_line_naming_the_option(tmp_path: Path) -
     assert coordinator_state(str(tmp_path / "out")) is None
 
 
+def test_old_logs_are_swept_and_locks_kept(tmp_path: Path) -> None:
+    week = time.time() - 8 * 86_400
+    for name in ("coord-a.log", "agent-b.log", "coord-a.lock"):
+        (tmp_path / name).write_text("")
+        os.utime(tmp_path / name, (week, week))
+    (tmp_path / "agent-new.log").write_text("")
+    sweep_logs(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["agent-new.log", "coord-a.lock"]
+
+
 @pytest.fixture
 def coordinator():
     coord = Coordinator("127.0.0.1:0").start()
@@ -154,9 +166,17 @@ def _phases(sync: Path) -> list[dict]:
     )
 
 
+@pytest.fixture
+def out(tmp_path: Path):
+    """A sink path whose coordinator, if a test leaves one running, is stopped afterwards."""
+    path = str(tmp_path / "out")
+    yield path
+    if auto.stop(path):
+        auto.wait_for_stop(path, 60)
+
+
 @pytest.mark.long
-def test_coordinator_process_runs_start_periodic_and_stop_phases(tmp_path: Path) -> None:
-    out = str(tmp_path / "out")
+def test_coordinator_process_runs_start_periodic_and_stop_phases(tmp_path: Path, out: str) -> None:
     opts = SyncOptions("auto", every=0.5)
     endpoint = ensure_coordinator(out, opts, {"master": "local[1]"}, str(tmp_path / "ck"))
     assert endpoint.startswith("tcp://127.0.0.1:")
@@ -192,8 +212,7 @@ def test_coordinator_process_runs_start_periodic_and_stop_phases(tmp_path: Path)
 
 
 @pytest.mark.long
-def test_a_lone_domain_makes_a_phase_with_nothing_to_probe(tmp_path: Path) -> None:
-    out = str(tmp_path / "out")
+def test_a_lone_domain_makes_a_phase_with_nothing_to_probe(tmp_path: Path, out: str) -> None:
     endpoint = ensure_coordinator(out, SyncOptions("auto", every=0.5), {"master": "local"}, None)
     ensure_agent(AgentSpec(endpoint, gone_s=2.0))
     sync = tmp_path / "out" / "_sync"
@@ -207,6 +226,18 @@ def test_a_lone_domain_makes_a_phase_with_nothing_to_probe(tmp_path: Path) -> No
     table, hz = read_sync(sync)
     assert table.num_rows == 0 and list(hz) == [native_tsc.domain_id()]
     wait_for(lambda: agent_pids(endpoint) == [], 20, "the agent exits after its coordinator")
+
+
+@pytest.mark.long
+def test_a_killed_coordinator_comes_back_on_its_endpoint(out: str) -> None:
+    """The next writer (a commit on the driver) starts it again where the executors' agents look."""
+    opts = SyncOptions("auto", every=30)
+    endpoint = ensure_coordinator(out, opts, {"master": "local"}, None)
+    pid = coordinator_state(out)["pid"]
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: coordinator_state(out) is None, 10, "the coordinator dies")
+    assert ensure_coordinator(out, opts, {"master": "local"}, None) == endpoint
+    assert coordinator_state(out)["pid"] != pid
 
 
 T0 = 10**13
