@@ -104,7 +104,8 @@ def _import_problem(python: str) -> tuple[str, str]:
     except ImportError as e:
         return "", (
             f"native_tsc's C extension does not load in its Python ({python}): {_one_line(e)}; "
-            f"install cloudprofiler built for this platform and Python, {ship}"
+            f"pip install cloudprofiler with that Python (it builds the extension) or ship an "
+            f"environment built for the executors' platform with spark.archives (see {DOCS})"
         )
     for name in ("cloudprofiler", *EXECUTOR_MODULES):
         try:
