@@ -30,9 +30,11 @@ from cp_sync.host_agent import AgentSpec, agent_pids, ensure_agent, sweep_logs
 from cp_sync.sync_table import read_sync
 from cp_sync.synthetic import DOMAINS, synth_phases
 from cp_sync.translate import STATUSES, Translator
-from native_tsc.domain import make_virtual
+from native_tsc import curve_keys as ck
+from native_tsc.domain import VirtualDomain, make_virtual
 
 VIRTUAL = make_virtual("auto-v1", "120.5", 4_000_000_000_000)
+INTRUDER = make_virtual("auto-v2", "-50", 1_000_000_000)
 
 
 def _schema():  # type: ignore[no-untyped-def]
@@ -150,11 +152,12 @@ def test_one_agent_per_host_whatever_races_to_start_it(coordinator) -> None:
     wait_for(lambda: agent_pids(coordinator.address) == [], 10, "the agent exits with its coordinator")
 
 
-def _virtual_agent(endpoint: str, gone_s: float = 2.0) -> subprocess.Popen:
+def _virtual_agent(endpoint: str, keys: Path | None, virtual: VirtualDomain = VIRTUAL) -> subprocess.Popen:
     """An agent of another TSC domain on this machine (the second 'host' of a phase)."""
+    argv = [sys.executable, "-m", "cp_sync.host_agent", "--server", endpoint, "--gone-after", "2"]
     return subprocess.Popen(
-        [sys.executable, "-m", "cp_sync.host_agent", "--server", endpoint, "--gone-after", str(gone_s)],
-        env=dict(os.environ, CP_TSC_VIRTUAL=VIRTUAL.spec()),
+        argv + (["--keys", str(keys)] if keys else []),
+        env=dict(os.environ, CP_TSC_VIRTUAL=virtual.spec()),
         stdout=subprocess.DEVNULL,
     )
 
@@ -176,16 +179,21 @@ def out(tmp_path: Path):
 
 
 @pytest.mark.long
-def test_coordinator_process_runs_start_periodic_and_stop_phases(tmp_path: Path, out: str) -> None:
-    opts = SyncOptions("auto", every=0.5)
+def test_coordinator_process_runs_start_periodic_and_stop_phases_with_keys(tmp_path: Path, out: str) -> None:
+    """With curveKeys: CURVE between the coordinator and its agents, keyed probes; an agent without
+    the keys is never registered."""
+    keys = tmp_path / "keys"
+    ck.generate(keys)
+    opts = SyncOptions("auto", every=0.5, curve_keys=str(keys))
     endpoint = ensure_coordinator(out, opts, {"master": "local[1]"}, str(tmp_path / "ck"))
     assert endpoint.startswith("tcp://127.0.0.1:")
     assert ensure_coordinator(out, opts, {"master": "local[1]"}, str(tmp_path / "ck")) == endpoint  # adopted
     state = coordinator_state(out)
     assert state is not None and state["state"] == "running"
-    host = AgentSpec(endpoint, gone_s=2.0)
+    host = AgentSpec(endpoint, str(keys), gone_s=2.0)
     assert ensure_agent(host) is not None
-    other = _virtual_agent(endpoint)
+    other = _virtual_agent(endpoint, keys)
+    intruder = _virtual_agent(endpoint, None, INTRUDER)
     try:
         sync = tmp_path / "out" / "_sync"
         wait_for(
@@ -206,9 +214,12 @@ def test_coordinator_process_runs_start_periodic_and_stop_phases(tmp_path: Path,
         # The agents hear nothing more and exit.
         wait_for(lambda: agent_pids(endpoint) == [], 20, "agents exit after their coordinator")
         assert other.wait(5) == 0
+        assert intruder.wait(30) == 1  # refused: its handshake failed, and it said so
+        assert all(INTRUDER.domain not in r["domains"] for r in recs)
     finally:
-        if other.poll() is None:
-            other.kill()
+        for p in (other, intruder):
+            if p.poll() is None:
+                p.kill()
 
 
 @pytest.mark.long
