@@ -31,7 +31,6 @@ on :func:`stop`.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import ipaddress
 import os
@@ -225,6 +224,8 @@ def normalize_checkpoint(where: str | None, cwd: str | None = None) -> str | Non
 
 
 def _lock_held(lock_path: Path) -> bool:
+    import fcntl  # POSIX only: imported where a lock is needed, not with the sink
+
     with open(lock_path, "a+b") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
 import re
@@ -173,6 +172,8 @@ def _bind(cfg: dict[str, Any]) -> Coordinator:
 
 def serve(cfg: dict[str, Any], rundir: Path) -> int:
     """Hold the lock, run the coordinator and its phases until the query stops; the exit code."""
+    import fcntl
+
     lock_path, state_path, stop_path, _ = registry_paths(rundir, cfg["key"])
     lock = open(lock_path, "a+b")  # noqa: SIM115  (held for the life of the process)
     try:
