@@ -24,6 +24,7 @@ import contextlib
 import functools
 import re
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -106,29 +107,61 @@ _CANNOT_RUN = re.compile(r'Cannot run program "([^"]+)"(?:[^:]*): ([^\n]*)')
 _PY_ERROR = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.*)$", re.M)
 
 
-def failed_task_status(message: str) -> ExecutorStatus | None:
-    """The executor and the one-line reason from the message of a job whose check task failed (None
-    when the message names no executor)."""
-    m = _LOST_TASK.search(message)
-    if m is None:
-        return None
-    host, executor, rest = m.groups()
-    run = _cannot_run(rest)
+def _python_error(text: str) -> str:
+    """The last exception line of a Python traceback in ``text`` (a JVM stack trace may follow it),
+    else its first line."""
+    python_part = text.split("\n\tat ")[0]
+    errors = _PY_ERROR.findall(python_part)
+    if errors:
+        kind, message = errors[-1]
+        return f"{kind}: {' '.join(message.split())}"
+    lines = python_part.strip().splitlines()
+    return " ".join(lines[0].split()) if lines else "failed"
+
+
+def task_failure_status(host: str, executor: str, error: str, python: str) -> ExecutorStatus:
+    """One line for a check task that failed before the probe could answer (Spark's error text)."""
+    run = _cannot_run(error)
     if run:
         problem = (
             f"its Python ({run[0]}) does not start: {run[1]}; set PYSPARK_PYTHON "
             f"to a Python every executor has, or ship one with spark.archives (see {DOCS})"
         )
         return ExecutorStatus("executor", host, python=run[0], problem=problem)
-    # A Python traceback: its last exception line (a JVM stack trace follows it).
-    python_part = rest.split("\n\tat ")[0]
-    errors = _PY_ERROR.findall(python_part)
-    if errors:
-        kind, text = errors[-1]
-        reason = f"{kind}: {' '.join(text.split())}"
-    else:
-        reason = " ".join(python_part.strip().splitlines()[0].split()) if python_part.strip() else "failed"
-    return ExecutorStatus("executor", host, problem=f"its check task failed (executor {executor}): {reason}")
+    problem = (
+        f"its Python ({python}) failed before the check ran (executor {executor}): {_python_error(error)}"
+    )
+    return ExecutorStatus("executor", host, python=python, problem=problem)
+
+
+def failed_task_status(message: str, python: str) -> ExecutorStatus | None:
+    """The status from a failed job's message when it names the executor ("Lost task ... (HOST executor
+    N): ..."), else None."""
+    m = _LOST_TASK.search(message)
+    if m is None:
+        return None
+    host, executor, error = m.groups()
+    return task_failure_status(host, executor, error, python)
+
+
+def _failed_task(sc: Any, group: str) -> ExecutorStatus | None:
+    """The first failed task of the check's job, from Spark's status store, which names its host:
+    PySpark raises a Python worker's error without it."""
+    try:
+        store = sc._jsc.sc().statusStore()
+        tracker = sc.statusTracker()
+        for job in tracker.getJobIdsForGroup(group):
+            info = tracker.getJobInfo(job)
+            for stage in info.stageIds if info else []:
+                tasks = store.taskList(stage, 0, 1 << 20)
+                for i in range(tasks.size()):
+                    t = tasks.apply(i)
+                    if str(t.status()) == "FAILED" and t.errorMessage().isDefined():
+                        error = str(t.errorMessage().get())
+                        return task_failure_status(str(t.host()), str(t.executorId()), error, sc.pythonExec)
+    except Exception:  # Spark's internal store answered otherwise: the message is what is left
+        return None
+    return None
 
 
 def _executor_hosts(sc: Any) -> list[str]:
@@ -217,9 +250,7 @@ def _driver_status(spark: Any, driver_spark: str, driver_cp: str) -> ExecutorSta
                 f"is a Python with cloudprofiler (see {DOCS})"
             )
         else:
-            errors = _PY_ERROR.findall(text.split("\n\tat ")[0])
-            reason = f"{errors[-1][0]}: {' '.join(errors[-1][1].split())}" if errors else text.splitlines()[0]
-            problem = f"its Python workers ({python}) failed the check: {reason}"
+            problem = f"its Python workers ({python}) failed before the check ran: {_python_error(text)}"
         return ExecutorStatus("driver", socket.gethostname(), python=python, problem=problem)
     status = _status("driver", answer)
     if not status.problem:
@@ -230,21 +261,24 @@ def _driver_status(spark: Any, driver_spark: str, driver_cp: str) -> ExecutorSta
 
 def _run_probes(sc: Any, tasks: int, args: tuple[str, str, str]) -> list[tuple[str, ...]] | ExecutorStatus:
     task = functools.partial(probe_task, driver_host=args[0], driver_spark=args[1], driver_cp=args[2])
-    sc.setJobDescription("cloudprofiler: check executors")
+    group = f"cloudprofiler-check-{uuid.uuid4().hex}"
+    keys = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+    before = {k: sc.getLocalProperty(k) for k in keys}
+    sc.setJobGroup(group, "cloudprofiler: check executors")
     try:
         with _shipped_by_value():
             rdd = sc.parallelize(range(tasks), tasks).map(task)
             rdd._jrdd  # noqa: B018 - pickles the task now, while the probe is shipped by value
         return rdd.collect()
     except Exception as e:  # the failed job's error: turned into one line naming the host
-        failed = failed_task_status(_failure_text(e))
+        failed = _failed_task(sc, group) or failed_task_status(_failure_text(e), sc.pythonExec)
         if failed is None:
-            raise ExecutorCheckError(
-                f"the executor check job failed: {' '.join(str(e).split())[:500]}"
-            ) from e
+            text = " ".join(str(e).split())[:500]
+            raise ExecutorCheckError(f"the executor check job failed: {text}") from e
         return failed
     finally:
-        sc.setJobDescription(None)
+        for k, v in before.items():
+            sc.setLocalProperty(k, v)
 
 
 def check_executors(
@@ -254,7 +288,8 @@ def check_executors(
 
     Waits for ``min_executors`` executors to register first. Runs ``tasks`` tasks (default: twice
     the executors or the default parallelism, whichever is more), so that every registered executor
-    runs at least one; an executor that ran none is listed with that as its problem.
+    runs at least one; an executor that ran none is listed with that as its problem. Registers a
+    data source named ``cloudprofiler_check`` in the session (its schema() is the driver's probe).
     """
     from importlib.metadata import PackageNotFoundError, version
 

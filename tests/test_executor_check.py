@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -24,7 +25,12 @@ from packed_env import source_copy
 import native_tsc
 from cloudprofiler import executor_probe
 from cloudprofiler.cli import main
-from cloudprofiler.executor_check import ExecutorCheckError, check_executors, require_executors
+from cloudprofiler.executor_check import (
+    ExecutorCheckError,
+    check_executors,
+    failed_task_status,
+    require_executors,
+)
 from cloudprofiler.executor_probe import address_toward, probe, spark_problem
 
 HOST = socket.gethostname()
@@ -55,6 +61,7 @@ def python_workers(spark: Any, python: str) -> Iterator[None]:
         del sc.environment["PYTHONSAFEPATH"]
 
 
+@pytest.mark.long  # fresh Python workers import pyarrow, PySpark's SQL and the reader: seconds when cold
 def test_the_check_on_the_local_session_lists_this_host(spark: Any) -> None:
     statuses = check_executors(spark)
     assert [s.role for s in statuses] == ["driver", "executor"]
@@ -108,6 +115,63 @@ def test_a_python_that_does_not_start_is_named_in_one_line(spark: Any, tmp_path:
         f"executor on host {spark.sparkContext.getConf().get('spark.driver.host')}: its Python ({ghost}) "
         f"does not start: error=2, No such file or directory; set PYSPARK_PYTHON to a Python every "
         f"executor has, or ship one with spark.archives (see docs/deployment.md)"
+    )
+
+
+def test_a_job_failure_message_names_the_executor() -> None:
+    """When Spark's status store cannot be read, the job's message is parsed (Spark's wording)."""
+    message = (
+        "Job aborted due to stage failure: Task 0 in stage 3.0 failed 4 times, most recent failure: "
+        "Lost task 0.3 in stage 3.0 (TID 14) (10.0.0.12 executor 2): java.io.IOException: Cannot run "
+        'program "./environment/bin/python": error=2, No such file or directory\n\tat java.base/...'
+    )
+    status = failed_task_status(message, "./environment/bin/python")
+    assert status is not None and status.line() == (
+        "executor on host 10.0.0.12: its Python (./environment/bin/python) does not start: error=2, No "
+        "such file or directory; set PYSPARK_PYTHON to a Python every executor has, or ship one with "
+        "spark.archives (see docs/deployment.md)"
+    )
+    assert failed_task_status("Job aborted: no executor named", "python") is None
+
+
+def _other_python() -> str | None:
+    """An interpreter of another Python 3 minor version on this machine (beside this one, or on PATH)."""
+    names = [f"python3.{m}" for m in range(9, 16) if m != sys.version_info.minor]
+    found = [shutil.which(n) for n in names]
+    found += map(str, sorted(Path(sys.base_prefix).parent.glob("3.*/bin/python3.*[0-9]")))
+    minor = sys.version_info.minor
+    usable = []
+    for python in filter(None, found):
+        r = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True)
+        out = r.stdout.split()
+        if r.returncode == 0 and len(out) == 2 and out[0] == b"3" and int(out[1]) != minor:
+            usable.append((abs(int(out[1]) - minor), -int(out[1]), python))
+    # the nearest, newer first: an older Python may not import this PySpark at all
+    return min(usable)[2] if usable else None
+
+
+@pytest.mark.long  # two fresh Pythons of another version start
+def test_a_python_of_another_version_is_named_in_one_line(spark: Any) -> None:
+    other = _other_python()
+    if other is None:
+        pytest.skip("no Python of another minor version on this machine")
+    with python_workers(spark, other):
+        driver, executor = check_executors(spark)
+    r = subprocess.run(
+        [other, "-c", "import sys; print(*sys.version_info[:2], sep='.')"], capture_output=True
+    )
+    mismatch = (
+        f"PySparkRuntimeError: [PYTHON_VERSION_MISMATCH] Python in worker has different version: "
+        f"{r.stdout.decode().strip()} than that in driver: {sys.version_info[0]}.{sys.version_info[1]}, "
+        f"PySpark cannot run with different minor versions."
+    )
+    assert (
+        driver.line()
+        == f"driver on host {HOST}: its Python workers ({other}) failed before the check ran: {mismatch}"
+    )
+    assert executor.line() == (
+        f"executor on host {spark.sparkContext.getConf().get('spark.driver.host')}: its Python ({other}) "
+        f"failed before the check ran (executor driver): {mismatch}"
     )
 
 
