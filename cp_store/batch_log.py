@@ -259,7 +259,7 @@ def commit(
     if durable and root.is_local:
         _sync_names(root, files)
     manifest_location(root, batch_id).write_bytes(body, durable=durable and root.is_local)
-    _sweep_after_commit(root, batch_id)
+    _sweep_after_commit(root, batch_id, files)
     return True
 
 
@@ -332,23 +332,46 @@ def sweep(root: Location, batch_id: int, manifest: Manifest | None | bool = True
 
 
 def sweep_history(root: Location, upto: int) -> list[str]:
-    """Sweep every ``batch=<id>/`` directory with ``id <= upto``; the paths deleted."""
-    ids = sorted(
-        int(m.group(1))
-        for i in root.children()
-        if i.type == pafs.FileType.Directory and (m := _BATCH_DIR_RE.match(i.base_name))
-    )
-    ids = [i for i in ids if i <= upto]
-    swept = parallel(lambda i: sweep(root, i), ids, remote=not root.is_local)
-    return [f for s in swept for f in s]
+    """Sweep every ``batch=<id>/`` directory with ``id <= upto``; the paths deleted.
+
+    One recursive listing finds the directories that hold files; only their manifests are read.
+    """
+    try:
+        infos = root.fs.get_file_info(pafs.FileSelector(root.path, recursive=True, allow_not_found=True))
+    except OSError as e:
+        raise StoreError(f"{root.uri}: {first_line(e)}") from None
+    present: dict[int, set[str]] = {}
+    base = root.path.rstrip("/") + "/"
+    for info in infos:
+        parts = info.path[len(base) :].split("/") if info.path.startswith(base) else []
+        dir_id = _BATCH_DIR_RE.match(parts[0]) if len(parts) == 2 else None
+        if dir_id and info.type == pafs.FileType.File and int(dir_id.group(1)) <= upto:
+            present.setdefault(int(dir_id.group(1)), set()).add("/".join(parts))
+    _remove_stale_temporaries(root)
+    ids = sorted(present)
+    manifests = parallel(lambda i: read_manifest(root, i), ids, remote=not root.is_local)
+    stray = []
+    for i, manifest in zip(ids, manifests, strict=True):
+        listed = set(manifest.files) if manifest is not None else set()
+        stray += sorted(present[i] - listed)
+    _delete(root, stray)
+    return stray
 
 
-def _sweep_after_commit(root: Location, batch_id: int) -> None:
+def _remove_stale_temporaries(root: Location) -> None:
+    # A local manifest write cut short by a crash leaves "<id>.json.tmp-<random>" (never read).
+    if root.is_local:
+        for info in root.join(COMMITS).children():
+            if ".json.tmp-" in info.base_name:
+                root.join(COMMITS, info.base_name).delete()
+
+
+def _sweep_after_commit(root: Location, batch_id: int, listed: Sequence[str]) -> None:
     # This batch's failed attempts, and a late speculative attempt of the batch before; once per
     # process and location, everything older too (what a crash of an earlier driver left).
     key = (type(root.fs).__name__, root.uri)
     if key in _SWEPT:
-        sweep(root, batch_id)
+        sweep(root, batch_id, Manifest(batch_id, tuple(listed), (), ""))
         if batch_id > 0:
             sweep(root, batch_id - 1)
         return
