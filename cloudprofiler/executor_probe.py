@@ -27,6 +27,7 @@ SUPPORTED_TEXT = "Spark 4.2 or a later 4.x"
 DOCS = "docs/deployment.md"
 # What executors import to run the reader's read() and the sink's write().
 EXECUTOR_MODULES = ("cp_source.stream_reader", "cp_sink.stream_writer", "cp_store.location")
+# cloudprofiler's own packages: an import failing inside them is not a missing dependency.
 OWN_PACKAGES = ("cloudprofiler", "native_tsc", "cp_source", "cp_sink", "cp_store", "cp_sync")
 
 
@@ -112,11 +113,9 @@ def _import_problem(python: str) -> tuple[str, str]:
             importlib.import_module(name)
         except ImportError as e:
             missing = e.name if isinstance(e, ModuleNotFoundError) and e.name else None
-            if missing and missing.split(".")[0] not in ("cloudprofiler", "cp_source", "cp_sink", "cp_store"):
-                return (
-                    backend,
-                    f"cloudprofiler needs {missing}, which is not installed in its Python ({python})",
-                )
+            if missing and missing.split(".")[0] not in OWN_PACKAGES:
+                need = f"cloudprofiler needs {missing}, which is not installed in its Python ({python})"
+                return backend, need
             return backend, f"{name} does not import in its Python ({python}): {_one_line(e)}"
     return backend, ""
 
