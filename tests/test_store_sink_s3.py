@@ -105,6 +105,7 @@ def _assert_each_id_once() -> int:
     return batches
 
 
+@pytest.mark.long  # two query runs: 10-20 s
 def test_a_query_to_s3a_publishes_each_id_once_across_a_replay(s3_spark: Any, tmp_path: Path) -> None:
     ck = tmp_path / "ck"
     _run_until(_start(s3_spark, OUT, ck), 2)
