@@ -7,7 +7,10 @@ uses ``pause``/``resume`` instead, which freeze the process with SIGSTOP/SIGCONT
 stays and the clients see a dead peer).
 
 The credentials are dummies; the environment the product reads them from (``AWS_*``) is what
-:meth:`S3Server.env` returns, so subprocesses and Spark executors get the standard chain.
+:meth:`S3Server.env` returns, so subprocesses started after it get the standard chain. Spark's
+Python workers inherit the JVM's environment, fixed when the session started: a test that runs a
+query against this server passes the same variables through ``SparkContext.environment`` (see
+``tests/test_store_sink_s3.py``) or ``spark.executorEnv.*`` on a cluster.
 """
 
 from __future__ import annotations
