@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -76,3 +79,24 @@ def test_bad_handler_settings(name: str, params: dict, message: str) -> None:
 def test_period_counts_with_weights() -> None:
     tscs = np.array([5, 12, 18, 3], dtype=np.int64)
     assert period_counts(tscs, 10.0, np.array([100, 7, 1, 2])) == {0: 102, 1: 8}
+
+
+# The sink's writer runs in the executors' Python; the lean environment of docs/deployment.md has
+# numpy, pyarrow, pyzmq and orjson, not numba.
+NO_NUMBA = """
+import sys
+sys.modules["numba"] = None  # any import of numba now raises ImportError
+import subprocess
+import sys
+
+import numpy as np
+from cp_sink.handlers import parse_handler, selected_positions
+ids = np.array([-1025, -3, 0, 1, 2, 1024, 1026], dtype=np.int64)
+print(selected_positions(parse_handler("xoy", {}), ids).tolist())
+"""
+
+
+def test_the_sinks_handlers_need_no_numba() -> None:
+    r = subprocess.run([sys.executable, "-c", NO_NUMBA], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "[2, 3, 5]"  # -1025 mod 1024 = 1023, -3 mod 1024 = 1021
