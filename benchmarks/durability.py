@@ -10,8 +10,9 @@ Run: python benchmarks/durability.py [--rounds 5] [--dir DIR]
   work (strict waits for the disk, which CPU time would not show), the median milliseconds
   of one publication, and CPU nanoseconds per tuple.
 * Sink micro-batch: the cloudprofiler sink's task write (id handler: one Parquet file of
-  --sink-rows records) and its driver commit (the publishing rename), called in this
-  process without Spark: the median milliseconds of each per micro-batch.
+  --sink-rows records under ``batch=<id>/``) and its driver commit (the manifest
+  ``_commits/<id>.json``, written last, and the sweep of the batch's directory), called in
+  this process without Spark: the median milliseconds of each per micro-batch.
 
 The two levels alternate within each round, so both see the same machine load. Writes
 benchmarks/results/durability.json.
@@ -127,6 +128,7 @@ def sink_run(level: str, rows: int, batches: int, base: str) -> dict[str, Any]:
     import pyarrow as pa
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+    from cp_sink import stream_writer, total_seen
     from cp_sink.stream_writer import CloudprofilerStreamWriter
 
     schema = StructType(
@@ -137,6 +139,7 @@ def sink_run(level: str, rows: int, batches: int, base: str) -> dict[str, Any]:
         ]
     )
     write_s, commit_s = [], []
+    task_identity = stream_writer._task_identity
     with tempfile.TemporaryDirectory(prefix="cp-bench-durability-sink-", dir=base) as d:
         opts = {"path": os.path.join(d, "out"), "handler": "id", "durability": level}
         w = CloudprofilerStreamWriter(schema, opts, False)
@@ -144,6 +147,9 @@ def sink_run(level: str, rows: int, batches: int, base: str) -> dict[str, Any]:
             ids = np.arange(b * rows, (b + 1) * rows, dtype=np.int64)
             node = pa.array(["gen@0"] * rows).dictionary_encode()
             table = pa.table([pa.array(ids), pa.array(ids * 3), node], names=schema.fieldNames())
+            # Outside Spark a task has no batch id: give it the one a micro-batch's task gets, so its
+            # file goes under batch=<b>/ and the commit's sweep lists what it would in a query.
+            stream_writer._task_identity = lambda b=b: (0, b, str(b))
             t0 = time.perf_counter()
             msg = w.write(iter(table.to_batches(max_chunksize=65_536)))
             t1 = time.perf_counter()
@@ -151,6 +157,11 @@ def sink_run(level: str, rows: int, batches: int, base: str) -> dict[str, Any]:
             t2 = time.perf_counter()
             write_s.append(t1 - t0)
             commit_s.append(t2 - t1)
+        stream_writer._task_identity = task_identity
+        if total_seen(opts["path"]) != rows * batches:  # a lost batch would make the times meaningless
+            raise SystemExit(
+                f"sink at {level}: {total_seen(opts['path'])} of {rows * batches} records published"
+            )
     return {"level": level, "rows": rows, "write_s": write_s, "commit_s": commit_s}
 
 

@@ -42,7 +42,9 @@ def write_input(spark: Any, d: Path, files: int, per_file: int) -> None:
 
 def timed_run(spark: Any, d: Path, rows: int, handler: str, tag: str) -> float:
     """Wall seconds of one AvailableNow query over the input into the sink with ``handler``."""
-    from cp_sink import read_counts, total_seen
+    import numpy as np
+
+    from cp_sink import read_counts, read_records, total_seen
     from cp_sink.stamp import stamp
 
     df = (
@@ -74,6 +76,10 @@ def timed_run(spark: Any, d: Path, rows: int, handler: str, tag: str) -> float:
     written = sum(read_counts(out)["written"].to_pylist())
     if written != (rows if handler == "id" else 0):
         raise SystemExit(f"{handler}: wrote {written} records")
+    # what a reader gets from the manifests: every id once (id), nothing (null)
+    ids = np.sort(read_records(out)["tuple_id"].to_numpy())
+    if not np.array_equal(ids, np.arange(rows) if handler == "id" else ids[:0]):
+        raise SystemExit(f"{handler}: a reader got {len(ids)} records, not the ids 0..{rows - 1} once each")
     return elapsed
 
 
