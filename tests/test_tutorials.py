@@ -20,6 +20,7 @@ NAMES = [
     "instrumenting.md",
     "ready-ordering.md",
     "skew-and-windows.md",
+    "cluster.md",
 ]
 
 
