@@ -46,7 +46,7 @@ class CloudprofilerDataSource(DataSource):
 
     def streamWriter(self, schema: Any, overwrite: bool) -> Any:
         """The sink's writer, built on the driver host; with ``sync=auto`` it also starts sync."""
-        from cp_sync.auto import sink_writer
+        from cloudprofiler.sync_sink import sink_writer
 
         return sink_writer(schema, dict(self.options), overwrite, self.driver)
 

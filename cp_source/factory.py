@@ -46,7 +46,7 @@ from cp_source import bucket as bk
 from cp_source.deadletter import DeadLetterWriter, read_dead_letters
 from cp_source.durability import check_durability
 from cp_source.factory_front import MAX_FRAMES, FrontEnd, read_front_ledger, recv_capped
-from cp_source.private_dirs import ensure_private_dir
+from cp_store.private_dirs import ensure_private_dir
 from cp_source.spool import SegmentWriter, Spool, spool_bytes
 from cp_source.spool_ledger import WorkerState
 from cp_source.startup_trace import mark, mark_process_start

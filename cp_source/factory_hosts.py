@@ -104,7 +104,7 @@ def check_endpoint(ep: str, name: str) -> str:
 
 def default_status_dir(factories: tuple[str, ...], registry: str | None = None) -> str:
     """Where the reader writes ``_factories.json`` when ``statusDir`` is not given: per user, per list."""
-    from cp_source.private_dirs import default_spool_root
+    from cp_store.private_dirs import default_spool_root
 
     key = ",".join(factories) + (f"|{os.path.abspath(registry)}" if registry else "")
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
@@ -155,7 +155,7 @@ def hosts_options(opts: Mapping[str, str]) -> dict[str, Any]:
 def register_factory(directory: str | os.PathLike[str], spool_id: str, server: str) -> Path:
     """Write this factory host's registration (``factory-<spool id>.json``: its segment server) into
     the directory a query's ``factoriesDir`` names, atomically; the path written."""
-    from cp_source.private_dirs import atomic_write
+    from cp_store.private_dirs import atomic_write
 
     check_endpoint(server, "--register")
     if not SPOOL_ID_RE.match(spool_id):
@@ -709,7 +709,7 @@ class FactoryHosts:
 
     def write_status(self) -> None:
         """Replace ``_factories.json`` in the status directory (a failed write never stops the query)."""
-        from cp_source.private_dirs import atomic_write, ensure_private_dir
+        from cp_store.private_dirs import atomic_write, ensure_private_dir
 
         try:
             with self.lock:

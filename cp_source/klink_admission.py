@@ -153,7 +153,7 @@ def parse_klink_options(opts: Mapping[str, str]) -> KlinkConfig | None:
 
 def default_klink_dir() -> str:
     """Where the queries of this user on this host meet when no ``klinkDir`` is given."""
-    from cp_source.private_dirs import default_spool_root
+    from cp_store.private_dirs import default_spool_root
 
     return str(default_spool_root() / "klink")
 
@@ -518,7 +518,7 @@ class KlinkEvaluator:
     def publish(self, now_ns: int) -> None:
         if self.directory is None:
             return
-        from cp_source.private_dirs import atomic_write, ensure_private_dir
+        from cp_store.private_dirs import atomic_write, ensure_private_dir
 
         ensure_private_dir(self.directory)
         atomic_write(self.directory / f"{self.name}.json", orjson.dumps(self.state(now_ns)))
@@ -555,7 +555,7 @@ def _decision_doc(d: Decision) -> dict[str, Any]:
 
 def write_report(spool: str | os.PathLike[str], report: Mapping[str, Any]) -> None:
     """``_klink.json`` in the spool, replaced by rename (a reader never sees half a report)."""
-    from cp_source.private_dirs import atomic_write
+    from cp_store.private_dirs import atomic_write
 
     atomic_write(Path(spool) / REPORT_FILE, orjson.dumps(dict(report)))
 

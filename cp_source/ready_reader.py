@@ -33,7 +33,7 @@ import orjson
 from pyspark.sql.datasource import InputPartition
 
 from cp_source.bucket import merge_ranges
-from cp_source.private_dirs import atomic_write, ensure_private_dir
+from cp_store.private_dirs import atomic_write, ensure_private_dir
 from cp_source.ready_frontier import NO_FRONTIER
 
 FRONTIER_KEY = "frontier"

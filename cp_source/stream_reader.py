@@ -151,7 +151,7 @@ def _choice_option(opts: Mapping[str, str], name: str, choices: tuple[str, ...])
 def default_spool(endpoint: str) -> str:
     """The spool directory used when none is given: one per factory endpoint, in a per-user
     private directory (``$XDG_RUNTIME_DIR`` or the user's cache dir), never a shared temp dir."""
-    from cp_source.private_dirs import default_spool as private_default
+    from cp_store.private_dirs import default_spool as private_default
 
     return private_default(endpoint)
 
@@ -400,7 +400,7 @@ def _lock_spool(opts: ReaderOptions) -> int:
     import fcntl
     import time
 
-    from cp_source.private_dirs import ensure_private_dir
+    from cp_store.private_dirs import ensure_private_dir
 
     path = os.path.join(ensure_private_dir(opts.spool), READER_LOCK_FILE)  # owner and mode checked
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)

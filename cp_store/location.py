@@ -180,7 +180,7 @@ def check_writable(loc: Location) -> None:
     loc.make_dirs()
 
 
-def fsync_dir(path: str) -> None:
+def fsync_dir(path: str | os.PathLike[str]) -> None:
     """fsync a local directory so the names in it survive an OS crash."""
     fd = os.open(path, os.O_RDONLY)
     try:

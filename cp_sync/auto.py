@@ -40,19 +40,17 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
-import pyarrow as pa
 
-from cp_sink.stream_writer import CloudprofilerStreamWriter, SinkCommitMessage
 from cp_store.location import check_writable, resolve
 from cp_sync.auto_coordinator import read_state, registry_paths
-from cp_sync.host_agent import AgentSpec, ensure_agent, runtime_dir
+from cp_sync.host_agent import runtime_dir
 
 SYNC_MODES = ("off", "auto")
 DEFAULT_EVERY_S = 60.0
@@ -438,44 +436,3 @@ def _checkpoint_root(query: Any) -> str | None:
         return str(query._jsq.streamingQuery().resolvedCheckpointRoot())
     except Exception:  # no JVM query behind it (Spark Connect, or gone): nothing to match by
         return None
-
-
-# ---- the writer -------------------------------------------------------------------------------
-
-
-class AutoSyncStreamWriter(CloudprofilerStreamWriter):
-    """The sink's writer with ``sync=auto``: starts the coordinator on the driver, agents on executors."""
-
-    def __init__(
-        self,
-        schema: Any,
-        options: dict[str, str],
-        overwrite: bool,
-        sync: SyncOptions,
-        driver: Mapping[str, str],
-    ) -> None:
-        super().__init__(schema, options, overwrite)
-        opts = {str(k).lower(): str(v) for k, v in options.items()}
-        endpoint = ensure_coordinator(opts["path"], sync, driver, opts.get("checkpointlocation"))
-        self.agent_spec = AgentSpec(endpoint, sync.curve_keys, sync.port)
-        _ensure_quietly(self.agent_spec)  # the driver host's own agent: the source's stamps are taken here
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        _ensure_quietly(self.agent_spec)
-        return super().write(iterator)
-
-
-def _ensure_quietly(spec: AgentSpec) -> None:
-    """Make sure this host runs its agent; a failure costs the sync of this host, never the records."""
-    try:
-        ensure_agent(spec)
-    except OSError as e:
-        print(f"cloudprofiler: cannot start this host's sync agent: {e}", file=sys.stderr)
-
-
-def sink_writer(schema: Any, options: dict[str, str], overwrite: bool, driver: Mapping[str, str]) -> Any:
-    """The sink's writer for ``options``: with ``sync=auto`` the one that runs sync."""
-    sync = SyncOptions.parse({str(k).lower(): str(v) for k, v in options.items()})
-    if sync.mode == "auto":
-        return AutoSyncStreamWriter(schema, options, overwrite, sync, driver)
-    return CloudprofilerStreamWriter(schema, options, overwrite)

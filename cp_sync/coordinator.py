@@ -427,6 +427,42 @@ class _client:
         self.sock.close(0)
 
 
+def _wait_for_agents(server: str, need: int, wait_s: float, curve_keys: str | None) -> None:
+    """Until ``need`` agents are registered at ``server``; OSError after ``wait_s`` seconds."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        agents = list_agents(server, curve_keys=curve_keys)
+        if len(agents) >= need:
+            return
+        if time.monotonic() > deadline:
+            raise OSError(f"{len(agents)} agents registered at {server} after {wait_s:.0f}s, need {need}")
+        time.sleep(0.2)
+
+
+def _pair_result(phase: str, h: dict[str, Any], rows: np.ndarray) -> tuple[Any, dict[str, Any]]:
+    """One pair's probes as a sync table and its summary line (probes, losses, MinRTT)."""
+    table = probes_table(
+        phase,
+        str(h["initiator"]),
+        str(h["responder"]),
+        rows[:, 1],
+        rows[:, 2],
+        rows[:, 3],
+        rows[:, 4],
+        rows[:, 0].astype(np.int32),
+    )
+    min_rtt = int((rows[:, 3] - rows[:, 1]).min()) if len(rows) else None
+    summary = {
+        "initiator": h["initiator"],
+        "responder": h["responder"],
+        "probes": len(rows),
+        "lost": h.get("lost", 0),
+        "cpu_ns": h.get("cpu_ns"),
+        "min_rtt_cycles": min_rtt,
+    }
+    return table, summary
+
+
 def run_phase(
     server: str,
     phase: str,
@@ -446,15 +482,7 @@ def run_phase(
         raise ValueError(f"rounds must be 1..{control.MAX_ROUNDS}")
     out = resolve(out_dir)
     check_writable(out)
-    deadline = time.monotonic() + wait_s
-    while True:
-        agents = list_agents(server, curve_keys=curve_keys)
-        if len(agents) >= max(expect, 2):
-            break
-        if time.monotonic() > deadline:
-            need = max(expect, 2)
-            raise OSError(f"{len(agents)} agents registered at {server} after {wait_s:.0f}s, need {need}")
-        time.sleep(0.2)
+    _wait_for_agents(server, max(expect, 2), wait_s, curve_keys)
     tables, pairs, failures = [], [], []
     with _client(server, curve_keys) as c:
         sock = c.sock
@@ -479,29 +507,9 @@ def run_phase(
                 if rows is None:
                     failures.append(f"{h.get('initiator')} -> {h.get('responder')}: {h.get('error')}")
                 else:
-                    tables.append(
-                        probes_table(
-                            phase,
-                            str(h["initiator"]),
-                            str(h["responder"]),
-                            rows[:, 1],
-                            rows[:, 2],
-                            rows[:, 3],
-                            rows[:, 4],
-                            rows[:, 0].astype(np.int32),
-                        )
-                    )
-                    min_rtt = int((rows[:, 3] - rows[:, 1]).min()) if len(rows) else None
-                    pairs.append(
-                        {
-                            "initiator": h["initiator"],
-                            "responder": h["responder"],
-                            "probes": len(rows),
-                            "lost": h.get("lost", 0),
-                            "cpu_ns": h.get("cpu_ns"),
-                            "min_rtt_cycles": min_rtt,
-                        }
-                    )
+                    table, summary = _pair_result(phase, h, rows)
+                    tables.append(table)
+                    pairs.append(summary)
                 if progress is not None:
                     progress(len(pairs) + len(failures), None)
             elif op == "done":

@@ -101,7 +101,7 @@ def _bind_file(sock: socket.socket, name: str) -> None:
 
 def runtime_dir() -> Path:
     """This user's private directory for the sync processes' locks, registry and logs."""
-    from cp_source.private_dirs import default_spool_root, ensure_private_dir
+    from cp_store.private_dirs import default_spool_root, ensure_private_dir
 
     root = default_spool_root()
     ensure_private_dir(root)

@@ -442,7 +442,7 @@ class _UrgentPeer:
         self.thread.start()
 
     def _run(self) -> None:
-        from cp_source.private_dirs import atomic_write
+        from cp_store.private_dirs import atomic_write
 
         while not self.done.wait(0.1):
             now = time.time_ns()

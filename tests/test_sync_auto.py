@@ -23,8 +23,9 @@ import pytest
 from conftest import wait_for
 
 import native_tsc
+from cloudprofiler.sync_sink import sink_writer
 from cp_sync import auto
-from cp_sync.auto import SyncOptions, coordinator_state, ensure_coordinator, sink_writer
+from cp_sync.auto import SyncOptions, coordinator_state, ensure_coordinator
 from cp_sync.coordinator import Coordinator, list_agents
 from cp_sync.host_agent import AgentSpec, agent_pids, ensure_agent, sweep_logs
 from cp_sync.sync_table import read_sync
