@@ -69,6 +69,8 @@ def _log(path: str, **record: Any) -> None:
         os.close(fd)
 
 
+# Spark ships these classes to its Python workers by value, which cloudpickle does for classes of
+# __main__ only: run this file as a script, not imported.
 class TimedWriter(CloudprofilerStreamWriter):
     """The sink's writer, timing each task's write and the driver's commit into a local log."""
 
