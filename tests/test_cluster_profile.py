@@ -35,6 +35,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -72,18 +73,18 @@ DOMAINS = {v.domain: v for v in (VA, VB, VD)}
 BUCKET, PREFIX = "results", "records"
 OUT = f"s3://{BUCKET}/{PREFIX}"
 S3_PORT = 9000  # the S3 host's own namespace: nothing else listens there
-# Two factory workers, segments of one bucket (500 rows): a batch (maxRecordsPerTrigger=1000) reads
-# two segments in two partitions, so both executors stamp "mid" and both write records.
-ROWS, SEGMENT_ROWS = 10_000, 500
-COMMITTED_BEFORE_KILL = 3
+# Two factory workers, segments of 1,000 rows: a batch (maxRecordsPerTrigger=2000) reads two
+# segments in two partitions, so both executors stamp "mid" and both write records.
+ROWS, SEGMENT_ROWS, BATCH_ROWS = 10_000, 1_000, 2_000
+COMMITTED_BEFORE_KILL = 2
 
-# The driver (argv: master, its address, archive, spool, sink path, checkpoint, mode, local copy),
-# started from the directory that holds environment/ (docs/deployment.md). Mode "first" checks the
+# The driver (argv: master, its address, archive, spool, sink path, checkpoint, mode, local copy, rows
+# per batch), started from the directory that holds environment/ (docs/deployment.md). Mode "first" checks the
 # executors and runs the query until it is killed; "rest" resumes it from the checkpoint, runs it
 # to the spool's end, and copies the records and the phases from the store for the test.
 DRIVER = """
 import json, os, sys, time
-master, host, archive, spool, out, ck, mode, local = sys.argv[1:9]
+master, host, archive, spool, out, ck, mode, local, batch_rows = sys.argv[1:10]
 os.environ["PYSPARK_PYTHON"] = "./environment/bin/python"
 import pyarrow.parquet as pq
 from cloudprofiler.spark_local import local_session
@@ -103,7 +104,7 @@ if mode == "first":
     say(lines=[s.line() for s in statuses], pythons=[s.python for s in statuses],
         addresses=[s.address for s in statuses])
 rows = (spark.readStream.format("cloudprofiler").option("spool", spool).option("factory", "external")
-        .option("fetch", "network").option("serverBind", host).option("maxRecordsPerTrigger", "1000")
+        .option("fetch", "network").option("serverBind", host).option("maxRecordsPerTrigger", batch_rows)
         .option("segmentsPerPartition", "1").load())
 w = (stamp(rows.select("tuple_id"), "mid").repartition(2).writeStream.format("cloudprofiler")
      .option("path", out).option("checkpointLocation", ck).option("sync", "auto").option("syncEvery", "2"))
@@ -174,6 +175,7 @@ class Cluster:
     s3: S3Server
     want: np.ndarray  # the generator's ledger: the ids the records must hold, each once
     packing: Future[PackedEnv]
+    check: subprocess.Popen[bytes]  # check-executors, started as soon as the workers registered
     seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -222,6 +224,36 @@ def _venv(path: Path, system: bool) -> Path:
     return path / "bin" / "python"
 
 
+def _spawn(
+    nets: Namespaces, ns: str, argv: list[str], out: Path, env: dict[str, str], cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """``argv`` in namespace ``ns``, in a process group of its own (stopped with the namespaces);
+    stdout to ``out``, stderr beside it (``.err``)."""
+    with open(out, "wb") as stdout, open(out.with_suffix(".err"), "wb") as stderr:
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns, *argv],
+            cwd=cwd,
+            stdout=stdout,
+            stderr=stderr,
+            env=env,
+            start_new_session=True,
+        )
+    nets.procs.append(proc)
+    return proc
+
+
+def _check_executors(
+    nets: Namespaces, host: tuple[str, str], master: str, python: Path, env: dict[str, str], out: Path
+) -> subprocess.Popen[bytes]:
+    """`cloudprofiler check-executors` from the driver's host, without an archive."""
+    ns, addr = host
+    conf = [f"spark.driver.host={addr}", f"spark.driver.bindAddress={addr}", "spark.cores.max=2"]
+    conf += ["spark.executor.cores=1", "spark.executor.memory=512m"]
+    argv = [sys.executable, "-m", "cloudprofiler.cli", "check-executors", "--master", master]
+    argv += ["--executors", "2", "--python", str(python), *(f"--conf={c}" for c in conf)]
+    return _spawn(nets, ns, argv, out, env)
+
+
 def _registered(log: Path) -> bool:
     return log.exists() and "Successfully registered with master" in log.read_text(errors="replace")
 
@@ -251,15 +283,15 @@ def _start_worker(
     env: dict[str, str],
     mounts: str,
 ) -> Path:
-    """A worker (1 core) whose mount namespace hides the driver's directory under an empty tmpfs
-    (``mounts`` adds more, run first); its log, to wait on."""
+    """A worker whose mount namespace hides the driver's directory under an empty tmpfs (``mounts``
+    adds more, run first); its log, to wait on. Two cores, one for each of two applications at once."""
     from cluster_harness import SPARK_HOME
 
     logs, driver_dir = dirs
     ns, name = host
     worker = [os.path.join(SPARK_HOME, "bin", "spark-class"), "org.apache.spark.deploy.worker.Worker", master]
-    worker += ["--host", env["SPARK_LOCAL_IP"], "--port", "0", "--webui-port", "0", "--cores", "1"]
-    worker += ["--memory", "1g", "--work-dir", str(logs / f"work-{name}")]
+    worker += ["--host", env["SPARK_LOCAL_IP"], "--port", "0", "--webui-port", "0", "--cores", "2"]
+    worker += ["--memory", "2g", "--work-dir", str(logs / f"work-{name}")]
     script = (
         f"{mounts}mount -t tmpfs -o size=1m tmpfs {shlex.quote(str(driver_dir))} && exec {shlex.join(worker)}"
     )
@@ -277,9 +309,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("cluster-profile")
     (root / "driver").mkdir()
     (root / "logs").mkdir()
-    pool = ThreadPoolExecutor(1)
-    # The environment is packed while the cluster comes up: the check-executors step needs no archive.
+    # Everything that can wait on something else runs at once: the environment is packed, the S3
+    # host and the spool are made while the JVMs start, and check-executors (no archive) runs on the
+    # cluster while the environment is still being packed.
+    pool = ThreadPoolExecutor(3)
     packing = pool.submit(build_packed_env, root / "driver" / "env")
+    spool = pool.submit(_spool, root / "driver" / "spool")
     nets = Namespaces(secrets.token_hex(2))
     server: S3Server | None = None
     try:
@@ -288,7 +323,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             spaces[name], addrs[name] = nets.host(name, i)
         server = S3Server(addrs["s"], S3_PORT, prefix=["ip", "netns", "exec", spaces["s"]])
         s3 = server
-        in_netns(spaces["s"], lambda: s3.start().create_bucket(BUCKET))
+        s3_up = pool.submit(in_netns, spaces["s"], lambda: s3.start().create_bucket(BUCKET))
         base = dict(cluster_env(root / "logs"), **server.env())
         master = _start_master(
             nets, spaces["a"], addrs["a"], root / "logs", dict(base, SPARK_LOCAL_IP=addrs["a"])
@@ -308,10 +343,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             )
             for name, v, mounts in (("a", VA, ""), ("b", VB, bare))
         ]
-        want = _spool(root / "driver" / "spool")
         for log in logs:
             wait_for(lambda log=log: _registered(log), 120, f"{log.name} to register")
         driver_env = dict(base, SPARK_LOCAL_IP=addrs["d"], CP_TSC_VIRTUAL=VD.spec())
+        host_d = (spaces["d"], addrs["d"])
+        check = _check_executors(nets, host_d, master, shared, driver_env, root / "logs" / "check.out")
+        s3_up.result(timeout=120)
+        want = spool.result(timeout=120)
         yield Cluster(
             nets,
             root,
@@ -323,6 +361,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             server,
             want,
             packing,
+            check,
             {"cluster up": round(time.monotonic() - t0, 1)},
         )
     finally:
@@ -330,40 +369,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             server.stop()
         nets.close()
         pool.shutdown(wait=True)
-
-
-def test_check_executors_names_the_worker_whose_python_lacks_the_package(cluster: Cluster) -> None:
-    """No archive: worker B's Python (a bare venv at everyone's path) fails, in one line naming B."""
-    t0 = time.monotonic()
-    d = cluster.addrs["d"]
-    conf = [f"spark.driver.host={d}", f"spark.driver.bindAddress={d}", "spark.cores.max=2"]
-    conf += ["spark.executor.cores=1", "spark.executor.memory=512m"]
-    argv = [sys.executable, "-m", "cloudprofiler.cli", "check-executors", "--master", cluster.master]
-    argv += ["--executors", "2", "--python", str(cluster.shared_python), *(f"--conf={c}" for c in conf)]
-    r = subprocess.run(
-        ["ip", "netns", "exec", cluster.spaces["d"], *argv],
-        env=cluster.driver_env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    lines = r.stdout.strip().splitlines()
-    assert r.returncode == 1, (r.stdout, r.stderr[-3000:])
-    assert len(lines) == 3, lines
-    driver, *executors = lines
-    shared = cluster.shared_python
-    assert driver.startswith("driver on host ") and f": ok (Python {shared}" in driver, driver
-    failed = [ln for ln in executors if ": ok (" not in ln]
-    assert failed == [
-        f"executor on host {os.uname().nodename} ({cluster.addrs['b']}): cloudprofiler is not installed in "
-        f"its Python ({shared}); ship it with spark.archives or pip install it on every node (see "
-        "docs/deployment.md)"
-    ], lines
-    assert f"({cluster.addrs['a']}): ok (Python {shared}, Spark " in next(
-        ln for ln in executors if ln not in failed
-    )
-    assert "Traceback" not in r.stderr
-    print(f"\ncheck-executors: {time.monotonic() - t0:.1f}s ({cluster.seconds})")
 
 
 # ---- one application with the archive: a query on S3, its driver killed mid-batch ---------------------
@@ -375,9 +380,8 @@ class Profile:
 
     pack: PackedEnv
     executors: dict[str, Any]  # require_executors in the first driver
-    endpoint: str  # the first driver's coordinator
-    agents_seen: list[list[str | None]]  # network namespaces of the agents, sampled in the first run
-    killed: dict[str, Any]  # the batch caught mid-way, the batches committed before
+    killed: dict[str, Any]  # the batch caught mid-way, the batches committed before, the coordinator's
+    # endpoint and the network namespaces of its agents, sampled until then
     after_kill: list[str]  # the store's keys just after the kill
     rest: dict[str, Any]  # the second driver's report (phases)
     records: Any  # pyarrow table read from the store by the second driver
@@ -391,6 +395,12 @@ class Profile:
 def _reports(log: Path) -> list[dict[str, Any]]:
     lines = log.read_text(errors="replace").splitlines() if log.exists() else []
     return [json.loads(ln) for ln in lines if ln.startswith("{")]
+
+
+def _tail(log: Path) -> str:
+    """The end of a process's stdout and stderr, for a failure's message."""
+    err = log.with_suffix(".err")
+    return "\n".join(p.read_text(errors="replace")[-4000:] for p in (log, err) if p.exists())
 
 
 def _batches(keys: list[str]) -> tuple[set[int], set[int]]:
@@ -410,21 +420,12 @@ def _netns(pid: int) -> str | None:
 
 
 def _start_driver(cluster: Cluster, pack: PackedEnv, mode: str, log: Path) -> subprocess.Popen[bytes]:
-    """A driver in the driver's namespace, started from the directory that holds environment/."""
+    """A driver in the driver's namespace, started from the directory that holds environment/; its
+    process group holds the driver, its JVM and the JVM's Python workers."""
     d = cluster.driver_dir
     argv = [sys.executable, "-c", DRIVER, cluster.master, cluster.addrs["d"], str(pack.archive)]
-    argv += [str(d / "spool"), OUT, str(d / "ck"), mode, str(d / "records.parquet")]
-    out = open(log, "wb")  # noqa: SIM115 - the process owns it until it ends
-    proc = subprocess.Popen(
-        ["ip", "netns", "exec", cluster.spaces["d"], *argv],
-        cwd=pack.root,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        env=cluster.driver_env,
-        start_new_session=True,  # its own process group: the driver, its JVM and the JVM's Python workers
-    )
-    cluster.nets.procs.append(proc)
-    return proc
+    argv += [str(d / "spool"), OUT, str(d / "ck"), mode, str(d / "records.parquet"), str(BATCH_ROWS)]
+    return _spawn(cluster.nets, cluster.spaces["d"], argv, log, cluster.driver_env, cwd=pack.root)
 
 
 def _kill_mid_batch(cluster: Cluster, driver: subprocess.Popen[bytes], log: Path) -> dict[str, Any]:
@@ -449,7 +450,7 @@ def _kill_mid_batch(cluster: Cluster, driver: subprocess.Popen[bytes], log: Path
                 "endpoint": endpoint,
             }
         time.sleep(0.05)
-    raise AssertionError(f"no batch caught mid-way; driver exit {driver.poll()}:\n{log.read_text()[-4000:]}")
+    raise AssertionError(f"no batch caught mid-way; driver exit {driver.poll()}:\n{_tail(log)}")
 
 
 def _translate(cluster: Cluster, out: Path) -> str:
@@ -472,21 +473,22 @@ def profile(cluster: Cluster) -> Profile:
     t0 = time.monotonic()
     pack = cluster.packing.result(timeout=600)
     seconds["waiting for the archive"] = round(time.monotonic() - t0, 1)
-    first_log, rest_log = cluster.logs / "driver-first.log", cluster.logs / "driver-rest.log"
+    first_log, rest_log = cluster.logs / "driver-first.out", cluster.logs / "driver-rest.out"
+    t1 = time.monotonic()
     first = _start_driver(cluster, pack, "first", first_log)
     killed = in_netns(cluster.spaces["s"], lambda: _kill_mid_batch(cluster, first, first_log))
-    first.wait(60)
-    seconds["first driver"] = round(time.monotonic() - t0, 1)
+    assert first.wait(60) == -signal.SIGKILL
+    seconds["first driver"] = round(time.monotonic() - t1, 1)
     after_kill = cluster.keys()
     reports = _reports(first_log)
-    t1 = time.monotonic()
-    rest = _start_driver(cluster, pack, "rest", rest_log)
-    assert rest.wait(400) == 0, rest_log.read_text(errors="replace")[-5000:]
-    seconds["second driver"] = round(time.monotonic() - t1, 1)
     t2 = time.monotonic()
+    rest = _start_driver(cluster, pack, "rest", rest_log)
+    assert rest.wait(400) == 0, _tail(rest_log)
+    seconds["second driver"] = round(time.monotonic() - t2, 1)
+    t3 = time.monotonic()
     latency_file = cluster.driver_dir / "latency.parquet"
     stdout = _translate(cluster, latency_file)
-    seconds["translate"] = round(time.monotonic() - t2, 1)
+    seconds["translate"] = round(time.monotonic() - t3, 1)
     keys = cluster.keys()
 
     def manifests() -> dict[int, dict[str, Any]]:
@@ -500,8 +502,6 @@ def profile(cluster: Cluster) -> Profile:
     return Profile(
         pack,
         reports[0],
-        killed["endpoint"],
-        killed["agents"],
         killed,
         after_kill,
         _reports(rest_log)[-1],
@@ -546,11 +546,11 @@ def test_records_on_s3_exactly_once_across_a_driver_killed_mid_batch(
     listed = {f"{PREFIX}/{f}" for m in profile.manifests.values() for f in m["files"]}
     data = {k for k in profile.keys if re.fullmatch(rf"{PREFIX}/batch=\d+/[^/]+\.parquet", k)}
     assert data == listed, sorted(data ^ listed)[:10]
-    assert sorted(profile.manifests) == list(range(len(profile.manifests)))
+    assert sorted(profile.manifests) == list(range(ROWS // BATCH_ROWS))
     logs = [
         p
         for p in cluster.root.rglob("*")
-        if p.is_file() and (p.suffix == ".log" or p.name in ("stderr", "stdout"))
+        if p.is_file() and (p.suffix in (".log", ".out", ".err") or p.name in ("stderr", "stdout"))
     ]
     leaked = [str(p) for p in logs if SECRET_KEY in p.read_text(errors="replace")]
     assert leaked == []
@@ -562,14 +562,24 @@ def test_records_on_s3_exactly_once_across_a_driver_killed_mid_batch(
 
 def test_sync_auto_cross_host_durations_within_their_bounds(cluster: Cluster, profile: Profile) -> None:
     # One agent per host, whatever the tasks: three namespaces, never two agents in one.
-    assert all(len(s) == len(set(s)) for s in profile.agents_seen), profile.agents_seen
-    wait_for(lambda: agent_pids(profile.endpoint) == [], 30, "the first run's agents to exit")
+    seen, endpoint = profile.killed["agents"], profile.killed["endpoint"]
+    assert all(len(s) == len(set(s)) for s in seen), seen
+    wait_for(lambda: agent_pids(endpoint) == [], 30, "the first run's agents to exit")
     phases = sorted(profile.rest["phases"], key=lambda r: int(r["phase"].rsplit("-", 1)[1]))
-    kinds = [r["kind"] for r in phases]
-    assert kinds[0] == "start" and kinds[-1] == "stop" and kinds.count("start") == 2, kinds
+    # Two coordinators (one per driver), each from its start phase to its stop phase: the first one's
+    # stop phase ran when it found its driver's JVM gone; indices continue over both.
+    kinds = " ".join(r["kind"] for r in phases)
+    assert re.fullmatch(r"start (periodic )*stop start (periodic )*stop", kinds) and "periodic" in kinds, (
+        kinds
+    )
+    assert [int(r["phase"].rsplit("-", 1)[1]) for r in phases] == list(range(len(phases)))
+    assert all(r["failures"] == [] for r in phases), phases
     assert phases[-1]["domains"] == sorted(DOMAINS) and phases[-1]["pairs"] == 6, phases[-1]
+    # The coordinator listens on the driver's address, as the executors reach it.
+    assert endpoint.startswith(f"tcp://{cluster.addrs['d']}:"), endpoint
     assert "reference profile-host-a" in profile.translate_stdout
 
+    assert profile.latency.num_rows == 3 * ROWS  # a row per record and method
     rec = profile.records.to_pydict()
     stamps = {
         t: (DOMAINS[a], s, DOMAINS[b], e)
@@ -582,7 +592,7 @@ def test_sync_auto_cross_host_durations_within_their_bounds(cluster: Cluster, pr
             strict=True,
         )
     }
-    ok_cross: dict[tuple[str, str, str], int] = {}
+    ok_cross: Counter[tuple[str, str, str]] = Counter()
     cross_bounds = []
     for r in profile.latency.to_pylist():
         if r["status"] != "ok":
@@ -592,16 +602,41 @@ def test_sync_auto_cross_host_durations_within_their_bounds(cluster: Cluster, pr
         truth = VA.apply(invert(b, e)) - VA.apply(invert(a, s))
         assert abs(r["duration_cycles"] - truth) <= r["bound_cycles"] + 4, r
         if a is not b:
-            key = (r["method"], a.domain, b.domain)
-            ok_cross[key] = ok_cross.get(key, 0) + 1
+            ok_cross[(r["method"], a.domain, b.domain)] += 1
             cross_bounds.append(r["bound_ns"])
-    statuses: dict[str, int] = {}
-    for r in profile.latency.select(["method", "status"]).to_pylist():
-        statuses[f"{r['method']} {r['status']}"] = statuses.get(f"{r['method']} {r['status']}", 0) + 1
-    # Both directions between the workers, for every method, with a good share of the records.
+    statuses = Counter(
+        f"{r['method']} {r['status']}" for r in profile.latency.select(["method", "status"]).to_pylist()
+    )
+    # Both directions between the workers, for every method: at least a batch's share of records
+    # each. (Each run's first batch is not ok: stamped before its hosts' agents took part in a phase.)
     pairs = [(m, x.domain, y.domain) for m in ("minrtt", "hull", "naive") for x, y in ((VA, VB), (VB, VA))]
-    assert all(ok_cross.get(p, 0) >= 1_000 for p in pairs), (ok_cross, statuses)
+    assert all(ok_cross[p] >= BATCH_ROWS // 4 for p in pairs), (ok_cross, statuses)
     print(
         f"\nsync=auto: {len(stamps):,} records, {len(phases)} phases, statuses {statuses}, cross-host ok "
         f"{ok_cross}, median bound {np.median(cross_bounds) / 1e3:.1f} us"
     )
+
+
+def test_check_executors_names_the_worker_whose_python_lacks_the_package(cluster: Cluster) -> None:
+    """No archive: worker B's Python (a bare venv at everyone's path) fails, in one line naming B."""
+    t0 = time.monotonic()
+    rc = cluster.check.wait(300)
+    out = (cluster.logs / "check.out").read_text()
+    err = (cluster.logs / "check.err").read_text(errors="replace")
+    lines = out.strip().splitlines()
+    assert rc == 1, (out, err[-3000:])
+    assert len(lines) == 3, lines
+    driver, *executors = lines
+    shared = cluster.shared_python
+    assert driver.startswith("driver on host ") and f": ok (Python {shared}" in driver, driver
+    failed = [ln for ln in executors if ": ok (" not in ln]
+    assert failed == [
+        f"executor on host {os.uname().nodename} ({cluster.addrs['b']}): cloudprofiler is not installed in "
+        f"its Python ({shared}); ship it with spark.archives or pip install it on every node (see "
+        "docs/deployment.md)"
+    ], lines
+    assert f"({cluster.addrs['a']}): ok (Python {shared}, Spark " in next(
+        ln for ln in executors if ln not in failed
+    )
+    assert "Traceback" not in err
+    print(f"\ncheck-executors: waited {time.monotonic() - t0:.1f}s ({cluster.seconds})")
