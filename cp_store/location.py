@@ -158,7 +158,7 @@ def resolve(where: str | os.PathLike[str] | Location) -> Location:
         path = os.path.abspath(os.path.expanduser(raw))
         return Location(pafs.LocalFileSystem(), path, path)
     try:
-        fs, path = pafs.FileSystem.from_uri(raw)
+        fs, path = pafs.FileSystem.from_uri(_s3_single_put(raw) if scheme == "s3" else raw)
     except (ValueError, OSError) as e:  # pyarrow's ArrowInvalid is a ValueError
         raise StoreError(f"{redact(raw)}: {first_line(e)}") from None
     if isinstance(fs, pafs.LocalFileSystem):
@@ -204,6 +204,17 @@ def first_line(e: BaseException) -> str:
     """The first line of an exception's message (pyarrow's S3 errors run over several)."""
     text = str(e).strip().splitlines()
     return text[0] if text else type(e).__name__
+
+
+def _s3_single_put(raw: str) -> str:
+    """``raw`` with pyarrow's delayed open on: a small file (a manifest, a task's Parquet file) then
+    goes up in one PUT at close instead of a three-request multipart upload, and is all-or-nothing
+    either way. A URI that sets the option itself keeps its own value."""
+    parts = urlsplit(raw)
+    if "allow_delayed_open" in dict(parse_qsl(parts.query)):
+        return raw
+    query = f"{parts.query}&allow_delayed_open=true" if parts.query else "allow_delayed_open=true"
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
 
 
 def _scheme(raw: str) -> str:
