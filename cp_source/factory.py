@@ -46,11 +46,11 @@ from cp_source import bucket as bk
 from cp_source.deadletter import DeadLetterWriter, read_dead_letters
 from cp_source.durability import check_durability
 from cp_source.factory_front import MAX_FRAMES, FrontEnd, read_front_ledger, recv_capped
-from cp_store.private_dirs import ensure_private_dir
 from cp_source.spool import SegmentWriter, Spool, spool_bytes
 from cp_source.spool_ledger import WorkerState
 from cp_source.startup_trace import mark, mark_process_start
 from cp_source.workloads import Workload, resolve
+from cp_store.private_dirs import ensure_private_dir
 from native_tsc import curve_keys as ck
 from native_tsc.zmq_bounds import frame_hard_cap
 

@@ -33,8 +33,8 @@ import orjson
 from pyspark.sql.datasource import InputPartition
 
 from cp_source.bucket import merge_ranges
-from cp_store.private_dirs import atomic_write, ensure_private_dir
 from cp_source.ready_frontier import NO_FRONTIER
+from cp_store.private_dirs import atomic_write, ensure_private_dir
 
 FRONTIER_KEY = "frontier"
 STATE_FILE = "_ready_state.json"  # committed frontier and late-row scan positions (the driver's)

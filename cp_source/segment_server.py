@@ -30,8 +30,8 @@ from typing import Any
 import orjson
 import zmq
 
-from cp_store.private_dirs import atomic_write
 from cp_source.ready_host_ops import READY_OPS, ReadyControl, event_ms, plan_after, sender_timeout
+from cp_store.private_dirs import atomic_write
 from native_tsc import curve_keys as ck
 from native_tsc.zmq_bounds import recv_bounded
 

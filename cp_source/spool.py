@@ -53,7 +53,6 @@ import pyarrow as pa
 
 from cp_source.bucket import merge_ranges
 from cp_source.durability import DurabilityError, check_durability, fsync_dirs, fsync_path
-from cp_store.private_dirs import atomic_write, ensure_private_dir, private_tmp
 from cp_source.spool_compact import (
     ABSORB_MIN_SEGMENTS,
     MANIFEST_KEEP,
@@ -78,6 +77,7 @@ from cp_source.spool_ledger import (
     read_records,
     workers_drained,
 )
+from cp_store.private_dirs import atomic_write, ensure_private_dir, private_tmp
 
 SEG_RE = re.compile(r"^seg-(\d{12})\.arrow$")
 WORKER_RE = re.compile(r"^w(\d+)$")

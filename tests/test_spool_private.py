@@ -12,9 +12,9 @@ import pyarrow as pa
 import pytest
 
 from cp_source.factory import start_factory
-from cp_store.private_dirs import UnsafeDirectory, default_spool, default_spool_root, ensure_private_dir
 from cp_source.segment_server import SegmentServer
 from cp_source.spool import SegmentWriter, Spool
+from cp_store.private_dirs import UnsafeDirectory, default_spool, default_spool_root, ensure_private_dir
 
 NOBODY = 65534
 
