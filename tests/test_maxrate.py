@@ -99,6 +99,7 @@ def test_maxrate_finds_throttled_capacity(throttled: Any, tmp_path: Path) -> Non
     assert any(s.rate > CAPACITY and s.verdict in ("drop", "backlog") for s in attempts)
 
 
+@pytest.mark.long  # a real query to the sink and back: 7 s, moved to make room in the fast tier
 def test_sink_counter_attributes_by_sender(spark: Any, tmp_path: Path) -> None:
     """Counts of the real sink attributed to senders by tuple id, exactly."""
     from pyspark.sql import functions as F

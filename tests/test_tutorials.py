@@ -37,6 +37,7 @@ def test_tutorial_runs_twice_in_a_row(name: str, spark: Any, tmp_path: Path) -> 
         run_page(TUTORIALS / name, tmp_path, ns)  # every block, bash too, by the docs' convention
 
 
+@pytest.mark.long  # the README's generator and query twice: 14 s
 def test_readme_snippet_runs_as_written_twice(spark: Any) -> None:
     """The README's snippet creates its own session: getOrCreate returns the running one."""
     for run in (1, 2):
