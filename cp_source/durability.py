@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import os
 
+from cp_store.location import fsync_path  # the one fsync-by-name; cp_source modules import it from here
+
 DURABILITY_LEVELS = ("process", "strict")
 
 
@@ -38,15 +40,6 @@ def check_durability(value: str, name: str = "durability") -> str:
     if level not in DURABILITY_LEVELS:
         raise ValueError(f"option {name}={value!r}: expected one of {', '.join(DURABILITY_LEVELS)}")
     return level
-
-
-def fsync_path(path: str | os.PathLike[str]) -> None:
-    """fsync a file or a directory by name (a directory's fsync makes its entries durable)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def fsync_dirs(*paths: str | os.PathLike[str]) -> None:

@@ -46,7 +46,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from cp_store.location import Location, StoreError, first_line, fsync_dir, resolve
+from cp_store.location import Location, StoreError, first_line, fsync_path, resolve
 
 COMMITS = "_commits"
 MANIFEST_VERSION = 1
@@ -224,7 +224,7 @@ def prepare(loc: Location) -> None:
 def sync_file(loc: Location) -> None:
     """fsync a local file by name (a no-op on an object store: an upload is durable once complete)."""
     if loc.is_local:
-        fsync_dir(loc.path)  # opens read-only and fsyncs: the same for a file
+        fsync_path(loc.path)  # opens read-only and fsyncs: the same for a file
 
 
 def commit(
@@ -389,10 +389,10 @@ def _sync_names(root: Location, files: Sequence[str]) -> None:
     directories and of ``_commits/`` are on disk before the manifest that lists them."""
     root.join(COMMITS).make_dirs()
     for d in sorted({posixpath.dirname(f) for f in files}):
-        fsync_dir(root.join(d).path)
-    fsync_dir(root.path)
+        fsync_path(root.join(d).path)
+    fsync_path(root.path)
     if root.path not in _ROOT_SYNCED:  # root itself may be new: its name lives in its parent
-        fsync_dir(posixpath.dirname(root.path.rstrip("/")) or "/")
+        fsync_path(posixpath.dirname(root.path.rstrip("/")) or "/")
         _ROOT_SYNCED.add(root.path)
 
 

@@ -106,7 +106,7 @@ class Location:
                         os.fsync(f.fileno())
                 os.replace(tmp, self.path)
                 if durable:
-                    fsync_dir(posixpath.dirname(self.path))
+                    fsync_path(posixpath.dirname(self.path))
                 return
             with self.fs.open_output_stream(self.path) as out:
                 out.write(data)
@@ -180,8 +180,8 @@ def check_writable(loc: Location) -> None:
     loc.make_dirs()
 
 
-def fsync_dir(path: str | os.PathLike[str]) -> None:
-    """fsync a local directory so the names in it survive an OS crash."""
+def fsync_path(path: str | os.PathLike[str]) -> None:
+    """fsync a local file or directory by name (a directory's fsync makes its entries durable)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

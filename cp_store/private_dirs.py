@@ -23,7 +23,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from cp_store.location import fsync_dir as fsync_path
+from cp_store.location import fsync_path
 
 APP_DIR = "cloudprofiler"
 
