@@ -60,6 +60,7 @@ _IO_THREADS = 8  # manifests and files read in parallel: an object store answers
 # Per process: locations whose earlier batches were swept, and whose parent was fsynced.
 _SWEPT: set[tuple[str, str]] = set()
 _ROOT_SYNCED: set[str] = set()
+_LAST_COMMIT: dict[tuple[str, str], Manifest] = {}  # per location: the last batch this process committed
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -370,10 +371,15 @@ def _sweep_after_commit(root: Location, batch_id: int, listed: Sequence[str]) ->
     # This batch's failed attempts, and a late speculative attempt of the batch before; once per
     # process and location, everything older too (what a crash of an earlier driver left).
     key = (type(root.fs).__name__, root.uri)
+    previous = _LAST_COMMIT.get(key)
+    _LAST_COMMIT[key] = Manifest(batch_id, tuple(listed), (), "")
     if key in _SWEPT:
-        sweep(root, batch_id, Manifest(batch_id, tuple(listed), (), ""))
+        sweep(root, batch_id, _LAST_COMMIT[key])
         if batch_id > 0:
-            sweep(root, batch_id - 1)
+            # The batch before was most likely committed by this process: its file list is at hand,
+            # which saves re-reading its manifest (two requests on an object store) on every commit.
+            known = previous if previous is not None and previous.batch_id == batch_id - 1 else True
+            sweep(root, batch_id - 1, known)
         return
     sweep_history(root, batch_id)
     _SWEPT.add(key)
