@@ -113,6 +113,7 @@ def test_every_emitted_id_arrives_exactly_once(factory: Callable[..., FactoryHan
     assert set(seg.column("sender_id").to_pylist()) <= {x["id"] for x in s["senders"]}
 
 
+@pytest.mark.long  # 6-8 s: moved to keep the fast tier inside its 10 minutes
 def test_sigkill_of_a_worker_then_restart_loses_exactly_the_counted_gap(
     factory: Callable[..., FactoryHandle], generator_threads: Callable[..., GeneratorThread]
 ) -> None:

@@ -654,6 +654,7 @@ def test_a_factory_silent_at_start_joins_at_its_committed_offset(
     reader.stop()
 
 
+@pytest.mark.long  # 6-8 s: moved to keep the fast tier inside its 10 minutes
 def test_admission_and_available_now_over_factory_hosts(tmp_path: Path, hosts: list[FactoryHost]) -> None:
     from cp_source.factory_hosts import FactoryHosts, offset_positions
 

@@ -342,6 +342,7 @@ def _compact_in_child(root: Path, kill_after: str | None, delay: float) -> tuple
     return child.wait(30), marks
 
 
+@pytest.mark.long  # 6-8 s: moved to keep the fast tier inside its 10 minutes
 def test_sigkill_at_any_moment_of_compaction_leaves_an_exact_ledger(
     twin: Twin, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -376,6 +376,7 @@ def test_streaming_append_equals_native_with_late_tuples(spark: Any, tmp_path: P
     _check_stream(spark, tmp_path, batches, 4000, 1000)
 
 
+@pytest.mark.long  # 6-8 s: moved to keep the fast tier inside its 10 minutes
 def test_streaming_update_equals_native_with_late_tuples(spark: Any, tmp_path: Path) -> None:
     """Update mode through the panes in group state: each micro-batch updates the same windows with
     the same values as Spark's native update (late tuples within the watermark included)."""
