@@ -15,7 +15,7 @@ from ingest_truth import assert_exactly_once, expected_ids
 
 pytestmark = pytest.mark.long
 
-BATCH = 2000  # maxRecordsPerTrigger of the run that fills the disk: about 20 batches, a log file each
+BATCH = 2000  # largest maxRecordsPerTrigger of the run that fills the disk: a log file a batch
 PAGE = 4096
 # Room left on the small disk: one log file of a batch fits (they are 6-12 KB), a few cannot, and a
 # file takes at least a page, so a run of more than FREE_PAGES + 1 files certainly fills it.
@@ -86,11 +86,13 @@ def test_a_full_log_disk_fails_the_query_and_a_restart_loses_nothing(spark: Any,
     finally:
         factory.stop()
     want, _ = expected_ids(summary, Spool(spool).stats())
-    # enough batches (a log file each, a page at least) to overflow the free room whatever the sizes
-    assert len(want) > BATCH * (FREE_PAGES + 2), f"only {len(want)} tuples reached the spool: too few to fill"
+    # A loaded machine drops some of the offered tuples (counted); the batch shrinks so that there are
+    # still twice the batches (a log file each, a page at least) that overflow the free room.
+    batch = min(BATCH, len(want) // (2 * (FREE_PAGES + 2)))
+    assert batch >= 100, f"only {len(want)} tuples reached the spool: too few to fill the disk"
     with small_tmpfs(tmp_path / "small", "64k") as small:
         free = _fill(small, FREE_PAGES)
-        q = _query(spark, spool, small / "plog", out, ckpt, BATCH)
+        q = _query(spark, spool, small / "plog", out, ckpt, batch)
         err = _failure(q, small / "plog" / "ingest", free)
         assert "option progressLog: cannot write the ingest log" in err and "No space left" in err, err
         partial = read_records(out)["tuple_id"].to_numpy()
