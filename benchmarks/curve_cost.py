@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import zmq
 
-from cp_source.factory import start_factory
-from cp_source.generator import run_generator
-from cp_source.segment_server import SegmentRef, SegmentServer, fetch_segment
-from cp_source.spool import Spool
+from cp_source.factory.workers import start_factory
+from cp_source.generate.generator import run_generator
+from cp_source.hosts.segment_server import SegmentRef, SegmentServer, fetch_segment
+from cp_source.spool.segments import Spool
 from native_tsc import curve_keys
 
 MSG_BYTES = 64 << 10

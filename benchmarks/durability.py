@@ -68,9 +68,9 @@ def fs_type(path: str) -> str:
 
 def factory_run(level: str, seg_rows: int, tuples: int, base: str, payloads: list[bytes]) -> dict[str, Any]:
     """One worker publishing ``tuples`` YSB tuples in segments of ``seg_rows`` at ``level``."""
-    from cp_source import bucket as bk
-    from cp_source.factory import FactoryWorker, WorkerConfig
-    from cp_source.spool import Spool
+    from cp_source.factory.workers import FactoryWorker, WorkerConfig
+    from cp_source.spool.segments import Spool
+    from cp_source.wire import bucket as bk
 
     segments = tuples // seg_rows
     with tempfile.TemporaryDirectory(prefix="cp-bench-durability-", dir=base) as d:
@@ -106,7 +106,7 @@ def factory_run(level: str, seg_rows: int, tuples: int, base: str, payloads: lis
 
 
 def measure_factory(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from cp_source.generator import build_payloads
+    from cp_source.generate.generator import build_payloads
 
     payloads = build_payloads("ysb", BUCKET)
     factory_run("process", 5_000, 20_000, args.dir, payloads)  # numba and imports warm before timing

@@ -58,8 +58,8 @@ from cloudprofiler.queries import (  # noqa: E402
     start_source_query,
     ysb_stateless,
 )
-from cp_source.bucket import tuple_id  # noqa: E402
-from cp_source.workloads import YSB_FIELDS, ysb_rows  # noqa: E402
+from cp_source.wire.bucket import tuple_id  # noqa: E402
+from cp_source.wire.workloads import YSB_FIELDS, ysb_rows  # noqa: E402
 
 BUCKET = 1000
 OLD_BEST = 400_000  # the cloudprofiler source's maximum before issue 13 (docs/benchmarks.md)
@@ -300,7 +300,7 @@ def build(name: str, spark: Any, work: Path) -> tuple[Target, Any, Any]:
         target, q = start_network_source(spark, work, make_keys(work) if name == KEYS_ON else None)
         return target, q, lambda: None
     if name == "naive Python source":
-        from cp_source.naive_source import NaiveZmqDataSource
+        from cp_source.reader.naive_source import NaiveZmqDataSource
 
         spark.dataSource.register(NaiveZmqDataSource)
         state = work / "naive.json"

@@ -35,14 +35,14 @@ from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cp_source import bucket as bk
-from cp_source.factory import FactoryWorker, WorkerConfig, start_factory
-from cp_source.generator import build_payloads, run_generator
-from cp_source.parse_json import parse_arrow_json, parse_naive_rows, parse_orjson
-from cp_source.parse_ysb import StringRowParser
-from cp_source.sender_link import answer_control
-from cp_source.spool import Spool
-from cp_source.workloads import ysb_fields
+from cp_source.factory.parse_json import parse_arrow_json, parse_naive_rows, parse_orjson
+from cp_source.factory.parse_ysb import StringRowParser
+from cp_source.factory.workers import FactoryWorker, WorkerConfig, start_factory
+from cp_source.generate.generator import build_payloads, run_generator
+from cp_source.spool.segments import Spool
+from cp_source.wire import bucket as bk
+from cp_source.wire.sender_link import answer_control
+from cp_source.wire.workloads import ysb_fields
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ingest.json"
 GOAL_GENERATOR = 5e6

@@ -126,7 +126,7 @@ def _stop(query: Any) -> None:
 
 def _generate(endpoints: list[str], rate: float, duration: float) -> list[dict[str, Any]]:
     """One generator per query, all at once; their summaries in query order."""
-    from cp_source.generator import run_generator
+    from cp_source.generate.generator import run_generator
 
     out: list[dict[str, Any] | None] = [None] * len(endpoints)
 

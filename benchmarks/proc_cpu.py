@@ -83,7 +83,7 @@ class CpuByRole:
     def _role(self, pid: str, argv: list[str], runner: set[str]) -> str:
         if int(pid) == self.root:
             return "this script"
-        if "cp_source.factory" in argv:
+        if "cp_source.factory.workers" in argv:
             return "factory workers"
         if pid in runner:
             return "factory front end + segment server"

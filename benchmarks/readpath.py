@@ -56,7 +56,7 @@ class BareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """One micro-batch of every row of the file, split into ``partitions`` row ranges."""
 
     def __init__(self, options: dict[str, str]) -> None:
-        from cp_source.startup_trace import mark, mark_process_start
+        from cp_source.factory.startup_trace import mark, mark_process_start
 
         mark_process_start("bare reader")
         mark("bare reader: constructed")
@@ -111,9 +111,9 @@ class BareArrowSource(DataSource):
 # ---- the data --------------------------------------------------------------------------------------
 def prefill(spool: Path, rows: int, rate: float) -> dict[str, Any]:
     """Fill ``spool`` through the real factory (2 workers) with about ``rows`` YSB tuples."""
-    from cp_source.factory import start_factory
-    from cp_source.generator import run_generator
-    from cp_source.spool import Spool
+    from cp_source.factory.workers import start_factory
+    from cp_source.generate.generator import run_generator
+    from cp_source.spool.segments import Spool
 
     t0 = time.monotonic()
     with start_factory("tcp://127.0.0.1:0", spool, workers=2, max_spool_bytes=8 << 30) as f:
@@ -138,7 +138,7 @@ def export_rows(spool: Path, work: Path, schema: Any) -> tuple[str, str]:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     import native_tsc
-    from cp_source.spool import Spool, read_segment
+    from cp_source.spool.segments import Spool, read_segment
 
     sp = Spool(spool)
     target = to_arrow_schema(schema, timezone="UTC")
@@ -222,7 +222,7 @@ def measure(
     spark: Any, work: Path, spool: Path, files: tuple[str, str], n: int, repeat: int
 ) -> list[dict[str, Any]]:
     """Every row of the throughput table, in one session."""
-    from cp_source.stream_reader import ReaderOptions, source_schema
+    from cp_source.reader.stream_reader import ReaderOptions, source_schema
 
     schema = source_schema(ReaderOptions.parse({}))
     arrow_path, pq_dir = files
@@ -277,7 +277,7 @@ def _first_rows_s(q: Any, t0: float, timeout: float = 180.0) -> float:
     """Seconds from ``t0`` until the query's progress shows a finished micro-batch with rows."""
     while time.monotonic() < t0 + timeout:
         if any(int(p["numInputRows"]) > 0 for p in q.recentProgress):
-            from cp_source.startup_trace import mark
+            from cp_source.factory.startup_trace import mark
 
             mark("bench: first rows seen")
             return time.monotonic() - t0
@@ -294,9 +294,9 @@ def _ours_live(spark: Any, work: Path, name: str, rate: float, seconds: float, b
     import threading
 
     import cloudprofiler
-    from cp_source.generator import run_generator
-    from cp_source.reader_state import wait_reader_state
-    from cp_source.startup_trace import mark
+    from cp_source.factory.startup_trace import mark
+    from cp_source.generate.generator import run_generator
+    from cp_source.reader.state import wait_reader_state
 
     spool = work / f"{name}-spool"
     df = spark.readStream.format("cloudprofiler").option("endpoint", "tcp://127.0.0.1:0")
@@ -338,14 +338,14 @@ def _batches(q: Any, wall0: float, n: int = 3) -> list[dict[str, Any]]:
 
 def _timeline(path: str, wall0: float, wall1: float) -> list[tuple[float, int, str]]:
     """The trace's events between ``wall0`` and ``wall1``, as seconds after ``wall0``."""
-    from cp_source.startup_trace import read_trace
+    from cp_source.factory.startup_trace import read_trace
 
     return [(round(t - wall0, 3), pid, ev) for t, pid, ev in read_trace(path) if wall0 <= t <= wall1]
 
 
 def _first_rows_of(df: Any, work: Path, trace: str | None) -> tuple[float, list[dict[str, Any]]]:
     """Seconds from start() to the first micro-batch with rows, and the first micro-batches."""
-    from cp_source.startup_trace import mark
+    from cp_source.factory.startup_trace import mark
 
     ckpt = tempfile.mkdtemp(prefix="ckpt-", dir=work)
     t0, wall0 = time.monotonic(), time.time()
@@ -368,7 +368,7 @@ def startup(
 
     With ``trace`` (the file of ``CLOUDPROFILER_STARTUP_TRACE``) each round also keeps the timeline
     of our query's start-up and the first micro-batches of each query."""
-    from cp_source.stream_reader import ReaderOptions, source_schema
+    from cp_source.reader.stream_reader import ReaderOptions, source_schema
 
     schema = source_schema(ReaderOptions.parse({}))
     bare_opts = {"path": arrow[0], "partitions": "2", "batch": "65536", "rows": str(arrow[1])}
@@ -427,7 +427,7 @@ def _phases(q: Any, skip: int = 3) -> dict[str, Any]:
 
 def floor(spark: Any, work: Path, arrow_path: str, n_rows: int, seconds: float) -> list[dict[str, Any]]:
     """Micro-batches of almost no data into noop: where a batch's time goes, per source."""
-    from cp_source.stream_reader import ReaderOptions, source_schema
+    from cp_source.reader.stream_reader import ReaderOptions, source_schema
 
     schema = source_schema(ReaderOptions.parse({}))
     opts = {"path": arrow_path, "partitions": "2", "batch": "65536", "rows": str(n_rows), "trickle": "200"}
@@ -485,7 +485,7 @@ def main() -> int:
     args = ap.parse_args()
     sections = set(args.sections.split(","))
     from cloudprofiler.spark_local import local_session
-    from cp_source.stream_reader import ReaderOptions, source_schema
+    from cp_source.reader.stream_reader import ReaderOptions, source_schema
 
     doc: dict[str, Any] = {
         **result_head("readpath"),
@@ -496,7 +496,7 @@ def main() -> int:
         work = Path(tmp)
         trace = None
         if args.trace:
-            from cp_source.startup_trace import TRACE_ENV
+            from cp_source.factory.startup_trace import TRACE_ENV
 
             trace = str(work / "startup-trace.txt")
             os.environ[TRACE_ENV] = trace  # before the session: Spark's Python workers inherit it

@@ -75,10 +75,10 @@ def run_one(
     from cloudprofiler.partition_load import generator_keys, partition_load
     from cloudprofiler.skew import SALT, adaptive_salt, salt_column
     from cloudprofiler.spark_local import source_end_offset
-    from cp_source.generator import run_generator
-    from cp_source.key_skew import hot_key, parse_key_skew
-    from cp_source.spool import Spool
-    from cp_source.workloads import campaigns_table
+    from cp_source.generate.generator import run_generator
+    from cp_source.generate.hot_keys import hot_key, parse_key_skew
+    from cp_source.spool.segments import Spool
+    from cp_source.wire.workloads import campaigns_table
 
     name, skew, rotate = workload
     register(spark)

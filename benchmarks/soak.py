@@ -80,7 +80,7 @@ def _kind(argv: list[str], parent_kind: str | None) -> str | None:
     cmd = " ".join(argv)
     if parent_kind == "generator":
         return "generator"
-    if "cp_source.factory" in cmd and "--worker" in argv:
+    if "cp_source.factory.workers" in cmd and "--worker" in argv:
         return f"factory {argv[argv.index('--worker') + 1]}"
     if "python_streaming_source_runner" in cmd:
         return "source runner"
@@ -145,7 +145,7 @@ def du_mib(path: Path) -> float:
 
 def ledger_files_kib(spool: Path) -> dict[str, float]:
     """Sizes of the spool's ledger files summed over its workers, KiB."""
-    from cp_source.spool_compact import ledger_file_bytes
+    from cp_source.spool.compact import ledger_file_bytes
 
     out = {"manifest.ndjson": 0, "buckets.bin": 0, "rejected.bin": 0}
     for wdir in sorted(spool.glob("w*")):
@@ -162,7 +162,7 @@ class Sampler(threading.Thread):
 
     def __init__(self, spool: Path, every: float) -> None:
         super().__init__(name="soak-sampler", daemon=True)
-        from cp_source.spool import Spool
+        from cp_source.spool.segments import Spool
 
         self.spool, self.every = spool, every
         self.view = Spool(spool)  # long-lived, as in ``cloudprofiler factory``
@@ -171,7 +171,7 @@ class Sampler(threading.Thread):
         self._stop_event = threading.Event()
 
     def sample(self) -> dict[str, Any]:
-        from cp_source.spool import Spool
+        from cp_source.spool.segments import Spool
 
         t = time.perf_counter()
         st = self.view.stats()
@@ -210,7 +210,7 @@ def offer_for(endpoint: str, seconds: float) -> Any:
 def drain_and_check(target: Any, summary: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Wait until the sink has every emitted tuple not counted as lost; the ledger's figures."""
     from cloudprofiler.sink_counter import SinkCounter
-    from cp_source.spool import Spool
+    from cp_source.spool.segments import Spool
 
     senders = {int(s["id"]) for s in summary["senders"]}
     emitted = int(summary["emitted"])

@@ -41,9 +41,9 @@ VIPER_NOTE = (
 # ---- part 1: read throughput -----------------------------------------------------------------------
 def prefill(spool: Path, rows: int, senders: int, rate: float) -> dict[str, Any]:
     """About ``rows`` YSB tuples from ``senders`` senders through the real factory; all of them ended."""
-    from cp_source.factory import start_factory
-    from cp_source.generator import run_generator
-    from cp_source.spool import Spool
+    from cp_source.factory.workers import start_factory
+    from cp_source.generate.generator import run_generator
+    from cp_source.spool.segments import Spool
 
     t0 = time.monotonic()
     with start_factory("tcp://127.0.0.1:0", spool, workers=2, max_spool_bytes=8 << 30) as f:
@@ -82,7 +82,7 @@ def direct_read(work: Path, template: Path, ordering: str, senders: int, n: int)
     """M rows/s planning and reading the whole backlog with the stream reader alone (no Spark)."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from cp_source.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
+    from cp_source.reader.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
 
     opts = _options(fresh_copy(template, work), ordering, senders)
     t0 = time.perf_counter()

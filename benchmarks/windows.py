@@ -51,7 +51,7 @@ def write_events(root: Path, rows: int, rate: int, file_s: int) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from cp_source.workloads import AD_TYPES, EVENT_TYPES, campaigns_table
+    from cp_source.wire.workloads import AD_TYPES, EVENT_TYPES, campaigns_table
 
     rng = np.random.default_rng(17)
     ads = np.array(campaigns_table().column("ad_id").to_pylist(), dtype=object)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from cp_source.reader_state import ReaderState
+from cp_source.reader.state import ReaderState
 
 
 def register(spark: Any) -> None:
@@ -29,7 +29,7 @@ def wait_for_factory(spool: str, query: Any = None, timeout: float = 120.0) -> R
     """
     import time
 
-    from cp_source.reader_state import wait_reader_state
+    from cp_source.reader.state import wait_reader_state
 
     def why_stopped() -> str | None:
         if query is None or query.isActive:

@@ -18,8 +18,8 @@ from cloudprofiler.errors import CommandError
 # command -> (module, one-line summary)
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("cloudprofiler.demo", "run the YSB pipeline on embedded defaults and print its latencies"),
-    "generate": ("cp_source.generate_cli", "offer tuples at an exact rate over ZeroMQ"),
-    "factory": ("cp_source.factory_cli", "deserialize buckets into an Arrow spool"),
+    "generate": ("cp_source.generate.cli", "offer tuples at an exact rate over ZeroMQ"),
+    "factory": ("cp_source.factory.cli", "deserialize buckets into an Arrow spool"),
     "sync": ("cp_sync.sync_cli", "MinRTT probes between TSC domains (serve | agent | run)"),
     "translate": ("cp_sync.translate_cli", "turn records and sync tables into latencies with bounds"),
     "progress": ("cloudprofiler.progress_cli", "window output latency, SWM prediction, watermark advice"),

@@ -31,13 +31,13 @@ class CloudprofilerDataSource(DataSource):
         Spark calls this at ``load()`` (never for a write, nor when the user gives ``.schema()``):
         the reader's options are checked here, strictly, so a typo fails before the query starts.
         """
-        from cp_source.stream_reader import ReaderOptions, source_schema
+        from cp_source.reader.stream_reader import ReaderOptions, source_schema
 
         return source_schema(ReaderOptions.parse(self.options, strict=True))
 
     def streamReader(self, schema: StructType) -> Any:
         """The reader of one query; a bad option or schema found now fails Spark's first call to it."""
-        from cp_source.stream_reader import CloudprofilerStreamReader, RefusedStreamReader
+        from cp_source.reader.stream_reader import CloudprofilerStreamReader, RefusedStreamReader
 
         try:
             return CloudprofilerStreamReader(schema, self.options)

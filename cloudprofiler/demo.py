@@ -414,7 +414,7 @@ class _Demo:
         """Wait until the factories published every tuple of ``runs`` and both queries read it all."""
         from cloudprofiler.spark_local import source_end_offset
         from cp_sink.records import total_seen
-        from cp_source.spool import Spool
+        from cp_source.spool.segments import Spool
 
         for name, spool in self.spools.items():
             senders = {int(s["id"]) for run in runs for s in run[name]["senders"]}

@@ -191,7 +191,7 @@ def collect(
     import native_tsc
     from cloudprofiler.queries import window_counts
     from cp_sink.records import read_records
-    from cp_source.spool import Spool
+    from cp_source.spool.segments import Spool
 
     stats = Spool(demo.spools["windows"]).stats()
     stats_l = Spool(demo.spools["latency"]).stats()

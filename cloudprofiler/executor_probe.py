@@ -26,7 +26,7 @@ SUPPORTED_SPARK = ((4, 2), (5, 0))
 SUPPORTED_TEXT = "Spark 4.2 or a later 4.x"
 DOCS = "docs/deployment.md"
 # What executors import to run the reader's read() and the sink's write().
-EXECUTOR_MODULES = ("cp_source.stream_reader", "cp_sink.stream_writer", "cp_store.location")
+EXECUTOR_MODULES = ("cp_source.reader.stream_reader", "cp_sink.stream_writer", "cp_store.location")
 # cloudprofiler's own packages: an import failing inside them is not a missing dependency.
 OWN_PACKAGES = ("cloudprofiler", "native_tsc", "cp_source", "cp_sink", "cp_store", "cp_sync")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cp_source.bucket import SEQ_BITS
+from cp_source.wire.bucket import SEQ_BITS
 from native_tsc.stamp_columns import GEN, SINK, node_column, tsc_column
 
 

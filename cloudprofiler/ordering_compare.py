@@ -29,7 +29,7 @@ WATERMARK_S = 1
 
 def truth_windows(summary: dict[str, Any], window_ms: int) -> dict[int, int]:
     """Tuples per window start (ms) from the generator's schedule clock (``event_start_ms`` set)."""
-    from cp_source.generator import schedule_event_ms
+    from cp_source.generate.generator import schedule_event_ms
 
     start = summary["event_start_ms"]
     if start is None:
@@ -130,8 +130,8 @@ def run_windowed(
 ) -> dict[str, Any]:
     """One run of the windowed count (see the module docstring); its figures as a dict."""
     from cloudprofiler import wait_for_factory
-    from cp_source.generator import run_generator
-    from cp_source.spool import Spool
+    from cp_source.generate.generator import run_generator
+    from cp_source.spool.segments import Spool
 
     if ordering not in ("arrival", "ready"):
         raise ValueError(f"ordering must be arrival or ready, got {ordering!r}")

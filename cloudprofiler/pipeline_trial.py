@@ -29,7 +29,7 @@ from cloudprofiler.latency_slope import latency_slope
 from cloudprofiler.queries import Target
 from cloudprofiler.rate_search import Step, grace_from_landings, reference_latency
 from cloudprofiler.sink_counter import SinkCounter
-from cp_source.spool import Spool
+from cp_source.spool.segments import Spool
 
 
 class _Offered(NamedTuple):

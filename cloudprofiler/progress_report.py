@@ -2,7 +2,7 @@
 
 Three inputs, all written anyway by a profiled windowed query:
 
-* the **ingest log** (the source's ``progressLog``, ``cp_source.ingest_log``): per bucket, the
+* the **ingest log** (the source's ``progressLog``, ``cp_source.reader.ingest_log``): per bucket, the
   micro-batch (by end-offset digest), tuple count, event time and the ``gen``, ``factory`` and
   ``source`` stamps;
 * the **checkpoint** Spark keeps for the query: ``offsets/<batchId>`` holds each batch's end
@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from cp_source import progress_model as pm
+from cp_source.klink import progress_model as pm
 from cp_store.location import Location, resolve
 from native_tsc.stamp_columns import FACTORY, GEN, SINK, SOURCE, node_column, tsc_column
 
@@ -74,7 +74,7 @@ def _batch_files(loc: Location) -> dict[int, pafs.FileInfo]:
 def read_checkpoint(checkpoint: str | os.PathLike[str] | Location) -> pa.Table:
     """Per committed micro-batch: batch_id, batch_key (its end offset's digest), the watermark it used
     (ms) and its trigger time (ms), from Spark's offset and commit logs (a path or URI)."""
-    from cp_source.ingest_log import batch_key
+    from cp_source.reader.ingest_log import batch_key
 
     root = resolve(checkpoint)
     offsets, commits = root.join("offsets"), root.join("commits")
@@ -247,7 +247,7 @@ def window_output_latency(windows: pa.Table, ingest: pa.Table, clock: RefClock) 
 # ---- batches, epochs, prediction, advice ------------------------------------------------------
 @dataclass
 class QueryRun:
-    """One query's batches and buckets on the reference clock, ready for cp_source.progress_model."""
+    """One query's batches and buckets on the reference clock, ready for cp_source.klink.progress_model."""
 
     batches: pm.Batches
     tuples: pm.Tuples
@@ -408,7 +408,7 @@ def progress_report(
     ``records``, ``ingest_dir`` (the source's progressLog), ``checkpoint`` and ``sync_dir`` are
     paths or URIs."""
     from cp_sink.records import read_windows
-    from cp_source.ingest_log import read_ingest_log
+    from cp_source.reader.ingest_log import read_ingest_log
 
     windows = read_windows(records)
     ingest = read_ingest_log(ingest_dir)

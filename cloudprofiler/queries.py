@@ -32,8 +32,8 @@ def sender_blocks(senders: int, start: int | None = None) -> Callable[[], int]:
     Ids never repeat within one source until all 2^24 are used, where a random base per run would
     repeat one now and then (1 in 65,535 per pair of runs).
     """
-    from cp_source.bucket import MAX_SENDER
-    from cp_source.generator import fresh_sender_base
+    from cp_source.generate.generator import fresh_sender_base
+    from cp_source.wire.bucket import MAX_SENDER
 
     block = max(1, senders)
     nxt = [fresh_sender_base(block) if start is None else start]
@@ -118,7 +118,7 @@ def ysb_stateless(events: Any) -> Any:
     """
     from pyspark.sql import functions as F
 
-    from cp_source.workloads import campaigns_table
+    from cp_source.wire.workloads import campaigns_table
 
     spark = events.sparkSession
     campaigns = spark.createDataFrame(campaigns_table().to_pandas())
@@ -271,7 +271,7 @@ def user_target(
     recorded in the spool (``_reader.json``) when only ``spool`` is given; a
     state file whose reader no longer runs is refused.
     """
-    from cp_source.reader_state import live_reader_state
+    from cp_source.reader.state import live_reader_state
 
     if endpoint is None:
         if spool is None:
@@ -304,7 +304,7 @@ def campaigns_frame(spark: Any) -> Any:
     """The YSB campaigns table as a broadcast DataFrame (ad_id -> campaign_id)."""
     from pyspark.sql import functions as F
 
-    from cp_source.workloads import campaigns_table
+    from cp_source.wire.workloads import campaigns_table
 
     return F.broadcast(spark.createDataFrame(campaigns_table().to_pandas()))
 

@@ -3,7 +3,7 @@
 The sink's manifest of each published batch (``cp_store.batch_log``) holds
 per-partition counts with the min and max tuple id of each partition, so any
 handler works, ``null`` included, and a poll reads one small object per new
-batch on any store (a path or a URI). A tuple id carries its sender (``cp_source.bucket.sender_of``), so
+batch on any store (a path or a URI). A tuple id carries its sender (``cp_source.wire.bucket.sender_of``), so
 a partition whose min and max ids belong to one sender is attributed to it;
 one that spans two senders cannot be attributed and is reported as mixed.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from cp_sink.records import COUNTS_SCHEMA
-from cp_source.bucket import sender_of
+from cp_source.wire.bucket import sender_of
 from cp_store.batch_log import committed, read_manifest
 from cp_store.location import Location, resolve
 

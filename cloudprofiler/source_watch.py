@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cp_source.reader_state import process_start_ticks, read_reader_state
-from cp_source.spool import SPOOL_FILE, WORKER_RE, Spool, SpoolMismatchError
+from cp_source.reader.state import process_start_ticks, read_reader_state
+from cp_source.spool.segments import SPOOL_FILE, WORKER_RE, Spool, SpoolMismatchError
 
 READ_ATTEMPTS = 3  # a commit or compaction between two reads makes them disagree: read again
 
@@ -171,7 +171,7 @@ def _read_once(spool: Spool, query: Any) -> dict[str, Any] | None:
 def _ready(spool: Spool) -> dict[str, Any] | None:
     """With ``ordering=ready``: the frontier, each sender's state, and the tuples that arrived behind
     the frontier (counted, never read); None when no ready query ran on the spool."""
-    from cp_source.ready_reader import LATE_REASON, read_report
+    from cp_source.ready.batch_plan import LATE_REASON, read_report
 
     report = read_report(spool.root)
     if report is None:
@@ -182,7 +182,7 @@ def _ready(spool: Spool) -> dict[str, Any] | None:
 
 def _klink(spool: Spool) -> dict[str, Any] | None:
     """With ``scheduling=klink``: the reader's ``_klink.json`` (deferrals, slack, prediction, peers)."""
-    from cp_source.klink_admission import read_report
+    from cp_source.klink.admission import read_report
 
     return read_report(spool.root)
 
@@ -190,7 +190,7 @@ def _klink(spool: Spool) -> dict[str, Any] | None:
 def _factories_status(path: Path, query: Any) -> dict[str, Any] | None:
     """A query over factory hosts (``factories=...``): each factory's state, and which ones the query
     is waiting for and since when, from the reader's ``_factories.json``; None when there is none."""
-    from cp_source.factory_hosts import FACTORIES_KEY, read_status
+    from cp_source.hosts.factory_hosts import FACTORIES_KEY, read_status
 
     doc = read_status(path)
     if doc is None:

@@ -60,7 +60,7 @@ def source_end_offset(query: Any, source: int = 0) -> dict[str, int] | None:
     micro-batch read up to (the offset's spool id left out); compare it with
     ``Spool.latest()`` to know the query has read everything published.
     """
-    from cp_source.stream_reader import SPOOL_KEY
+    from cp_source.reader.stream_reader import SPOOL_KEY
 
     prog = query.lastProgress
     if not prog or len(prog["sources"]) <= source:

@@ -2,6 +2,6 @@
 
 The generator offers tuples at an exact rate over ZeroMQ, factory workers
 deserialize them into Arrow segments in a spool, and the "cloudprofiler"
-stream reader (``cp_source.stream_reader``) hands those
+stream reader (``cp_source.reader.stream_reader``) hands those
 segments to Spark. Register the data source with ``cloudprofiler.register(spark)``.
 """

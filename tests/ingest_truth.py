@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from cp_source.spool import Spool
-from cp_source.spool_ledger import SpoolStats
+from cp_source.spool.ledger import SpoolStats
+from cp_source.spool.segments import Spool
 
 
 def spool_drained(spool: Path | str, summary: dict[str, Any]) -> bool:
@@ -73,7 +73,7 @@ def assert_exactly_once(got: np.ndarray, want: np.ndarray) -> None:
 
 def published_ids(spool: Path | str) -> np.ndarray:
     """Every tuple id in the spool's published segments (sorted; duplicates kept, so they can be found)."""
-    from cp_source.spool import read_segment
+    from cp_source.spool.segments import read_segment
 
     sp = Spool(spool)
     parts = [

@@ -39,7 +39,7 @@ def link_bytes(ns: str, link: str) -> tuple[int, int]:
 # Run inside a factory host's mount namespace (nsenter): its spool is only visible there.
 EXPECTED_IDS = """
 import sys, orjson, numpy as np
-from cp_source.spool import Spool
+from cp_source.spool.segments import Spool
 from ingest_truth import expected_ids
 summary = orjson.loads(open(sys.argv[1], "rb").read())
 stats = Spool(sys.argv[2]).stats()
@@ -236,7 +236,7 @@ class NetnsHost:
         """Its segment server's counters, asked from inside its own namespace (reachable whatever the
         route from here)."""
         code = (
-            "import sys, orjson, zmq; from cp_source.segment_server import ask_servers; "
+            "import sys, orjson, zmq; from cp_source.hosts.segment_server import ask_servers; "
             "c = zmq.Context(); a = ask_servers({sys.argv[1]: {'op': 'stats'}}, 20.0, c)[sys.argv[1]]; "
             "sys.stdout.write(orjson.dumps(a).decode()); c.term()"
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from cp_source import bucket as bk
+from cp_source.wire import bucket as bk
 
 
 def _header(**kw: object) -> bk.Header:

@@ -11,13 +11,13 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cp_source import bucket as bk
-from cp_source.deadletter import read_dead_letters
-from cp_source.factory import FactoryWorker, WorkerConfig
-from cp_source.parse_json import parse_arrow_json, parse_orjson
-from cp_source.parse_ysb import StringRowAccumulator, StringRowParser
-from cp_source.spool import Spool, read_segment
-from cp_source.workloads import YSB_FIELDS, parse_ddl, ysb_fields
+from cp_source.factory.deadletter import read_dead_letters
+from cp_source.factory.parse_json import parse_arrow_json, parse_orjson
+from cp_source.factory.parse_ysb import StringRowAccumulator, StringRowParser
+from cp_source.factory.workers import FactoryWorker, WorkerConfig
+from cp_source.spool.segments import Spool, read_segment
+from cp_source.wire import bucket as bk
+from cp_source.wire.workloads import YSB_FIELDS, parse_ddl, ysb_fields
 
 FIELDS = ysb_fields()
 PARSER = StringRowParser(FIELDS)

@@ -11,9 +11,9 @@ import pytest
 from cluster_harness import DRIVER_JOB, cluster_env, standalone_cluster
 from ingest_truth import assert_exactly_once, expected_ids, output_ids
 
-from cp_source.factory import start_factory
-from cp_source.generator import run_generator
-from cp_source.spool import Spool
+from cp_source.factory.workers import start_factory
+from cp_source.generate.generator import run_generator
+from cp_source.spool.segments import Spool
 
 
 @pytest.mark.cluster

@@ -51,9 +51,9 @@ from packed_env import PackedEnv, build_packed_env
 from polling import wait_for
 from s3_server import SECRET_KEY, S3Server
 
-from cp_source.factory import start_factory
-from cp_source.generator import run_generator
-from cp_source.spool import Spool
+from cp_source.factory.workers import start_factory
+from cp_source.generate.generator import run_generator
+from cp_source.spool.segments import Spool
 from cp_sync.host_agent import agent_pids
 from cp_sync.synthetic import invert
 from native_tsc.domain import make_virtual

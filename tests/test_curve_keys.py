@@ -17,10 +17,10 @@ from embedded_source import embedded_source
 from ingest_truth import assert_exactly_once, expected_ids, published_ids, spool_drained
 
 from cloudprofiler.cli_process import cli_argv
-from cp_source.factory import FactoryHandle, start_factory
-from cp_source.generator import run_generator
-from cp_source.sender_link import FactoryUnavailable
-from cp_source.spool import Spool
+from cp_source.factory.workers import FactoryHandle, start_factory
+from cp_source.generate.generator import run_generator
+from cp_source.spool.segments import Spool
+from cp_source.wire.sender_link import FactoryUnavailable
 from native_tsc import curve_keys
 
 
@@ -137,7 +137,7 @@ def test_the_generate_command_says_the_handshake_failed(
 def keyed_segment_server(tmp_path: Path, keys: Path) -> Iterator[tuple[Any, bytes]]:
     import pyarrow as pa
 
-    from cp_source.segment_server import SegmentRef, SegmentServer
+    from cp_source.hosts.segment_server import SegmentRef, SegmentServer
 
     root = tmp_path / "spool"
     root.mkdir()
@@ -154,7 +154,7 @@ def keyed_segment_server(tmp_path: Path, keys: Path) -> Iterator[tuple[Any, byte
 def test_a_segment_fetch_with_the_right_keys_gets_the_segment(
     keyed_segment_server: tuple[Any, bytes], keys: Path
 ) -> None:
-    from cp_source.segment_server import fetch_segment
+    from cp_source.hosts.segment_server import fetch_segment
 
     server, body = keyed_segment_server
     assert fetch_segment(server.endpoint, "w0", 0, timeout=30, curve_keys=str(keys)) == body
@@ -165,7 +165,7 @@ def test_a_segment_fetch_with_the_right_keys_gets_the_segment(
 def test_a_segment_fetch_without_the_right_key_is_refused_clearly(
     keyed_segment_server: tuple[Any, bytes], keys: Path, other_keys: Path, tmp_path: Path, which: str
 ) -> None:
-    from cp_source.segment_server import FetchError, fetch_segment
+    from cp_source.hosts.segment_server import FetchError, fetch_segment
 
     server, _ = keyed_segment_server
     client = _client_keys(which, keys, other_keys, tmp_path)
@@ -327,7 +327,7 @@ def test_sync_with_keys_probes_keyed_agents_and_refuses_the_others(
 
 
 def test_a_keyed_client_at_a_server_without_keys_is_told_so(tmp_path: Path, keys: Path) -> None:
-    from cp_source.segment_server import FetchError, SegmentServer, fetch_segment
+    from cp_source.hosts.segment_server import FetchError, SegmentServer, fetch_segment
 
     server = SegmentServer(lambda w, n: None, tmp_path)
     try:
@@ -339,7 +339,7 @@ def test_a_keyed_client_at_a_server_without_keys_is_told_so(tmp_path: Path, keys
 
 
 def test_a_missing_keys_directory_is_named(tmp_path: Path) -> None:
-    from cp_source.segment_server import SegmentServer
+    from cp_source.hosts.segment_server import SegmentServer
 
     gone = tmp_path / "no-such-keys"
     with pytest.raises(curve_keys.KeysError, match="no-such-keys does not exist"):

@@ -19,10 +19,10 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from cp_source import bucket as bk
-from cp_source.factory_front import FRONT_DIR, LEDGER_FILE, FrontLedger
-from cp_source.spool import SegmentWriter, Spool, ensure_spool_id, seg_name
-from cp_source.stream_reader import ReaderOptions
+from cp_source.factory.front import FRONT_DIR, LEDGER_FILE, FrontLedger
+from cp_source.reader.stream_reader import ReaderOptions
+from cp_source.spool.segments import SegmentWriter, Spool, ensure_spool_id, seg_name
+from cp_source.wire import bucket as bk
 
 S = 5
 FIRST = bk.tuple_id(S, 0)
@@ -205,7 +205,8 @@ def test_commit_is_on_disk_before_any_segment_is_deleted(tmp_path: Path, calls: 
 def test_reader_options_reach_the_spool_and_the_embedded_factory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cp_source import factory, stream_reader
+    from cp_source.factory import workers as factory
+    from cp_source.reader import stream_reader
 
     opts = ReaderOptions.parse({"spool": str(tmp_path), "DURABILITY": " Strict "})
     assert opts.durability == "strict" and ReaderOptions.parse({}).durability == "process"
@@ -314,7 +315,7 @@ def test_process_mode_makes_no_fsync_call(tmp_path: Path, calls: CallLog) -> Non
 
 
 def test_bad_values_give_one_line_naming_the_option_and_choices(tmp_path: Path) -> None:
-    from cp_source.factory import start_factory
+    from cp_source.factory.workers import start_factory
 
     makers: list[Callable[[], Any]] = [
         lambda: ReaderOptions.parse({"durability": "paranoid"}),
@@ -332,7 +333,7 @@ def test_bad_values_give_one_line_naming_the_option_and_choices(tmp_path: Path) 
 
 
 def test_factory_cli_durability_flag_and_fsync_alias() -> None:
-    from cp_source.factory_cli import add_arguments
+    from cp_source.factory.cli import add_arguments
 
     p = argparse.ArgumentParser()
     add_arguments(p)
@@ -353,8 +354,8 @@ def test_bad_reader_option_fails_the_query_with_the_option_named(spark) -> None:
 
 def test_strict_factory_end_to_end_with_the_fsync_alias(tmp_path: Path) -> None:
     """start_factory(fsync=True), the older spelling, runs a strict factory; nothing is lost."""
-    from cp_source.factory import start_factory
-    from cp_source.generator import run_generator
+    from cp_source.factory.workers import start_factory
+    from cp_source.generate.generator import run_generator
 
     f = start_factory("tcp://127.0.0.1:0", tmp_path / "spool", workers=1, fsync=True, flush_ms=50)
     try:

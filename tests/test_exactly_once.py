@@ -12,8 +12,8 @@ from ingest_truth import assert_exactly_once, expected_ids, output_ids, spool_dr
 
 from cloudprofiler import wait_for_factory
 from cloudprofiler.spark_local import source_end_offset
-from cp_source.generator import run_generator
-from cp_source.spool import Spool
+from cp_source.generate.generator import run_generator
+from cp_source.spool.segments import Spool
 
 
 def _pid_alive(pid: int) -> bool:

@@ -19,11 +19,11 @@ import zmq
 from conftest import wait_for
 from ingest_truth import expected_ids
 
-from cp_source import bucket as bk
-from cp_source.deadletter import read_dead_letters
-from cp_source.factory import FactoryHandle, start_factory
-from cp_source.generator import build_payloads, run_generator
-from cp_source.spool import Spool, read_segment
+from cp_source.factory.deadletter import read_dead_letters
+from cp_source.factory.workers import FactoryHandle, start_factory
+from cp_source.generate.generator import build_payloads, run_generator
+from cp_source.spool.segments import Spool, read_segment
+from cp_source.wire import bucket as bk
 
 
 def spool_ids(spool: Spool, commit: bool = False) -> np.ndarray:

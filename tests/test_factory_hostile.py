@@ -18,12 +18,12 @@ from ingest_truth import published_ids
 from live_server import LiveServer
 
 from cloudprofiler.cli_process import cli_argv, stop_processes
-from cp_source import bucket as bk
-from cp_source.deadletter import read_dead_letters
-from cp_source.factory import start_factory
-from cp_source.factory_front import read_front_ledger
-from cp_source.generator import build_payloads, run_generator
-from cp_source.spool import Spool
+from cp_source.factory.deadletter import read_dead_letters
+from cp_source.factory.front import read_front_ledger
+from cp_source.factory.workers import start_factory
+from cp_source.generate.generator import build_payloads, run_generator
+from cp_source.spool.segments import Spool
+from cp_source.wire import bucket as bk
 
 SENDER, DOMAIN, ROWS = 4321, "hostile-test@00000001", 10
 

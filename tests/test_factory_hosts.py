@@ -30,7 +30,7 @@ from netns_hosts import (
 )
 
 from cloudprofiler.cli_process import cli_argv
-from cp_source.segment_server import (
+from cp_source.hosts.segment_server import (
     MAX_CONTROL_BYTES,
     ControlRequest,
     FetchError,
@@ -38,7 +38,7 @@ from cp_source.segment_server import (
     fetch_segment,
     parse_request,
 )
-from cp_source.spool import Spool
+from cp_source.spool.segments import Spool
 
 
 @pytest.fixture
@@ -97,14 +97,14 @@ def test_control_requests_parse() -> None:
     ],
 )
 def test_serve_values(text: str, want: str) -> None:
-    from cp_source.factory_cli import parse_serve
+    from cp_source.factory.cli import parse_serve
 
     assert parse_serve(text) == want
 
 
 @pytest.mark.parametrize("text", ["tcp://:5556", "udp://h:1", "tcp://h", "tcp://h:99999", "tcp://*:1", "x"])
 def test_bad_serve_values_fail_with_one_line(text: str) -> None:
-    from cp_source.factory_cli import parse_serve
+    from cp_source.factory.cli import parse_serve
 
     with pytest.raises(argparse.ArgumentTypeError, match="--serve"):
         parse_serve(text)
@@ -115,7 +115,7 @@ TWO = "tcp://127.0.0.1:5556,tcp://127.0.0.1:5557"
 
 
 def _parse(**options: str) -> Any:
-    from cp_source.stream_reader import ReaderOptions
+    from cp_source.reader.stream_reader import ReaderOptions
 
     return ReaderOptions.parse(options)
 
@@ -159,8 +159,8 @@ def test_bad_factories_options_fail_with_one_line(options: dict[str, str], messa
 
 
 def test_offsets_over_factories_are_checked() -> None:
-    from cp_source.factory_hosts import offset_of, offset_positions
-    from cp_source.spool import SpoolMismatchError
+    from cp_source.hosts.factory_hosts import offset_of, offset_positions
+    from cp_source.spool.segments import SpoolMismatchError
 
     off = offset_of({"bb" * 8: {"w1": 3, "w0": 2}, "aa" * 8: {"w0": -1}})
     assert list(off["factories"]) == ["aa" * 8, "bb" * 8] and list(off["factories"]["bb" * 8]) == ["w0", "w1"]
@@ -209,7 +209,7 @@ def test_a_factory_host_with_too_many_workers_fails_with_one_line(tmp_path: Path
     ],
 )
 def test_a_malformed_latest_answer_is_refused(reply: dict[str, Any]) -> None:
-    from cp_source.factory_hosts import parse_latest
+    from cp_source.hosts.factory_hosts import parse_latest
 
     with pytest.raises((ValueError, TypeError)):
         parse_latest(reply)
@@ -217,7 +217,7 @@ def test_a_malformed_latest_answer_is_refused(reply: dict[str, Any]) -> None:
 
 # ---- a factory host: latest, fetch, commit, stats --------------------------------------------
 def test_a_factory_host_serves_latest_segments_and_commits(tmp_path: Path, hosts: list[FactoryHost]) -> None:
-    from cp_source.generator import run_generator
+    from cp_source.generate.generator import run_generator
 
     host = FactoryHost(tmp_path / "spool")
     hosts.append(host)
@@ -415,8 +415,8 @@ def test_factory_timeout_fails_the_query_naming_the_silent_factory(
 def test_a_commit_a_silent_factory_missed_is_sent_again_when_it_answers(
     tmp_path: Path, hosts: list[FactoryHost]
 ) -> None:
-    from cp_source.factory_hosts import FactoryHosts, offset_positions
-    from cp_source.generator import run_generator
+    from cp_source.generate.generator import run_generator
+    from cp_source.hosts.factory_hosts import FactoryHosts, offset_positions
 
     hosts += [FactoryHost(tmp_path / "spool-a", workers=1), FactoryHost(tmp_path / "spool-b", workers=1)]
     silent, other = hosts
@@ -468,8 +468,8 @@ def test_a_commit_a_silent_factory_missed_is_sent_again_when_it_answers(
 def test_a_checkpoint_of_a_spool_no_factory_serves_is_refused(
     tmp_path: Path, hosts: list[FactoryHost]
 ) -> None:
-    from cp_source.factory_hosts import FactoryHosts
-    from cp_source.spool import SpoolMismatchError
+    from cp_source.hosts.factory_hosts import FactoryHosts
+    from cp_source.spool.segments import SpoolMismatchError
 
     hosts.append(FactoryHost(tmp_path / "spool-a", workers=1))
     reader = FactoryHosts((hosts[0].server,), 0.0, str(tmp_path / "status"), control_timeout=5.0)
@@ -532,7 +532,7 @@ def test_the_other_factories_go_on_while_one_is_stopped(
 
 
 def test_a_keyed_factory_host_answers_only_key_holders(tmp_path: Path, hosts: list[FactoryHost]) -> None:
-    from cp_source.segment_server import ask_servers
+    from cp_source.hosts.segment_server import ask_servers
     from native_tsc import curve_keys
 
     keys = tmp_path / "keys"
@@ -616,7 +616,7 @@ def test_factory_hosts_in_their_own_namespaces_one_cut_off_for_10_s(spark: Any, 
 
 def _load_hosts(hosts: list[FactoryHost], rate: int = 10_000, base: int = 600) -> dict[str, int]:
     """One generator run into each host; per spool id the tuples it published."""
-    from cp_source.generator import run_generator
+    from cp_source.generate.generator import run_generator
 
     out = {}
     for i, h in enumerate(hosts):
@@ -629,7 +629,7 @@ def _load_hosts(hosts: list[FactoryHost], rate: int = 10_000, base: int = 600) -
 def test_a_factory_silent_at_start_joins_at_its_committed_offset(
     tmp_path: Path, hosts: list[FactoryHost]
 ) -> None:
-    from cp_source.factory_hosts import FactoryHosts, offset_positions
+    from cp_source.hosts.factory_hosts import FactoryHosts, offset_positions
 
     hosts += [FactoryHost(tmp_path / "spool-a", workers=1), FactoryHost(tmp_path / "spool-b", workers=1)]
     late, early = hosts
@@ -656,7 +656,7 @@ def test_a_factory_silent_at_start_joins_at_its_committed_offset(
 
 @pytest.mark.long  # 6-8 s: moved to keep the fast tier inside its 10 minutes
 def test_admission_and_available_now_over_factory_hosts(tmp_path: Path, hosts: list[FactoryHost]) -> None:
-    from cp_source.factory_hosts import FactoryHosts, offset_positions
+    from cp_source.hosts.factory_hosts import FactoryHosts, offset_positions
 
     hosts += [FactoryHost(tmp_path / "spool-a", workers=1), FactoryHost(tmp_path / "spool-b", workers=1)]
     published = _load_hosts(hosts, rate=20_000)
@@ -845,7 +845,7 @@ def test_a_driver_killed_mid_stream_restarts_and_reads_every_tuple_once(
 
 # ---- factories that register themselves (factoriesDir) ------------------------------------------
 def test_the_registry_takes_registrations_and_names_what_it_ignores(tmp_path: Path) -> None:
-    from cp_source.factory_hosts import read_registry, register_factory
+    from cp_source.hosts.factory_hosts import read_registry, register_factory
 
     reg = tmp_path / "registry"
     assert read_registry(reg) == ({}, {})  # no directory yet: no factory yet
@@ -877,7 +877,7 @@ def test_a_factory_host_started_later_joins_a_running_query_through_the_registry
     import pyarrow as pa
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from cp_source.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
+    from cp_source.reader.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
     from tests.ready_sender import HandSender, wait_rows
 
     reg = tmp_path / "registry"

@@ -31,10 +31,10 @@ from embedded_source import embedded_source
 from ingest_truth import assert_ledger_balances, published_ids
 
 from cloudprofiler.cli_process import cli_argv, stop_processes
-from cp_source.factory import IPC_PREFIX, FactoryHandle, start_factory
-from cp_source.generator import run_generator
-from cp_source.reader_state import READER_STATE_FILE, live_reader_state, wait_reader_state
-from cp_source.spool import Spool
+from cp_source.factory.workers import IPC_PREFIX, FactoryHandle, start_factory
+from cp_source.generate.generator import run_generator
+from cp_source.reader.state import READER_STATE_FILE, live_reader_state, wait_reader_state
+from cp_source.spool.segments import Spool
 
 
 class Generator(threading.Thread):
@@ -205,7 +205,7 @@ def test_the_factory_process_killed_and_started_again_on_its_spool(tmp_path: Pat
 
 def _take_and_commit(sp: Spool, seen: dict[tuple[str, int], np.ndarray]) -> None:
     """Read the ids of every published segment not read yet, then commit (delete) them."""
-    from cp_source.spool import read_segment
+    from cp_source.spool.segments import read_segment
 
     latest = sp.latest()
     for w, upto in latest.items():
@@ -282,7 +282,7 @@ def test_a_stopped_factory_and_an_exited_process_leave_no_temp_files(tmp_path: P
     assert not any(d.exists() for d in mine)
     # a process that exits without stopping its factory
     code = (
-        "from cp_source.factory import start_factory; import os; "
+        "from cp_source.factory.workers import start_factory; import os; "
         f"start_factory('tcp://127.0.0.1:0', {str(tmp_path / 'spool2')!r}, workers=1); print(os.getpid())"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -329,7 +329,7 @@ def test_a_query_fails_with_the_reason_when_factory_workers_keep_dying(spark: An
 def test_the_segment_server_survives_a_failed_stats_write(tmp_path: Path) -> None:
     import pyarrow as pa
 
-    from cp_source.segment_server import SegmentRef, SegmentServer, fetch_segment
+    from cp_source.hosts.segment_server import SegmentRef, SegmentServer, fetch_segment
 
     root = tmp_path / "spool"
     root.mkdir()

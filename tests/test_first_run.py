@@ -113,15 +113,15 @@ def test_factory_with_an_unusable_spool_says_which_path_and_why(tmp_path: Path, 
 
 
 def _fields(ddl: str):  # type: ignore[no-untyped-def]
-    from cp_source.workloads import parse_ddl
+    from cp_source.wire.workloads import parse_ddl
 
     return parse_ddl(ddl)
 
 
 @pytest.mark.parametrize("parser", ["orjson", "arrow"])
 def test_a_line_with_none_of_the_schemas_fields_is_rejected_naming_them(parser: str) -> None:
-    from cp_source.bucket import BucketError
-    from cp_source.parse_json import parse_arrow_json, parse_orjson
+    from cp_source.factory.parse_json import parse_arrow_json, parse_orjson
+    from cp_source.wire.bucket import BucketError
 
     parse = parse_orjson if parser == "orjson" else parse_arrow_json
     fields = _fields("a INT, b STRING")
@@ -137,9 +137,9 @@ def test_a_line_with_none_of_the_schemas_fields_is_rejected_naming_them(parser: 
 
 @pytest.mark.parametrize("ddl", ["a INT", "a STRING"])  # the arrow parser, and the string-only one
 def test_ysb_buckets_into_a_file_schema_are_dead_lettered_not_null_rows(tmp_path: Path, ddl: str) -> None:
-    from cp_source.deadletter import read_dead_letters
-    from cp_source.factory import start_factory
-    from cp_source.generator import run_generator
+    from cp_source.factory.deadletter import read_dead_letters
+    from cp_source.factory.workers import start_factory
+    from cp_source.generate.generator import run_generator
 
     f = start_factory("tcp://127.0.0.1:0", tmp_path / "spool", workers=1, workload="file:", schema=ddl)
     try:
@@ -205,7 +205,7 @@ def test_generate_with_wait_ready_started_with_the_query_drops_nothing(spark, tm
 
 
 def test_generate_queue_ms_sizes_each_senders_queue_in_buckets() -> None:
-    from cp_source.generate_cli import MAX_QUEUE_BUCKETS, queue_buckets
+    from cp_source.generate.cli import MAX_QUEUE_BUCKETS, queue_buckets
 
     assert queue_buckets(None, 50_000, 1, 1000) is None  # the generator's own default
     assert queue_buckets(1000, 50_000, 1, 1000) == 50  # one second of a sender's buckets

@@ -17,13 +17,13 @@ import zmq
 from ingest_truth import expected_ids, published_ids, spool_drained
 
 from cloudprofiler.cli_process import CLI_ARGV, stop_processes
-from cp_source import bucket as bk
-from cp_source import generator
-from cp_source.factory import FactoryHandle, start_factory
-from cp_source.factory_front import read_front_ledger
-from cp_source.generator import BucketTooLarge, run_generator
-from cp_source.sender_link import SenderIdInUse, answer_control
-from cp_source.spool import Spool
+from cp_source.factory.front import read_front_ledger
+from cp_source.factory.workers import FactoryHandle, start_factory
+from cp_source.generate import generator
+from cp_source.generate.generator import BucketTooLarge, run_generator
+from cp_source.spool.segments import Spool
+from cp_source.wire import bucket as bk
+from cp_source.wire.sender_link import SenderIdInUse, answer_control
 
 
 @pytest.fixture

@@ -21,18 +21,18 @@ import zmq
 from ingest_truth import assert_ledger_balances, published_ids
 
 import native_tsc
-from cp_source import bucket as bk
-from cp_source.factory import FactoryHandle, start_factory
-from cp_source.generator import (
+from cp_source.factory.workers import FactoryHandle, start_factory
+from cp_source.generate.generator import (
     MAX_HELD_BUCKETS,
     ZIPF_RANKS,
     draw_delays_ms,
     parse_delay,
     run_generator,
 )
-from cp_source.sender_link import answer_control
-from cp_source.spool import Spool, read_segment
-from cp_source.spool_ledger import read_records
+from cp_source.spool.ledger import read_records
+from cp_source.spool.segments import Spool, read_segment
+from cp_source.wire import bucket as bk
+from cp_source.wire.sender_link import answer_control
 
 START_MS = 1_700_000_000_000
 WAIT_S = 60.0  # generous: the machine is shared

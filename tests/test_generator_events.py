@@ -19,13 +19,13 @@ import pyarrow.compute as pc
 import pytest
 import zmq
 
-from cp_source import bucket as bk
-from cp_source.factory import FactoryHandle, start_factory
-from cp_source.factory_front import FRONT_DIR, PROGRESS_FILE, FrontProgress, read_front_progress
-from cp_source.generator import EventSettings, run_generator, schedule_event_ms
-from cp_source.sender_link import open_link
-from cp_source.spool import Spool, read_segment
-from cp_source.workloads import ysb_fields
+from cp_source.factory.front import FRONT_DIR, PROGRESS_FILE, FrontProgress, read_front_progress
+from cp_source.factory.workers import FactoryHandle, start_factory
+from cp_source.generate.generator import EventSettings, run_generator, schedule_event_ms
+from cp_source.spool.segments import Spool, read_segment
+from cp_source.wire import bucket as bk
+from cp_source.wire.sender_link import open_link
+from cp_source.wire.workloads import ysb_fields
 
 START_MS = 1_700_000_000_000
 WAIT_S = 60.0  # generous: the machine is shared

@@ -16,10 +16,9 @@ import pyarrow as pa
 import pytest
 from scipy import stats
 
-from cp_source import bucket as bk
-from cp_source.factory import FactoryHandle, start_factory
-from cp_source.generator import default_pool, run_generator, sender_payloads
-from cp_source.key_skew import (
+from cp_source.factory.workers import FactoryHandle, start_factory
+from cp_source.generate.generator import default_pool, run_generator, sender_payloads
+from cp_source.generate.hot_keys import (
     draw_ranks,
     expected_ads,
     hot_key,
@@ -27,8 +26,9 @@ from cp_source.key_skew import (
     plan_skew,
     rank_probabilities,
 )
-from cp_source.spool import Spool, read_segment
-from cp_source.workloads import ADS_PER_CAMPAIGN, campaigns_table
+from cp_source.spool.segments import Spool, read_segment
+from cp_source.wire import bucket as bk
+from cp_source.wire.workloads import ADS_PER_CAMPAIGN, campaigns_table
 
 START_MS = 1_700_000_000_000
 WAIT_S = 60.0  # generous: the machine is shared

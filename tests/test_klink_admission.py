@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from cp_source.klink_admission import (
+from cp_source.klink.admission import (
     NS_PER_MS,
     SD_FLOOR_NS,
     KlinkConfig,
@@ -21,7 +21,7 @@ from cp_source.klink_admission import (
     query_key,
     read_peers,
 )
-from cp_source.stream_reader import ReaderOptions
+from cp_source.reader.stream_reader import ReaderOptions
 
 MS = NS_PER_MS
 T0 = 1_700_000_000_000  # ms, a multiple of every window below
@@ -359,7 +359,7 @@ def _check_exact(sink: _Windows, truth: dict[int, int]) -> None:
 
 def _check_ledger(spool: Path, summaries: list[dict[str, Any]]) -> None:
     """The factory published every tuple the generators sent, and lost none."""
-    from cp_source.spool import Spool
+    from cp_source.spool.segments import Spool
 
     stats = Spool(spool).stats()
     assert stats.rows == sum(s["emitted"] for s in summaries)
@@ -371,7 +371,7 @@ def _check_ledger(spool: Path, summaries: list[dict[str, Any]]) -> None:
 def _generate(
     endpoint: str, start_ms: int, out: list[dict[str, Any]], duration: float = 18.0
 ) -> threading.Thread:
-    from cp_source.generator import run_generator
+    from cp_source.generate.generator import run_generator
 
     def run() -> None:
         out.append(run_generator(endpoint, 2000, duration, senders=1, bucket=100, event_start_ms=start_ms))
@@ -457,7 +457,7 @@ def _phase(spark: Any, work: Path, kdir: Path, sink: _Windows, start_ms: int) ->
     """Start the query on ``work``'s checkpoint, generate 12 s, wait until the factory drained and the
     query planned everything; the generator's summary and the query (still running)."""
     from cloudprofiler import wait_for_factory
-    from cp_source.spool import Spool
+    from cp_source.spool.segments import Spool
 
     q = _start_windowed(spark, work, 2000, 2000, kdir, sink, maxDeferMs="800")
     out: list[dict[str, Any]] = []

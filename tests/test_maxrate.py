@@ -189,7 +189,7 @@ def test_confirming_needs_more_passes_than_failures(
 def test_sender_blocks_never_repeat_an_id_within_a_search() -> None:
     """The trials of one search take consecutive sender-id blocks: no two runs share an id."""
     from cloudprofiler.queries import sender_blocks
-    from cp_source.bucket import MAX_SENDER
+    from cp_source.wire.bucket import MAX_SENDER
 
     take = sender_blocks(3)
     bases = [take() for _ in range(5000)]

@@ -10,8 +10,8 @@ import zmq
 from conftest import wait_for
 
 from cp_sink.records import read_records
-from cp_source.generator import run_generator
-from cp_source.naive_source import NaiveZmqDataSource
+from cp_source.generate.generator import run_generator
+from cp_source.reader.naive_source import NaiveZmqDataSource
 
 
 def test_naive_source_delivers_every_tuple_once(spark: Any, tmp_path: Path) -> None:
@@ -62,7 +62,7 @@ def test_naive_source_delivers_every_tuple_once(spark: Any, tmp_path: Path) -> N
 def test_naive_source_rejects_unknown_option(spark: Any) -> None:
     import pytest
 
-    from cp_source.naive_source import NaiveZmqReader
+    from cp_source.reader.naive_source import NaiveZmqReader
 
     with pytest.raises(ValueError, match="unknown option"):
         NaiveZmqReader({"endpont": "tcp://127.0.0.1:1"})

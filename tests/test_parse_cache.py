@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cp_source.parse_ysb import numba_cache_dir
+from cp_source.factory.parse_ysb import numba_cache_dir
 
 
 def _blocked(tmp_path: Path, name: str) -> Path:
@@ -46,11 +46,11 @@ def test_a_worker_parses_with_the_numba_kernel_without_importing_scipy() -> None
     script = textwrap.dedent(
         """
         import sys
-        from cp_source.factory import skip_scipy
+        from cp_source.factory.workers import skip_scipy
         skip_scipy()
         import orjson
-        from cp_source.parse_ysb import StringRowParser
-        from cp_source.workloads import resolve
+        from cp_source.factory.parse_ysb import StringRowParser
+        from cp_source.wire.workloads import resolve
         fields = resolve("ysb", None).fields
         rows = [{f.name: f"{f.name}-{i}" for f in fields} for i in range(3)]
         payload = b"\\n".join(orjson.dumps(r) for r in rows) + b"\\n"

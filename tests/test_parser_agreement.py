@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cloudprofiler.cli_process import cli_argv, stop_processes
-from cp_source.bucket import BucketError
-from cp_source.factory import PARSERS, make_accumulator
-from cp_source.workloads import Workload, parse_ddl
+from cp_source.factory.workers import PARSERS, make_accumulator
+from cp_source.wire.bucket import BucketError
+from cp_source.wire.workloads import Workload, parse_ddl
 
 ALL = parse_ddl("s STRING, b BOOLEAN, y TINYINT, i INT, n BIGINT, g FLOAT, f DOUBLE, d DATE, t TIMESTAMP")
 STRINGS = parse_ddl("s STRING, u STRING")  # the numba parser's kind of schema
@@ -300,8 +300,8 @@ def _factory(spool: Path, parser: str) -> tuple[subprocess.Popen, str]:
 def test_a_factory_refuses_a_fraction_into_bigint_and_reads_epoch_seconds_as_seconds(
     tmp_path: Path, parser: str
 ) -> None:
-    from cp_source.deadletter import read_dead_letters
-    from cp_source.spool import Spool, read_segment
+    from cp_source.factory.deadletter import read_dead_letters
+    from cp_source.spool.segments import Spool, read_segment
 
     events = tmp_path / "events.ndjson"
     events.write_bytes(b'{"n": 1, "t": 1700000000}\n{"n": 2.5, "t": "2023-11-14T22:13:20Z"}\n')

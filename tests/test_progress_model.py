@@ -1,4 +1,4 @@
-"""cp_source.progress_model against constructed truth: hand-made cases and seeded synthetic streams."""
+"""cp_source.klink.progress_model against constructed truth: hand-made cases and seeded synthetic streams."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from cp_source.progress_model import (
+from cp_source.klink.progress_model import (
     NS_PER_MS,
     Batches,
     EpochStats,

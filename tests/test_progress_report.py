@@ -12,7 +12,7 @@ import pytest
 
 from cloudprofiler import progress_report as pr
 from cloudprofiler.progress_cli import duration_ms
-from cp_source.ingest_log import INGEST_SCHEMA, batch_key
+from cp_source.reader.ingest_log import INGEST_SCHEMA, batch_key
 from cp_sync.synthetic import DOMAINS, synth_phases
 from cp_sync.translate import Translator
 
@@ -279,7 +279,7 @@ def test_ingest_log_keeps_one_row_per_bucket_and_names_a_bad_file(tmp_path: Path
 
     import pyarrow.parquet as pq
 
-    from cp_source.ingest_log import read_ingest_log
+    from cp_source.reader.ingest_log import read_ingest_log
 
     root = tmp_path / "ingest"
     root.mkdir()

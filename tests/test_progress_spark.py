@@ -31,8 +31,8 @@ def _run(spark: Any, work: Path, duration: float, window: str, slide: str, mode:
     import cloudprofiler
     from cloudprofiler import wait_for_factory
     from cp_sink.window_records import record_windows
-    from cp_source.generator import run_generator
-    from cp_source.ingest_log import read_ingest_log
+    from cp_source.generate.generator import run_generator
+    from cp_source.reader.ingest_log import read_ingest_log
 
     cloudprofiler.register(spark)
     # the report joins the ingest log to the checkpoint's batches: Spark keeps only the last 100 by
@@ -91,7 +91,7 @@ def _all_committed(ckpt: Path) -> bool:
 
 def _truth_delays(summary: dict, log: Any) -> np.ndarray:
     """Per logged bucket: the delay the generator drew for it."""
-    from cp_source.generator import draw_delays_ms
+    from cp_source.generate.generator import draw_delays_ms
 
     s = summary["senders"][0]
     n = (s["next_tuple_id"] - s["first_tuple_id"] + BUCKET - 1) // BUCKET
@@ -111,8 +111,8 @@ def check_against_truth(work: Path, summary: dict) -> None:
     import native_tsc
     from cloudprofiler.progress_report import RefClock, progress_report, query_run, read_checkpoint
     from cp_sink.records import read_windows
-    from cp_source import progress_model as pm
-    from cp_source.ingest_log import read_ingest_log
+    from cp_source.klink import progress_model as pm
+    from cp_source.reader.ingest_log import read_ingest_log
 
     total = SECONDS * RATE
     assert summary["emitted"] + summary["dropped"] == total and summary["dropped"] < 0.25 * total

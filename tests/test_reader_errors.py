@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from embedded_source import embedded_source
 
-from cp_source.stream_reader import OPTION_NAMES, ReaderOptions, check_schema, source_schema
+from cp_source.reader.stream_reader import OPTION_NAMES, ReaderOptions, check_schema, source_schema
 
 VALID = (
     "endpoint, spool, workers, workload, schema, maxRecordsPerTrigger, factory, fetch, serverBind, "

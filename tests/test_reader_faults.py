@@ -24,8 +24,8 @@ from ingest_truth import assert_exactly_once, output_ids
 from test_stream_reader import fill_spool
 
 from cloudprofiler.spark_local import source_end_offset
-from cp_source.spool import Spool, seg_name
-from cp_source.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
+from cp_source.reader.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
+from cp_source.spool.segments import Spool, seg_name
 
 
 def _ids(*sets: set[int]) -> np.ndarray:

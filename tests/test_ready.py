@@ -35,7 +35,7 @@ def test_a_batch_without_data_is_one_empty_task_per_worker(tmp_path: Path) -> No
     """Spark's first batch has no data; its tasks start the executors' Python workers."""
     import pickle
 
-    from cp_source.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
+    from cp_source.reader.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
 
     options = {"spool": str(tmp_path / "spool"), "factory": "external", "fetch": "local", "workers": "3"}
     reader = CloudprofilerStreamReader(source_schema(ReaderOptions.parse(options)), options)
@@ -59,9 +59,9 @@ def test_the_embedded_factory_starts_without_holding_up_spark_and_is_announced_o
 
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from cp_source.generator import run_generator
-    from cp_source.reader_state import live_reader_state, wait_reader_state
-    from cp_source.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
+    from cp_source.generate.generator import run_generator
+    from cp_source.reader.state import live_reader_state, wait_reader_state
+    from cp_source.reader.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
 
     spool = tmp_path / "spool"
     (spool / "w0").mkdir(parents=True, mode=0o700)

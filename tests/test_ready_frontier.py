@@ -1,5 +1,5 @@
 """The ready frontier over a real factory's spool: minimum of the senders' shown times, gaps, silence,
-heartbeats, end of stream and declared senders (Viper's Definition 1, cp_source.ready_frontier)."""
+heartbeats, end of stream and declared senders (Viper's Definition 1, cp_source.ready.frontier)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import zmq
 
-from cp_source.factory import FactoryHandle, start_factory
-from cp_source.factory_front import read_front_progress
-from cp_source.ready_frontier import NO_FRONTIER, ReadyFrontier
-from cp_source.spool import Spool
+from cp_source.factory.front import read_front_progress
+from cp_source.factory.workers import FactoryHandle, start_factory
+from cp_source.ready.frontier import NO_FRONTIER, ReadyFrontier
+from cp_source.spool.segments import Spool
 from tests.ready_sender import HandSender, wait_file, wait_rows
 
 

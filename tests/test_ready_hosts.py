@@ -22,12 +22,12 @@ from conftest import wait_for
 from netns_hosts import FactoryHost
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from cp_source.ready_frontier import NO_FRONTIER
-from cp_source.ready_hosts import parse_plan, parse_ready
-from cp_source.ready_reader import LATE_REASON, ReadySlice, ReadyState
-from cp_source.segment_server import ControlRequest, ask_servers, parse_request
-from cp_source.spool import Spool
-from cp_source.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
+from cp_source.hosts.ready_hosts import parse_plan, parse_ready
+from cp_source.hosts.segment_server import ControlRequest, ask_servers, parse_request
+from cp_source.reader.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
+from cp_source.ready.batch_plan import LATE_REASON, ReadySlice, ReadyState
+from cp_source.ready.frontier import NO_FRONTIER
+from cp_source.spool.segments import Spool
 from tests.ready_sender import HandSender, rows_of, truth, wait_rows
 
 
@@ -223,7 +223,7 @@ def test_rows_a_late_host_holds_behind_the_frontier_are_counted_on_that_host(
 
 
 def test_a_checkpoint_over_hosts_keeps_its_ordering(two: list[FactoryHost], tmp_path: Path) -> None:
-    from cp_source.spool import SpoolMismatchError
+    from cp_source.spool.segments import SpoolMismatchError
 
     ready = _reader(two, tmp_path)
     arrival = _reader(two, tmp_path, ordering="arrival")
@@ -353,7 +353,7 @@ def test_a_ready_query_over_two_hosts_restarted_mid_stream_delivers_every_tuple_
 
     import cloudprofiler
     from cp_sink import read_records
-    from cp_source.ingest_log import read_ingest_log
+    from cp_source.reader.ingest_log import read_ingest_log
 
     def delivered() -> int:
         return len(read_records(tmp_path / "records")) if (tmp_path / "records").exists() else 0

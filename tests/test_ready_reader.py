@@ -14,11 +14,11 @@ import pytest
 import zmq
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from cp_source.factory import FactoryHandle, start_factory
-from cp_source.ready_frontier import NO_FRONTIER
-from cp_source.ready_reader import LATE_REASON, ReadyState, read_report
-from cp_source.spool import Spool
-from cp_source.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
+from cp_source.factory.workers import FactoryHandle, start_factory
+from cp_source.reader.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
+from cp_source.ready.batch_plan import LATE_REASON, ReadyState, read_report
+from cp_source.ready.frontier import NO_FRONTIER
+from cp_source.spool.segments import Spool
 from tests.ready_sender import HandSender, rows_of, truth, wait_rows
 
 
@@ -157,7 +157,7 @@ def test_bad_ready_option_is_named(options: dict[str, str], named: str) -> None:
 
 
 def test_a_checkpoint_keeps_its_ordering(tmp_path: Path) -> None:
-    from cp_source.spool import SpoolMismatchError
+    from cp_source.spool.segments import SpoolMismatchError
 
     spool = tmp_path / "spool"
     ready = _reader(spool)

@@ -128,9 +128,9 @@ def test_driver_killed_mid_batch_replays_the_same_batch(spark: Any, tmp_path: Pa
     from ingest_truth import assert_exactly_once, output_ids
 
     import cloudprofiler
-    from cp_source.factory import start_factory
-    from cp_source.generator import run_generator, schedule_event_ms
-    from cp_source.reader_state import live_reader_state
+    from cp_source.factory.workers import start_factory
+    from cp_source.generate.generator import run_generator, schedule_event_ms
+    from cp_source.reader.state import live_reader_state
 
     spool, ckpt, out = tmp_path / "spool", tmp_path / "ckpt", tmp_path / "out"
     factory = start_factory("tcp://127.0.0.1:0", spool, workers=2)

@@ -17,10 +17,10 @@ from cluster_harness import DRIVER_JOB
 from conftest import await_query, run_available_now, wait_for
 from ingest_truth import assert_exactly_once, expected_ids, output_ids, spool_drained
 
-from cp_source.factory import FactoryHandle, start_factory
-from cp_source.generator import run_generator
-from cp_source.reader_state import live_reader_state
-from cp_source.spool import Spool
+from cp_source.factory.workers import FactoryHandle, start_factory
+from cp_source.generate.generator import run_generator
+from cp_source.reader.state import live_reader_state
+from cp_source.spool.segments import Spool
 
 
 @pytest.fixture

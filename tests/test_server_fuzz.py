@@ -26,9 +26,9 @@ from hypothesis import strategies as st
 from live_server import LiveServer
 
 from cp_sink.channels.config_client import lookup
-from cp_source import bucket as bk
-from cp_source.segment_server import fetch_segment, server_stats
-from cp_source.sender_link import SenderIdInUse, open_link
+from cp_source.hosts.segment_server import fetch_segment, server_stats
+from cp_source.wire import bucket as bk
+from cp_source.wire.sender_link import SenderIdInUse, open_link
 from cp_sync.coordinator import list_agents
 
 RSS_BOUND_MB = 40

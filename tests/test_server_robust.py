@@ -195,7 +195,7 @@ def test_segment_server_bounds_replies_to_a_peer_that_never_reads(tmp_path) -> N
 
     from live_server import LiveServer
 
-    from cp_source.segment_server import fetch_segment, server_stats
+    from cp_source.hosts.segment_server import fetch_segment, server_stats
 
     (tmp_path / "w0").mkdir()
     body = os.urandom(SEGMENT_BYTES)

@@ -25,8 +25,8 @@ def test_ingest_to_sink_exactly_once_with_a_task_retry(spark, tmp_path: Path) ->
     import cloudprofiler
     from cloudprofiler import wait_for_factory
     from cloudprofiler.spark_local import source_end_offset
-    from cp_source.generator import run_generator
-    from cp_source.spool import Spool
+    from cp_source.generate.generator import run_generator
+    from cp_source.spool.segments import Spool
 
     cloudprofiler.register(spark)
     marker = tmp_path / "failed-once"

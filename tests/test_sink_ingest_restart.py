@@ -19,7 +19,7 @@ from ingest_truth import assert_exactly_once, expected_ids
 
 from cp_sink import read_records, total_seen
 from cp_sink.records import published_batches
-from cp_source.reader_state import live_reader_state
+from cp_source.reader.state import live_reader_state
 
 DRIVER = textwrap.dedent(
     """
@@ -46,7 +46,7 @@ DRIVER = textwrap.dedent(
 
 @pytest.fixture
 def factory(tmp_path: Path) -> Iterator[Any]:
-    from cp_source.factory import start_factory
+    from cp_source.factory.workers import start_factory
 
     handle = start_factory("tcp://127.0.0.1:0", tmp_path / "spool", workers=2)
     yield handle
@@ -72,8 +72,8 @@ def _tail(tmp_path: Path) -> str:
 
 @pytest.mark.long
 def test_ingest_into_sink_killed_and_restarted(tmp_path: Path, factory: Any) -> None:
-    from cp_source.generator import run_generator
-    from cp_source.spool import Spool
+    from cp_source.generate.generator import run_generator
+    from cp_source.spool.segments import Spool
 
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)

@@ -434,9 +434,9 @@ def test_partition_load_of_a_real_skewed_query(spark: Any, tmp_path: Path) -> No
     from cloudprofiler.partition_load import generator_keys, partition_load
     from cloudprofiler.spark_local import source_end_offset
     from cp_sink import read_records
-    from cp_source.generator import run_generator
-    from cp_source.spool import Spool
-    from cp_source.workloads import campaigns_table
+    from cp_source.generate.generator import run_generator
+    from cp_source.spool.segments import Spool
+    from cp_source.wire.workloads import campaigns_table
 
     spool, out = tmp_path / "spool", tmp_path / "records"
     camps = campaigns_table()
@@ -507,10 +507,10 @@ def test_generator_keys_are_the_payloads_campaigns(skew: str | None) -> None:
     import orjson
 
     from cloudprofiler.partition_load import generator_keys
-    from cp_source import bucket as bk
-    from cp_source.generator import sender_payloads
-    from cp_source.key_skew import parse_key_skew
-    from cp_source.workloads import campaigns_table
+    from cp_source.generate.generator import sender_payloads
+    from cp_source.generate.hot_keys import parse_key_skew
+    from cp_source.wire import bucket as bk
+    from cp_source.wire.workloads import campaigns_table
 
     camp = dict(
         zip(*(campaigns_table().column(c).to_pylist() for c in ("ad_id", "campaign_id")), strict=True)

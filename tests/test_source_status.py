@@ -12,7 +12,7 @@ from conftest import wait_for
 from embedded_source import embedded_source
 
 import cloudprofiler
-from cp_source.generator import run_generator
+from cp_source.generate.generator import run_generator
 
 # Known garbage, each dead-lettered by the factory under a known reason.
 TRUNCATED = [b"junk", b"x"]  # a header frame shorter than a header
@@ -108,7 +108,7 @@ def test_status_counts_published_dead_letters_and_backlog_of_a_query(spark: Any,
 
 def test_status_of_a_spool_written_by_a_factory_without_a_query(tmp_path: Path) -> None:
     """No query: the status of an external factory's spool, read while the factory runs and after."""
-    from cp_source.factory import start_factory
+    from cp_source.factory.workers import start_factory
 
     f = start_factory("tcp://127.0.0.1:0", tmp_path / "spool", workers=1)
     try:

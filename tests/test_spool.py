@@ -9,8 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from cp_source import bucket as bk
-from cp_source.spool import (
+from cp_source.spool.segments import (
     SegmentWriter,
     Spool,
     SpoolMismatchError,
@@ -20,6 +19,7 @@ from cp_source.spool import (
     seg_name,
     segment_meta,
 )
+from cp_source.wire import bucket as bk
 
 S = 5  # sender id used below
 FIRST = bk.tuple_id(S, 0)

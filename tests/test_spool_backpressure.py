@@ -10,8 +10,8 @@ from ingest_truth import assert_exactly_once, expected_ids, output_ids, spool_dr
 
 from cloudprofiler import wait_for_factory
 from cloudprofiler.spark_local import source_end_offset
-from cp_source.generator import run_generator
-from cp_source.spool import Spool, spool_bytes
+from cp_source.generate.generator import run_generator
+from cp_source.spool.segments import Spool, spool_bytes
 
 
 def test_segments_taken_by_a_batch_do_not_count_against_the_bound(tmp_path: Path) -> None:

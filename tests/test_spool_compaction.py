@@ -22,11 +22,11 @@ import pyarrow as pa
 import pytest
 from conftest import wait_for
 
-from cp_source import bucket as bk
-from cp_source import spool_compact
-from cp_source.spool import SegmentWriter, Spool
-from cp_source.spool_compact import ABSORB_MIN_SEGMENTS, MANIFEST_KEEP, ManifestTail, ledger_file_bytes
-from cp_source.spool_ledger import SUMMARY_FILE, RecordTail, read_records
+from cp_source.spool import compact as spool_compact
+from cp_source.spool.compact import ABSORB_MIN_SEGMENTS, MANIFEST_KEEP, ManifestTail, ledger_file_bytes
+from cp_source.spool.ledger import SUMMARY_FILE, RecordTail, read_records
+from cp_source.spool.segments import SegmentWriter, Spool
+from cp_source.wire import bucket as bk
 
 A, B, C = 11, 12, 13  # closed sender over both workers, open sender, closed sender on w1 only
 N = 10  # tuples per bucket
@@ -276,7 +276,7 @@ def test_a_fold_that_fails_before_its_rename_changes_nothing(
     offsets = {w: n - 3 for w, n in twin.ref.latest().items()}
     twin.ref.commit(offsets)
     monkeypatch.setattr(spool_compact, "ABSORB_MIN_SEGMENTS", 10**9)
-    monkeypatch.setattr("cp_source.spool.ABSORB_MIN_SEGMENTS", 10**9)
+    monkeypatch.setattr("cp_source.spool.segments.ABSORB_MIN_SEGMENTS", 10**9)
     twin.sp.commit(offsets)
     want = twin.check()
     real = os.replace
@@ -298,7 +298,7 @@ def test_a_fold_that_fails_before_its_rename_changes_nothing(
 
 CHILD = """
 import sys
-from cp_source.spool import SegmentWriter, Spool
+from cp_source.spool.segments import SegmentWriter, Spool
 root = sys.argv[1]
 print("ready", flush=True)
 sys.stdin.readline()
@@ -356,7 +356,9 @@ def test_sigkill_at_any_moment_of_compaction_leaves_an_exact_ledger(
             assert (twin.root / w / name).read_bytes() == (twin.plain_root / w / name).read_bytes()
     offsets = {w: n - 4 for w, n in twin.ref.latest().items()}
     twin.ref.commit(offsets)
-    monkeypatch.setattr("cp_source.spool.ABSORB_MIN_SEGMENTS", 10**9)  # the child folds, not this commit
+    monkeypatch.setattr(
+        "cp_source.spool.segments.ABSORB_MIN_SEGMENTS", 10**9
+    )  # the child folds, not this commit
     twin.sp.commit(offsets)
     want = ledger(twin.ref)
     status, marks = _compact_in_child(twin.root, None, 0.0)  # once to the end: how long each phase takes
@@ -396,8 +398,8 @@ def _reset(twin: Twin) -> None:
 
 
 def test_a_real_factory_compacts_while_it_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cp_source.factory import start_factory
-    from cp_source.generator import run_generator
+    from cp_source.factory.workers import start_factory
+    from cp_source.generate.generator import run_generator
 
     f = start_factory("tcp://127.0.0.1:0", tmp_path / "spool", workers=2, flush_ms=20, flush_rows=500)
     try:
@@ -429,8 +431,8 @@ def test_a_real_factory_compacts_while_it_runs(tmp_path: Path, monkeypatch: pyte
 
 def test_a_fold_takes_every_worker_along() -> None:
     """One worker past the threshold folds all of them: a sender's ranges merge only over all workers."""
-    from cp_source.spool_compact import folded_targets
-    from cp_source.spool_ledger import LedgerSummary
+    from cp_source.spool.compact import folded_targets
+    from cp_source.spool.ledger import LedgerSummary
 
     summary = LedgerSummary(through={"w0": 10, "w1": 10})
     latest = {"w0": 500, "w1": 500}

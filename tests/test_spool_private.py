@@ -11,9 +11,9 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from cp_source.factory import start_factory
-from cp_source.segment_server import SegmentServer
-from cp_source.spool import SegmentWriter, Spool
+from cp_source.factory.workers import start_factory
+from cp_source.hosts.segment_server import SegmentServer
+from cp_source.spool.segments import SegmentWriter, Spool
 from cp_store.private_dirs import UnsafeDirectory, default_spool, default_spool_root, ensure_private_dir
 
 NOBODY = 65534
@@ -149,8 +149,8 @@ def test_the_factory_command_refuses_an_unsafe_spool_in_one_line(tmp_path: Path)
 
 def test_the_readers_default_spool_is_the_private_one(tmp_path: Path, monkeypatch) -> None:
     """A query given no spool option uses the per-user private default, never the shared temp dir."""
-    from cp_source.stream_reader import ReaderOptions
-    from cp_source.stream_reader import default_spool as reader_default
+    from cp_source.reader.stream_reader import ReaderOptions
+    from cp_source.reader.stream_reader import default_spool as reader_default
 
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

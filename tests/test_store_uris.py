@@ -189,8 +189,8 @@ def _stamped_batch(ids: list[int], gen: list[int], src: list[int]) -> pa.RecordB
 
 
 def test_the_progress_log_is_written_to_and_read_from_s3() -> None:
-    from cp_source.ingest_log import IngestLogger, check_progress_log, read_ingest_log
-    from cp_source.stream_reader import ReaderOptions
+    from cp_source.reader.ingest_log import IngestLogger, check_progress_log, read_ingest_log
+    from cp_source.reader.stream_reader import ReaderOptions
 
     log_dir = f"s3a://{BUCKET}/plog"
     check_progress_log(log_dir)
@@ -214,7 +214,7 @@ def test_the_progress_log_is_written_to_and_read_from_s3() -> None:
 def test_the_progress_report_reads_its_log_checkpoint_and_sync_from_s3(tmp_path: Path, capsys: Any) -> None:
     from test_progress_report import _checkpoint, _ingest, _offset, _windows
 
-    from cp_source.ingest_log import batch_key
+    from cp_source.reader.ingest_log import batch_key
     from cp_store.batch_log import publish
     from cp_sync.synthetic import synth_phases
 

@@ -12,7 +12,7 @@ import zmq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cp_source.segment_server import (
+from cp_source.hosts.segment_server import (
     MAX_REQUEST_BYTES,
     FetchError,
     SegmentRef,
@@ -21,7 +21,7 @@ from cp_source.segment_server import (
     server_stats,
     validate_request,
 )
-from cp_source.stream_reader import ReaderOptions, source_schema
+from cp_source.reader.stream_reader import ReaderOptions, source_schema
 
 # ---- options --------------------------------------------------------------------------------------
 
@@ -229,7 +229,7 @@ def test_fetch_times_out_when_nobody_answers() -> None:
 
 def _segment_table(first_id: int, n: int) -> pa.Table:
     """A YSB segment of ``n`` rows with tuple ids first_id .. first_id + n - 1, as the factory writes it."""
-    from cp_source.workloads import ysb_rows, ysb_schema
+    from cp_source.wire.workloads import ysb_rows, ysb_schema
 
     schema = ysb_schema()
     rows = ysb_rows(n, seed=first_id)
@@ -257,7 +257,7 @@ def fill_spool(root: Path, layout: dict[str, list[int]], first_id: int = 0) -> s
     """
     import numpy as np
 
-    from cp_source.spool import SegmentWriter
+    from cp_source.spool.segments import SegmentWriter
 
     ids: set[int] = set()
     next_id = first_id
@@ -297,7 +297,7 @@ def test_available_now_reads_every_row_once_and_commits(spark, tmp_path: Path, f
     from conftest import run_available_now
 
     import native_tsc
-    from cp_source.spool import Spool
+    from cp_source.spool.segments import Spool
 
     spool = tmp_path / "spool"
     ids = fill_spool(spool, {"w0": [300, 200, 100], "w1": [50, 250]})
@@ -344,7 +344,7 @@ def test_admission_control_admits_whole_segments_interleaved(spark, tmp_path: Pa
     # w0: 10 + w1: 5, then 20 + 5 (a third segment would pass 25 rows), then the last 10.
     assert sizes == [15, 25, 10]
     # reportLatestOffset: the progress shows how far the spool is ahead of each batch
-    from cp_source.spool import Spool
+    from cp_source.spool.segments import Spool
 
     latest = [p["sources"][0]["latestOffset"] for p in progress]
     want = {"spool": Spool(spool).spool_id(), "w0": 2, "w1": 1}  # an offset names its spool
@@ -369,9 +369,9 @@ def test_file_workload_with_a_ddl_schema(spark, tmp_path: Path) -> None:
     from conftest import run_available_now
     from ingest_truth import assert_exactly_once, expected_ids, output_ids
 
-    from cp_source.factory import start_factory
-    from cp_source.generator import run_generator
-    from cp_source.spool import Spool
+    from cp_source.factory.workers import start_factory
+    from cp_source.generate.generator import run_generator
+    from cp_source.spool.segments import Spool
 
     data = tmp_path / "events.ndjson"
     data.write_text(

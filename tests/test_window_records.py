@@ -202,8 +202,8 @@ def _run(
     until the query has read everything and, in append mode, emitted every closed window."""
     from cloudprofiler import wait_for_factory
     from cloudprofiler.spark_local import source_end_offset
-    from cp_source.generator import run_generator
-    from cp_source.spool import Spool
+    from cp_source.generate.generator import run_generator
+    from cp_source.spool.segments import Spool
 
     spool, out = tmp_path / "spool", tmp_path / "windows"
     df = _windowed(spark, spool, size_ms, slide_ms, delay_ms)

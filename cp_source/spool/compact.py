@@ -10,7 +10,7 @@ what it changes:
    worker's committed segments not yet folded reach ``ABSORB_MIN_SEGMENTS``,
    every worker's records up to its ``K = min(committed, last segment in its
    manifest)`` are folded into ``compacted.json`` at the spool root
-   (:class:`cp_source.spool_ledger.LedgerSummary`: per sender merged id ranges
+   (:class:`cp_source.spool.ledger.LedgerSummary`: per sender merged id ranges
    of published and of rejected buckets, merged seq ranges, record counts; per
    worker ``through = K`` and the highest seq per sender). The summary is
    written under a private name, fsynced, renamed, and the directory fsynced.
@@ -55,7 +55,7 @@ read later holds whatever the file no longer had.
   and takes its replay protection (highest seq per sender) from the summary too.
 
 Readers of the manifest (``ManifestTail``) and of the records
-(``cp_source.spool_ledger.RecordTail``) read incrementally and notice a file
+(``cp_source.spool.ledger.RecordTail``) read incrementally and notice a file
 replaced by a trim, then read the new one from its start.
 """
 
@@ -69,7 +69,7 @@ from typing import Any
 
 import orjson
 
-from cp_source.spool_ledger import (
+from cp_source.spool.ledger import (
     BUCKETS_FILE,
     REC_BYTES,
     REJECTED_FILE,

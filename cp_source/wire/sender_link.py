@@ -36,8 +36,8 @@ import orjson
 import zmq
 
 import native_tsc
-from cp_source import bucket as bk
-from cp_source.startup_trace import mark
+from cp_source.factory.startup_trace import mark
+from cp_source.wire import bucket as bk
 from native_tsc import curve_keys as ck
 
 DEFAULT_READY_TIMEOUT_S = 10.0

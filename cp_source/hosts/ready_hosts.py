@@ -1,7 +1,7 @@
 """``ordering=ready`` over factory hosts: one ready frontier over every sender of every factory.
 
 Each factory host computes its own frontier over its spool (``ready`` op,
-``cp_source.ready_host_ops``); the driver never reads a spool. The query's
+``cp_source.hosts.ready_ops``); the driver never reads a spool. The query's
 frontier is the minimum over the hosts whose live senders hold theirs:
 
 * a host whose senders all ended (or are declared gone), or that has none,
@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from cp_source.factory_hosts import (
+from cp_source.hosts.factory_hosts import (
     FRONTIER_KEY,
     MAX_NUMBER,
     MAX_WORKERS,
@@ -45,8 +45,8 @@ from cp_source.factory_hosts import (
     offset_of,
     offset_positions,
 )
-from cp_source.ready_frontier import NO_FRONTIER
-from cp_source.ready_host_ops import MAX_LISTED_SENDERS, MAX_PLAN_SEGMENTS, event_ms
+from cp_source.hosts.ready_ops import MAX_LISTED_SENDERS, MAX_PLAN_SEGMENTS, event_ms
+from cp_source.ready.frontier import NO_FRONTIER
 
 
 class RemoteSegment(NamedTuple):
@@ -184,7 +184,7 @@ def ready_positions(offset: Any) -> tuple[int, dict[str, dict[str, int]]]:
     positions = offset_positions(offset, "ready")
     value = offset[FRONTIER_KEY]
     if isinstance(value, bool) or not isinstance(value, int):
-        from cp_source.spool import SpoolMismatchError
+        from cp_source.spool.segments import SpoolMismatchError
 
         raise SpoolMismatchError(f"offset frontier {value!r} is not an event time in ms")
     return value, positions

@@ -96,7 +96,7 @@ def ysb_rows(n: int, seed: int = 0) -> list[dict[str, str]]:
 
 def ysb_keyed_lines(rows: list[dict[str, str]], ads: list[int]) -> list[bytes]:
     """``rows`` (from :func:`ysb_rows`) serialized with ``ad_id`` replaced by the campaigns table's ad
-    ``ads[i]`` (an index 0..999): the skewed generator's rows (``cp_source.key_skew``)."""
+    ``ads[i]`` (an index 0..999): the skewed generator's rows (``cp_source.generate.hot_keys``)."""
     if len(ads) != len(rows):
         raise ValueError(f"{len(rows)} rows but {len(ads)} ad indexes")
     ad_ids = campaigns_table().column("ad_id").to_pylist()

@@ -78,9 +78,10 @@ import orjson
 import zmq
 
 import native_tsc
-from cp_source import bucket as bk
-from cp_source.key_skew import KeySkew, Payloads, parse_key_skew, plan_skew, skewed_payloads
-from cp_source.sender_link import (
+from cp_source.factory.startup_trace import mark
+from cp_source.generate.hot_keys import KeySkew, Payloads, parse_key_skew, plan_skew, skewed_payloads
+from cp_source.wire import bucket as bk
+from cp_source.wire.sender_link import (
     DEFAULT_READY_TIMEOUT_S,
     AckInfo,
     DisconnectWatch,
@@ -89,8 +90,7 @@ from cp_source.sender_link import (
     close_stream_info,
     open_link_info,
 )
-from cp_source.startup_trace import mark
-from cp_source.workloads import file_lines, ysb_rows
+from cp_source.wire.workloads import file_lines, ysb_rows
 
 SEND_HWM = 8  # at least this many buckets may wait in a sender's queue ...
 SEND_QUEUE_S = 0.05  # ... or as many as it offers in 50 ms, so scheduling jitter is not a drop
@@ -240,7 +240,7 @@ class EventSettings:
     heartbeat_ms: float = 100.0
     delay: DelaySpec | None = None  # injected network delay (see the module docstring)
     delay_seed: int | None = None  # None: each sender's id
-    key_skew: KeySkew | None = None  # skewed YSB keys and the moving hot key (cp_source.key_skew)
+    key_skew: KeySkew | None = None  # skewed YSB keys and the moving hot key (cp_source.generate.hot_keys)
 
     def check(self) -> EventSettings:
         """Self, or ValueError naming the bad setting."""
@@ -1150,7 +1150,7 @@ def run_generator(
     seeded by ``delay_seed`` (None: each sender's id); ``draw_delays_ms`` gives the delays drawn.
     ``key_skew`` (``uniform`` or ``zipf:S``, ysb only) draws the ads of ``skew_keys`` (``campaigns``
     or ``ads``) from that distribution, the hottest key moving every ``hot_key_rotate_s`` s of the
-    schedule; ``cp_source.key_skew.expected_ads`` gives each tuple's ad (seed: the sender id).
+    schedule; ``cp_source.generate.hot_keys.expected_ads`` gives each tuple's ad (seed: the sender id).
     """
     _check_args(rate, duration, senders, bucket, workload)
     spec = parse_delay(delay) if delay is not None else None

@@ -10,7 +10,7 @@ hands the buckets to the executors inside the partitions; ``read`` on the
 executor parses every line with ``orjson.loads`` and yields one Python tuple
 per row, which Spark then converts itself.
 
-It accepts the generator's buckets (``cp_source.bucket`` header + NDJSON
+It accepts the generator's buckets (``cp_source.wire.bucket`` header + NDJSON
 payload), so it takes exactly the same load as the cloudprofiler source.
 Malformed messages are counted and skipped. Buckets are kept in the driver's
 memory only until Spark commits their batch, and a restarted query cannot
@@ -32,7 +32,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from cp_source.workloads import YSB_FIELDS
+from cp_source.wire.workloads import YSB_FIELDS
 from native_tsc.stamp_columns import GEN, SOURCE, node_column, tsc_column
 
 SCHEMA = ", ".join(
@@ -128,8 +128,8 @@ class NaiveZmqReader(DataSourceStreamReader):
         """
         import zmq
 
-        from cp_source.bucket import KIND_DATA, KIND_EOS, KIND_HELLO, BucketError, parse_header
-        from cp_source.sender_link import answer_control
+        from cp_source.wire.bucket import KIND_DATA, KIND_EOS, KIND_HELLO, BucketError, parse_header
+        from cp_source.wire.sender_link import answer_control
 
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         sock = self._socket()

@@ -6,7 +6,7 @@ Layout under the spool root::
     skipped.ndjson            segments a query chose not to read (startingOffsets=latest), with their ids
     committed.json            committed offsets {"w0": 12, ...} (written by Spool.commit)
     planned.json              offsets the stream reader has put into a micro-batch (Spool.mark_planned)
-    compacted.json            the ledger of compacted records (cp_source.spool_compact)
+    compacted.json            the ledger of compacted records (cp_source.spool.compact)
     w0/                       one directory per factory worker
       lock                    held (flock) by the worker process that writes here
       seg-000000000012.arrow  a published segment (Arrow IPC file); *.tmp are unpublished
@@ -15,7 +15,7 @@ Layout under the spool root::
       rejected.bin            same records for buckets whose header was valid but whose payload was not
       eos.ndjson              end-of-stream totals received by this worker
       stats.json              the worker's counters (replaced atomically)
-      deadletter.bin          rejected messages, raw frames (see cp_source.deadletter)
+      deadletter.bin          rejected messages, raw frames (see cp_source.factory.deadletter)
 
 A segment is published by writing ``seg-N.arrow.tmp``, renaming it to
 ``seg-N.arrow``, appending its bucket records, then its manifest line. The
@@ -31,7 +31,7 @@ instead of being read as this one's.
 
 Committed manifest lines and bucket records do not stay: the reader folds them
 into ``compacted.json`` and each worker then drops them from its files
-(``cp_source.spool_compact``), so a long run's files stay small and its ledger exact.
+(``cp_source.spool.compact``), so a long run's files stay small and its ledger exact.
 """
 
 from __future__ import annotations
@@ -51,9 +51,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from cp_source.bucket import merge_ranges
-from cp_source.durability import DurabilityError, check_durability, fsync_dirs, fsync_path
-from cp_source.spool_compact import (
+from cp_source.spool.compact import (
     ABSORB_MIN_SEGMENTS,
     MANIFEST_KEEP,
     TRIM_CHECK_S,
@@ -64,7 +62,8 @@ from cp_source.spool_compact import (
     summary_through,
     trim_worker_files,
 )
-from cp_source.spool_ledger import (
+from cp_source.spool.durability import DurabilityError, check_durability, fsync_dirs, fsync_path
+from cp_source.spool.ledger import (
     REC_BYTES,
     REC_FIELDS,
     LedgerSummary,
@@ -77,6 +76,7 @@ from cp_source.spool_ledger import (
     read_records,
     workers_drained,
 )
+from cp_source.wire.bucket import merge_ranges
 from cp_store.private_dirs import atomic_write, ensure_private_dir, private_tmp
 
 SEG_RE = re.compile(r"^seg-(\d{12})\.arrow$")
@@ -201,7 +201,7 @@ class SegmentInfo:
     event_time_min: int
     event_time_max: int
     # per sender in the segment: [sender, lowest seq, its event time, highest seq, its event time]
-    # (ms); what the ready frontier reads (cp_source.ready_frontier). None in earlier segments.
+    # (ms); what the ready frontier reads (cp_source.ready.frontier). None in earlier segments.
     senders: list[list[int]] | None = None
 
     def manifest_line(self) -> bytes:
@@ -270,7 +270,7 @@ class SegmentWriter:
         lock_timeout: float = 0.0,
         durability: str = "process",
     ) -> None:
-        """``durability``: ``process`` or ``strict`` (see cp_source.durability); ``fsync=True`` is the
+        """``durability``: ``process`` or ``strict`` (see cp_source.spool.durability); ``fsync=True`` is the
         older name for ``strict``."""
         if not WORKER_RE.match(worker):
             raise ValueError(f"invalid worker name {worker!r}: expected w<N>")
@@ -361,7 +361,7 @@ class SegmentWriter:
         """Drop from this worker's ledger files what the spool's summary holds; bytes removed.
 
         Looks at the summary at most every TRIM_CHECK_S (unless ``force``) and trims only when
-        it moved. Crash-safe at every step: see cp_source.spool_compact.
+        it moved. Crash-safe at every step: see cp_source.spool.compact.
         """
         now = time.monotonic()
         if not force and now < self._compact_at:

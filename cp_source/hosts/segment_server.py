@@ -13,7 +13,7 @@ needs (``SpoolControl``): ``latest`` (the spool id, and per worker the
 committed and latest segment numbers with the rows and first tuple id of the
 segments after a given position), ``commit`` and ``plan`` (the spool's own
 ``commit`` and ``mark_planned``, refused for another spool id), and the
-``ordering=ready`` ops (``cp_source.ready_host_ops``).
+``ordering=ready`` ops (``cp_source.hosts.ready_ops``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 import zmq
 
-from cp_source.ready_host_ops import READY_OPS, ReadyControl, event_ms, plan_after, sender_timeout
+from cp_source.hosts.ready_ops import READY_OPS, ReadyControl, event_ms, plan_after, sender_timeout
 from cp_store.private_dirs import atomic_write
 from native_tsc import curve_keys as ck
 from native_tsc.zmq_bounds import recv_bounded
@@ -214,7 +214,7 @@ def parse_request(raw: bytes) -> tuple[str, str | None, int | None] | ControlReq
 
 
 def _ready_request(msg: dict[str, Any], spool: str | None) -> ControlRequest:
-    """A ready op's fields, each checked and bounded (``cp_source.ready_host_ops``)."""
+    """A ready op's fields, each checked and bounded (``cp_source.hosts.ready_ops``)."""
     op = msg["op"]
     args: dict[str, Any]
     if op == "ready":

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cp_source.durability import DURABILITY_LEVELS
-from cp_source.factory import PARSERS
+from cp_source.factory.workers import PARSERS
+from cp_source.spool.durability import DURABILITY_LEVELS
 
 DESCRIPTION = """\
 Run a deserializing factory: bind a ZeroMQ PULL socket, spread buckets over
@@ -178,7 +178,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _start(args: argparse.Namespace, workload: str) -> Any:
-    from cp_source.factory import start_factory
+    from cp_source.factory.workers import start_factory
 
     return start_factory(
         args.endpoint,
@@ -200,8 +200,8 @@ def _serve(args: argparse.Namespace, durability: str) -> Any:
     """The factory host's segment server: segments, latest offsets and commits of this spool."""
     import zmq
 
-    from cp_source.segment_server import SegmentServer, SpoolControl
-    from cp_source.spool import Spool
+    from cp_source.hosts.segment_server import SegmentServer, SpoolControl
+    from cp_source.spool.segments import Spool
 
     # its own Spool: the server thread is its only user (a Spool caches manifests)
     control = SpoolControl(Spool(args.spool, max_bytes=args.max_spool_bytes, durability=durability))
@@ -220,8 +220,8 @@ def _serve(args: argparse.Namespace, durability: str) -> Any:
 
 def _register(args: argparse.Namespace, server: Any, handle: Any) -> None:
     """--register DIR: this host's address where queries with factoriesDir=DIR look for it."""
-    from cp_source.factory_hosts import register_factory
-    from cp_source.spool import Spool
+    from cp_source.hosts.factory_hosts import register_factory
+    from cp_source.spool.segments import Spool
 
     try:
         path = register_factory(args.register, Spool(args.spool).ensure_spool_id(), server.endpoint)

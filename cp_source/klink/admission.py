@@ -12,7 +12,7 @@ What one reader sees and records (its own clock, ``time.time_ns``, at ``latestOf
   next open deadline plus the delay closes that window: it carries an SWM. Its offer time is
   ``w_n``, its anchor ``A_n = (deadline + delay) * 1e6`` ns: event time is the generator's wall
   clock, so a constant offset between the two clocks is absorbed in the mean SWM delay;
-* from the last ``h`` SWM delays ``w_n - A_n``, cp_source.progress_model's normal model of the next
+* from the last ``h`` SWM delays ``w_n - A_n``, cp_source.klink.progress_model's normal model of the next
   SWM (``predict_next_swm``) and its slack (``slack_ns``), with the cycle ``r`` the observed time
   between two ``latestOffset`` calls and the cost taken as 0 (the reader does not see how long
   Spark takes to run a batch). Identical delays give a standard deviation of 0: it is floored.
@@ -277,7 +277,7 @@ def read_peers(directory: str | os.PathLike[str], own: str, now_ns: int, stale_n
 
 
 def _prediction(mean: float, sd: float, lo: float, hi: float) -> Any:
-    from cp_source.progress_model import Prediction
+    from cp_source.klink.progress_model import Prediction
 
     nan = float("nan")
     return Prediction(mean, sd, lo, hi, nan, nan, nan, nan)
@@ -287,7 +287,7 @@ def slack_at(
     mean: float, sd: float, lo: float, hi: float, now_ns: int, cycle_ns: float, cost_ns: float
 ) -> float:
     """Eq. 8 (``progress_model.slack_ns``) at ``now_ns``; r grows so the steps stay bounded."""
-    from cp_source.progress_model import slack_ns
+    from cp_source.klink.progress_model import slack_ns
 
     r = max(float(cycle_ns), (hi - now_ns) / MAX_SLACK_STEPS, float(MIN_CYCLE_NS))
     return slack_ns(_prediction(mean, max(sd, SD_FLOOR_NS), lo, hi), float(now_ns), r, float(cost_ns))
@@ -397,7 +397,7 @@ class KlinkEvaluator:
     def _predict(self) -> Any:
         import numpy as np
 
-        from cp_source.progress_model import EpochStats, predict_next_swm
+        from cp_source.klink.progress_model import EpochStats, predict_next_swm
 
         a = np.array(self.delays, dtype=np.int64)
         n = len(a)

@@ -44,7 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
-from cp_source.bucket import BucketError
+from cp_source.wire.bucket import BucketError
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 _NAIVE = pa.timestamp("us")

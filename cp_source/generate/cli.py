@@ -99,7 +99,7 @@ def event_options(args: argparse.Namespace) -> dict[str, Any]:
             seed = int(args.delay_seed)
         except ValueError:
             raise ValueError(f"--delay-seed: not a whole number: {args.delay_seed!r}") from None
-    from cp_source.generator import EventSettings, parse_delay
+    from cp_source.generate.generator import EventSettings, parse_delay
 
     try:
         EventSettings(lag, jitter, start, heartbeat, None, seed).check()
@@ -128,7 +128,7 @@ def skew_options(args: argparse.Namespace) -> dict[str, Any]:
             rotate = float(args.hot_key_rotate)
         except ValueError:
             raise ValueError(f"--hot-key-rotate: not a number of seconds: {args.hot_key_rotate!r}") from None
-    from cp_source.generator import key_skew_settings
+    from cp_source.generate.generator import key_skew_settings
 
     try:
         key_skew_settings(args.key_skew, args.skew_keys, rotate, args.workload)
@@ -250,7 +250,7 @@ def queue_buckets(queue_ms: float | None, rate: float, senders: int, bucket: int
 
 
 def run(args: argparse.Namespace) -> int:
-    from cp_source.generator import run_generator
+    from cp_source.generate.generator import run_generator
 
     events = event_options(args)
     # FactoryUnavailable is a ConnectionError: the command line prints it as one line, exit status 2

@@ -1,6 +1,6 @@
 """The ``ordering=ready`` control ops a factory host answers beside its spool.
 
-A query with ``ordering=ready`` over factory hosts (``cp_source.ready_hosts``)
+A query with ``ordering=ready`` over factory hosts (``cp_source.hosts.ready_hosts``)
 never reads a host's spool itself, so each host computes its own part:
 
 * ``ready``: the host's ready frontier over its spool (``ReadyFrontier``, the
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from cp_source.ready_frontier import NO_FRONTIER, ReadyFrontier
+from cp_source.ready.frontier import NO_FRONTIER, ReadyFrontier
 
 READY_OPS = ("ready", "ready_plan", "ready_commit")
 MAX_LISTED_SENDERS = 1024
@@ -75,7 +75,7 @@ class ReadyControl:
         self, sid: str, floor: int, timeout: float, after: Mapping[str, int], cap: Mapping[str, int] | None
     ) -> dict[str, Any]:
         """This host's frontier over its published segments (up to ``cap`` under AvailableNow)."""
-        from cp_source.ready_reader import ReadyState
+        from cp_source.ready.batch_plan import ReadyState
 
         tracker = self._tracker(sid, timeout)
         latest = self.spool.latest()
@@ -114,7 +114,7 @@ class ReadyControl:
     ) -> dict[str, Any]:
         """The segments (at most ``upto[w]``) overlapping ``(lo, hi]``, ordered by worker and number,
         one page after ``after``; the first page marks them taken (``mark_planned``)."""
-        from cp_source.ready_reader import consumed_prefix, overlapping
+        from cp_source.ready.batch_plan import consumed_prefix, overlapping
 
         if after is None:
             self.spool.mark_planned(consumed_prefix(self.spool, upto, hi), sid)
@@ -129,7 +129,7 @@ class ReadyControl:
 
     def commit(self, sid: str, frontier: int, upto: dict[str, int], since: int | None) -> dict[str, Any]:
         """``commit_ready`` on this spool (idempotent: a commit sent again changes nothing)."""
-        from cp_source.ready_reader import ReadyState, commit_ready
+        from cp_source.ready.batch_plan import ReadyState, commit_ready
 
         commit_ready(self.spool, sid, upto, frontier, since)
         return {

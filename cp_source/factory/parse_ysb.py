@@ -20,8 +20,8 @@ import pyarrow as pa
 from numba import njit
 from numba.core import config as numba_config
 
-from cp_source.bucket import BucketError
-from cp_source.parse_json import parse_orjson
+from cp_source.factory.parse_json import parse_orjson
+from cp_source.wire.bucket import BucketError
 
 
 def _writable_dir(path: Path) -> bool:

@@ -1,7 +1,7 @@
 """One query over many factory hosts: the reader's ``factories=tcp://h1:p1,tcp://h2:p2`` option.
 
 Each factory host is ``cloudprofiler factory --serve`` with its own spool and a
-segment server beside it (``cp_source.segment_server``: segments, ``latest``,
+segment server beside it (``cp_source.hosts.segment_server``: segments, ``latest``,
 ``commit``, ``plan``). The driver-side reader never reads a spool itself:
 
 * an offset covers every factory, keyed by its spool id (the factory id):
@@ -45,7 +45,7 @@ from typing import Any, NamedTuple
 import orjson
 
 FACTORIES_KEY = "factories"
-FRONTIER_KEY = "frontier"  # ordering=ready (cp_source.ready_hosts)
+FRONTIER_KEY = "frontier"  # ordering=ready (cp_source.hosts.ready_hosts)
 STATUS_FILE = "_factories.json"
 MAX_FACTORIES = 64
 MAX_WORKERS = 64  # per factory, as the factory's --workers allows
@@ -224,7 +224,7 @@ class Host:
     facts: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)  # w -> n -> rows, first id
     pending_commit: dict[str, int] = field(default_factory=dict)  # not acknowledged yet
     pending_plan: dict[str, int] = field(default_factory=dict)
-    ready: Any = None  # ordering=ready: its last ready answer (cp_source.ready_hosts.HostFrontier)
+    ready: Any = None  # ordering=ready: its last ready answer (cp_source.hosts.ready_hosts.HostFrontier)
 
 
 def offset_of(positions: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
@@ -240,7 +240,7 @@ def offset_of(positions: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
 def offset_positions(offset: Any, ordering: str = "arrival") -> dict[str, dict[str, int]]:
     """Per factory spool id, per worker segment numbers of an offset; another kind is refused (one of
     a query without factories, or written with the other ``ordering``)."""
-    from cp_source.spool import SpoolMismatchError
+    from cp_source.spool.segments import SpoolMismatchError
 
     if not isinstance(offset, Mapping) or FACTORIES_KEY not in offset:
         raise SpoolMismatchError(
@@ -359,7 +359,7 @@ class FactoryHosts:
 
     def ask(self, requests: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any] | str], Asked]:
         """The answers, and when they were asked (a silent factory waits since then)."""
-        from cp_source.segment_server import ask_servers
+        from cp_source.hosts.segment_server import ask_servers
 
         asked = (time.monotonic(), time.time())
         if not requests:
@@ -462,7 +462,7 @@ class FactoryHosts:
             return  # a silent one may still be it: its part of the offset waits
         unknown = sorted(set(positions) - set(self.by_id()))
         if unknown:
-            from cp_source.spool import SpoolMismatchError
+            from cp_source.spool.segments import SpoolMismatchError
 
             listed = ", ".join(f"{h.endpoint} ({h.spool_id})" for h in self.hosts)
             raise SpoolMismatchError(
@@ -726,14 +726,14 @@ class FactoryHosts:
 
 
 def _own_ticks() -> int | None:
-    from cp_source.reader_state import process_start_ticks
+    from cp_source.reader.state import process_start_ticks
 
     return process_start_ticks(os.getpid())
 
 
 def read_status(status_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     """``_factories.json`` of a status directory, with ``live`` (its writer still runs); None if absent."""
-    from cp_source.reader_state import process_start_ticks
+    from cp_source.reader.state import process_start_ticks
 
     try:
         doc = orjson.loads((Path(status_dir) / STATUS_FILE).read_bytes())

@@ -40,12 +40,12 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from cp_source.durability import DURABILITY_LEVELS
-from cp_source.factory_hosts import HOST_OPTIONS, hosts_options
-from cp_source.klink_admission import KLINK_OPTIONS, KlinkConfig, parse_klink_options
-from cp_source.reader_state import clear_reader_state, write_reader_state
-from cp_source.ready_reader import FRONTIER_KEY, ReadySlice
-from cp_source.startup_trace import mark, mark_process_start
+from cp_source.factory.startup_trace import mark, mark_process_start
+from cp_source.hosts.factory_hosts import HOST_OPTIONS, hosts_options
+from cp_source.klink.admission import KLINK_OPTIONS, KlinkConfig, parse_klink_options
+from cp_source.reader.state import clear_reader_state, write_reader_state
+from cp_source.ready.batch_plan import FRONTIER_KEY, ReadySlice
+from cp_source.spool.durability import DURABILITY_LEVELS
 from native_tsc.stamp_columns import SOURCE, node_column, tsc_column
 
 FETCH_MODES = ("auto", "local", "network")
@@ -180,14 +180,14 @@ class ReaderOptions:
     durability: str = "process"  # strict: the factory's and the reader's writes are fsynced in order
     # a keys directory (cloudprofiler keys generate): CURVE on the factory and the segment server
     curve_keys: str | None = None
-    # ready: batches cut at the ready frontier, merged in event-time order (cp_source.ready_reader)
+    # ready: batches cut at the ready frontier, merged in event-time order (cp_source.ready.batch_plan)
     ordering: str = "arrival"
     senders: int | None = None  # ready: how many senders to wait for
     sender_ids: tuple[int, ...] = ()  # ready: which senders to wait for
     sender_timeout: float = 10.0  # ready: a gap or a silent sender stops holding the frontier after it
     progress_log: str | None = None  # a directory or URI: executors log each batch's buckets (ingest_log)
-    klink: KlinkConfig | None = None  # scheduling=klink: progress-aware admission (cp_source.klink_admission)
-    # factories=...: one query over factory hosts (cp_source.factory_hosts); no spool of its own
+    klink: KlinkConfig | None = None  # scheduling=klink: progress-aware admission (cp_source.klink.admission)
+    # factories=...: one query over factory hosts (cp_source.hosts.factory_hosts); no spool of its own
     factories: tuple[str, ...] = ()
     factories_dir: str | None = None  # where factory hosts register (--register DIR)
     factory_timeout: float = 0.0  # seconds a factory host may be silent before the query fails; 0: wait
@@ -291,7 +291,7 @@ def source_schema(opts: ReaderOptions) -> StructType:
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import LongType, StringType, StructField
 
-    from cp_source.workloads import resolve
+    from cp_source.wire.workloads import resolve
 
     seg = resolve(opts.workload, opts.schema_ddl).schema
     fields = list(from_arrow_schema(seg).fields)
@@ -361,7 +361,7 @@ class RefusedStreamReader(DataSourceStreamReader):
 
 
 def _open_spool(opts: ReaderOptions) -> Any:
-    from cp_source.spool import Spool
+    from cp_source.spool.segments import Spool
 
     return Spool(opts.spool, max_bytes=opts.max_spool_bytes, durability=opts.durability)
 
@@ -370,7 +370,7 @@ def _start_factory(opts: ReaderOptions) -> Any:
     """Bind the endpoint and spawn the workers, without waiting for them to be ready."""
     import zmq
 
-    from cp_source.factory import start_factory
+    from cp_source.factory.workers import start_factory
 
     try:
         return start_factory(
@@ -421,7 +421,7 @@ def _lock_spool(opts: ReaderOptions) -> int:
 
 
 def _lookup_segment(spool: Any, worker: str, number: int) -> Any:
-    from cp_source.segment_server import SegmentRef
+    from cp_source.hosts.segment_server import SegmentRef
 
     if worker not in spool.workers():
         return None
@@ -432,7 +432,7 @@ def _lookup_segment(spool: Any, worker: str, number: int) -> Any:
 
 
 def _read_local(path: str) -> Any:
-    from cp_source.spool import read_segment
+    from cp_source.spool.segments import read_segment
 
     return read_segment(path)
 
@@ -471,7 +471,7 @@ def segment_mismatch(table: Any, part: SegmentRange, number: int, rows: int, fir
     A file at the planned path may be another one (a stale copy on an executor, another
     spool at the same path); the segment's own metadata says which segment it is.
     """
-    from cp_source.spool import segment_meta
+    from cp_source.spool.segments import segment_meta
 
     meta = segment_meta(table.schema)
     if meta is None:
@@ -522,7 +522,7 @@ class _SegmentLoader:
         import pyarrow as pa
         import zmq
 
-        from cp_source.segment_server import fetch_segment
+        from cp_source.hosts.segment_server import fetch_segment
 
         p = self.part
         assert p.server is not None
@@ -577,7 +577,7 @@ def offset_positions(offset: Mapping[str, Any], spool_id: str, spool: str) -> di
 
     ``spool`` is the spool's path, for the message. Raises SpoolMismatchError, one line.
     """
-    from cp_source.spool import WORKER_RE, SpoolMismatchError
+    from cp_source.spool.segments import WORKER_RE, SpoolMismatchError
 
     if not isinstance(offset, Mapping):
         raise SpoolMismatchError(f"offset {offset!r} is not a cloudprofiler offset")
@@ -613,7 +613,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         self.opts = ReaderOptions.parse(options)
         check_schema(schema, self.opts)
         if self.opts.progress_log is not None:
-            from cp_source.ingest_log import check_progress_log
+            from cp_source.reader.ingest_log import check_progress_log
 
             check_progress_log(self.opts.progress_log)  # a missing bucket fails now, not in a task
         self._driver_state: dict[str, Any] | None = None
@@ -632,7 +632,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def _factory_hosts(self) -> Any:
         """factories=...: the driver side of a query over factory hosts, created on first use."""
         if self._hosts is None:
-            from cp_source.factory_hosts import FactoryHosts
+            from cp_source.hosts.factory_hosts import FactoryHosts
 
             o = self.opts
             assert o.status_dir is not None
@@ -644,7 +644,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def _ready_hosts(self) -> Any:
         """factories=... with ordering=ready: the frontier over every factory host (created once)."""
         if self._ready is None:
-            from cp_source.ready_hosts import ReadyHosts
+            from cp_source.hosts.ready_hosts import ReadyHosts
 
             o = self.opts
             self._ready = ReadyHosts(self._factory_hosts(), o.senders, o.sender_ids, o.sender_timeout)
@@ -652,7 +652,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def _ready_hosts_partitions(self, start: dict, end: dict) -> list[Any]:
         """Event-time slices over every factory host's segments; each segment names its host's server."""
-        from cp_source.ready_reader import cut_slices
+        from cp_source.ready.batch_plan import cut_slices
 
         o = self.opts
         lo, hi, segs = self._ready_hosts().plan(start, end)
@@ -708,7 +708,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 mark("reader: spool opened and locked")
                 state["factory"] = _start_factory(o)
             if o.fetch != "local":
-                from cp_source.segment_server import SegmentServer
+                from cp_source.hosts.segment_server import SegmentServer
 
                 bind = o.server_bind if ":" in o.server_bind else f"{o.server_bind}:*"
                 # the server thread gets its own Spool: a Spool caches manifests and is not thread-safe
@@ -761,7 +761,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         """An offset Spark hands back, checked to be of this spool, as per-worker segment numbers."""
         ready = isinstance(offset, Mapping) and FRONTIER_KEY in offset
         if ready != (self.opts.ordering == "ready"):
-            from cp_source.spool import SpoolMismatchError
+            from cp_source.spool.segments import SpoolMismatchError
 
             was = "ordering=ready" if ready else "ordering=arrival"
             raise SpoolMismatchError(
@@ -773,7 +773,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def _frontier_of(self, offset: Mapping[str, Any]) -> int:
         value = offset.get(FRONTIER_KEY)
         if isinstance(value, bool) or not isinstance(value, int):
-            from cp_source.spool import SpoolMismatchError
+            from cp_source.spool.segments import SpoolMismatchError
 
             raise SpoolMismatchError(f"offset frontier {value!r} is not an event time in ms")
         return value
@@ -806,7 +806,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         if state["initial"] is None:
             state["initial"] = self._starting_positions()
         if self.opts.ordering == "ready":
-            from cp_source.ready_reader import ReadyState, ready_offset
+            from cp_source.ready.batch_plan import ReadyState, ready_offset
 
             if "initial_frontier" not in state:
                 state["initial_frontier"] = ReadyState.read(self.opts.spool).frontier
@@ -868,10 +868,10 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def _klink_admit(self, start: dict, end: dict) -> dict:
         """scheduling=klink: offer ``end``, or defer it (``start``: Spark runs no batch now and the
-        next offer covers the same data from the same start); see cp_source.klink_admission."""
+        next offer covers the same data from the same start); see cp_source.klink.admission."""
         import time
 
-        from cp_source.klink_admission import KlinkEvaluator, default_klink_dir, write_report
+        from cp_source.klink.admission import KlinkEvaluator, default_klink_dir, write_report
 
         state, o = self._driver(), self.opts
         assert o.klink is not None
@@ -939,7 +939,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def _ready_frontier(self) -> Any:
         state = self._driver()
         if state.get("frontier") is None:
-            from cp_source.ready_frontier import ReadyFrontier
+            from cp_source.ready.frontier import ReadyFrontier
 
             o = self.opts
             state["frontier"] = ReadyFrontier(o.spool, o.senders, o.sender_ids, o.sender_timeout)
@@ -948,7 +948,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def _latest_ready(self, start: dict) -> dict:
         """The next batch's end: the ready frontier over everything published now (start if it did
         not move, so no empty batch runs)."""
-        from cp_source.ready_reader import ready_offset, write_report
+        from cp_source.ready.batch_plan import ready_offset, write_report
 
         begin = _fill(self._workers(self._positions(start)), self._positions(start))
         floor = self._frontier_of(start)
@@ -971,7 +971,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 return self._ready_hosts().report_latest()
             return self._factory_hosts().report_latest()
         if self.opts.ordering == "ready":
-            from cp_source.ready_reader import ready_offset
+            from cp_source.ready.batch_plan import ready_offset
 
             tracker = self._ready_frontier()
             return ready_offset(self._driver()["spool_id"], tracker.frontier, self._latest())
@@ -1013,7 +1013,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def _keyed(self, parts: list[Any], end: dict) -> list[Any]:
         if self.opts.progress_log is not None:
-            from cp_source.ingest_log import batch_key
+            from cp_source.reader.ingest_log import batch_key
 
             key = batch_key(end)
             for p in parts:
@@ -1022,7 +1022,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def _ready_partitions(self, start: dict, end: dict) -> list[Any]:
         """Consecutive event-time slices of ``(start.frontier, end.frontier]``, in order."""
-        from cp_source.ready_reader import consumed_prefix, plan_slices
+        from cp_source.ready.batch_plan import consumed_prefix, plan_slices
 
         state = self._driver()
         spool, o = state["spool"], self.opts
@@ -1058,7 +1058,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         state = self._driver()
         # Checked twice: here against the id this reader holds, and by the spool under its lock.
         if self.opts.ordering == "ready":
-            from cp_source.ready_reader import commit_ready
+            from cp_source.ready.batch_plan import commit_ready
 
             positions = self._positions(end)
             upto = _fill(self._workers(positions), positions)
@@ -1094,7 +1094,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         target = to_arrow_schema(self.schema, timezone="UTC")
         log = None
         if self.opts.progress_log is not None:
-            from cp_source.ingest_log import IngestLogger
+            from cp_source.reader.ingest_log import IngestLogger
 
             log = IngestLogger(self.opts.progress_log, partition.batch_key)
         if isinstance(partition, ReadySlice):
@@ -1134,7 +1134,7 @@ def _stamped(tables: Iterator[Any], target: Any, log: Any = None) -> Iterator[An
 
 def _read_slice(part: ReadySlice) -> Iterator[Any]:
     """A ready slice: its rows of every segment, each segment checked against the plan, merged."""
-    from cp_source.ready_reader import merge_sorted, select_rows
+    from cp_source.ready.batch_plan import merge_sorted, select_rows
 
     loaders: dict[tuple[str | None, str, str], _SegmentLoader] = {}
     sources = part.sources or [(part.server, part.spool_id)] * len(part.segments)

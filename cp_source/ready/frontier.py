@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from cp_source.spool_ledger import LedgerTails
+from cp_source.spool.ledger import LedgerTails
 
 NO_FRONTIER = -(1 << 62)  # below every event time: nothing is ready
 DEFAULT_TIMEOUT_S = 10.0
@@ -152,7 +152,7 @@ class ReadyFrontier:
             st.next_seen = min(above, default=None)
 
     def _read_front(self) -> None:
-        from cp_source.factory_front import read_front_ledger, read_front_progress
+        from cp_source.factory.front import read_front_ledger, read_front_progress
 
         progress = read_front_progress(self.root)
         for s, p in progress.items():

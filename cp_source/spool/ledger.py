@@ -11,7 +11,7 @@ published everything it received (:meth:`SpoolStats.drained`).
 A long run's bucket records do not stay on disk: what has been committed is
 folded into ``compacted.json`` (:class:`LedgerSummary`, per sender merged id
 and sequence ranges and counts) and dropped from the worker files
-(``cp_source.spool_compact``). The ledger is the summary plus the records not
+(``cp_source.spool.compact``). The ledger is the summary plus the records not
 yet folded, and it is the same with or without compaction.
 """
 
@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from cp_source.bucket import merge_ranges, sender_of
-from cp_source.factory_front import read_front_ledger
+from cp_source.factory.front import read_front_ledger
+from cp_source.wire.bucket import merge_ranges, sender_of
 
 REC_FIELDS = 5  # segment, sender, seq, first_id, count
 REC_BYTES = REC_FIELDS * 8
@@ -437,7 +437,7 @@ def read_ledger(
     latest: dict[str, int],
     tails: LedgerTails | None = None,
 ) -> SpoolStats:
-    """The ledger of the spool at ``root`` (see :meth:`cp_source.spool.Spool.stats`).
+    """The ledger of the spool at ``root`` (see :meth:`cp_source.spool.segments.Spool.stats`).
 
     ``latest``: per worker the last segment in its manifest, read before this call (only
     records of published segments count). ``tails``: the records read by an earlier call,

@@ -9,7 +9,7 @@ spread round-robin over the workers. All high-water marks are small: when
 the spool is full the workers stop receiving, the queues fill up to the
 generator, and its non-blocking sends fail as counted drops.
 
-Each worker validates the bucket (cp_source.bucket), parses the payload into
+Each worker validates the bucket (cp_source.wire.bucket), parses the payload into
 Arrow columns (the numba parser for all-string workloads such as YSB,
 pyarrow's JSON reader for file workloads), adds ``event_time``, ``tuple_id``,
 ``sender_id`` and the ``gen``/``factory`` stamp columns, and publishes a
@@ -42,14 +42,14 @@ import pyarrow as pa
 import zmq
 
 import native_tsc
-from cp_source import bucket as bk
-from cp_source.deadletter import DeadLetterWriter, read_dead_letters
-from cp_source.durability import check_durability
-from cp_source.factory_front import MAX_FRAMES, FrontEnd, read_front_ledger, recv_capped
-from cp_source.spool import SegmentWriter, Spool, spool_bytes
-from cp_source.spool_ledger import WorkerState
-from cp_source.startup_trace import mark, mark_process_start
-from cp_source.workloads import Workload, resolve
+from cp_source.factory.deadletter import DeadLetterWriter, read_dead_letters
+from cp_source.factory.front import MAX_FRAMES, FrontEnd, read_front_ledger, recv_capped
+from cp_source.factory.startup_trace import mark, mark_process_start
+from cp_source.spool.durability import check_durability
+from cp_source.spool.ledger import WorkerState
+from cp_source.spool.segments import SegmentWriter, Spool, spool_bytes
+from cp_source.wire import bucket as bk
+from cp_source.wire.workloads import Workload, resolve
 from cp_store.private_dirs import ensure_private_dir
 from native_tsc import curve_keys as ck
 from native_tsc.zmq_bounds import frame_hard_cap
@@ -61,7 +61,7 @@ HWM = 4  # worker-side queues: small, so a full spool turns into backpressure qu
 FRONT_HWM = 16  # absorbs scheduling hiccups of a busy host
 DEFAULT_FLUSH_ROWS = 50_000
 DEFAULT_FLUSH_MS = 200
-_REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+_REPO_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 class BatchAccumulator:
@@ -89,9 +89,9 @@ def make_accumulator(workload: Workload, parser: str = "auto") -> Any:
 
     ``auto`` picks the fastest correct one: the numba parser for all-string fields, pyarrow's JSON
     reader otherwise. The others exist to compare them (benchmarks/ingest.py). Every one gives the
-    same values, or the same refusal, for the same payload (``cp_source.parse_json``'s rules).
+    same values, or the same refusal, for the same payload (``cp_source.factory.parse_json``'s rules).
     """
-    from cp_source import parse_json
+    from cp_source.factory import parse_json
 
     fields = workload.fields
     all_strings = all(pa.types.is_string(f.type) for f in fields)
@@ -100,7 +100,7 @@ def make_accumulator(workload: Workload, parser: str = "auto") -> Any:
     if parser == "numba" and not all_strings:
         raise ValueError("the numba parser handles workloads whose fields are all strings")
     if parser in ("auto", "numba") and all_strings:
-        from cp_source.parse_ysb import StringRowAccumulator
+        from cp_source.factory.parse_ysb import StringRowAccumulator
 
         return StringRowAccumulator(fields)
     if parser == "orjson":
@@ -146,7 +146,7 @@ class WorkerConfig:
     flush_ms: int = DEFAULT_FLUSH_MS
     max_frame_bytes: int = bk.DEFAULT_MAX_FRAME_BYTES
     max_tuples: int = bk.DEFAULT_MAX_TUPLES
-    durability: str = "process"  # or strict: fsync in order (cp_source.durability)
+    durability: str = "process"  # or strict: fsync in order (cp_source.spool.durability)
     parent_pid: int = 0
     parser: str = "auto"
     lock_timeout: float = 0.0  # worker processes wait up to 30 s for a predecessor to let go of the directory
@@ -424,7 +424,7 @@ class FactoryWorker:
                 if time.monotonic() >= next_stats:
                     self.write_stats()
                     with contextlib.suppress(OSError):  # an optimisation: a full disk retries later
-                        self.writer.compact()  # drops what the reader folded (cp_source.spool_compact)
+                        self.writer.compact()  # drops what the reader folded (cp_source.spool.compact)
                     next_stats = time.monotonic() + 0.2
             self.flush()
         finally:
@@ -460,11 +460,11 @@ def skip_scipy() -> None:
 
 
 def worker_main(argv: list[str] | None = None) -> int:
-    """Entry point of a worker process (``python -m cp_source.factory ...``)."""
+    """Entry point of a worker process (``python -m cp_source.factory.workers ...``)."""
     mark_process_start("worker")
     mark("worker: module imported")
     skip_scipy()
-    p = argparse.ArgumentParser(prog="cp_source.factory")
+    p = argparse.ArgumentParser(prog="cp_source.factory.workers")
     for name, typ in (
         ("backend", str),
         ("spool", str),
@@ -632,7 +632,15 @@ class FactoryHandle:
         env = dict(os.environ)
         env["PYTHONPATH"] = _REPO_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env.setdefault("NUMBA_NUM_THREADS", "1")
-        cmd = [sys.executable, "-m", "cp_source.factory", "--backend", self.backend, "--spool", self.spool]
+        cmd = [
+            sys.executable,
+            "-m",
+            "cp_source.factory.workers",
+            "--backend",
+            self.backend,
+            "--spool",
+            self.spool,
+        ]
         cmd += ["--worker", f"w{i}", "--parent-pid", str(os.getpid()), *self._worker_args]
         return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
 
@@ -804,7 +812,7 @@ def start_factory(
 ) -> FactoryHandle:
     """Start a factory bound at ``endpoint`` (``tcp://127.0.0.1:0`` or ``:*`` picks a free port).
 
-    ``durability``: ``process`` (default) or ``strict`` (see cp_source.durability); ``fsync=True``
+    ``durability``: ``process`` (default) or ``strict`` (see cp_source.spool.durability); ``fsync=True``
     is the older name for ``strict``. ``curve_keys``: a keys directory (``cloudprofiler keys
     generate``): generators must then hold an authorized client key.
     """

@@ -4,7 +4,7 @@ An offset is ``{"spool": id, "frontier": F, "w0": n0, ...}``: batch ``(start, en
 holds exactly the tuples whose event time is in ``(start.frontier, end.frontier]``,
 read from the segments numbered at most ``end.wN`` that overlap that range, merged
 in (event time, sender id, tuple id) order. Every tuple at or below ``end.frontier``
-was in those segments when the offset was chosen (``cp_source.ready_frontier``),
+was in those segments when the offset was chosen (``cp_source.ready.frontier``),
 so a replayed batch has exactly the same rows, and every tuple of batch k is
 earlier than every tuple of batch k + 1.
 
@@ -32,8 +32,8 @@ import numpy as np
 import orjson
 from pyspark.sql.datasource import InputPartition
 
-from cp_source.bucket import merge_ranges
-from cp_source.ready_frontier import NO_FRONTIER
+from cp_source.ready.frontier import NO_FRONTIER
+from cp_source.wire.bucket import merge_ranges
 from cp_store.private_dirs import atomic_write, ensure_private_dir
 
 FRONTIER_KEY = "frontier"
@@ -175,7 +175,7 @@ def consumed_prefix(spool: Any, upto: Mapping[str, int], frontier: int) -> dict[
 def _late_ranges(spool: Any, scanned: Mapping[str, int], upto: Mapping[str, int], frontier: int) -> Any:
     """(rows, tuple-id ranges) in segments first seen since ``scanned`` with event times at or below
     ``frontier``: they arrived after the frontier passed them."""
-    from cp_source.spool import read_segment
+    from cp_source.spool.segments import read_segment
 
     rows = 0
     ranges: list[list[int]] = []
@@ -202,7 +202,7 @@ def id_ranges(ids: np.ndarray) -> list[list[int]]:
 
 
 def _last_late_record(root: Path) -> dict[str, Any] | None:
-    from cp_source.spool_ledger import read_ndjson
+    from cp_source.spool.ledger import read_ndjson
 
     recs = [r for r in read_ndjson(root / "skipped.ndjson") if r.get("reason") == LATE_REASON]
     return recs[-1] if recs else None

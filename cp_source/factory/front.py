@@ -60,9 +60,9 @@ from typing import Any
 import orjson
 import zmq
 
-from cp_source import bucket as bk
-from cp_source.durability import check_durability, fsync_dirs, fsync_path
-from cp_source.sender_link import REFUSED_SENDER_IN_USE, AckInfo, answer_control
+from cp_source.spool.durability import check_durability, fsync_dirs, fsync_path
+from cp_source.wire import bucket as bk
+from cp_source.wire.sender_link import REFUSED_SENDER_IN_USE, AckInfo, answer_control
 from cp_store.private_dirs import ensure_private_dir
 from native_tsc.zmq_bounds import cut_frames
 

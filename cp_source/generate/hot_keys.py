@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cp_source.workloads import ADS_PER_CAMPAIGN, N_CAMPAIGNS, ysb_keyed_lines, ysb_rows
+from cp_source.wire.workloads import ADS_PER_CAMPAIGN, N_CAMPAIGNS, ysb_keyed_lines, ysb_rows
 
 MAX_ZIPF_S = 10.0
 SKEW_KEYS = ("campaigns", "ads")

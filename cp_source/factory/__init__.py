@@ -1,0 +1,1 @@
+"""The deserializing factory: the front end, the workers and their parsers, dead letters, its CLI."""

@@ -1,0 +1,1 @@
+"""Klink admission and the progress model that predicts when a watermark can close."""

@@ -1,0 +1,1 @@
+"""Batches ready before Spark asks: the ready frontier and the batch plan over it."""

@@ -1,0 +1,1 @@
+"""The Arrow spool on disk: segments, the ledger of counts, compaction, durability."""
