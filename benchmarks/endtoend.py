@@ -3,7 +3,7 @@
 Same machine, same SparkSession, same tuples (YSB ad events), same downstream
 (the YSB join with the campaigns table into the cloudprofiler sink with the
 null handler, which only counts), same search (bisection over constant-rate
-trials, ``cloudprofiler.maxrate.find_max_rate``):
+trials, ``cloudprofiler.jobs.maxrate.find_max_rate``):
 
 1. the cloudprofiler source: generator -> factory (Arrow) -> spool -> stream reader; twice more
    with every executor fetching its segments from the segment server (``fetch=network``), once
@@ -48,10 +48,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from cloudprofiler.cli_process import cli_argv  # noqa: E402
+from cloudprofiler.cli.process import cli_argv  # noqa: E402
 from cloudprofiler.errors import TrialError  # noqa: E402
-from cloudprofiler.maxrate import find_max_rate  # noqa: E402
-from cloudprofiler.queries import (  # noqa: E402
+from cloudprofiler.jobs.maxrate import find_max_rate  # noqa: E402
+from cloudprofiler.jobs.queries import (  # noqa: E402
     Target,
     generator_offer,
     sender_blocks,
@@ -242,7 +242,7 @@ def start_network_source(spark: Any, work: Path, keys: str | None) -> tuple[Targ
     factory's front end, the segment server and every executor fetch then speak CurveZMQ.
     """
     import cloudprofiler
-    from cloudprofiler.queries import YSB_ROW_BYTES
+    from cloudprofiler.jobs.queries import YSB_ROW_BYTES
 
     spool_bytes = 256 << 20
     cloudprofiler.register(spark)

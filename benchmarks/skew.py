@@ -2,10 +2,10 @@
 
 One Spark session (local[2]); for each workload and mode one streaming query: the cloudprofiler
 source (embedded factory) -> join with the campaigns table -> shuffle by campaign into P
-partitions (``compute``: hot campaigns salted into ``salts`` key groups, ``cloudprofiler.skew``)
+partitions (``compute``: hot campaigns salted into ``salts`` key groups, ``cloudprofiler.windows.skew``)
 -> a fixed CPU cost per row (the key-partitioned operator whose load the skew concentrates) ->
 the cloudprofiler sink. The generator offers ``--rate`` tuples/s for ``--duration`` s with
-``--key-skew`` as named. Per run, from the sink's stamps (``cloudprofiler.partition_load``): the
+``--key-skew`` as named. Per run, from the sink's stamps (``cloudprofiler.jobs.partition_load``): the
 p50/p99 micro-batch duration (earliest source stamp to latest sink stamp), the mean and max rows
 imbalance (max/mean over the P partitions), and the sustained rate (tuples over the time from the
 generator's start until the query has read the last segment).
@@ -13,7 +13,7 @@ generator's start until the query has read the last segment).
 Hot keys for compute/consolidate are given as the hot key of the first epoch (static, as a job
 would configure it from a first report); with the rotating workload they go stale after the
 first rotation, which is the case Enorm's adaptation is for. ``adaptive`` finds them per Arrow
-batch as the data passes (``cloudprofiler.skew.adaptive_salt``, keys holding ``--min-share`` of a
+batch as the data passes (``cloudprofiler.windows.skew.adaptive_salt``, keys holding ``--min-share`` of a
 batch), so it follows the rotation.
 
     python benchmarks/skew.py                      # about 10 minutes
@@ -72,9 +72,9 @@ def run_one(
     from pyspark.sql import functions as F
 
     from cloudprofiler import register, wait_for_factory
-    from cloudprofiler.partition_load import generator_keys, partition_load
-    from cloudprofiler.skew import SALT, adaptive_salt, salt_column
+    from cloudprofiler.jobs.partition_load import generator_keys, partition_load
     from cloudprofiler.spark_local import source_end_offset
+    from cloudprofiler.windows.skew import SALT, adaptive_salt, salt_column
     from cp_source.generate.generator import run_generator
     from cp_source.generate.hot_keys import hot_key, parse_key_skew
     from cp_source.spool.segments import Spool

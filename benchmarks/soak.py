@@ -2,7 +2,7 @@
 
 Spark local[2] runs the cloudprofiler source (embedded factory, 2 workers) -> YSB
 join -> cloudprofiler sink (``null`` handler), the pieces ``cloudprofiler maxrate``
-measures (``cloudprofiler.queries.start_source_query``). One generator process
+measures (``cloudprofiler.jobs.queries.start_source_query``). One generator process
 offers a constant rate for the whole run (default 100,000 tuples/s: about half
 what the pipeline sustains on this shared machine at its usual load; see
 DEFAULT_RATE). Every ``--sample-s`` seconds it records:
@@ -202,14 +202,14 @@ class Sampler(threading.Thread):
 
 
 def offer_for(endpoint: str, seconds: float) -> Any:
-    from cloudprofiler.queries import generator_offer
+    from cloudprofiler.jobs.queries import generator_offer
 
     return generator_offer(endpoint, bucket=1000, senders=1, timeout=seconds + 600)
 
 
 def drain_and_check(target: Any, summary: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Wait until the sink has every emitted tuple not counted as lost; the ledger's figures."""
-    from cloudprofiler.sink_counter import SinkCounter
+    from cloudprofiler.jobs.sink_counter import SinkCounter
     from cp_source.spool.segments import Spool
 
     senders = {int(s["id"]) for s in summary["senders"]}
@@ -237,7 +237,7 @@ def drain_and_check(target: Any, summary: dict[str, Any], timeout: float) -> dic
 
 def run_soak(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
     """Start the query, offer the load for the whole run while sampling; the samples and the ledger."""
-    from cloudprofiler.queries import start_source_query
+    from cloudprofiler.jobs.queries import start_source_query
     from cloudprofiler.spark_local import local_session
 
     spark = local_session("cloudprofiler-soak", conf={"spark.driver.memory": "2g"})

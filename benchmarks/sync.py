@@ -33,7 +33,8 @@ from cp_sync.periodic import Schedule, run_periodic, wait_agents
 from cp_sync.returntrip import probe_returntrip
 from cp_sync.sync_table import read_sync
 from cp_sync.synthetic import DOMAINS, synth_phases, synth_probes
-from cp_sync.translate import METHODS, Translator
+from cp_sync.translate.relation import METHODS
+from cp_sync.translate.translator import Translator
 from native_tsc.domain import VirtualDomain, make_virtual
 
 _RESPONDER = """

@@ -8,7 +8,7 @@ Two parts, each ready and arrival in the same run:
    into ``noop``, local[2]) with each ordering; then the merge cost alone, without
    Spark: the stream reader driven directly (``initialOffset``, ``latestOffset``,
    ``partitions``, ``read``) over the same backlog.
-2. **End-to-end latency** (``cloudprofiler.ordering_compare.run_windowed``): the generator's
+2. **End-to-end latency** (``cloudprofiler.jobs.ordering_compare.run_windowed``): the generator's
    senders (sender i lags ``i * lag`` in event time) into a 10 s tumbling window count with
    a 1 s watermark, at 1, 2 and 4 senders with no lag, then 2 senders at growing lags:
    ingest latency (executor read minus emission), window output latency, the tuples the
@@ -130,7 +130,7 @@ def throughput(spark: Any, work: Path, senders: int, rows: int, rate: float, rep
 # ---- part 2: end-to-end latency --------------------------------------------------------------------
 def windowed(spark: Any, work: Path, senders: int, lag_ms: float, rate: float, duration: float) -> dict:
     """``run_windowed`` for both orderings at one (senders, lag); the summaries left out."""
-    from cloudprofiler.ordering_compare import run_windowed
+    from cloudprofiler.jobs.ordering_compare import run_windowed
 
     out: dict[str, Any] = {"senders": senders, "lag_ms": lag_ms}
     for ordering in ORDERINGS:
@@ -217,7 +217,7 @@ def main() -> int:
     if args.show:
         print_report(orjson.loads(Path(args.show).read_bytes()))
         return 0
-    from cloudprofiler.ordering_compare import run_windowed
+    from cloudprofiler.jobs.ordering_compare import run_windowed
     from cloudprofiler.spark_local import local_session
 
     rows = args.rows or (200_000 if args.quick else 1_000_000)

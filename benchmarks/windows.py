@@ -1,4 +1,4 @@
-"""Shared sliding windows (``cloudprofiler.windows.sliding_agg``) against Spark's native window, on YSB.
+"""Shared sliding windows (``cloudprofiler.windows.shared.sliding_agg``) against Spark's native window, YSB.
 
 The YSB query with a sliding window: views, joined with the campaigns table, counted per campaign
 in windows of ``size`` seconds every second, at size/slide = 1, 4, 10 and 60. Each ratio runs
@@ -16,7 +16,7 @@ shared (``share=True``: counts per 1 s pane and campaign, then windows from pane
    data closing it (its end plus the watermark) to its delivery to the sink, which happens in the
    next micro-batch. The two outputs are compared too.
 3. **Update mode** (unless ``--no-update``): the same stream in update mode, where the shared
-   plan keeps its panes in Spark's group state (``cloudprofiler.pane_state``): throughput, and the
+   plan keeps its panes in Spark's group state (``cloudprofiler.windows.pane_state``): throughput, and the
    updated rows of every micro-batch compared.
 
     python benchmarks/windows.py [--rows 1000000] [--ratios 1,4,10,60] [--show results/windows.json]
@@ -82,8 +82,8 @@ def ysb_windows(spark: Any, events: Any, ratio: int, share: bool, mode: str = "a
     """The YSB query: views joined with their campaign, counted per campaign in sliding windows."""
     from pyspark.sql import functions as F
 
-    from cloudprofiler.queries import campaigns_frame
-    from cloudprofiler.windows import sliding_agg
+    from cloudprofiler.jobs.queries import campaigns_frame
+    from cloudprofiler.windows.shared import sliding_agg
 
     views = events.filter(F.col("event_type") == "view").join(campaigns_frame(spark), "ad_id")
     wm = WATERMARK if events.isStreaming else None

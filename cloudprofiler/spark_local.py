@@ -47,7 +47,8 @@ def local_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     if register:
-        from cloudprofiler import register as register_source
+        # the datasource module, not the package: the package's source_status reaches this module
+        from cloudprofiler.datasource import register_source
 
         register_source(spark)
     return spark
@@ -60,7 +61,7 @@ def source_end_offset(query: Any, source: int = 0) -> dict[str, int] | None:
     micro-batch read up to (the offset's spool id left out); compare it with
     ``Spool.latest()`` to know the query has read everything published.
     """
-    from cp_source.reader.stream_reader import SPOOL_KEY
+    from cp_source.ready.offsets import SPOOL_KEY
 
     prog = query.lastProgress
     if not prog or len(prog["sources"]) <= source:

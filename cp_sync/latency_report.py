@@ -17,7 +17,7 @@ import pyarrow as pa
 from cp_store.location import Location, resolve
 from cp_sync.record_points import read_points
 from cp_sync.report import latency_table, print_latency_table, print_table, summarize
-from cp_sync.translate import default_reference, translate_records
+from cp_sync.translate.records import default_reference, translate_records
 
 __all__ = ["DEFAULT_PAIRS", "latency_report", "latency_table", "print_latency_table", "print_table"]
 
@@ -40,7 +40,7 @@ def latency_report(
     ``records`` and ``sync`` are paths or URIs (or Locations: resolved once, read per pair).
 
     Facts: reference, frequency, the relations refused and spans found drifting, and
-    ``status_counts``: per pair label, the records per status (see cp_sync.translate.STATUSES).
+    ``status_counts``: per pair label, the records per status (see cp_sync.translate.relation.STATUSES).
 
     ``reference`` defaults to the domain of the end-to-end pair's end stamps, so
     every pair is expressed in the same reference domain.

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from cp_sync.translate import STATUSES
+from cp_sync.translate.relation import STATUSES
 
 _KEYS = ["from_point", "to_point", "method", "scenario"]
 

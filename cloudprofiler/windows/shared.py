@@ -18,10 +18,10 @@ give identical results; floating-point sums and means can differ in the last bit
 means are refused (their result types differ).
 
 A cost model (:func:`plan`) decides per query whether sharing pays; ``share=True``
-or ``False`` forces it. Every decision is logged on the ``cloudprofiler.windows``
+or ``False`` forces it. Every decision is logged on the ``cloudprofiler.windows.shared``
 logger. In a stream, append mode chains two stateful aggregations (panes, then
 windows); Spark refuses that chain in update mode, so there the panes are kept per
-key in Spark's group state (:func:`state_agg`, ``cloudprofiler.pane_state``).
+key in Spark's group state (:func:`state_agg`, ``cloudprofiler.windows.pane_state``).
 Complete mode runs natively.
 """
 
@@ -34,7 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-log = logging.getLogger("cloudprofiler.windows")
+log = logging.getLogger("cloudprofiler.windows.shared")
 
 FUNCS = ("count", "sum", "min", "max", "mean", "avg")
 US = {
@@ -388,12 +388,12 @@ def state_agg(
     watermarked: bool,
 ) -> Any:
     """The shared plan in a stream as one stateful operator: panes per key in Spark's group state
-    (``applyInPandasWithState``), windows made from them when due (``cloudprofiler.pane_state``)."""
+    (``applyInPandasWithState``), windows made from them when due (``cloudprofiler.windows.pane_state``)."""
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
     from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
-    from cloudprofiler.pane_state import PaneLayout, make_state_func
+    from cloudprofiler.windows.pane_state import PaneLayout, make_state_func
 
     fields = {f.name: f.dataType for f in df.schema.fields}
     problem = state_problem(df, time_col, size_us, slide_us, aggs)

@@ -15,7 +15,7 @@ over several nodes without moving state (sections 4 and 5). Here, for a Spark ag
 same aggregates (exactly for count, min, max and integer sums; a float sum may differ in its last
 bits, since addition order changes). Hot keys are given, or found by :func:`detect_hot_keys` (keys
 holding at least ``min_share`` of the rows), or taken from a partition-load report
-(``cloudprofiler.partition_load``), or found per Arrow batch as the data passes
+(``cloudprofiler.jobs.partition_load``), or found per Arrow batch as the data passes
 (``hot_keys="adaptive"``, :func:`adaptive_salt`: follows a hot spot that moves).
 
 **In a stream** a state kept per (key, salt) cannot work in update mode: a micro-batch outputs only

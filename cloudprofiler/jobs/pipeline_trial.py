@@ -2,7 +2,7 @@
 
 A trial offers a rate for a fixed duration from fresh sender ids, then
 compares what the generator emitted with what the query's cloudprofiler sink
-committed for exactly those senders (:class:`cloudprofiler.sink_counter.SinkCounter`).
+committed for exactly those senders (:class:`cloudprofiler.jobs.sink_counter.SinkCounter`).
 Before the next trial starts the query is given time to drain, so sink
 partitions never mix trials; the factory's ledger (``Spool.stats().lost_of``)
 says what was lost in transit, final once the factory has drained.
@@ -13,7 +13,7 @@ pipeline's reference latency (the smallest landing times of the loads it
 sustained) plus a small excess, never the latency of one slow load: a backlog
 that drains within the grace period passes as sustained.
 
-The target (:mod:`cloudprofiler.queries`) is a small set of callables, so the
+The target (:mod:`cloudprofiler.jobs.queries`) is a small set of callables, so the
 same trial runs the cloudprofiler source, a baseline source fed by another
 offer function (socket, files), or a user's query identified by its sink path.
 """
@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from cloudprofiler.errors import TrialError
-from cloudprofiler.latency_slope import latency_slope
-from cloudprofiler.queries import Target
-from cloudprofiler.rate_search import Step, grace_from_landings, reference_latency
-from cloudprofiler.sink_counter import SinkCounter
+from cloudprofiler.jobs.latency_slope import latency_slope
+from cloudprofiler.jobs.queries import Target
+from cloudprofiler.jobs.rate_search import Step, grace_from_landings, reference_latency
+from cloudprofiler.jobs.sink_counter import SinkCounter
 from cp_source.spool.segments import Spool
 
 
@@ -45,7 +45,7 @@ class PipelineTrial:
     """Run constant-rate trials against ``target``; call it with a rate to get a judged-ready Step.
 
     With ``grace`` None (automatic), each trial is judged with
-    :func:`cloudprofiler.rate_search.grace_from_landings` over the landing times
+    :func:`cloudprofiler.jobs.rate_search.grace_from_landings` over the landing times
     of the loads sustained so far (warm-ups, then trials); an explicit ``grace``
     is used as given.
     """

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cloudprofiler.cli_process import cli_argv
+from cloudprofiler.cli.process import cli_argv
 from cloudprofiler.errors import TrialError
 from native_tsc.stamp_columns import is_stamp_column
 

@@ -67,7 +67,7 @@ def _last_stamps(root: Path, end: str, reference: str) -> tuple[np.ndarray, np.n
     stamp checked to be in ``reference``: it is read as the run's clock, with no translation."""
     import pyarrow.compute as pc
 
-    from cp_sync.translate import read_points
+    from cp_sync.record_points import read_points
     from native_tsc.stamp_columns import node_column, tsc_column
 
     pts = read_points(str(root), "gen", end)
@@ -189,7 +189,7 @@ def collect(
     import pyarrow.compute as pc
 
     import native_tsc
-    from cloudprofiler.queries import window_counts
+    from cloudprofiler.jobs.queries import window_counts
     from cp_sink.records import read_records
     from cp_source.spool.segments import Spool
 

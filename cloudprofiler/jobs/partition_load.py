@@ -12,7 +12,7 @@ batch and partition; ``cp_sink.read_records``: per tuple the ``source`` and ``si
   dominate them (rows and share of the partition);
 * over the run: the p50/p99 of ``duration_ms``, the mean and max imbalance, and ``hot_keys``: keys
   that hold at least ``min_share`` of the heaviest partition of some batch (what
-  ``cloudprofiler.skew.salted_aggregate`` takes as ``hot_keys``).
+  ``cloudprofiler.windows.skew.salted_aggregate`` takes as ``hot_keys``).
 
 The records carry tuple ids, not keys: ``keys`` is a table of ``tuple_id`` and one key column,
 e.g. :func:`generator_keys` (each tuple's campaign, exact, from the generator's summary).

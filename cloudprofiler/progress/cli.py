@@ -106,7 +106,7 @@ def _print(name: str, r: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Report every query given."""
-    from cloudprofiler.progress_report import progress_report
+    from cloudprofiler.progress.report import progress_report
     from cp_store.tables import input_dir, output_file, resolve_option
 
     n = len(args.records)

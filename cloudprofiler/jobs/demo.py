@@ -42,9 +42,9 @@ from pathlib import Path
 from typing import Any
 
 import native_tsc
-from cloudprofiler.cli_process import cli_argv, stop_processes
-from cloudprofiler.demo_report import DemoLayout
+from cloudprofiler.cli.process import cli_argv, stop_processes
 from cloudprofiler.errors import CommandError
+from cloudprofiler.jobs.demo_report import DemoLayout
 from cp_store.location import Location, resolve
 
 DESCRIPTION = """Run the YSB pipeline on embedded defaults: local Spark (local[2], UI off), the
@@ -335,7 +335,7 @@ class _Demo:
         return reader.option("factory", "external").option("endpoint", endpoint).load()
 
     def start_queries(self, spark: Any) -> None:
-        from cloudprofiler.queries import campaigns_frame, start_latency_query, start_windows_query
+        from cloudprofiler.jobs.queries import campaigns_frame, start_latency_query, start_windows_query
 
         self.status.update("starting the queries and their factories")
         campaigns = campaigns_frame(spark)
@@ -480,7 +480,7 @@ def run(args: argparse.Namespace) -> int:
     _check(args)
     from rich.console import Console
 
-    from cloudprofiler.demo_report import collect, report
+    from cloudprofiler.jobs.demo_report import collect, report
     from cp_store.tables import output_file
 
     console = Console()

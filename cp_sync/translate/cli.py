@@ -80,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
         status_table,
         summarize,
     )
-    from cp_sync.translate import METHODS, translate_records
+    from cp_sync.translate.records import translate_records
+    from cp_sync.translate.relation import METHODS
     from native_tsc.stamp_columns import check_point
 
     methods = tuple(m.strip() for m in args.method.split(",") if m.strip())

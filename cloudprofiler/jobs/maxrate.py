@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from cloudprofiler.errors import CommandError
-from cloudprofiler.pipeline_trial import PipelineTrial
-from cloudprofiler.queries import Target
-from cloudprofiler.rate_search import SearchResult, Step, Trial, bisect_search, linear_search
+from cloudprofiler.jobs.pipeline_trial import PipelineTrial
+from cloudprofiler.jobs.queries import Target
+from cloudprofiler.jobs.rate_search import SearchResult, Step, Trial, bisect_search, linear_search
 from cp_store.location import Location, redact, resolve
 from cp_store.tables import output_file, resolve_option, write_figure
 
@@ -189,9 +189,9 @@ def find_max_rate(
 ) -> tuple[SearchResult, PipelineTrial, list[Step]]:
     """Search the maximum sustainable rate of ``target``; return the result, the trial and every attempt.
 
-    ``target`` comes from :func:`cloudprofiler.queries.start_source_query`
+    ``target`` comes from :func:`cloudprofiler.jobs.queries.start_source_query`
     (a query this process starts on a SparkSession) or
-    :func:`cloudprofiler.queries.user_target` (a query running elsewhere).
+    :func:`cloudprofiler.jobs.queries.user_target` (a query running elsewhere).
     """
     trial = PipelineTrial(target, duration=duration, grace=grace, latency=latency_slope_limit is not None)
     if warm_up or grace is None:
@@ -376,7 +376,7 @@ def run(args: argparse.Namespace) -> int:
     outputs = _outputs(args)
     from rich.console import Console
 
-    from cloudprofiler.queries import start_source_query, user_target
+    from cloudprofiler.jobs.queries import start_source_query, user_target
 
     console = Console(width=max(Console().width, 110))  # the step table needs ~100 columns
 

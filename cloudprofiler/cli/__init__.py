@@ -17,16 +17,16 @@ from cloudprofiler.errors import CommandError
 
 # command -> (module, one-line summary)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("cloudprofiler.demo", "run the YSB pipeline on embedded defaults and print its latencies"),
+    "demo": ("cloudprofiler.jobs.demo", "run the YSB pipeline on embedded defaults and print its latencies"),
     "generate": ("cp_source.generate.cli", "offer tuples at an exact rate over ZeroMQ"),
     "factory": ("cp_source.factory.cli", "deserialize buckets into an Arrow spool"),
-    "sync": ("cp_sync.sync_cli", "MinRTT probes between TSC domains (serve | agent | run)"),
-    "translate": ("cp_sync.translate_cli", "turn records and sync tables into latencies with bounds"),
-    "progress": ("cloudprofiler.progress_cli", "window output latency, SWM prediction, watermark advice"),
-    "maxrate": ("cloudprofiler.maxrate", "find the maximum rate a pipeline sustains without loss"),
+    "sync": ("cp_sync.cli", "MinRTT probes between TSC domains (serve | agent | run)"),
+    "translate": ("cp_sync.translate.cli", "turn records and sync tables into latencies with bounds"),
+    "progress": ("cloudprofiler.progress.cli", "window output latency, SWM prediction, watermark advice"),
+    "maxrate": ("cloudprofiler.jobs.maxrate", "find the maximum rate a pipeline sustains without loss"),
     "config-server": ("cp_sink.channels.config_server", "serve channel handler settings over ZeroMQ"),
-    "keys": ("cloudprofiler.keys_cli", "make CurveZMQ key pairs for --curve-keys (generate --out DIR)"),
-    "tsc": ("native_tsc.tsc_cli", "show this machine's TSC backend, flags, frequency and read cost"),
+    "keys": ("native_tsc.curve_keys", "make CurveZMQ key pairs for --curve-keys (generate --out DIR)"),
+    "tsc": ("native_tsc.cli", "show this machine's TSC backend, flags, frequency and read cost"),
     "check-executors": ("cloudprofiler.executor_check", "check that every executor can run cloudprofiler"),
 }
 
@@ -79,6 +79,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cloudprofiler {ns.command}: interrupted", file=sys.stderr)
         return 130
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -120,7 +120,7 @@ class RefClock:
     reference: str
     hz: float
     origin: int  # a reference-domain TSC value: ns are counted from it
-    translator: Any = None  # cp_sync.translate.Translator, None for one domain without sync tables
+    translator: Any = None  # cp_sync.translate.translator.Translator, None for one domain without sync tables
     method: str = "minrtt"
 
     def to_ns(self, tsc: np.ndarray, domains: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -159,7 +159,8 @@ def reference_clock(stamps: list[tuple[np.ndarray, list[str]]], sync_dir: str | 
         facts = {"reference": ref, "frequency_hz": hz, "frequency_source": "this machine", "domains": domains}
         return RefClock(ref, hz, first), facts
     from cp_sync.sync_table import read_sync
-    from cp_sync.translate import Translator, reference_hz_estimate
+    from cp_sync.translate.records import reference_hz_estimate
+    from cp_sync.translate.translator import Translator
 
     sync, reported = read_sync(sync_dir)
     hz, source, err = reference_hz_estimate(sync, ref, reported)

@@ -1,0 +1,1 @@
+"""Window progress read from a sink's records: output latency, SWM prediction, watermark advice."""

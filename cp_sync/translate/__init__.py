@@ -1,0 +1,26 @@
+"""Translation of stamps between TSC domains with an error bound and a status per record.
+
+Relations between domains come from the sync table's probes over any number
+of phases (cp_sync.phase_spans): each record is translated with the relation
+of the span between the two phases that bracket its stamp, by one of two
+methods that share the same evaluation:
+
+* ``minrtt`` (the paper's two-point method): the MinRTT probe of each of the
+  span's two phases, from whichever direction has the smaller MinRTT;
+* ``hull``: every probe of the span's two phases, both directions (the
+  convex-hull / LP bound: never looser than ``minrtt``).
+
+Each relation is the exact polygon of affine maps its probes allow
+(cp_sync.hull). Per record the scenario decides how the two stamps are
+combined (docs/sync.md derives every formula): 0 both stamps on the
+reference, 1 both on one other domain (the rate error only, 2 d/D e), 2 one on
+the reference (the value error, e), 3 two other domains (the best of the
+direct relation and the route through the reference: about e). ``naive``
+translates each end to the reference on its own (2e), the baseline the paper
+improves on. The estimate is the centre of the interval the truth must lie in
+and the bound its half-width.
+
+Every record gets a status (STATUSES): ``ok`` where the bound is guaranteed
+under the model (each clock affine over the span, checked against the
+neighbouring spans), else the reason; a record is refused alone, never the run.
+"""

@@ -1,0 +1,169 @@
+"""Records and sync tables in, one row per record and method out: the reference's frequency, the output
+table and the facts of a run."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cp_store.location import Location
+from cp_sync.record_points import read_points
+from cp_sync.sync_table import minrtt
+from cp_sync.translate.relation import METHODS, SCENARIOS, STAMP_MARGIN, STATUSES
+from cp_sync.translate.translator import Translator
+from native_tsc.stamp_columns import node_column, tsc_column
+
+
+def reference_hz(table: pa.Table, reference: str, reported: dict[str, float]) -> tuple[float, str]:
+    """Reference counts per second from its MinRTT probes of the first and last phase (else reported)."""
+    hz, source, _ = reference_hz_estimate(table, reference, reported)
+    return hz, source
+
+
+REPORTED_HZ_ERROR = 1e-4  # relative error assumed for a frequency an agent reported (not measured here)
+
+
+def reference_hz_estimate(
+    table: pa.Table, reference: str, reported: dict[str, float]
+) -> tuple[float, str, float]:
+    """(counts per second, source, relative error) of the reference's counter.
+
+    From its own MinRTT probes of the first and last phase: the cycles between their sends over the
+    CLOCK_MONOTONIC_RAW ns read just before each send. The relative error allowed for is both probes'
+    round trips (in cycles) over the cycles between them: the ns and the counter are read a moment
+    apart, and a send that waited shows in its round trip. The rate of CLOCK_MONOTONIC_RAW itself
+    against true seconds cannot be seen from the probes and is not included.
+    """
+    own = table.filter(pc.equal(table["initiator"], reference))
+    if own.num_rows:
+        best = minrtt(own).sort_by("ns_i")
+        if best.num_rows >= 2:
+            c = _np(best, "c_i")
+            ns = _np(best, "ns_i")
+            rtt = _np(best, "rtt")
+            if ns[-1] - ns[0] >= 10_000_000:  # 10 ms: the ns reads' jitter stays below 1e-4
+                err = float(rtt[0] + rtt[-1]) / float(c[-1] - c[0])
+                return float(c[-1] - c[0]) * 1e9 / float(ns[-1] - ns[0]), "minrtt", err
+    if reference in reported:
+        return reported[reference], "agent", REPORTED_HZ_ERROR
+    raise ValueError(f"no frequency for reference domain {reference!r}: no probes from it and none reported")
+
+
+def _np(t: pa.Table, col: str) -> np.ndarray:
+    return t[col].to_numpy().astype(np.int64)
+
+
+# -- records -------------------------------------------------------------------------------------
+# read_points (cp_sync.record_points) reads them from a path or URI.
+
+
+def default_reference(points: pa.Table, to_point: str) -> str:
+    """The domain most end stamps were taken in."""
+    counts = pc.value_counts(points[node_column(to_point)]).to_pylist()
+    if not counts:
+        raise ValueError("no records to translate")
+    return str(max(counts, key=lambda c: (c["counts"], c["values"]))["values"])
+
+
+def translate_points(
+    points: pa.Table,
+    sync: pa.Table,
+    from_point: str,
+    to_point: str,
+    reference: str,
+    hz: float,
+    methods: tuple[str, ...] = METHODS,
+    hz_error: float = 0.0,
+    stamp_margin: float = STAMP_MARGIN,
+) -> tuple[pa.Table, Translator]:
+    """The output table: one row per record and method with duration, bound and status.
+
+    ``bound_ns`` is ``bound_cycles`` converted at ``hz`` (the frequency's own error excluded);
+    ``bound_ns_with_hz_error`` also covers a relative error ``hz_error`` of ``hz``.
+    """
+    ys = points[tsc_column(from_point)].to_numpy()
+    ye = points[tsc_column(to_point)].to_numpy()
+    ds_ = points[node_column(from_point)]
+    de = points[node_column(to_point)]
+    tr = Translator(sync, reference, stamp_margin)
+    parts = []
+    scen_dict = pa.array([SCENARIOS[k] for k in sorted(SCENARIOS)])
+    status_dict = pa.array(list(STATUSES))
+    to_ns = 1e9 / hz
+    for res in tr.translate(ys, ds_, ye, de, methods):
+        n = len(res.index)
+        with_hz = (res.bound + (np.abs(res.duration) + res.bound) * hz_error) * to_ns / (1.0 - hz_error)
+        parts.append(
+            pa.table(
+                {
+                    "tuple_id": points["tuple_id"],
+                    "from_point": pa.array([from_point] * n, pa.string()),
+                    "to_point": pa.array([to_point] * n, pa.string()),
+                    "from_domain": ds_,
+                    "to_domain": de,
+                    "reference": pa.array([reference] * n, pa.string()),
+                    "method": pa.array([res.method] * n, pa.string()),
+                    "scenario": pa.DictionaryArray.from_arrays(pa.array(res.scenario), scen_dict).cast(
+                        pa.string()
+                    ),
+                    "status": pa.DictionaryArray.from_arrays(pa.array(res.status), status_dict).cast(
+                        pa.string()
+                    ),
+                    "duration_cycles": pa.array(res.duration),
+                    "bound_cycles": pa.array(res.bound),
+                    "duration_ns": pa.array(res.duration * to_ns),
+                    "bound_ns": pa.array(res.bound * to_ns),
+                    "bound_ns_with_hz_error": pa.array(with_hz),
+                }
+            )
+        )
+    return pa.concat_tables(parts), tr
+
+
+def translate_records(
+    records_dir: str | os.PathLike[str] | Location,
+    sync_dir: str | os.PathLike[str] | Location,
+    from_point: str,
+    to_point: str,
+    reference: str | None = None,
+    methods: tuple[str, ...] = METHODS,
+    stamp_margin: float = STAMP_MARGIN,
+) -> tuple[pa.Table, dict[str, Any]]:
+    """Read records and sync tables (paths or URIs), translate, and return the output table and facts.
+
+    Facts: reference, frequency_hz, its source and relative error (frequency_error), the relations
+    that could not be formed (refused: why), the spans found not affine (drift), and the number of
+    records per method and status (status_counts).
+    """
+    from cp_sync.sync_table import read_sync
+
+    sync, reported = read_sync(sync_dir)
+    points = read_points(records_dir, from_point, to_point)
+    ref = reference or default_reference(points, to_point)
+    hz, source, hz_err = reference_hz_estimate(sync, ref, reported)
+    out, tr = translate_points(points, sync, from_point, to_point, ref, hz, methods, hz_err, stamp_margin)
+    refused = {f"{m} {s} -> {d}": why for (s, d, m), why in sorted(tr.violations.items())}
+    return out, {
+        "reference": ref,
+        "frequency_hz": hz,
+        "frequency_source": source,
+        "frequency_error": hz_err,
+        "refused": refused,
+        "drift": tr.drift_notes(),
+        "status_counts": status_counts(out),
+    }
+
+
+def status_counts(out: pa.Table) -> dict[str, dict[str, int]]:
+    """Records per method and status, every status listed (zero included)."""
+    g = out.group_by(["method", "status"]).aggregate([("status", "count")])
+    counts: dict[str, dict[str, int]] = {}
+    for m, s, c in zip(
+        g["method"].to_pylist(), g["status"].to_pylist(), g["status_count"].to_pylist(), strict=True
+    ):
+        counts.setdefault(str(m), dict.fromkeys(STATUSES, 0))[str(s)] = int(c)
+    return counts
