@@ -46,7 +46,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from cp_store.location import Location, StoreError, first_line, fsync_path, resolve
+from cp_store.atomic_files import fsync_path
+from cp_store.location import Location, StoreError, first_line, resolve
 
 COMMITS = "_commits"
 MANIFEST_VERSION = 1

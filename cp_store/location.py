@@ -25,6 +25,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pyarrow.fs as pafs
 
+from cp_store.atomic_files import atomic_write
+
 # Schemes pyarrow resolves itself; "" is a plain local path.
 _PYARROW_SCHEMES = ("", "file", "local", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
 _HADOOP_S3 = ("s3a", "s3n")
@@ -99,14 +101,7 @@ class Location:
             if self.is_local:
                 self.fs.create_dir(posixpath.dirname(self.path), recursive=True)
                 tmp = f"{self.path}.tmp-{uuid.uuid4().hex[:12]}"
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                    if durable:
-                        f.flush()
-                        os.fsync(f.fileno())
-                os.replace(tmp, self.path)
-                if durable:
-                    fsync_path(posixpath.dirname(self.path))
+                atomic_write(self.path, data, durable, tmp=tmp, mode=0o666)  # an ordinary output's mode
                 return
             with self.fs.open_output_stream(self.path) as out:
                 out.write(data)
@@ -178,15 +173,6 @@ def check_writable(loc: Location) -> None:
         if root.info().type == pafs.FileType.NotFound:
             raise StoreError(f"{loc.uri}: bucket {bucket!r} is missing or hidden from these credentials")
     loc.make_dirs()
-
-
-def fsync_path(path: str | os.PathLike[str]) -> None:
-    """fsync a local file or directory by name (a directory's fsync makes its entries durable)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def redact(uri: str) -> str:

@@ -10,9 +10,9 @@ replaceable by them:
 * ``ensure_private_dir`` creates a spool directory ``0700`` and refuses one
   owned by another user, one that is a symlink, or one that others may write
   to; one of ours that others may only read is tightened to ``0700``;
-* ``atomic_write`` and ``private_tmp`` write under a fresh random name,
-  created with ``O_EXCL|O_NOFOLLOW`` (``mkstemp``), so a name planted in
-  advance (a symlink to a victim file) is never followed.
+* files in them are replaced through ``cp_store.atomic_files``, under a fresh
+  random name created with ``O_EXCL|O_NOFOLLOW``, so a name planted in advance
+  (a symlink to a victim file) is never followed.
 """
 
 from __future__ import annotations
@@ -20,10 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-import tempfile
 from pathlib import Path
-
-from cp_store.location import fsync_path
 
 APP_DIR = "cloudprofiler"
 
@@ -98,31 +95,3 @@ def _ensure_default_root() -> None:
     with contextlib.suppress(FileExistsError):
         os.makedirs(root, mode=0o700)
     check_private_dir(root)
-
-
-def private_tmp(path: str | os.PathLike[str]) -> Path:
-    """A new empty file next to ``path`` under a random name ending in ``.tmp`` (``O_EXCL``)."""
-    p = Path(path)
-    fd, name = tempfile.mkstemp(prefix=f"{p.name}.", suffix=".tmp", dir=p.parent)
-    os.close(fd)
-    return Path(name)
-
-
-def atomic_write(path: str | os.PathLike[str], data: bytes, durable: bool = False) -> None:
-    """Replace ``path`` by rename from a fresh temp file. ``durable``: fsync the file before the
-    rename (the new name never points at unwritten data) and the directory after."""
-    p = Path(path)
-    fd, name = tempfile.mkstemp(prefix=f"{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(name, p)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(name)
-        raise
-    if durable:
-        fsync_path(p.parent)

@@ -12,7 +12,6 @@ log file, a report or a plot is written and found the same way on a local disk a
 
 from __future__ import annotations
 
-import contextlib
 import os
 import posixpath
 import uuid
@@ -23,6 +22,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from cp_store.atomic_files import replacing
 from cp_store.location import Location, StoreError, check_writable, first_line, resolve
 
 HIDDEN = ("_", ".")
@@ -124,16 +124,10 @@ def write_parquet(loc: Location, table: pa.Table, compression: str = "zstd") -> 
         tmp = posixpath.join(directory, f".{posixpath.basename(loc.path)}.tmp-{uuid.uuid4().hex[:12]}")
         try:
             os.makedirs(directory, exist_ok=True)
-            # O_EXCL: a name planted in a shared directory is never followed
-            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:
+            with replacing(loc.path, tmp=tmp, mode=0o666) as f:  # an ordinary output's mode
                 pq.write_table(table, f, compression=compression)
-            os.replace(tmp, loc.path)
-        except BaseException as e:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            if isinstance(e, OSError):
-                raise StoreError(f"{loc.uri}: {first_line(e)}") from None
-            raise
+        except OSError as e:
+            raise StoreError(f"{loc.uri}: {first_line(e)}") from None
         return
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression=compression)

@@ -38,6 +38,7 @@ from typing import Any
 import orjson
 import zmq
 
+from cp_store.atomic_files import atomic_write
 from cp_store.location import Location, first_line, resolve
 from cp_sync.coordinator import Coordinator, list_agents, run_phase
 from cp_sync.sync_table import sync_files, write_sync
@@ -61,8 +62,7 @@ def registry_paths(rundir: Path, key: str) -> tuple[Path, Path, Path, Path]:
 def write_state(path: Path, state: dict[str, Any]) -> None:
     """Replace the registry file atomically (readers never see half of it)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(orjson.dumps(state))
-    os.replace(tmp, path)
+    atomic_write(path, orjson.dumps(state), tmp=tmp, mode=0o666)  # the mode write_bytes gave it
 
 
 def read_state(path: Path) -> dict[str, Any] | None:

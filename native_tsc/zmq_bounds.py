@@ -1,4 +1,5 @@
-"""Reading one ZeroMQ message with a cap on its frames, shared by every server.
+"""Reading one ZeroMQ message with a cap on its frames, shared by every server (the factory's
+front end and workers, the segment server, the sync coordinator, the config server).
 
 ZeroMQ hands a message over only once its last frame is in, each frame bounded by
 ``MAXMSGSIZE``; a peer can still send thousands of frames in one message. Keeping only the
@@ -13,7 +14,7 @@ names it, and only a frame past the hard cap costs the peer its connection.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, overload
 
 import zmq
 
@@ -39,12 +40,21 @@ def cut_frames(frames: list[Any], keep_bytes: int) -> tuple[list[Any], int]:
     return out, cut
 
 
-def recv_bounded(sock: zmq.Socket[Any], max_frames: int) -> tuple[list[bytes], int]:
-    """One message, keeping at most ``max_frames`` frames; the rest are read and dropped, counted."""
-    frames = [sock.recv(zmq.NOBLOCK)]
+@overload
+def recv_bounded(sock: zmq.Socket[Any], max_frames: int) -> tuple[list[bytes], int]: ...
+@overload
+def recv_bounded(
+    sock: zmq.Socket[Any], max_frames: int, copy: Literal[False]
+) -> tuple[list[zmq.Frame], int]: ...
+
+
+def recv_bounded(sock: zmq.Socket[Any], max_frames: int, copy: bool = True) -> tuple[list[Any], int]:
+    """One message (non-blocking), keeping at most ``max_frames`` frames; the rest are read and
+    dropped, counted. ``copy=False``: the frames as ``zmq.Frame`` (no copy of a large payload)."""
+    frames = [sock.recv(zmq.NOBLOCK, copy=copy)]
     extra = 0
     while sock.getsockopt(zmq.RCVMORE):
-        part = sock.recv(zmq.NOBLOCK)
+        part = sock.recv(zmq.NOBLOCK, copy=copy)
         if len(frames) < max_frames:
             frames.append(part)
         else:

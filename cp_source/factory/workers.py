@@ -43,16 +43,18 @@ import zmq
 
 import native_tsc
 from cp_source.factory.deadletter import DeadLetterWriter, read_dead_letters
-from cp_source.factory.front import MAX_FRAMES, FrontEnd, read_front_ledger, recv_capped
+from cp_source.factory.front import MAX_FRAMES, FrontEnd
 from cp_source.factory.startup_trace import mark, mark_process_start
 from cp_source.spool.durability import check_durability
+from cp_source.spool.front_records import read_front_ledger
 from cp_source.spool.ledger import WorkerState
-from cp_source.spool.segments import SegmentWriter, Spool, spool_bytes
+from cp_source.spool.segment_writer import SegmentWriter
+from cp_source.spool.segments import Spool, spool_bytes
 from cp_source.wire import bucket as bk
 from cp_source.wire.workloads import Workload, resolve
 from cp_store.private_dirs import ensure_private_dir
 from native_tsc import curve_keys as ck
-from native_tsc.zmq_bounds import frame_hard_cap
+from native_tsc.zmq_bounds import frame_hard_cap, recv_bounded
 
 # Segments are not published into the last this many bytes of the spool's filesystem, so the ledger's
 # small writes (end-of-streams, worker stats) still succeed on a full disk.
@@ -409,7 +411,8 @@ class FactoryWorker:
                     if sock.poll(min(int(wait * 1000) + 1, 100), zmq.POLLIN):
                         while self.pending_rows < self.cfg.flush_rows:
                             try:
-                                frames, _ = recv_capped(sock, MAX_FRAMES - 1)  # no identity frame here
+                                # no identity frame on the workers' socket
+                                frames, _ = recv_bounded(sock, MAX_FRAMES - 1, copy=False)
                             except zmq.Again:
                                 break
                             self.last_recv_wall = time.time()

@@ -19,7 +19,6 @@ segments after a given position), ``commit`` and ``plan`` (the spool's own
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -31,7 +30,8 @@ import orjson
 import zmq
 
 from cp_source.hosts.ready_ops import READY_OPS, ReadyControl, event_ms, plan_after, sender_timeout
-from cp_store.private_dirs import atomic_write
+from cp_source.spool.names import SPOOL_ID_RE, WIRE_WORKER_RE
+from cp_store.atomic_files import atomic_write
 from native_tsc import curve_keys as ck
 from native_tsc.zmq_bounds import recv_bounded
 
@@ -44,13 +44,11 @@ REQUEST_HWM = 64  # requests queued per peer before ZeroMQ stops reading its con
 MAX_FRAMES = 3  # identity, delimiter, request: frames past this are read and dropped
 # A segment larger than this is never sent (the factory writes far smaller ones).
 MAX_SEGMENT_BYTES = 1 << 30
-WORKER_NAME = re.compile(r"^w[0-9]{1,4}$")
 MAX_SEGMENT_NUMBER = 1 << 62
 # A control request carries up to two offsets of 64 workers: it is bounded by the socket's frame size.
 MAX_CONTROL_BYTES = MAX_REQUEST_BYTES * 16
 MAX_OFFSET_WORKERS = 64
 CONTROL_OPS = ("latest", "commit", "plan", *READY_OPS)
-SPOOL_ID_RE = re.compile(r"^[0-9a-f]{8,64}$")
 # A latest answer lists at most this many segments (about 40 bytes each); the reader asks again.
 MAX_LISTED = 16_384
 MAX_CONTROL_REPLY = 8 << 20  # what a control client accepts per frame
@@ -174,7 +172,7 @@ def _offsets_field(value: Any, name: str) -> dict[str, int]:
         raise ValueError(f"{name} names more than {MAX_OFFSET_WORKERS} workers")
     out = {}
     for worker, number in value.items():
-        if not isinstance(worker, str) or not WORKER_NAME.match(worker):
+        if not isinstance(worker, str) or not WIRE_WORKER_RE.match(worker):
             raise ValueError(f"{name}: bad worker name")
         if isinstance(number, bool) or not isinstance(number, int) or not -1 <= number < MAX_SEGMENT_NUMBER:
             raise ValueError(f"{name}: bad segment number")
@@ -254,7 +252,7 @@ def _segment_request(msg: Any) -> tuple[str, str | None, int | None]:
         raise ValueError("unknown op")
     worker = msg.get("worker")
     number = msg.get("number")
-    if not isinstance(worker, str) or not WORKER_NAME.match(worker):
+    if not isinstance(worker, str) or not WIRE_WORKER_RE.match(worker):
         raise ValueError("bad worker name")
     if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number < MAX_SEGMENT_NUMBER:
         raise ValueError("bad segment number")

@@ -518,7 +518,8 @@ class KlinkEvaluator:
     def publish(self, now_ns: int) -> None:
         if self.directory is None:
             return
-        from cp_store.private_dirs import atomic_write, ensure_private_dir
+        from cp_store.atomic_files import atomic_write
+        from cp_store.private_dirs import ensure_private_dir
 
         ensure_private_dir(self.directory)
         atomic_write(self.directory / f"{self.name}.json", orjson.dumps(self.state(now_ns)))
@@ -555,7 +556,7 @@ def _decision_doc(d: Decision) -> dict[str, Any]:
 
 def write_report(spool: str | os.PathLike[str], report: Mapping[str, Any]) -> None:
     """``_klink.json`` in the spool, replaced by rename (a reader never sees half a report)."""
-    from cp_store.private_dirs import atomic_write
+    from cp_store.atomic_files import atomic_write
 
     atomic_write(Path(spool) / REPORT_FILE, orjson.dumps(dict(report)))
 

@@ -106,7 +106,7 @@ class NaiveZmqReader(DataSourceStreamReader):
             if self.state_file:
                 import orjson
 
-                from cp_store.private_dirs import atomic_write
+                from cp_store.atomic_files import atomic_write
 
                 # a fresh temp name: a symlink planted at a fixed one is never followed
                 body = {"endpoint": s.getsockopt_string(zmq.LAST_ENDPOINT), "pid": os.getpid()}

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import orjson
 
+from cp_store.atomic_files import atomic_write
+
 READER_STATE_FILE = "_reader.json"
 
 
@@ -81,10 +83,7 @@ def write_reader_state(
     )
     path = state_path(spool)
     tmp = path.with_name(f"{path.name}.{pid}.{state.run_id}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(orjson.dumps(asdict(state)))
-    os.replace(tmp, path)
+    atomic_write(path, orjson.dumps(asdict(state)), tmp=tmp)
     return state
 
 

@@ -34,9 +34,9 @@ from pyspark.sql.datasource import InputPartition
 
 from cp_source.ready.frontier import NO_FRONTIER
 from cp_source.wire.bucket import merge_ranges
-from cp_store.private_dirs import atomic_write, ensure_private_dir
+from cp_store.atomic_files import atomic_write
+from cp_store.private_dirs import ensure_private_dir
 
-FRONTIER_KEY = "frontier"
 STATE_FILE = "_ready_state.json"  # committed frontier and late-row scan positions (the driver's)
 REPORT_FILE = "_ready.json"  # the frontier's report, replaced on every trigger (for tools)
 LATE_REASON = "behind_ready_frontier"
@@ -92,11 +92,6 @@ class ReadyState:
     def write(self, root: str | Path, durable: bool) -> None:
         body = orjson.dumps({"frontier": self.frontier, "scanned": self.scanned})
         atomic_write(Path(root) / STATE_FILE, body, durable)
-
-
-def ready_offset(spool_id: str, frontier: int, positions: Mapping[str, int]) -> dict[str, Any]:
-    workers = sorted(positions, key=lambda w: int(w[1:]))
-    return {"spool": spool_id, FRONTIER_KEY: int(frontier), **{w: int(positions[w]) for w in workers}}
 
 
 def overlapping(spool: Any, upto: Mapping[str, int], lo: int, hi: int) -> list[Any]:

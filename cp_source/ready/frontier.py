@@ -152,7 +152,7 @@ class ReadyFrontier:
             st.next_seen = min(above, default=None)
 
     def _read_front(self) -> None:
-        from cp_source.factory.front import read_front_ledger, read_front_progress
+        from cp_source.spool.front_records import read_front_ledger, read_front_progress
 
         progress = read_front_progress(self.root)
         for s, p in progress.items():

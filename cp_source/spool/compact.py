@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +76,7 @@ from cp_source.spool.ledger import (
     LedgerSummary,
     read_records,
 )
+from cp_store.atomic_files import atomic_write, fsync_path
 
 MANIFEST_FILE = "manifest.ndjson"
 # Fold a worker's committed records once this many committed segments are not yet folded
@@ -86,41 +86,14 @@ TRIM_CHECK_S = 1.0  # how often a worker looks whether the summary moved
 MANIFEST_KEEP = 128  # a reader drops committed manifest lines once it holds more than this many
 
 
-def fsync_path(path: Path) -> None:
-    """fsync a file or a directory by name."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _replace(path: Path, data: bytes, tmp_suffix: str) -> None:
-    """Replace ``path`` by a file holding ``data``: written, fsynced, then renamed.
-
-    The temp file gets a fresh random name (``mkstemp``: ``O_EXCL``), so a planted one is never followed.
-    """
-    fd, name = tempfile.mkstemp(prefix=f"{path.name}.", suffix=tmp_suffix, dir=path.parent)
-    tmp = Path(name)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-
-
 def write_summary(root: Path, summary: LedgerSummary) -> None:
     """Replace ``compacted.json`` durably (call with ``commit.lock`` held)."""
     for stale in root.glob(f"{SUMMARY_FILE}.*.tmp"):  # a fold that died; only folds write these
         with contextlib.suppress(OSError):
             stale.unlink()
-    _replace(root / SUMMARY_FILE, orjson.dumps(summary.to_json()), f".{os.getpid()}.tmp")
-    fsync_path(root)
+    atomic_write(
+        root / SUMMARY_FILE, orjson.dumps(summary.to_json()), durable=True, suffix=f".{os.getpid()}.tmp"
+    )
 
 
 def fold(root: Path, targets: dict[str, int]) -> LedgerSummary:
@@ -159,6 +132,12 @@ def summary_stamp(root: Path) -> tuple[int, int, int] | None:
     return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
+def _replace(path: Path, data: bytes) -> None:
+    """Replace a worker's ledger file, fsynced before the rename; its directory is fsynced once
+    after all of them (``trim_worker_files``)."""
+    atomic_write(path, data, durable=True, sync_dir=False, suffix=".compact.tmp")
+
+
 def _manifest_number(line: bytes) -> int:
     return int(orjson.loads(line)["number"])
 
@@ -177,7 +156,7 @@ def trim_worker_files(root: Path, wdir: Path, through: int) -> int:
         keep = recs[recs[:, 0] > through]
         if len(keep) < len(recs):
             before = path.stat().st_size
-            _replace(path, keep.tobytes(), ".compact.tmp")
+            _replace(path, keep.tobytes())
             removed += before - len(keep) * REC_BYTES
     path = wdir / MANIFEST_FILE
     with contextlib.suppress(FileNotFoundError):
@@ -186,7 +165,7 @@ def trim_worker_files(root: Path, wdir: Path, through: int) -> int:
         kept = [ln for ln in lines if _manifest_number(ln) > through]
         if len(kept) < len(lines):
             body = b"".join(ln + b"\n" for ln in kept) + raw[raw.rfind(b"\n") + 1 :]
-            _replace(path, body, ".compact.tmp")
+            _replace(path, body)
             removed += len(raw) - len(body)
     if removed:
         fsync_path(wdir)

@@ -19,10 +19,6 @@ ledger or a commit claims is on disk is on disk:
 
 from __future__ import annotations
 
-import os
-
-from cp_store.location import fsync_path  # the one fsync-by-name; cp_source modules import it from here
-
 DURABILITY_LEVELS = ("process", "strict")
 
 
@@ -40,9 +36,3 @@ def check_durability(value: str, name: str = "durability") -> str:
     if level not in DURABILITY_LEVELS:
         raise ValueError(f"option {name}={value!r}: expected one of {', '.join(DURABILITY_LEVELS)}")
     return level
-
-
-def fsync_dirs(*paths: str | os.PathLike[str]) -> None:
-    """fsync each directory in turn (e.g. a new directory, then the parent holding its name)."""
-    for p in paths:
-        fsync_path(p)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from cp_source.factory.front import read_front_ledger
+from cp_source.spool.front_records import read_front_ledger
 from cp_source.wire.bucket import merge_ranges, sender_of
 
 REC_FIELDS = 5  # segment, sender, seq, first_id, count
