@@ -30,8 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import zmq
 
-from cp_source.factory.workers import start_factory
+from cp_source.factory.supervisor import start_factory
 from cp_source.generate.generator import run_generator
+from cp_source.generate.settings import GeneratorSettings
 from cp_source.hosts.segment_server import SegmentRef, SegmentServer, fetch_segment
 from cp_source.spool.segments import Spool
 from native_tsc import curve_keys
@@ -91,7 +92,9 @@ def bench_ingest(keys: str | None, rate: float, seconds: float) -> dict[str, Any
         consumer = threading.Thread(target=consume, daemon=True)
         consumer.start()
         try:
-            s = run_generator(f.endpoint, rate=rate, duration=seconds, bucket=1000, curve_keys=keys)
+            s = run_generator(
+                f.endpoint, GeneratorSettings(rate=rate, duration=seconds, bucket=1000, curve_keys=keys)
+            )
             f.wait_drained(60)
             st = Spool(d).stats()
         finally:

@@ -37,8 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cp_source.factory.parse_json import parse_arrow_json, parse_naive_rows, parse_orjson
 from cp_source.factory.parse_ysb import StringRowParser
-from cp_source.factory.workers import FactoryWorker, WorkerConfig, start_factory
-from cp_source.generate.generator import build_payloads, run_generator
+from cp_source.factory.supervisor import start_factory
+from cp_source.factory.workers import FactoryWorker, WorkerConfig
+from cp_source.generate.generator import run_generator
+from cp_source.generate.payloads import build_payloads
+from cp_source.generate.settings import GeneratorSettings
 from cp_source.spool.segments import Spool
 from cp_source.wire import bucket as bk
 from cp_source.wire.sender_link import answer_control
@@ -83,7 +86,7 @@ def bench_generator(rate: float, duration: float, bucket: int, transport: str) -
     p.start()
     endpoint = q.get(timeout=60)
     cpu0 = time.process_time()
-    s = run_generator(endpoint, rate=rate, duration=duration, bucket=bucket, sender_base=1)
+    s = run_generator(endpoint, GeneratorSettings(rate=rate, duration=duration, bucket=bucket, sender_base=1))
     cpu = time.process_time() - cpu0
     received = q.get(timeout=60)
     p.join(30)
@@ -174,7 +177,9 @@ def bench_factory(
         consumer.start()
         try:
             cpu0 = [_proc_cpu(p) for p in f.worker_pids()]
-            s = run_generator(f.endpoint, rate=rate, duration=duration, bucket=bucket, sender_base=2)
+            s = run_generator(
+                f.endpoint, GeneratorSettings(rate=rate, duration=duration, bucket=bucket, sender_base=2)
+            )
             f.wait_drained(60)
             cpu = sum(_proc_cpu(p) - c for p, c in zip(f.worker_pids(), cpu0, strict=True))
             st = Spool(d).stats()

@@ -111,13 +111,14 @@ class BareArrowSource(DataSource):
 # ---- the data --------------------------------------------------------------------------------------
 def prefill(spool: Path, rows: int, rate: float) -> dict[str, Any]:
     """Fill ``spool`` through the real factory (2 workers) with about ``rows`` YSB tuples."""
-    from cp_source.factory.workers import start_factory
+    from cp_source.factory.supervisor import start_factory
     from cp_source.generate.generator import run_generator
+    from cp_source.generate.settings import GeneratorSettings
     from cp_source.spool.segments import Spool
 
     t0 = time.monotonic()
     with start_factory("tcp://127.0.0.1:0", spool, workers=2, max_spool_bytes=8 << 30) as f:
-        summary = run_generator(f.endpoint, rate, rows / rate, senders=2)
+        summary = run_generator(f.endpoint, GeneratorSettings(rate, rows / rate, senders=2))
         if not f.wait_drained(timeout=120, senders=[int(s["id"]) for s in summary["senders"]]):
             raise RuntimeError("the factory did not publish everything it received")
     sp = Spool(spool)
@@ -222,7 +223,7 @@ def measure(
     spark: Any, work: Path, spool: Path, files: tuple[str, str], n: int, repeat: int
 ) -> list[dict[str, Any]]:
     """Every row of the throughput table, in one session."""
-    from cp_source.reader.stream_reader import ReaderOptions, source_schema
+    from cp_source.reader.options import ReaderOptions, source_schema
 
     schema = source_schema(ReaderOptions.parse({}))
     arrow_path, pq_dir = files
@@ -368,7 +369,7 @@ def startup(
 
     With ``trace`` (the file of ``CLOUDPROFILER_STARTUP_TRACE``) each round also keeps the timeline
     of our query's start-up and the first micro-batches of each query."""
-    from cp_source.reader.stream_reader import ReaderOptions, source_schema
+    from cp_source.reader.options import ReaderOptions, source_schema
 
     schema = source_schema(ReaderOptions.parse({}))
     bare_opts = {"path": arrow[0], "partitions": "2", "batch": "65536", "rows": str(arrow[1])}
@@ -427,7 +428,7 @@ def _phases(q: Any, skip: int = 3) -> dict[str, Any]:
 
 def floor(spark: Any, work: Path, arrow_path: str, n_rows: int, seconds: float) -> list[dict[str, Any]]:
     """Micro-batches of almost no data into noop: where a batch's time goes, per source."""
-    from cp_source.reader.stream_reader import ReaderOptions, source_schema
+    from cp_source.reader.options import ReaderOptions, source_schema
 
     schema = source_schema(ReaderOptions.parse({}))
     opts = {"path": arrow_path, "partitions": "2", "batch": "65536", "rows": str(n_rows), "trickle": "200"}
@@ -485,7 +486,7 @@ def main() -> int:
     args = ap.parse_args()
     sections = set(args.sections.split(","))
     from cloudprofiler.spark_local import local_session
-    from cp_source.reader.stream_reader import ReaderOptions, source_schema
+    from cp_source.reader.options import ReaderOptions, source_schema
 
     doc: dict[str, Any] = {
         **result_head("readpath"),

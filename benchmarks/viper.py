@@ -41,14 +41,16 @@ VIPER_NOTE = (
 # ---- part 1: read throughput -----------------------------------------------------------------------
 def prefill(spool: Path, rows: int, senders: int, rate: float) -> dict[str, Any]:
     """About ``rows`` YSB tuples from ``senders`` senders through the real factory; all of them ended."""
-    from cp_source.factory.workers import start_factory
+    from cp_source.factory.supervisor import start_factory
     from cp_source.generate.generator import run_generator
+    from cp_source.generate.settings import GeneratorSettings
     from cp_source.spool.segments import Spool
 
     t0 = time.monotonic()
     with start_factory("tcp://127.0.0.1:0", spool, workers=2, max_spool_bytes=8 << 30) as f:
         summary = run_generator(
-            f.endpoint, rate, rows / rate, senders=senders, event_start_ms=int(time.time() * 1000)
+            f.endpoint,
+            GeneratorSettings(rate, rows / rate, senders=senders, event_start_ms=int(time.time() * 1000)),
         )
         ids = [int(s["id"]) for s in summary["senders"]]
         if not f.wait_drained(timeout=120, senders=ids):
@@ -82,7 +84,8 @@ def direct_read(work: Path, template: Path, ordering: str, senders: int, n: int)
     """M rows/s planning and reading the whole backlog with the stream reader alone (no Spark)."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from cp_source.reader.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
+    from cp_source.reader.options import ReaderOptions, source_schema
+    from cp_source.reader.stream_reader import CloudprofilerStreamReader
 
     opts = _options(fresh_copy(template, work), ordering, senders)
     t0 = time.perf_counter()

@@ -178,7 +178,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _start(args: argparse.Namespace, workload: str) -> Any:
-    from cp_source.factory.workers import start_factory
+    from cp_source.factory.supervisor import start_factory
 
     return start_factory(
         args.endpoint,
@@ -220,7 +220,7 @@ def _serve(args: argparse.Namespace, durability: str) -> Any:
 
 def _register(args: argparse.Namespace, server: Any, handle: Any) -> None:
     """--register DIR: this host's address where queries with factoriesDir=DIR look for it."""
-    from cp_source.hosts.factory_hosts import register_factory
+    from cp_source.hosts.registry import register_factory
     from cp_source.spool.segments import Spool
 
     try:
