@@ -31,7 +31,7 @@ class CloudprofilerDataSource(DataSource):
         Spark calls this at ``load()`` (never for a write, nor when the user gives ``.schema()``):
         the reader's options are checked here, strictly, so a typo fails before the query starts.
         """
-        from cp_source.reader.stream_reader import ReaderOptions, source_schema
+        from cp_source.reader.options import ReaderOptions, source_schema
 
         return source_schema(ReaderOptions.parse(self.options, strict=True))
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from cp_source.reader.state import process_start_ticks, read_reader_state
-from cp_source.spool.segments import SPOOL_FILE, WORKER_RE, Spool, SpoolMismatchError
+from cp_source.spool.names import WORKER_RE
+from cp_source.spool.segments import SPOOL_FILE, Spool, SpoolMismatchError
 
 READ_ATTEMPTS = 3  # a commit or compaction between two reads makes them disagree: read again
 
@@ -190,7 +191,8 @@ def _klink(spool: Spool) -> dict[str, Any] | None:
 def _factories_status(path: Path, query: Any) -> dict[str, Any] | None:
     """A query over factory hosts (``factories=...``): each factory's state, and which ones the query
     is waiting for and since when, from the reader's ``_factories.json``; None when there is none."""
-    from cp_source.hosts.factory_hosts import FACTORIES_KEY, read_status
+    from cp_source.hosts.links import read_status
+    from cp_source.ready.offsets import FACTORIES_KEY
 
     doc = read_status(path)
     if doc is None:

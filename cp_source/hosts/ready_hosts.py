@@ -34,19 +34,11 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from cp_source.hosts.factory_hosts import (
-    FRONTIER_KEY,
-    MAX_NUMBER,
-    MAX_WORKERS,
-    RETRY_S,
-    WORKER_RE,
-    FactoryHosts,
-    Host,
-    offset_of,
-    offset_positions,
-)
+from cp_source.hosts.links import MAX_NUMBER, MAX_WORKERS, RETRY_S, Host, HostLinks
 from cp_source.hosts.ready_ops import MAX_LISTED_SENDERS, MAX_PLAN_SEGMENTS, event_ms
 from cp_source.ready.frontier import NO_FRONTIER
+from cp_source.ready.offsets import hosts_ready_offset, hosts_ready_positions
+from cp_source.spool.names import WIRE_WORKER_RE
 
 
 class RemoteSegment(NamedTuple):
@@ -108,7 +100,7 @@ def _positions(value: Any, name: str) -> dict[str, int]:
         raise ValueError(f"{name} is not a map of at most {MAX_WORKERS} workers")
     out = {}
     for w, n in value.items():
-        if not isinstance(w, str) or not WORKER_RE.match(w):
+        if not isinstance(w, str) or not WIRE_WORKER_RE.match(w):
             raise ValueError(f"{name}: worker {w!r} is out of shape")
         if isinstance(n, bool) or not isinstance(n, int) or not -1 <= n <= MAX_NUMBER:
             raise ValueError(f"{name}: {w}={n!r} is not a segment number")
@@ -175,21 +167,6 @@ def _st(h: Host) -> HostFrontier:
     return h.ready
 
 
-def ready_offset_of(frontier: int, positions: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
-    return {FRONTIER_KEY: int(frontier), **offset_of(positions)}
-
-
-def ready_positions(offset: Any) -> tuple[int, dict[str, dict[str, int]]]:
-    """The frontier and per-factory positions of a ready offset over factories; others refused."""
-    positions = offset_positions(offset, "ready")
-    value = offset[FRONTIER_KEY]
-    if isinstance(value, bool) or not isinstance(value, int):
-        from cp_source.spool.segments import SpoolMismatchError
-
-        raise SpoolMismatchError(f"offset frontier {value!r} is not an event time in ms")
-    return value, positions
-
-
 def _key(offset: Mapping[str, Any]) -> str:
     return orjson.dumps(offset, option=orjson.OPT_SORT_KEYS).decode()
 
@@ -201,7 +178,7 @@ class ReadyHosts:
     """The driver side of ``ordering=ready`` over factory hosts (beside the reader's ``FactoryHosts``)."""
 
     def __init__(
-        self, hosts: FactoryHosts, expected: int | None, ids: tuple[int, ...], sender_timeout: float
+        self, hosts: HostLinks, expected: int | None, ids: tuple[int, ...], sender_timeout: float
     ) -> None:
         self.hosts = hosts
         self.expected = expected
@@ -262,7 +239,9 @@ class ReadyHosts:
             self.hosts.check_timeouts()
             hosts = [h for h in self.hosts.hosts if h.endpoint in answered and h.spool_id]
             f0 = max((_st(h).committed_frontier for h in hosts), default=NO_FRONTIER)
-            self.initial = ready_offset_of(f0, {h.spool_id: dict(h.committed) for h in hosts if h.spool_id})
+            self.initial = hosts_ready_offset(
+                f0, {h.spool_id: dict(h.committed) for h in hosts if h.spool_id}
+            )
         return self.initial
 
     def prepare_available_now(self) -> None:
@@ -274,7 +253,7 @@ class ReadyHosts:
     def latest_offset(self, start: Mapping[str, Any]) -> dict[str, Any]:
         """The next batch's end: the frontier over every host now (``start`` when it did not move and
         no host has new rows behind it)."""
-        floor, pos = ready_positions(start)
+        floor, pos = hosts_ready_positions(start)
         answered = self.ask_ready(floor, pos)
         self.hosts.check_timeouts()
         self.hosts.check_known(pos)
@@ -292,7 +271,7 @@ class ReadyHosts:
         self._publish(frontier, answered)
         if frontier <= floor and not behind:
             return dict(start)  # nothing new is ready: no batch
-        return ready_offset_of(frontier, end)
+        return hosts_ready_offset(frontier, end)
 
     def _frontier(self, floor: int, answered: set[str]) -> int:
         holds = []
@@ -334,7 +313,9 @@ class ReadyHosts:
 
     def report_latest(self) -> dict[str, Any]:
         """The last frontier over every host's latest published segments."""
-        return ready_offset_of(self.frontier, {sid: dict(h.latest) for sid, h in self.hosts.by_id().items()})
+        return hosts_ready_offset(
+            self.frontier, {sid: dict(h.latest) for sid, h in self.hosts.by_id().items()}
+        )
 
     def _publish(self, frontier: int, answered: set[str]) -> None:
         """The frontier and who holds it, in ``_factories.json`` (``source_status``)."""
@@ -361,8 +342,8 @@ class ReadyHosts:
     def plan(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> tuple[int, int, list[RemoteSegment]]:
         """``(lo, hi]`` of a batch and every host's segments overlapping it (waiting for silent hosts
         whose segments it needs; factoryTimeout applies)."""
-        lo, _ = ready_positions(start)
-        hi, pos = ready_positions(end)
+        lo, _ = hosts_ready_positions(start)
+        hi, pos = hosts_ready_positions(end)
         self.starts[_key(end)] = lo
         if hi <= lo:
             return lo, hi, []
@@ -417,7 +398,7 @@ class ReadyHosts:
 
     def commit(self, end: Mapping[str, Any]) -> None:
         """Queue ``end`` for every host and send what each one has not taken yet, in order."""
-        frontier, pos = ready_positions(end)
+        frontier, pos = hosts_ready_positions(end)
         since = self.starts.pop(_key(end), None)
         for sid, upto in pos.items():
             queue = self.pending.setdefault(sid, [])
