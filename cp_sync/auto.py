@@ -50,6 +50,7 @@ import orjson
 
 from cp_store.location import check_writable, resolve
 from cp_sync.auto_coordinator import read_state, registry_paths
+from cp_sync.background import start_daemon
 from cp_sync.host_agent import runtime_dir
 
 SYNC_MODES = ("off", "auto")
@@ -250,7 +251,7 @@ def _spawn_coordinator(cfg: dict[str, Any], log_path: Path) -> subprocess.Popen[
     assert proc.stdin is not None
     proc.stdin.write(orjson.dumps(cfg))  # the path may carry credentials: never on the command line
     proc.stdin.close()
-    threading.Thread(target=proc.wait, name="cp-sync-coordinator-reaper", daemon=True).start()
+    start_daemon(proc.wait, "cp-sync-coordinator-reaper")
     return proc
 
 

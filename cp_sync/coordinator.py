@@ -30,6 +30,7 @@ import zmq
 
 from cp_store.location import Location, check_writable, resolve
 from cp_sync import control
+from cp_sync.background import start_daemon
 from cp_sync.sync_table import probes_table, write_sync
 from native_tsc import curve_keys as ck
 from native_tsc.zmq_bounds import recv_bounded
@@ -121,8 +122,7 @@ class Coordinator:
     # -- lifecycle -----------------------------------------------------
     def start(self) -> Coordinator:
         """Serve from a daemon thread."""
-        self._thread = threading.Thread(target=self.serve_forever, name="cp-sync-coordinator", daemon=True)
-        self._thread.start()
+        self._thread = start_daemon(self.serve_forever, "cp-sync-coordinator")
         return self
 
     def stop(self) -> None:

@@ -29,7 +29,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ import zmq
 
 from cp_sync import control
 from cp_sync.agent import REFUSED_GIVE_UP_S, Agent
+from cp_sync.background import start_daemon
 
 # An agent that has not heard from its coordinator this long exits. The coordinator acknowledges
 # every registration (one a second) and forgets an agent silent for 5 s: the same span both ways.
@@ -161,7 +161,7 @@ def _spawn(spec: AgentSpec, lock: socket.socket) -> int:
     finally:
         if log is not subprocess.DEVNULL:
             os.close(log)
-    threading.Thread(target=proc.wait, name="cp-sync-agent-reaper", daemon=True).start()
+    start_daemon(proc.wait, "cp-sync-agent-reaper")
     return proc.pid
 
 
@@ -256,8 +256,7 @@ def serve(server: str, lock: socket.socket, port: int, gone_s: float, curve_keys
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())
     print(f"sync agent {agent.domain} probes on {agent.advertise}:{agent.port}, coordinator {server}")
     sys.stdout.flush()
-    thread = threading.Thread(target=run, name="cp-sync-agent", daemon=True)
-    thread.start()
+    thread = start_daemon(run, "cp-sync-agent")
     while thread.is_alive():
         if agent.silent_for() > gone_s:
             print(f"no word from the coordinator at {server} for {gone_s:g} s: it is gone, exiting")

@@ -16,8 +16,10 @@ import socket
 import threading
 import time
 from collections.abc import Iterable
+from typing import Self
 
 import native_tsc
+from cp_sync.background import StartedInWith, start_daemon
 from cp_sync.probe_api import ProbeResult
 from native_tsc import probe_loops
 
@@ -37,7 +39,7 @@ def require_c_backend() -> None:
         raise ProbeUnavailable(f"{why}; use cp_sync.probe_python (pure-Python probes, labelled so) instead")
 
 
-class Responder:
+class Responder(StartedInWith):
     """Answers probes on a UDP socket from a background thread (the loop runs in C without the GIL).
 
     ``allow``: the IPv4 sources it answers (None: any, for tests and benchmarks; an empty list: nobody).
@@ -94,7 +96,7 @@ class Responder:
         except (OSError, AttributeError):  # the thread has ended, or no per-thread clocks here
             return None
 
-    def start(self) -> Responder:
+    def start(self) -> Self:
         """Start answering in a daemon thread, in the virtual domain in force now."""
         self._params = native_tsc.clock.transform_params()
         self._launch()
@@ -121,8 +123,7 @@ class Responder:
             finally:
                 self._cpu_done += time.thread_time_ns()
 
-        self._thread = threading.Thread(target=loop, name="cp-sync-responder", daemon=True)
-        self._thread.start()
+        self._thread = start_daemon(loop, "cp-sync-responder")
 
     def _halt(self) -> None:
         """Stop the loop thread and take back the stop byte, so a new loop can start on the same socket."""
@@ -164,12 +165,6 @@ class Responder:
                 os.close(fd)
         self._stop_r = self._stop_w = -1
         self._sock.close()
-
-    def __enter__(self) -> Responder:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def initiate(

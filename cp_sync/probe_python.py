@@ -16,10 +16,12 @@ import struct
 import threading
 import time
 from collections.abc import Iterable
+from typing import Self
 
 import numpy as np
 
 import native_tsc
+from cp_sync.background import StartedInWith, start_daemon
 from cp_sync.probe_api import ProbeResult
 from native_tsc import probe_loops
 
@@ -93,7 +95,7 @@ def _unseal(data: bytes, key: bytes | None) -> tuple[int, ...] | None:
     return fields
 
 
-class Responder:
+class Responder(StartedInWith):
     """Pure-Python responder thread (stamps c_j with native_tsc.now() after each receive).
 
     ``allow`` and ``key`` as the C responder's: the IPv4 sources answered (None: any) and a 16-byte key
@@ -140,10 +142,9 @@ class Responder:
         host, port = self._sock.getsockname()[:2]
         return host, port
 
-    def start(self) -> Responder:
+    def start(self) -> Self:
         """Start answering in a daemon thread."""
-        self._thread = threading.Thread(target=self._loop, name="cp-sync-pyresponder", daemon=True)
-        self._thread.start()
+        self._thread = start_daemon(self._loop, "cp-sync-pyresponder")
         return self
 
     def _loop(self) -> None:
@@ -177,12 +178,6 @@ class Responder:
             self._thread.join(5.0)
             self._thread = None
         self._sock.close()
-
-    def __enter__(self) -> Responder:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _await_reply(

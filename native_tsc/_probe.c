@@ -226,6 +226,26 @@ static int classify(const unsigned char *buf, ssize_t n, const struct sockaddr_i
  * allow: None (answer any source) or bytes of up to MAX_ALLOW IPv4 addresses, 4 bytes each in network order.
  * key: None (version 1 probes) or 16 bytes (only version 2 probes with a valid tag are answered, tagged).
  */
+#define RECV_AGAIN (-1)  /* nothing there, interrupted, or an ICMP refusal: poll again */
+#define RECV_FAILED (-2) /* a socket error, in *err */
+
+/* One datagram without blocking, the raw counter read right after it arrives (both loops stamp
+ * here: c_j in the responder, c_k in the initiator). Returns its size, RECV_AGAIN or RECV_FAILED. */
+static inline ssize_t recv_stamped(int fd, unsigned char *buf, size_t cap, struct sockaddr_in *src,
+                                   uint64_t *stamp, int *err) {
+    socklen_t slen = sizeof(*src);
+    ssize_t n = recvfrom(fd, buf, cap, MSG_DONTWAIT, (struct sockaddr *)src, &slen);
+    *stamp = cp_raw_read();
+    if (n >= 0) {
+        return n;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNREFUSED) {
+        return RECV_AGAIN;
+    }
+    *err = errno;
+    return RECV_FAILED;
+}
+
 static PyObject *probe_respond(PyObject *self, PyObject *args) {
     int fd, stop_fd, timeout_ms, on, spin_us = 0;
     long long max_packets, skew_e12, offset;
@@ -297,14 +317,12 @@ static PyObject *probe_respond(PyObject *self, PyObject *args) {
             }
         }
         struct sockaddr_in src;
-        socklen_t slen = sizeof(src);
-        ssize_t n = recvfrom(fd, buf, sizeof(buf), MSG_DONTWAIT, (struct sockaddr *)&src, &slen);
-        uint64_t c_j = cp_raw_read();
-        if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNREFUSED) {
-                continue;
-            }
-            err = errno;
+        uint64_t c_j;
+        ssize_t n = recv_stamped(fd, buf, sizeof(buf), &src, &c_j, &err);
+        if (n == RECV_AGAIN) {
+            continue;
+        }
+        if (n == RECV_FAILED) {
             break;
         }
         /* The checks and the reply's tag run after c_j is stamped: they only widen the initiator's round
@@ -326,8 +344,8 @@ static PyObject *probe_respond(PyObject *self, PyObject *args) {
         if (keyed) {
             put_tag(buf, key);
         }
-        /* A failed reply is a lost probe for the initiator; keep serving. */
-        sendto(fd, buf, (size_t)n, 0, (struct sockaddr *)&src, slen);
+        /* A failed reply is a lost probe for the initiator; keep serving. src is an AF_INET address. */
+        sendto(fd, buf, (size_t)n, 0, (struct sockaddr *)&src, sizeof(src));
         served++;
         if (spin_us > 0) {
             spin_until = mono_raw_ns() + (int64_t)spin_us * 1000;
@@ -438,14 +456,12 @@ static PyObject *probe_initiate(PyObject *self, PyObject *args) {
                 }
             }
             struct sockaddr_in src;
-            socklen_t slen = sizeof(src);
-            ssize_t n = recvfrom(fd, buf, sizeof(buf), MSG_DONTWAIT, (struct sockaddr *)&src, &slen);
-            uint64_t c_k = cp_raw_read();
-            if (n < 0) {
-                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNREFUSED) {
-                    continue;
-                }
-                err = errno;
+            uint64_t c_k;
+            ssize_t n = recv_stamped(fd, buf, sizeof(buf), &src, &c_k, &err);
+            if (n == RECV_AGAIN) {
+                continue;
+            }
+            if (n == RECV_FAILED) {
                 break;
             }
             packet_t rep;

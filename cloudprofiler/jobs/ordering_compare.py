@@ -19,17 +19,22 @@ import math
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from cloudprofiler.jobs.queries import embedded_source
+
+if TYPE_CHECKING:
+    from cp_source.generate.settings import GeneratorSummary
 
 WINDOW_S = 10
 WATERMARK_S = 1
 
 
-def truth_windows(summary: dict[str, Any], window_ms: int) -> dict[int, int]:
+def truth_windows(summary: GeneratorSummary, window_ms: int) -> dict[int, int]:
     """Tuples per window start (ms) from the generator's schedule clock (``event_start_ms`` set)."""
-    from cp_source.generate.generator import schedule_event_ms
+    from cp_source.generate.events import schedule_event_ms
 
     start = summary["event_start_ms"]
     if start is None:
@@ -74,17 +79,8 @@ class _Collector:
 def _query(spark: Any, spool: Path, checkpoint: Path, ordering: str, senders: int, workers: int) -> Any:
     from pyspark.sql import functions as F
 
-    import cloudprofiler
-
-    cloudprofiler.register(spark)
-    reader = (
-        spark.readStream.format("cloudprofiler")
-        .option("endpoint", "tcp://127.0.0.1:0")
-        .option("spool", str(spool))
-        .option("workers", str(workers))
-    )
-    if ordering == "ready":
-        reader = reader.option("ordering", "ready").option("senders", str(senders))
+    ready = {"ordering": "ready", "senders": str(senders)} if ordering == "ready" else {}
+    reader = embedded_source(spark, spool, workers, **ready)
     waited = F.col("cp_tsc_source") - F.col("cp_tsc_gen")
     return (
         reader.load()
@@ -131,6 +127,7 @@ def run_windowed(
     """One run of the windowed count (see the module docstring); its figures as a dict."""
     from cloudprofiler import wait_for_factory
     from cp_source.generate.generator import run_generator
+    from cp_source.generate.settings import GeneratorSettings
     from cp_source.spool.segments import Spool
 
     if ordering not in ("arrival", "ready"):
@@ -150,15 +147,10 @@ def run_windowed(
     )
     try:
         state = wait_for_factory(str(work / "spool"), query)
-        summary = run_generator(
-            state.factory_endpoint,
-            rate,
-            duration,
-            senders=senders,
-            bucket=bucket,
-            event_lag_ms=lag_ms,
-            event_start_ms=event_start_ms,
+        settings = GeneratorSettings(
+            rate, duration, senders=senders, bucket=bucket, event_lag_ms=lag_ms, event_start_ms=event_start_ms
         )
+        summary = run_generator(state.factory_endpoint, GeneratorSettings(settings))
         truth = truth_windows(summary, window_ms)
         ids = {int(s["id"]) for s in summary["senders"]}
         _settle(query, sink, Spool(work / "spool"), ids, truth, summary, timeout)
@@ -177,7 +169,7 @@ def _stop_between_batches(query: Any, wait_s: float = 10.0) -> None:
     query.stop()
 
 
-def _closing(truth: dict[int, int], summary: dict[str, Any]) -> list[int]:
+def _closing(truth: dict[int, int], summary: GeneratorSummary) -> list[int]:
     """Window starts the final watermark closes: every window ending at or before it."""
     last = max(s["event_ms_last"] for s in summary["senders"] if s["event_ms_last"] is not None)
     watermark = last - WATERMARK_S * 1000
@@ -190,7 +182,7 @@ def _settle(
     spool: Any,
     ids: set[int],
     truth: dict[int, int],
-    summary: dict,
+    summary: GeneratorSummary,
     timeout: float,
 ) -> None:
     """Wait until the factory drained and every window the final watermark closes was emitted."""
@@ -215,7 +207,7 @@ def _report(
     ordering: str,
     senders: int,
     lag_ms: float,
-    summary: dict[str, Any],
+    summary: GeneratorSummary,
     truth: dict[int, int],
     rows: list[dict[str, Any]],
     dropped: int,

@@ -191,6 +191,23 @@ def throttle(df: Any, rows_per_second: float, state_dir: str | Path, time_column
     return df.mapInArrow(fn, df.schema)
 
 
+def embedded_source(spark: Any, spool: str | Path, workers: int, **options: str) -> Any:
+    """The cloudprofiler source (registered) with its factory embedded on a free local port: a
+    ``DataStreamReader`` over ``spool`` with ``workers`` factory workers and ``options``, not loaded."""
+    import cloudprofiler
+
+    cloudprofiler.register(spark)
+    reader = (
+        spark.readStream.format("cloudprofiler")
+        .option("endpoint", "tcp://127.0.0.1:0")
+        .option("spool", str(spool))
+        .option("workers", str(workers))
+    )
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader
+
+
 def start_source_query(
     spark: Any,
     workdir: str | Path,
@@ -215,18 +232,15 @@ def start_source_query(
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     spool, sink, ckpt = work / "spool", work / "records", work / "checkpoint"
-    cloudprofiler.register(spark)
-    events = (
-        spark.readStream.format("cloudprofiler")
-        .option("endpoint", "tcp://127.0.0.1:0")
-        .option("spool", str(spool))
-        .option("workers", str(workers))
-        .option("maxSpoolBytes", str(max_spool_bytes))
+    events = embedded_source(
+        spark,
+        spool,
+        workers,
+        maxSpoolBytes=str(max_spool_bytes),
         # a micro-batch's segments are committed only when the next batch starts: keep a batch
         # well below the spool bound, or a full spool could wait for a commit that never comes
-        .option("maxRecordsPerTrigger", str(max(1000, max_spool_bytes // (3 * YSB_ROW_BYTES))))
-        .load()
-    )
+        maxRecordsPerTrigger=str(max(1000, max_spool_bytes // (3 * YSB_ROW_BYTES))),
+    ).load()
     out = (transform or ysb_stateless)(events)
     writer = (
         out.writeStream.format("cloudprofiler")

@@ -167,50 +167,39 @@ class _SelectingChannel(BufferedChannel):
     def _seen(self, logged: int) -> int:
         return self._log_seen() + self._batch_seen
 
-
-class DownsampleChannel(_SelectingChannel):
-    """downsample(n): pairs with ``t mod n == 0``, as the sink's handler keeps them."""
-
-    def _make_log(self, ids: list[int] | Refusal, tscs: list[int]) -> Callable[[int], None]:
+    def _modulo_log(
+        self, ids: list[int] | Refusal, tscs: list[int], below: int, modulus: int
+    ) -> Callable[[int], None]:
+        """A log keeping the pairs with ``t mod modulus < below``, counting every id it sees."""
         now = native_tsc.now
-        n: int | Refusal = self._spec.n
+        m: int | Refusal = modulus
         seen = 0
 
         def log(t: int) -> None:
             nonlocal seen
-            if t % n == 0:
+            if t % m < below:
                 ids.append(t)
                 tscs.append(now())
             seen += 1  # after the test, which raises once the file failed: that id is not seen
 
         def refuse() -> None:
-            nonlocal n
-            n = self._refusal  # every call computes t % n, kept or not: the next one raises
+            nonlocal m
+            m = self._refusal  # every call computes t % m, kept or not: the next one raises
 
         self._on_failure(refuse)
         self._log_seen = lambda: seen
         return log
+
+
+class DownsampleChannel(_SelectingChannel):
+    """downsample(n): pairs with ``t mod n == 0``, as the sink's handler keeps them."""
+
+    def _make_log(self, ids: list[int] | Refusal, tscs: list[int]) -> Callable[[int], None]:
+        return self._modulo_log(ids, tscs, 1, self._spec.n)  # t mod n < 1: xoy(1, n), as the handler
 
 
 class XoYChannel(_SelectingChannel):
     """xoy(x, y): pairs with ``t mod y < x``."""
 
     def _make_log(self, ids: list[int] | Refusal, tscs: list[int]) -> Callable[[int], None]:
-        now, x = native_tsc.now, self._spec.x
-        y: int | Refusal = self._spec.y
-        seen = 0
-
-        def log(t: int) -> None:
-            nonlocal seen
-            if t % y < x:
-                ids.append(t)
-                tscs.append(now())
-            seen += 1  # after the test, which raises once the file failed: that id is not seen
-
-        def refuse() -> None:
-            nonlocal y
-            y = self._refusal  # every call computes t % y, kept or not: the next one raises
-
-        self._on_failure(refuse)
-        self._log_seen = lambda: seen
-        return log
+        return self._modulo_log(ids, tscs, self._spec.x, self._spec.y)
