@@ -1,7 +1,7 @@
 """Scale out: one factory host against two at the same offered rate, and what crossed the driver's host.
 
 Hosts are network namespaces on this machine, routed by a hub namespace over veth pairs
-(tests/netns_hosts.py): each factory host runs `cloudprofiler factory --serve` with its spool on
+(tests/helpers/netns_hosts.py): each factory host runs `cloudprofiler factory --serve` with its spool on
 a tmpfs only its own mount namespace sees, and its generator in the same namespace; a Spark
 standalone master and worker (2 cores) run on a host of their own, and the driver on another. The
 driver runs one query, ``factories=`` every factory host, into the cloudprofiler sink (records on
@@ -46,7 +46,6 @@ from rich.console import Console
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))  # the namespace hosts and the ingest truth the tests use
 
 SERVER_COUNTS = ("segments_served", "rows_served", "bytes_served", "latest_requests", "commits")
 # (name, factory hosts, on the driver's host: the layout before factory hosts, for contrast)
@@ -96,13 +95,13 @@ def _latency(path: Path, after: int) -> dict[str, float]:
 
 
 def _links(nets: Any, names: dict[str, str]) -> dict[str, tuple[int, int]]:
-    from netns_hosts import link_bytes
+    from tests.helpers.netns_hosts import link_bytes
 
     return {role: link_bytes(ns, nets.links[ns]) for role, ns in names.items()}
 
 
 def _start_driver(nets: Any, ns: str, addr: str, master: str, servers: list[str], work: Path) -> Any:
-    from netns_hosts import CLUSTER_DRIVER, wait_for
+    from tests.helpers.netns_hosts import CLUSTER_DRIVER, wait_for
 
     argv = [sys.executable, "-c", CLUSTER_DRIVER, master, addr, ",".join(servers)]
     argv += [str(work / p) for p in ("status", "records", "ck")] + [str(work / "stop")]
@@ -128,7 +127,8 @@ def _generate(hosts: list[Any], work: Path, name: str, base: int, rate: int, dur
 def _wait_sink(work: Path, hosts: list[Any], summaries: list[Any], driver: Any, duration: float) -> Any:
     """The ids the factory hosts published for ``summaries``, once that many are in the sink."""
     import numpy as np
-    from netns_hosts import wait_for
+
+    from tests.helpers.netns_hosts import wait_for
 
     per_host = len(summaries) // len(hosts)
     want = []
@@ -156,7 +156,8 @@ def run_config(
     first_net: int,
 ) -> dict[str, Any]:
     import numpy as np
-    from netns_hosts import NetnsHost
+
+    from tests.helpers.netns_hosts import NetnsHost
 
     name, n, on_driver = cfg
     on = roles["driver"] if on_driver else None
@@ -277,7 +278,7 @@ def main() -> int:
     if os.geteuid() != 0 or not all(shutil.which(t) for t in ("ip", "nsenter")):
         print("scaleout: needs root, iproute2 and nsenter (hosts are network namespaces)", file=sys.stderr)
         return 2
-    from netns_hosts import Namespaces, spark_cluster
+    from tests.helpers.netns_hosts import Namespaces, spark_cluster
 
     doc: dict[str, Any] = {
         **result_head("scaleout"),

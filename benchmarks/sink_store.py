@@ -5,7 +5,7 @@ Run: python benchmarks/sink_store.py [--batches 6] [--batch-rows 50000] [--repea
 One local[2] SparkSession; tuple ids in Parquet, two files per micro-batch (two tasks), streamed
 with Trigger.AvailableNow through a stamp point into the sink (id handler: every tuple written).
 The sink's path is a local directory (--dir) or ``s3://`` on moto's standalone S3 server on
-loopback (``tests/s3_server.py``; needs the test extra). Spark's checkpoint is local in both.
+loopback (``tests/helpers/s3_server.py``; needs the test extra). Spark's checkpoint is local in both.
 The two stores alternate, so both see the same machine load.
 
 Per micro-batch: the driver's commit (the sink's ``commit``: the manifest written last and the
@@ -36,7 +36,6 @@ from rich.console import Console
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))  # s3_server: moto's server as the tests start it
 
 from cloudprofiler.datasource import CloudprofilerDataSource  # noqa: E402
 from cp_sink.stream_writer import CloudprofilerStreamWriter  # noqa: E402
@@ -112,7 +111,7 @@ class TimedSource(CloudprofilerDataSource):
 def start_s3() -> Any:
     """moto's S3 server on loopback with the bucket; this process's AWS_* point at it."""
     try:
-        from s3_server import S3Server
+        from tests.helpers.s3_server import S3Server
     except ImportError as e:
         raise SystemExit(
             f"sink_store.py needs moto's server and boto3 (pip install -e '.[test]'): {e}"

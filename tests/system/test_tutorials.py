@@ -1,0 +1,53 @@
+"""The tutorials' and the README's Python code blocks run as written, in order, one namespace per
+page, and each page twice in a row in the same working directory (as a user who runs it again)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.doc_blocks import python_code, run_page
+
+ROOT = Path(__file__).resolve().parents[2]
+TUTORIALS = ROOT / "docs" / "tutorials"
+
+
+NAMES = [
+    "quickstart.md",
+    "latency-across-nodes.md",
+    "maxrate.md",
+    "instrumenting.md",
+    "ready-ordering.md",
+    "skew-and-windows.md",
+    "cluster.md",
+]
+
+
+def _run(path: Path, ns: dict[str, Any]) -> dict[str, Any]:
+    exec(compile(python_code(path), str(path), "exec"), ns)
+    return ns
+
+
+@pytest.mark.long  # each tutorial twice: 20-50 s apiece
+@pytest.mark.parametrize("name", NAMES)
+def test_tutorial_runs_twice_in_a_row(name: str, spark: Any, tmp_path: Path) -> None:
+    for run in (1, 2):
+        ns: dict[str, Any] = {"spark": spark, "workdir": str(tmp_path), "__name__": f"tutorial_{name}_{run}"}
+        run_page(TUTORIALS / name, tmp_path, ns)  # every block, bash too, by the docs' convention
+
+
+@pytest.mark.long  # the README's generator and query twice: 14 s
+def test_readme_snippet_runs_as_written_twice(spark: Any) -> None:
+    """The README's snippet creates its own session: getOrCreate returns the running one."""
+    for run in (1, 2):
+        ns = _run(ROOT / "README.md", {"__name__": f"readme_{run}"})
+        assert ns["spark"] is spark
+        assert not ns["query"].isActive
+        emitted = ns["summary"]["emitted"]
+        assert emitted == 200_000 - ns["summary"]["dropped"] and emitted > 0
+        rec = ns["read_records"](f"{ns['work']}/records")
+        assert rec.num_rows == emitted
+        ids = rec["tuple_id"].to_pylist()
+        assert len(set(ids)) == len(ids)
