@@ -36,7 +36,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from cp_source.hosts.links import CONTROL_TIMEOUT_S, RETRY_S, Host, HostLinks, merge_positions
+from cp_source.hosts.links import RETRY_S, Host, HostLinks, merge_positions
 from cp_source.ready.offsets import hosts_offset, hosts_positions
 from cp_source.spool.names import worker_order
 
@@ -66,19 +66,10 @@ class FactoryHosts(HostLinks):
     """The driver side of ``ordering=arrival`` over factory hosts: offsets, partitions and commits
     over every factory's segments (the link to the hosts is ``HostLinks``)."""
 
-    def __init__(
-        self,
-        factories: tuple[str, ...],
-        factory_timeout: float,
-        status_dir: str,
-        curve_keys: str | None = None,
-        control_timeout: float = CONTROL_TIMEOUT_S,
-        registry: str | None = None,
-    ) -> None:
+    def _begin(self) -> None:
         self.target: dict[str, dict[str, int]] | None = None  # Trigger.AvailableNow
         self.initial: dict[str, dict[str, int]] | None = None
         self.new_begins: dict[str, dict[str, int]] = {}  # where a factory absent from a start began
-        super().__init__(factories, factory_timeout, status_dir, curve_keys, control_timeout, registry)
 
     # ---- offsets -----------------------------------------------------------------------------
     def reach(self, host: Host, worker: str, begin: int) -> int:

@@ -120,8 +120,12 @@ class HostLinks:
         # makes no call, so a thread keeps asking and keeps the status true meanwhile.
         self.lock = threading.RLock()
         self._stopping = threading.Event()
+        self._begin()
         self._watcher = threading.Thread(target=self._watch, name="cp-factory-hosts-watch", daemon=True)
         self._watcher.start()
+
+    def _begin(self) -> None:
+        """What a subclass keeps of its own, set before the watcher thread starts (nothing here)."""
 
     # ---- asking the factories ----------------------------------------------------------------
     def by_id(self) -> dict[str, Host]:

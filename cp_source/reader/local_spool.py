@@ -44,16 +44,10 @@ def start_factory(opts: ReaderOptions) -> Any:
     from cp_source.factory import supervisor
 
     try:
+        # endpoint, spool, workers, workload, schema and spool bound, in start_factory's order
+        head = (opts.endpoint, opts.spool, opts.workers, opts.workload, opts.schema_ddl, opts.max_spool_bytes)
         return supervisor.start_factory(
-            opts.endpoint,
-            opts.spool,
-            workers=opts.workers,
-            workload=opts.workload,
-            schema=opts.schema_ddl,
-            max_spool_bytes=opts.max_spool_bytes,
-            durability=opts.durability,
-            curve_keys=opts.curve_keys,
-            wait=False,
+            *head, durability=opts.durability, curve_keys=opts.curve_keys, wait=False
         )
     except (zmq.ZMQError, OSError) as e:
         raise ValueError(

@@ -12,7 +12,8 @@ runner: the planner and the executors only hold an unused one.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from pyspark.sql.datasource import InputPartition
 
@@ -20,6 +21,8 @@ from cp_source.reader.local_plans import LocalArrival, LocalReady
 from cp_source.reader.options import ReaderOptions
 from cp_source.reader.partitions import SegmentRange, pack_segments
 from cp_source.ready.batch_plan import ReadySlice, cut_slices
+
+T = TypeVar("T")
 
 
 class PlanSource(Protocol):
@@ -61,6 +64,14 @@ def plan_source(opts: ReaderOptions) -> PlanSource:
     return LocalReady(opts) if opts.ordering == "ready" else LocalArrival(opts)
 
 
+def connect(kind: Callable[..., T], opts: ReaderOptions) -> T:
+    """The link to the query's factory hosts (``HostLinks`` or ``FactoryHosts``), as the options say."""
+    assert opts.status_dir is not None
+    return kind(
+        opts.factories, opts.factory_timeout, opts.status_dir, opts.curve_keys, registry=opts.factories_dir
+    )
+
+
 class HostsArrival:
     """factories=... with ordering=arrival: every factory host's segments, per worker
     (``cp_source.hosts.factory_hosts``); each partition names its factory's segment server."""
@@ -73,11 +84,7 @@ class HostsArrival:
         if self._hosts is None:
             from cp_source.hosts.factory_hosts import FactoryHosts
 
-            o = self.opts
-            assert o.status_dir is not None
-            self._hosts = FactoryHosts(
-                o.factories, o.factory_timeout, o.status_dir, o.curve_keys, registry=o.factories_dir
-            )
+            self._hosts = connect(FactoryHosts, self.opts)
         return self._hosts
 
     def initial_offset(self) -> dict[str, Any]:
@@ -129,10 +136,7 @@ class HostsReady:
             from cp_source.hosts.ready_hosts import ReadyHosts
 
             o = self.opts
-            assert o.status_dir is not None
-            self._links = HostLinks(
-                o.factories, o.factory_timeout, o.status_dir, o.curve_keys, registry=o.factories_dir
-            )
+            self._links = connect(HostLinks, o)
             self._ready = ReadyHosts(self._links, o.senders, o.sender_ids, o.sender_timeout)
         return self._ready
 
