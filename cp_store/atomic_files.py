@@ -61,6 +61,21 @@ def _create_tmp(target: Path, tmp: PathLike | None, suffix: str, mode: int) -> t
 
 
 @contextlib.contextmanager
+def _renamed_over(target: Path, name: Path, durable: bool, sync_dir: bool) -> Iterator[None]:
+    """Rename ``name`` over ``target`` when the block ends without an error, else remove it;
+    durable and ``sync_dir``: fsync the directory after the rename."""
+    try:
+        yield
+        os.replace(name, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        raise
+    if durable and sync_dir:
+        fsync_path(target.parent)
+
+
+@contextlib.contextmanager
 def replacing(
     path: PathLike,
     *,
@@ -76,19 +91,11 @@ def replacing(
     ``mode``: its permissions (before the umask) when ``tmp`` is given, else ``0600``."""
     target = Path(path)
     fd, name = _create_tmp(target, tmp, suffix, mode)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(name, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(name)
-        raise
-    if durable and sync_dir:
-        fsync_path(target.parent)
+    with _renamed_over(target, name, durable, sync_dir), os.fdopen(fd, "wb") as f:
+        yield f
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())  # the data before the name
 
 
 @contextlib.contextmanager
@@ -97,17 +104,10 @@ def replacing_path(path: PathLike, *, durable: bool = False, sync_dir: bool = Tr
     ``OSFile``): yields a fresh random name beside ``path``, renamed over it afterwards."""
     target = Path(path)
     name = private_tmp(target)
-    try:
+    with _renamed_over(target, name, durable, sync_dir):
         yield name
         if durable:
             fsync_path(name)  # the data before the name
-        os.replace(name, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(name)
-        raise
-    if durable and sync_dir:
-        fsync_path(target.parent)
 
 
 def atomic_write(

@@ -132,10 +132,10 @@ def summary_stamp(root: Path) -> tuple[int, int, int] | None:
     return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
-def _replace(path: Path, data: bytes) -> None:
+def _replace(path: Path, data: bytes, tmp_suffix: str) -> None:
     """Replace a worker's ledger file, fsynced before the rename; its directory is fsynced once
     after all of them (``trim_worker_files``)."""
-    atomic_write(path, data, durable=True, sync_dir=False, suffix=".compact.tmp")
+    atomic_write(path, data, durable=True, sync_dir=False, suffix=tmp_suffix)
 
 
 def _manifest_number(line: bytes) -> int:
@@ -156,7 +156,7 @@ def trim_worker_files(root: Path, wdir: Path, through: int) -> int:
         keep = recs[recs[:, 0] > through]
         if len(keep) < len(recs):
             before = path.stat().st_size
-            _replace(path, keep.tobytes())
+            _replace(path, keep.tobytes(), ".compact.tmp")
             removed += before - len(keep) * REC_BYTES
     path = wdir / MANIFEST_FILE
     with contextlib.suppress(FileNotFoundError):
@@ -165,7 +165,7 @@ def trim_worker_files(root: Path, wdir: Path, through: int) -> int:
         kept = [ln for ln in lines if _manifest_number(ln) > through]
         if len(kept) < len(lines):
             body = b"".join(ln + b"\n" for ln in kept) + raw[raw.rfind(b"\n") + 1 :]
-            _replace(path, body)
+            _replace(path, body, ".compact.tmp")
             removed += len(raw) - len(body)
     if removed:
         fsync_path(wdir)
