@@ -106,7 +106,7 @@ def factory_run(level: str, seg_rows: int, tuples: int, base: str, payloads: lis
 
 
 def measure_factory(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from cp_source.generate.generator import build_payloads
+    from cp_source.generate.payloads import build_payloads
 
     payloads = build_payloads("ysb", BUCKET)
     factory_run("process", 5_000, 20_000, args.dir, payloads)  # numba and imports warm before timing

@@ -127,11 +127,12 @@ def _stop(query: Any) -> None:
 def _generate(endpoints: list[str], rate: float, duration: float) -> list[dict[str, Any]]:
     """One generator per query, all at once; their summaries in query order."""
     from cp_source.generate.generator import run_generator
+    from cp_source.generate.settings import GeneratorSettings
 
     out: list[dict[str, Any] | None] = [None] * len(endpoints)
 
     def one(i: int) -> None:
-        out[i] = run_generator(endpoints[i], rate, duration, senders=1, bucket=100)
+        out[i] = run_generator(endpoints[i], GeneratorSettings(rate, duration, senders=1, bucket=100))
 
     threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(endpoints))]
     for t in threads:

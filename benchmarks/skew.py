@@ -77,6 +77,7 @@ def run_one(
     from cloudprofiler.windows.skew import SALT, adaptive_salt, salt_column
     from cp_source.generate.generator import run_generator
     from cp_source.generate.hot_keys import hot_key, parse_key_skew
+    from cp_source.generate.settings import GeneratorSettings
     from cp_source.spool.segments import Spool
     from cp_source.wire.workloads import campaigns_table
 
@@ -117,12 +118,14 @@ def run_one(
         t0 = time.monotonic()
         summary = run_generator(
             state.factory_endpoint,
-            rate=args.rate,
-            duration=args.duration,
-            bucket=500,
-            key_skew=skew,
-            hot_key_rotate_s=rotate,
-            hwm=4096,
+            GeneratorSettings(
+                rate=args.rate,
+                duration=args.duration,
+                bucket=500,
+                key_skew=skew,
+                hot_key_rotate_s=rotate,
+                hwm=4096,
+            ),
         )
         latest = None
         deadline = time.monotonic() + 300

@@ -150,7 +150,7 @@ def run_windowed(
         settings = GeneratorSettings(
             rate, duration, senders=senders, bucket=bucket, event_lag_ms=lag_ms, event_start_ms=event_start_ms
         )
-        summary = run_generator(state.factory_endpoint, GeneratorSettings(settings))
+        summary = run_generator(state.factory_endpoint, settings)
         truth = truth_windows(summary, window_ms)
         ids = {int(s["id"]) for s in summary["senders"]}
         _settle(query, sink, Spool(work / "spool"), ids, truth, summary, timeout)

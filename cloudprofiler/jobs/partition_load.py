@@ -35,8 +35,8 @@ from native_tsc.stamp_columns import SINK, SOURCE, node_column, tsc_column
 def generator_keys(summary: dict[str, Any], key: str = "campaign_id") -> pa.Table:
     """``tuple_id`` and the campaign (``key="campaign_id"``) or ad (``"ad_id"``) of every tuple a YSB
     generator run assigned an id to, from its summary: exact, the senders' own seeded draws."""
-    from cp_source.generate.generator import default_pool
     from cp_source.generate.hot_keys import expected_ads, parse_key_skew
+    from cp_source.generate.payloads import default_pool
     from cp_source.wire.workloads import ADS_PER_CAMPAIGN, campaigns_table, ysb_rows
 
     if summary.get("workload") != "ysb":

@@ -5,10 +5,16 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
+
+if TYPE_CHECKING:
+    from cp_source.generate.settings import GeneratorSummary
+
+T = TypeVar("T")
 
 DESCRIPTION = """\
 Offer tuples at an exact rate to a factory over ZeroMQ, in buckets of
@@ -70,36 +76,32 @@ def _positive_float(s: str) -> float:
     return v
 
 
-def _number(option: str, text: str | None, default: float) -> float:
-    """A command-line number of milliseconds; ValueError (one line, exit status 2) when not one."""
+def _parsed(option: str, text: str | None, convert: Callable[[str], T], what: str) -> T | None:
+    """``convert(text)`` (None when the option was not given); ValueError (one line, exit status 2)
+    naming the option and what it should be when the text is not one."""
     if text is None:
-        return default
+        return None
     try:
-        return float(text)
+        return convert(text)
     except ValueError:
-        raise ValueError(f"{option}: not a number of milliseconds: {text!r}") from None
+        raise ValueError(f"{option}: not {what}: {text!r}") from None
+
+
+def _number(option: str, text: str | None, default: float) -> float:
+    """A command-line number of milliseconds (``default`` when not given)."""
+    v = _parsed(option, text, float, "a number of milliseconds")
+    return default if v is None else v
 
 
 def event_options(args: argparse.Namespace) -> dict[str, Any]:
-    """run_generator's event-time and heartbeat arguments from the command line, checked."""
-    start: int | None = None
-    if args.event_start_ms is not None:
-        try:
-            start = int(args.event_start_ms)
-        except ValueError:
-            raise ValueError(
-                f"--event-start-ms: not a whole number of ms since the epoch: {args.event_start_ms!r}"
-            ) from None
+    """The generator's event-time and heartbeat settings from the command line, checked."""
+    start = _parsed("--event-start-ms", args.event_start_ms, int, "a whole number of ms since the epoch")
     lag = _number("--event-lag-ms", args.event_lag_ms, 0.0)
     jitter = _number("--event-jitter-ms", args.event_jitter_ms, 0.0)
     heartbeat = _number("--heartbeat-ms", args.heartbeat_ms, 100.0)
-    seed: int | None = None
-    if args.delay_seed is not None:
-        try:
-            seed = int(args.delay_seed)
-        except ValueError:
-            raise ValueError(f"--delay-seed: not a whole number: {args.delay_seed!r}") from None
-    from cp_source.generate.generator import EventSettings, parse_delay
+    seed = _parsed("--delay-seed", args.delay_seed, int, "a whole number")
+    from cp_source.generate.delay import parse_delay
+    from cp_source.generate.events import EventSettings
 
     try:
         EventSettings(lag, jitter, start, heartbeat, None, seed).check()
@@ -121,14 +123,9 @@ def event_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def skew_options(args: argparse.Namespace) -> dict[str, Any]:
-    """run_generator's key-skew arguments from the command line, checked, errors naming the option."""
-    rotate: float | None = None
-    if args.hot_key_rotate is not None:
-        try:
-            rotate = float(args.hot_key_rotate)
-        except ValueError:
-            raise ValueError(f"--hot-key-rotate: not a number of seconds: {args.hot_key_rotate!r}") from None
-    from cp_source.generate.generator import key_skew_settings
+    """The generator's key-skew settings from the command line, checked, errors naming the option."""
+    rotate = _parsed("--hot-key-rotate", args.hot_key_rotate, float, "a number of seconds")
+    from cp_source.generate.settings import key_skew_settings
 
     try:
         key_skew_settings(args.key_skew, args.skew_keys, rotate, args.workload)
@@ -251,11 +248,9 @@ def queue_buckets(queue_ms: float | None, rate: float, senders: int, bucket: int
 
 def run(args: argparse.Namespace) -> int:
     from cp_source.generate.generator import run_generator
+    from cp_source.generate.settings import GeneratorSettings
 
-    events = event_options(args)
-    # FactoryUnavailable is a ConnectionError: the command line prints it as one line, exit status 2
-    summary = run_generator(
-        args.endpoint,
+    settings = GeneratorSettings(
         args.rate,
         args.duration,
         senders=args.senders,
@@ -265,8 +260,10 @@ def run(args: argparse.Namespace) -> int:
         ready_timeout=args.wait_ready,
         hwm=queue_buckets(args.queue_ms, args.rate, args.senders, args.bucket),
         curve_keys=args.curve_keys,
-        **events,
+        **event_options(args),
     )
+    # FactoryUnavailable is a ConnectionError: the command line prints it as one line, exit status 2
+    summary = run_generator(args.endpoint, settings)
     data = orjson.dumps(summary, option=orjson.OPT_INDENT_2)
     if args.summary:
         args.summary.write_bytes(data + b"\n")
@@ -292,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def unacknowledged(summary: dict[str, Any]) -> str:
+def unacknowledged(summary: GeneratorSummary) -> str:
     """One line on the senders whose emitted tuples the factory did not acknowledge receiving."""
     parts = []
     for s in summary["senders"]:
