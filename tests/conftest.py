@@ -1,13 +1,18 @@
-"""Shared fixtures: one SparkSession for the whole run. Helper functions live in tests/helpers."""
+"""Shared fixtures: one SparkSession for the whole run, and external factories on free ports.
+Helper functions live in tests/helpers."""
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from cp_source.factory.supervisor import FactoryHandle
 
 # Spark's Python workers must run the interpreter that has this package (also for sessions that
 # driver scripts start).
@@ -31,3 +36,35 @@ def spark() -> Iterator[Any]:
     )
     yield session
     session.stop()
+
+
+@pytest.fixture
+def factories(tmp_path: Path) -> Iterator[Callable[..., FactoryHandle]]:
+    """Starts external factories on free ports, each call with ``start_factory``'s options and a spool
+    of its own (tmp_path/spool0, spool1, ...); every one is stopped after the test."""
+    from cp_source.factory.supervisor import start_factory
+
+    handles: list[FactoryHandle] = []
+
+    def start(**options: Any) -> FactoryHandle:
+        handle = start_factory("tcp://127.0.0.1:0", tmp_path / f"spool{len(handles)}", **options)
+        handles.append(handle)
+        return handle
+
+    yield start
+    for handle in handles:
+        handle.stop()
+
+
+@pytest.fixture
+def factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FactoryHandle]:
+    """One external factory on a free port writing tmp_path/spool, with the options of the test's
+    ``factory`` marker (e.g. ``pytest.mark.factory(flush_ms=20)``; none: ``start_factory``'s defaults)."""
+    from cp_source.factory.supervisor import start_factory
+
+    marker = request.node.get_closest_marker("factory")
+    handle = start_factory("tcp://127.0.0.1:0", tmp_path / "spool", **(marker.kwargs if marker else {}))
+    try:
+        yield handle
+    finally:
+        handle.stop()

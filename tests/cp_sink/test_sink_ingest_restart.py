@@ -8,7 +8,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +43,8 @@ DRIVER = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def factory(tmp_path: Path) -> Iterator[Any]:
-    from cp_source.factory.workers import start_factory
-
-    handle = start_factory("tcp://127.0.0.1:0", tmp_path / "spool", workers=2)
-    yield handle
-    handle.stop()
+# the `factory` fixture (tests/conftest.py): an external factory writing tmp_path/spool
+pytestmark = pytest.mark.factory(workers=2)
 
 
 def _driver(script: Path, tmp_path: Path, spool: str, mode: str) -> subprocess.Popen:
@@ -73,6 +67,7 @@ def _tail(tmp_path: Path) -> str:
 @pytest.mark.long
 def test_ingest_into_sink_killed_and_restarted(tmp_path: Path, factory: Any) -> None:
     from cp_source.generate.generator import run_generator
+    from cp_source.generate.settings import GeneratorSettings
     from cp_source.spool.segments import Spool
 
     script = tmp_path / "driver.py"
@@ -81,7 +76,9 @@ def test_ingest_into_sink_killed_and_restarted(tmp_path: Path, factory: Any) -> 
     result: dict[str, Any] = {}
 
     def generate() -> None:
-        result["summary"] = run_generator(factory.endpoint, rate=30_000, duration=3.0, senders=1, bucket=500)
+        result["summary"] = run_generator(
+            factory.endpoint, GeneratorSettings(rate=30_000, duration=3.0, senders=1, bucket=500)
+        )
 
     driver = _driver(script, tmp_path, str(factory.spool), "run")
     gen = threading.Thread(target=generate, name="generator", daemon=True)

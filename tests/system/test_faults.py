@@ -19,17 +19,17 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
 import pytest
-from cloudprofiler.cli_process import cli_argv, stop_processes
 
-from cp_source.factory.workers import IPC_PREFIX, FactoryHandle, start_factory
+from cloudprofiler.cli.process import cli_argv, stop_processes
+from cp_source.factory.supervisor import IPC_PREFIX, FactoryHandle, start_factory
 from cp_source.generate.generator import run_generator
+from cp_source.generate.settings import GeneratorSettings
 from cp_source.reader.state import READER_STATE_FILE, live_reader_state, wait_reader_state
 from cp_source.spool.segments import Spool
 from tests.helpers.embedded_source import embedded_source
@@ -48,7 +48,7 @@ class Generator(threading.Thread):
 
     def run(self) -> None:
         try:
-            self.summary = run_generator(self.endpoint, **self.kw)
+            self.summary = run_generator(self.endpoint, GeneratorSettings(**self.kw))
         except BaseException as e:
             self.error = e
 
@@ -64,11 +64,8 @@ def _senders(summary: dict[str, Any]) -> set[int]:
     return {int(s["id"]) for s in summary["senders"]}
 
 
-@pytest.fixture
-def factory(tmp_path: Path) -> Iterator[FactoryHandle]:
-    f = start_factory("tcp://127.0.0.1:0", tmp_path / "spool", workers=2, flush_ms=50)
-    yield f
-    f.stop()
+# the `factory` fixture (tests/conftest.py): an external factory writing tmp_path/spool
+pytestmark = pytest.mark.factory(workers=2, flush_ms=50)
 
 
 def test_a_worker_killed_mid_stream_is_restarted_and_what_it_held_is_counted(factory: FactoryHandle) -> None:
@@ -142,7 +139,7 @@ def test_a_stale_reader_state_is_never_taken_for_a_live_factory(tmp_path: Path) 
     assert live_reader_state(spool) is None
     with pytest.raises(TimeoutError, match="no live factory recorded in spool"):
         wait_reader_state(spool, timeout=0.5)
-    from cloudprofiler.queries import user_target
+    from cloudprofiler.jobs.queries import user_target
 
     (tmp_path / "records").mkdir()
     with pytest.raises(ValueError, match="no running factory is recorded"):
@@ -282,7 +279,7 @@ def test_a_stopped_factory_and_an_exited_process_leave_no_temp_files(tmp_path: P
     assert not any(d.exists() for d in mine)
     # a process that exits without stopping its factory
     code = (
-        "from cp_source.factory.workers import start_factory; import os; "
+        "from cp_source.factory.supervisor import start_factory; import os; "
         f"start_factory('tcp://127.0.0.1:0', {str(tmp_path / 'spool2')!r}, workers=1); print(os.getpid())"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

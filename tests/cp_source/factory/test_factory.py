@@ -18,8 +18,10 @@ import pytest
 import zmq
 
 from cp_source.factory.deadletter import read_dead_letters
-from cp_source.factory.workers import FactoryHandle, start_factory
-from cp_source.generate.generator import build_payloads, run_generator
+from cp_source.factory.supervisor import FactoryHandle
+from cp_source.generate.generator import run_generator
+from cp_source.generate.payloads import build_payloads
+from cp_source.generate.settings import GeneratorSettings
 from cp_source.spool.segments import Spool, read_segment
 from cp_source.wire import bucket as bk
 from tests.helpers.ingest_truth import expected_ids
@@ -39,20 +41,6 @@ def spool_ids(spool: Spool, commit: bool = False) -> np.ndarray:
     return np.concatenate(parts)
 
 
-@pytest.fixture
-def factory(tmp_path: Path) -> Iterator[Callable[..., FactoryHandle]]:
-    handles: list[FactoryHandle] = []
-
-    def start(**kw: Any) -> FactoryHandle:
-        h = start_factory("tcp://127.0.0.1:0", tmp_path / "spool", **kw)
-        handles.append(h)
-        return h
-
-    yield start
-    for h in handles:
-        h.stop()
-
-
 class GeneratorThread(threading.Thread):
     """run_generator in a background thread; the test joins it."""
 
@@ -64,7 +52,8 @@ class GeneratorThread(threading.Thread):
 
     def run(self) -> None:
         try:
-            self.summary = run_generator(*self.args, **self.kw)
+            endpoint, *rest = self.args
+            self.summary = run_generator(endpoint, GeneratorSettings(*rest, **self.kw))
         except BaseException as e:
             self.error = e
 
@@ -92,9 +81,9 @@ def generator_threads() -> Iterator[Callable[..., GeneratorThread]]:
         t.join(60)
 
 
-def test_every_emitted_id_arrives_exactly_once(factory: Callable[..., FactoryHandle]) -> None:
-    f = factory(workers=2)
-    s = run_generator(f.endpoint, rate=100_000, duration=2.0, senders=2, bucket=1000)
+def test_every_emitted_id_arrives_exactly_once(factories: Callable[..., FactoryHandle]) -> None:
+    f = factories(workers=2)
+    s = run_generator(f.endpoint, GeneratorSettings(rate=100_000, duration=2.0, senders=2, bucket=1000))
     assert s["eos_delivered"] and len({x["id"] for x in s["senders"]}) == 2
     assert f.wait_drained(30)
     sp = f.spool_view()
@@ -115,9 +104,9 @@ def test_every_emitted_id_arrives_exactly_once(factory: Callable[..., FactoryHan
 
 @pytest.mark.long  # 6-8 s: moved to keep the fast tier inside its 10 minutes
 def test_sigkill_of_a_worker_then_restart_loses_exactly_the_counted_gap(
-    factory: Callable[..., FactoryHandle], generator_threads: Callable[..., GeneratorThread]
+    factories: Callable[..., FactoryHandle], generator_threads: Callable[..., GeneratorThread]
 ) -> None:
-    f = factory(workers=2, flush_ms=300)
+    f = factories(workers=2, flush_ms=300)
     sp = f.spool_view()
     gen = generator_threads(f.endpoint, rate=60_000, duration=4.0, bucket=500)
     wait_for(lambda: sp.latest().get("w0", -1) >= 1, 30, "w0 to publish segments")
@@ -149,9 +138,9 @@ def _send(sock: zmq.Socket, frames: list[bytes]) -> None:
 
 
 def test_malformed_input_is_counted_and_dead_lettered_while_good_data_flows(
-    factory: Callable[..., FactoryHandle],
+    factories: Callable[..., FactoryHandle],
 ) -> None:
-    f = factory(workers=1, max_frame_bytes=1 << 18, flush_ms=50)
+    f = factories(workers=1, max_frame_bytes=1 << 18, flush_ms=50)
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)  # the factory's front end is a ROUTER
     sock.setsockopt(zmq.LINGER, 5000)
@@ -225,9 +214,9 @@ def test_malformed_input_is_counted_and_dead_lettered_while_good_data_flows(
 
 
 def test_a_full_spool_turns_into_counted_generator_drops(
-    factory: Callable[..., FactoryHandle], generator_threads: Callable[..., GeneratorThread]
+    factories: Callable[..., FactoryHandle], generator_threads: Callable[..., GeneratorThread]
 ) -> None:
-    f = factory(workers=1, max_spool_bytes=400_000, flush_ms=50)
+    f = factories(workers=1, max_spool_bytes=400_000, flush_ms=50)
     sp = f.spool_view()
     gen = generator_threads(f.endpoint, rate=50_000, duration=2.0, bucket=500)
     time.sleep(2.5)  # no reader: the spool fills and stays full
@@ -247,13 +236,15 @@ def test_a_full_spool_turns_into_counted_generator_drops(
 
 
 def test_file_workload_replays_ndjson_with_a_ddl_schema(
-    factory: Callable[..., FactoryHandle], tmp_path: Path
+    factories: Callable[..., FactoryHandle], tmp_path: Path
 ) -> None:
     src = tmp_path / "events.ndjson"
     lines = [{"name": f"item-{i}", "price": i * 0.5, "qty": i, "extra": "ignored"} for i in range(7)]
     src.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
-    f = factory(workers=1, workload="file:", schema="name STRING, price DOUBLE, qty BIGINT", flush_ms=50)
-    s = run_generator(f.endpoint, rate=5000, duration=1.0, bucket=100, workload=f"file:{src}")
+    f = factories(workers=1, workload="file:", schema="name STRING, price DOUBLE, qty BIGINT", flush_ms=50)
+    s = run_generator(
+        f.endpoint, GeneratorSettings(rate=5000, duration=1.0, bucket=100, workload=f"file:{src}")
+    )
     assert f.wait_drained(30)
     sp = f.spool_view()
     assert sp.stats().deadletters_total == 0

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,30 +14,18 @@ import numpy as np
 import orjson
 import pytest
 import zmq
-from cloudprofiler.cli_process import CLI_ARGV, stop_processes
 
-from cp_source.factory.front import read_front_ledger
-from cp_source.factory.workers import FactoryHandle, start_factory
+from cloudprofiler.cli.process import CLI_ARGV, stop_processes
+from cp_source.factory.supervisor import FactoryHandle, start_factory
 from cp_source.generate import generator
-from cp_source.generate.generator import BucketTooLarge, run_generator
+from cp_source.generate.generator import run_generator
+from cp_source.generate.payloads import BucketTooLarge
+from cp_source.generate.settings import GeneratorSettings
+from cp_source.spool.front_records import read_front_ledger
 from cp_source.spool.segments import Spool
 from cp_source.wire import bucket as bk
 from cp_source.wire.sender_link import SenderIdInUse, answer_control
 from tests.helpers.ingest_truth import expected_ids, published_ids, spool_drained
-
-
-@pytest.fixture
-def factory(tmp_path: Path) -> Iterator[Callable[..., FactoryHandle]]:
-    handles: list[FactoryHandle] = []
-
-    def start(**kw: object) -> FactoryHandle:
-        h = start_factory("tcp://127.0.0.1:0", tmp_path / f"spool{len(handles)}", **kw)  # type: ignore[arg-type]
-        handles.append(h)
-        return h
-
-    yield start
-    for h in handles:
-        h.stop()
 
 
 def _check_accounting(summary: dict) -> None:
@@ -52,10 +40,10 @@ def _check_accounting(summary: dict) -> None:
 
 
 def test_achieved_rate_is_within_one_percent_at_a_sustainable_rate(
-    factory: Callable[..., FactoryHandle],
+    factories: Callable[..., FactoryHandle],
 ) -> None:
-    f = factory(workers=1)
-    s = run_generator(f.endpoint, rate=200_000, duration=2.0, bucket=1000)
+    f = factories(workers=1)
+    s = run_generator(f.endpoint, GeneratorSettings(rate=200_000, duration=2.0, bucket=1000))
     assert s["offered"] == 400_000
     assert abs(s["achieved_rate"] - 200_000) <= 0.01 * 200_000, s
     assert s["generator_bound"] is False
@@ -65,17 +53,17 @@ def test_achieved_rate_is_within_one_percent_at_a_sustainable_rate(
 
 
 def test_asking_far_more_than_it_can_offer_is_flagged_generator_bound(
-    factory: Callable[..., FactoryHandle],
+    factories: Callable[..., FactoryHandle],
 ) -> None:
-    f = factory(workers=1)
-    s = run_generator(f.endpoint, rate=2e9, duration=0.2, bucket=1000)
+    f = factories(workers=1)
+    s = run_generator(f.endpoint, GeneratorSettings(rate=2e9, duration=0.2, bucket=1000))
     assert s["generator_bound"] is True
     assert s["achieved_rate"] < 0.99 * 2e9
     _check_accounting(s)
 
 
-def test_generate_command_writes_the_summary(factory: Callable[..., FactoryHandle], tmp_path: Path) -> None:
-    f = factory(workers=1)
+def test_generate_command_writes_the_summary(factories: Callable[..., FactoryHandle], tmp_path: Path) -> None:
+    f = factories(workers=1)
     out = tmp_path / "run.json"
     r = subprocess.run(
         [
@@ -127,17 +115,19 @@ def test_bad_arguments_are_one_line_errors() -> None:
     )
     assert r.returncode == 2 and "unknown workload" in r.stderr and "Traceback" not in r.stderr
     with pytest.raises(ValueError, match="rate"):
-        run_generator("tcp://127.0.0.1:1", rate=0, duration=1)
+        run_generator("tcp://127.0.0.1:1", GeneratorSettings(rate=0, duration=1))
     with pytest.raises(ValueError, match="sender ids"):
-        run_generator("tcp://127.0.0.1:1", rate=10, duration=1, sender_base=bk.MAX_SENDER + 1)
+        run_generator(
+            "tcp://127.0.0.1:1", GeneratorSettings(rate=10, duration=1, sender_base=bk.MAX_SENDER + 1)
+        )
 
 
 def test_bad_or_busy_endpoints_are_clear_errors(
-    factory: Callable[..., FactoryHandle], tmp_path: Path
+    factories: Callable[..., FactoryHandle], tmp_path: Path
 ) -> None:
     with pytest.raises(ValueError, match="invalid endpoint"):
-        run_generator("foo", rate=10, duration=1)
-    f = factory(workers=1)
+        run_generator("foo", GeneratorSettings(rate=10, duration=1))
+    f = factories(workers=1)
     with pytest.raises(OSError, match="cannot bind"):
         start_factory(f.endpoint, tmp_path / "other")
 
@@ -152,12 +142,16 @@ def _published_after(spool: Path, summaries: list[dict]) -> np.ndarray:
 
 
 def test_a_reused_sender_id_is_refused_and_the_first_runs_tuples_stay_whole(
-    factory: Callable[..., FactoryHandle], tmp_path: Path
+    factories: Callable[..., FactoryHandle], tmp_path: Path
 ) -> None:
-    f = factory(workers=1)
-    first = run_generator(f.endpoint, rate=20_000, duration=0.5, bucket=500, senders=2, sender_base=7000)
+    f = factories(workers=1)
+    first = run_generator(
+        f.endpoint, GeneratorSettings(rate=20_000, duration=0.5, bucket=500, senders=2, sender_base=7000)
+    )
     with pytest.raises(SenderIdInUse, match="refused sender id 700[01]: its spool already holds"):
-        run_generator(f.endpoint, rate=20_000, duration=0.5, bucket=500, senders=2, sender_base=7001)
+        run_generator(
+            f.endpoint, GeneratorSettings(rate=20_000, duration=0.5, bucket=500, senders=2, sender_base=7001)
+        )
     want, _ = expected_ids(first)
     got = _published_after(tmp_path / "spool0", [first])
     assert np.array_equal(got, want) and len(got) == first["emitted"]
@@ -165,14 +159,16 @@ def test_a_reused_sender_id_is_refused_and_the_first_runs_tuples_stay_whole(
 
 
 def test_a_random_base_the_factory_has_seen_is_drawn_again(
-    factory: Callable[..., FactoryHandle], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    factories: Callable[..., FactoryHandle], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A random base collides with an earlier run's 1 time in 65,535: forced here by the draw."""
-    f = factory(workers=1)
-    first = run_generator(f.endpoint, rate=20_000, duration=0.5, bucket=500, sender_base=9000)
+    f = factories(workers=1)
+    first = run_generator(
+        f.endpoint, GeneratorSettings(rate=20_000, duration=0.5, bucket=500, sender_base=9000)
+    )
     draws = iter([9000, 9256])
     monkeypatch.setattr(generator, "fresh_sender_base", lambda senders: next(draws))
-    second = run_generator(f.endpoint, rate=20_000, duration=0.5, bucket=500)
+    second = run_generator(f.endpoint, GeneratorSettings(rate=20_000, duration=0.5, bucket=500))
     assert [s["id"] for s in second["senders"]] == [9256]
     want = np.concatenate([expected_ids(first)[0], expected_ids(second)[0]])
     got = _published_after(tmp_path / "spool0", [first, second])
@@ -183,7 +179,9 @@ def test_a_restarted_factory_remembers_the_sender_ids_of_its_spool(tmp_path: Pat
     spool = tmp_path / "spool"
     f = start_factory("tcp://127.0.0.1:0", spool, workers=1)
     try:
-        first = run_generator(f.endpoint, rate=20_000, duration=0.5, bucket=500, sender_base=5000)
+        first = run_generator(
+            f.endpoint, GeneratorSettings(rate=20_000, duration=0.5, bucket=500, sender_base=5000)
+        )
         _published_after(spool, [first])
     finally:
         f.stop()
@@ -260,7 +258,8 @@ def test_a_bucket_over_the_factorys_frame_cap_is_refused_before_any_is_sent(tmp_
         # two senders: both refuse, neither sends a bucket (the one that fails first stops the other)
         with pytest.raises(BucketTooLarge, match=f"is {size:,} bytes, over the factory's frame cap"):
             run_generator(
-                endpoint, 300, 2.0, senders=2, bucket=150, workload=f"file:{data}", sender_base=6000
+                endpoint,
+                GeneratorSettings(300, 2.0, senders=2, bucket=150, workload=f"file:{data}", sender_base=6000),
             )
         sp = Spool(spool)
         assert sp.drained({5151, 6000, 6001})

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +20,10 @@ import pytest
 import zmq
 
 import native_tsc
-from cp_source.factory.workers import FactoryHandle, start_factory
-from cp_source.generate.generator import (
-    MAX_HELD_BUCKETS,
-    ZIPF_RANKS,
-    draw_delays_ms,
-    parse_delay,
-    run_generator,
-)
+from cp_source.factory.supervisor import FactoryHandle
+from cp_source.generate.delay import MAX_HELD_BUCKETS, ZIPF_RANKS, draw_delays_ms, parse_delay
+from cp_source.generate.generator import run_generator
+from cp_source.generate.settings import GeneratorSettings
 from cp_source.spool.ledger import read_records
 from cp_source.spool.segments import Spool, read_segment
 from cp_source.wire import bucket as bk
@@ -39,20 +35,6 @@ WAIT_S = 60.0  # generous: the machine is shared
 # TSC ticks are converted with a calibrated frequency, and the loop times the hold with
 # CLOCK_MONOTONIC (which NTP may slew by up to 500 ppm): a relative 1e-3 and 5 us absorb both.
 REL_TOL, ABS_TOL_MS = 1e-3, 0.005
-
-
-@pytest.fixture
-def factory(tmp_path: Path) -> Iterator[Callable[..., FactoryHandle]]:
-    handles: list[FactoryHandle] = []
-
-    def start(**kw: Any) -> FactoryHandle:
-        h = start_factory("tcp://127.0.0.1:0", tmp_path / f"spool{len(handles)}", workers=1, **kw)
-        handles.append(h)
-        return h
-
-    yield start
-    for h in handles:
-        h.stop()
 
 
 def _spool_table(f: FactoryHandle, summary: dict[str, Any]) -> pa.Table:
@@ -153,11 +135,13 @@ def _measured_ms(t: pa.Table, bucket: int) -> tuple[np.ndarray, np.ndarray]:
     [("normal:50,10", 42), ("exp:20", None), ("zipf:0.99,300", 5), ("uniform:0,80", None)],
 )
 def test_each_bucket_arrives_at_least_its_drawn_delay_late_and_none_is_lost(
-    factory: Callable[..., FactoryHandle], spec: str, seed: int | None
+    factories: Callable[..., FactoryHandle], spec: str, seed: int | None
 ) -> None:
-    f = factory()
+    f = factories(workers=1)
     # 300 buckets of 10 tuples, 10 ms apart
-    s = run_generator(f.endpoint, rate=1000, duration=3.0, bucket=10, delay=spec, delay_seed=seed)
+    s = run_generator(
+        f.endpoint, GeneratorSettings(rate=1000, duration=3.0, bucket=10, delay=spec, delay_seed=seed)
+    )
     assert s["delay"] == spec and s["delay_seed"] == seed
     assert s["offered"] == 3000 and s["dropped"] == 0 and not s["generator_bound"], s
     sender = s["senders"][0]
@@ -181,9 +165,9 @@ def test_each_bucket_arrives_at_least_its_drawn_delay_late_and_none_is_lost(
 
 @pytest.mark.long  # two sender processes through the command line
 def test_the_command_line_delays_two_sender_processes_by_their_own_draws(
-    factory: Callable[..., FactoryHandle], tmp_path: Path
+    factories: Callable[..., FactoryHandle], tmp_path: Path
 ) -> None:
-    f = factory()
+    f = factories(workers=1)
     out = tmp_path / "run.json"
     r = subprocess.run(
         [sys.executable, "-m", "cloudprofiler.cli", "generate", "--endpoint", f.endpoint, "--rate", "2000"]
@@ -208,9 +192,11 @@ def test_the_command_line_delays_two_sender_processes_by_their_own_draws(
     assert not np.array_equal(a, b)
 
 
-def test_normal_delay_matches_its_distribution(factory: Callable[..., FactoryHandle]) -> None:
-    f = factory()
-    s = run_generator(f.endpoint, rate=1000, duration=4.0, bucket=10, delay="normal:50,10", delay_seed=9)
+def test_normal_delay_matches_its_distribution(factories: Callable[..., FactoryHandle]) -> None:
+    f = factories(workers=1)
+    s = run_generator(
+        f.endpoint, GeneratorSettings(rate=1000, duration=4.0, bucket=10, delay="normal:50,10", delay_seed=9)
+    )
     measured, _ = _measured_ms(_spool_table(f, s), 10)
     # a loaded machine may make the generator drop a bucket (counted); every other one is here
     assert len(measured) * 10 == s["offered"] - s["dropped"] and s["offered"] == 4000 and s["dropped"] <= 20
@@ -221,17 +207,19 @@ def test_normal_delay_matches_its_distribution(factory: Callable[..., FactoryHan
     assert (gap > -3.0).all() and (gap < 8.0).all(), gap
 
 
-def test_wide_delays_overtake_with_seq_gapless_in_send_order(factory: Callable[..., FactoryHandle]) -> None:
-    f = factory()
+def test_wide_delays_overtake_with_seq_gapless_in_send_order(factories: Callable[..., FactoryHandle]) -> None:
+    f = factories(workers=1)
     # 10 ms between buckets, delays of 0..200 ms: most buckets overtake or are overtaken
     s = run_generator(
         f.endpoint,
-        rate=1000,
-        duration=2.0,
-        bucket=10,
-        sender_base=2048,
-        event_start_ms=START_MS,
-        delay="uniform:0,200",
+        GeneratorSettings(
+            rate=1000,
+            duration=2.0,
+            bucket=10,
+            sender_base=2048,
+            event_start_ms=START_MS,
+            delay="uniform:0,200",
+        ),
     )
     assert s["offered"] == 2000 and s["dropped"] == 0, s
     t = _spool_table(f, s)
@@ -291,14 +279,16 @@ def test_heartbeats_never_bound_above_a_held_buckets_event_time() -> None:
         # 12 buckets 250 ms apart, held 0..1000 ms: several are held during most waits
         s = run_generator(
             f"tcp://127.0.0.1:{port}",
-            rate=40,
-            duration=3.0,
-            bucket=10,
-            sender_base=700,
-            event_start_ms=START_MS,
-            heartbeat_ms=20,
-            delay="uniform:0,1000",
-            delay_seed=3,
+            GeneratorSettings(
+                rate=40,
+                duration=3.0,
+                bucket=10,
+                sender_base=700,
+                event_start_ms=START_MS,
+                heartbeat_ms=20,
+                delay="uniform:0,1000",
+                delay_seed=3,
+            ),
         )
     finally:
         stop.set()
@@ -358,9 +348,13 @@ def test_bad_delay_options_are_one_line_errors(args: tuple[str, ...], message: s
 def test_a_hold_queue_that_could_grow_too_long_is_refused_up_front() -> None:
     # 1e6 buckets/s held up to 1 s: a million buckets
     with pytest.raises(ValueError, match=f"may hold 1000001 buckets, above {MAX_HELD_BUCKETS}"):
-        run_generator("tcp://127.0.0.1:1", rate=1e6, duration=1, bucket=1, delay="uniform:0,1000")
+        run_generator(
+            "tcp://127.0.0.1:1", GeneratorSettings(rate=1e6, duration=1, bucket=1, delay="uniform:0,1000")
+        )
     with pytest.raises(ValueError, match="delay_seed"):
-        run_generator("tcp://127.0.0.1:1", rate=10, duration=1, delay="exp:5", delay_seed=True)
+        run_generator(
+            "tcp://127.0.0.1:1", GeneratorSettings(rate=10, duration=1, delay="exp:5", delay_seed=True)
+        )
 
 
 def test_generate_help_lists_the_delay_options() -> None:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +19,11 @@ import pyarrow.compute as pc
 import pytest
 import zmq
 
-from cp_source.factory.front import FRONT_DIR, PROGRESS_FILE, FrontProgress, read_front_progress
-from cp_source.factory.workers import FactoryHandle, start_factory
-from cp_source.generate.generator import EventSettings, run_generator, schedule_event_ms
+from cp_source.factory.supervisor import FactoryHandle
+from cp_source.generate.events import EventSettings, schedule_event_ms
+from cp_source.generate.generator import run_generator
+from cp_source.generate.settings import GeneratorSettings
+from cp_source.spool.front_records import FRONT_DIR, PROGRESS_FILE, FrontProgress, read_front_progress
 from cp_source.spool.segments import Spool, read_segment
 from cp_source.wire import bucket as bk
 from cp_source.wire.sender_link import open_link
@@ -29,20 +31,6 @@ from cp_source.wire.workloads import ysb_fields
 
 START_MS = 1_700_000_000_000
 WAIT_S = 60.0  # generous: the machine is shared
-
-
-@pytest.fixture
-def factory(tmp_path: Path) -> Iterator[Callable[..., FactoryHandle]]:
-    handles: list[FactoryHandle] = []
-
-    def start(**kw: Any) -> FactoryHandle:
-        h = start_factory("tcp://127.0.0.1:0", tmp_path / f"spool{len(handles)}", workers=1, **kw)
-        handles.append(h)
-        return h
-
-    yield start
-    for h in handles:
-        h.stop()
 
 
 def _spool_table(f: FactoryHandle, summary: dict[str, Any]) -> pa.Table:
@@ -111,7 +99,7 @@ def test_schedule_event_ms_is_the_documented_formula() -> None:
 
 
 def test_the_schedule_clock_gives_identical_tuples_in_every_run(
-    factory: Callable[..., FactoryHandle],
+    factories: Callable[..., FactoryHandle],
 ) -> None:
     # 2001 tuples: shares 1001 and 1000, buckets of 30 with a partial last one
     args: dict[str, Any] = {
@@ -126,8 +114,8 @@ def test_the_schedule_clock_gives_identical_tuples_in_every_run(
     }
     tables = []
     for _ in range(2):
-        f = factory()
-        s = run_generator(f.endpoint, **args)
+        f = factories(workers=1)
+        s = run_generator(f.endpoint, GeneratorSettings(**args))
         assert s["offered"] == 2001 and s["dropped"] == 0, s
         assert (s["event_start_ms"], s["event_lag_ms"], s["event_jitter_ms"]) == (START_MS, 7.0, 45.5)
         tables.append(_spool_table(f, s))
@@ -139,18 +127,20 @@ def test_the_schedule_clock_gives_identical_tuples_in_every_run(
         assert (np.diff(_by_sender(tables[0], sid)) >= 0).all()
 
 
-def test_sender_i_lags_i_times_the_lag_on_the_schedule_clock(factory: Callable[..., FactoryHandle]) -> None:
-    f = factory()
+def test_sender_i_lags_i_times_the_lag_on_the_schedule_clock(factories: Callable[..., FactoryHandle]) -> None:
+    f = factories(workers=1)
     s = run_generator(
         f.endpoint,
-        rate=2000,
-        duration=0.5,
-        senders=2,
-        bucket=25,
-        sender_base=8192,
-        event_start_ms=START_MS,
-        event_lag_ms=250,
-        heartbeat_ms=0,
+        GeneratorSettings(
+            rate=2000,
+            duration=0.5,
+            senders=2,
+            bucket=25,
+            sender_base=8192,
+            event_start_ms=START_MS,
+            event_lag_ms=250,
+            heartbeat_ms=0,
+        ),
     )
     t = _spool_table(f, s)
     ev0, ev1 = _by_sender(t, 8192), _by_sender(t, 8193)
@@ -160,12 +150,15 @@ def test_sender_i_lags_i_times_the_lag_on_the_schedule_clock(factory: Callable[.
 
 
 def test_wall_clock_event_times_never_decrease_and_lag_per_sender(
-    factory: Callable[..., FactoryHandle],
+    factories: Callable[..., FactoryHandle],
 ) -> None:
-    f = factory()
+    f = factories(workers=1)
     before = time.time_ns() // 1_000_000
     s = run_generator(
-        f.endpoint, rate=2000, duration=1.0, senders=2, bucket=20, event_lag_ms=300, event_jitter_ms=20
+        f.endpoint,
+        GeneratorSettings(
+            rate=2000, duration=1.0, senders=2, bucket=20, event_lag_ms=300, event_jitter_ms=20
+        ),
     )
     after = time.time_ns() // 1_000_000
     t = _spool_table(f, s)
@@ -192,9 +185,9 @@ def _watch_progress(spool: Path, stop: threading.Event, seen: list[tuple[int, in
 
 
 def test_a_slow_sender_sends_heartbeats_with_the_next_buckets_event_time(
-    factory: Callable[..., FactoryHandle],
+    factories: Callable[..., FactoryHandle],
 ) -> None:
-    f = factory()
+    f = factories(workers=1)
     stop, seen = threading.Event(), list[tuple[int, int]]()
     watcher = threading.Thread(target=_watch_progress, args=(f.spool, stop, seen))
     watcher.start()
@@ -202,7 +195,8 @@ def test_a_slow_sender_sends_heartbeats_with_the_next_buckets_event_time(
     try:
         # 4 buckets, 500 ms apart: a heartbeat every 100 ms while a wait has more than 100 ms left
         s = run_generator(
-            f.endpoint, rate=20, duration=2.0, bucket=10, sender_base=300, event_start_ms=START_MS
+            f.endpoint,
+            GeneratorSettings(rate=20, duration=2.0, bucket=10, sender_base=300, event_start_ms=START_MS),
         )
     finally:
         time.sleep(3 * 0.2)  # the front end's snapshot interval
@@ -224,11 +218,14 @@ def test_a_slow_sender_sends_heartbeats_with_the_next_buckets_event_time(
 
 
 def test_wall_clock_heartbeats_bound_the_event_times_still_to_come(
-    factory: Callable[..., FactoryHandle],
+    factories: Callable[..., FactoryHandle],
 ) -> None:
-    f = factory()
+    f = factories(workers=1)
     s = run_generator(
-        f.endpoint, rate=20, duration=2.0, bucket=10, sender_base=600, event_lag_ms=40, event_jitter_ms=30
+        f.endpoint,
+        GeneratorSettings(
+            rate=20, duration=2.0, bucket=10, sender_base=600, event_lag_ms=40, event_jitter_ms=30
+        ),
     )
     t = _spool_table(f, s)
     bucket_ev = _by_sender(t, 600)[::10]
@@ -242,10 +239,10 @@ def test_wall_clock_heartbeats_bound_the_event_times_still_to_come(
     )
 
 
-def test_heartbeat_ms_zero_sends_none(factory: Callable[..., FactoryHandle]) -> None:
-    f = factory()
+def test_heartbeat_ms_zero_sends_none(factories: Callable[..., FactoryHandle]) -> None:
+    f = factories(workers=1)
     # the waits that would carry heartbeats (see the test above), with heartbeats off
-    s = run_generator(f.endpoint, rate=20, duration=2.0, bucket=10, heartbeat_ms=0)
+    s = run_generator(f.endpoint, GeneratorSettings(rate=20, duration=2.0, bucket=10, heartbeat_ms=0))
     time.sleep(3 * 0.2)
     assert s["heartbeats"] == 0 and s["heartbeat_ms"] == 0 and s["senders"][0]["buckets_sent"] == 4
     assert f.front_counters()["heartbeats"] == 0
@@ -344,9 +341,11 @@ def test_bad_event_options_are_one_line_errors(option: str, value: str, message:
 
 def test_bad_event_settings_are_rejected_before_any_sender_starts() -> None:
     with pytest.raises(ValueError, match="event_jitter_ms"):
-        run_generator("tcp://127.0.0.1:1", rate=10, duration=1, event_jitter_ms=float("nan"))
+        run_generator(
+            "tcp://127.0.0.1:1", GeneratorSettings(rate=10, duration=1, event_jitter_ms=float("nan"))
+        )
     with pytest.raises(ValueError, match="event_start_ms"):
-        run_generator("tcp://127.0.0.1:1", rate=10, duration=1, event_start_ms=1.5)  # type: ignore[arg-type]
+        run_generator("tcp://127.0.0.1:1", GeneratorSettings(rate=10, duration=1, event_start_ms=1.5))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="heartbeat_ms"):
         EventSettings(heartbeat_ms=-1).check()
 
@@ -364,9 +363,9 @@ def test_generate_help_lists_the_event_options() -> None:
 
 
 def test_a_heartbeat_past_the_seq_window_does_not_pin_a_senders_progress(
-    factory: Callable[..., FactoryHandle],
+    factories: Callable[..., FactoryHandle],
 ) -> None:
-    f = factory()
+    f = factories(workers=1)
     packer = bk.HeaderPacker(77, "test-domain")
     ctx: zmq.Context[Any] = zmq.Context()
     sock = open_link(ctx, f.endpoint, packer, 16, WAIT_S)

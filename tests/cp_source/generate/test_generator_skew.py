@@ -6,8 +6,7 @@ import math
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -16,8 +15,8 @@ import pyarrow as pa
 import pytest
 from scipy import stats
 
-from cp_source.factory.workers import FactoryHandle, start_factory
-from cp_source.generate.generator import default_pool, run_generator, sender_payloads
+from cp_source.factory.supervisor import FactoryHandle
+from cp_source.generate.generator import run_generator
 from cp_source.generate.hot_keys import (
     draw_ranks,
     expected_ads,
@@ -26,6 +25,8 @@ from cp_source.generate.hot_keys import (
     plan_skew,
     rank_probabilities,
 )
+from cp_source.generate.payloads import default_pool, sender_payloads
+from cp_source.generate.settings import GeneratorSettings
 from cp_source.spool.segments import Spool, read_segment
 from cp_source.wire import bucket as bk
 from cp_source.wire.workloads import ADS_PER_CAMPAIGN, campaigns_table
@@ -34,20 +35,6 @@ START_MS = 1_700_000_000_000
 WAIT_S = 60.0  # generous: the machine is shared
 HWM = 4096  # buckets a sender may queue: a factory slowed by a loaded machine is not a drop
 AD_INDEX = {a: i for i, a in enumerate(campaigns_table().column("ad_id").to_pylist())}
-
-
-@pytest.fixture
-def factory(tmp_path: Path) -> Iterator[Callable[[], FactoryHandle]]:
-    handles: list[FactoryHandle] = []
-
-    def start() -> FactoryHandle:
-        h = start_factory("tcp://127.0.0.1:0", tmp_path / f"spool{len(handles)}", workers=1)
-        handles.append(h)
-        return h
-
-    yield start
-    for h in handles:
-        h.stop()
 
 
 def _spool_rows(f: FactoryHandle, summary: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -89,14 +76,15 @@ def _zipf_counts_fit(counts: np.ndarray, s: float) -> float:
 
 @pytest.mark.parametrize("s", [1.0, 1.5])
 def test_campaign_frequencies_of_a_real_run_fit_the_requested_zipf(
-    factory: Callable[[], FactoryHandle], s: float
+    factories: Callable[..., FactoryHandle], s: float
 ) -> None:
-    f = factory()
+    f = factories(workers=1)
     b = 1000
     n_pool = plan_skew(parse_key_skew(f"zipf:{s}"), 17_000, b, 17_000, default_pool(b)).n_pool
     rate = float(n_pool * b)  # one second is exactly one pass over the pool: every row a fresh draw
     summary = run_generator(
-        f.endpoint, rate=rate, duration=1.0, bucket=b, sender_base=4096, key_skew=f"zipf:{s}", hwm=HWM
+        f.endpoint,
+        GeneratorSettings(rate=rate, duration=1.0, bucket=b, sender_base=4096, key_skew=f"zipf:{s}", hwm=HWM),
     )
     assert summary["key_skew"] == f"zipf:{s}" and summary["dropped"] == 0
     ids, _, ads = _spool_rows(f, summary)
@@ -143,20 +131,22 @@ def test_the_draws_are_seeded_and_reproducible() -> None:
 
 
 @pytest.mark.long  # a 5 s run; the fast tier keeps the frequency fits
-def test_the_hot_key_rotates_on_the_schedule(factory: Callable[[], FactoryHandle]) -> None:
-    f = factory()
+def test_the_hot_key_rotates_on_the_schedule(factories: Callable[..., FactoryHandle]) -> None:
+    f = factories(workers=1)
     rotate_ms, bucket, rate = 500, 20, 4000.0  # two senders, 100 buckets/s each: 50 buckets per epoch
     summary = run_generator(
         f.endpoint,
-        rate=rate,
-        duration=3.0,
-        senders=2,
-        bucket=bucket,
-        sender_base=8192,
-        event_start_ms=START_MS,
-        key_skew="zipf:1.5",
-        hot_key_rotate_s=rotate_ms / 1000,
-        hwm=HWM,
+        GeneratorSettings(
+            rate=rate,
+            duration=3.0,
+            senders=2,
+            bucket=bucket,
+            sender_base=8192,
+            event_start_ms=START_MS,
+            key_skew="zipf:1.5",
+            hot_key_rotate_s=rotate_ms / 1000,
+            hwm=HWM,
+        ),
     )
     assert summary["hot_key_rotate_s"] == 0.5 and summary["dropped"] == 0
     ids, ev, ads = _spool_rows(f, summary)
@@ -182,20 +172,22 @@ def test_the_hot_key_rotates_on_the_schedule(factory: Callable[[], FactoryHandle
 
 
 def test_a_partial_last_bucket_and_a_delayed_run_carry_their_expected_ads(
-    factory: Callable[[], FactoryHandle],
+    factories: Callable[..., FactoryHandle],
 ) -> None:
-    f = factory()
+    f = factories(workers=1)
     summary = run_generator(
         f.endpoint,
-        rate=1003.0,
-        duration=1.0,
-        bucket=10,
-        sender_base=12288,
-        key_skew="zipf:1.0",
-        skew_keys="ads",
-        hot_key_rotate_s=0.2,
-        delay="uniform:0,5",
-        hwm=HWM,
+        GeneratorSettings(
+            rate=1003.0,
+            duration=1.0,
+            bucket=10,
+            sender_base=12288,
+            key_skew="zipf:1.0",
+            skew_keys="ads",
+            hot_key_rotate_s=0.2,
+            delay="uniform:0,5",
+            hwm=HWM,
+        ),
     )
     ids, _, ads = _spool_rows(f, summary)
     assert len(ids) == 1003  # 100 buckets of 10 and one of 3
@@ -216,7 +208,7 @@ def test_a_partial_last_bucket_and_a_delayed_run_carry_their_expected_ads(
 )
 def test_bad_skew_settings_are_refused_before_any_sender_starts(kw: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message) as e:
-        run_generator("tcp://127.0.0.1:1", rate=10.0, duration=1.0, **kw)
+        run_generator("tcp://127.0.0.1:1", GeneratorSettings(rate=10.0, duration=1.0, **kw))
     assert "\n" not in str(e.value)
 
 
@@ -224,12 +216,14 @@ def test_a_pool_too_large_for_the_rotation_is_refused() -> None:
     with pytest.raises(ValueError, match="would pre-build more than"):
         run_generator(
             "tcp://127.0.0.1:1",
-            rate=2e6,
-            duration=1.0,
-            bucket=200_000,  # 10 buckets in 10 epochs: 10 x 2 x 200,000 rows
-            key_skew="zipf:1",
-            hot_key_rotate_s=0.01,
-            ready_timeout=1.0,
+            GeneratorSettings(
+                rate=2e6,
+                duration=1.0,
+                bucket=200_000,  # 10 buckets in 10 epochs: 10 x 2 x 200,000 rows
+                key_skew="zipf:1",
+                hot_key_rotate_s=0.01,
+                ready_timeout=1.0,
+            ),
         )
 
 

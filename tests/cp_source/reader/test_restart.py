@@ -8,14 +8,14 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cp_source.factory.workers import FactoryHandle, start_factory
+from cp_source.factory.supervisor import FactoryHandle
 from cp_source.generate.generator import run_generator
+from cp_source.generate.settings import GeneratorSettings
 from cp_source.reader.state import live_reader_state
 from cp_source.spool.segments import Spool
 from tests.helpers.cluster_harness import DRIVER_JOB
@@ -23,13 +23,8 @@ from tests.helpers.ingest_truth import assert_exactly_once, expected_ids, output
 from tests.helpers.polling import wait_for
 from tests.helpers.streaming import await_query, run_available_now
 
-
-@pytest.fixture
-def factory(tmp_path: Path) -> Iterator[FactoryHandle]:
-    """An external factory (two workers) on a free port, writing tmp_path/spool."""
-    handle = start_factory("tcp://127.0.0.1:0", tmp_path / "spool", workers=2)
-    yield handle
-    handle.stop()
+# the `factory` fixture (tests/conftest.py): an external factory writing tmp_path/spool
+pytestmark = pytest.mark.factory(workers=2)
 
 
 class GeneratorThread(threading.Thread):
@@ -37,13 +32,13 @@ class GeneratorThread(threading.Thread):
 
     def __init__(self, endpoint: str, rate: float, duration: float) -> None:
         super().__init__(name="generator", daemon=True)
-        self.args = (endpoint, rate, duration)
+        self.endpoint, self.settings = endpoint, GeneratorSettings(rate, duration, senders=1, bucket=500)
         self.summary: dict[str, Any] | None = None
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            self.summary = run_generator(*self.args, senders=1, bucket=500)
+            self.summary = run_generator(self.endpoint, self.settings)
         except BaseException as e:
             self.error = e
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import zmq
 
-from cp_source.factory.front import read_front_progress
-from cp_source.factory.workers import FactoryHandle, start_factory
+from cp_source.factory.supervisor import FactoryHandle
 from cp_source.ready.frontier import NO_FRONTIER, ReadyFrontier
+from cp_source.spool.front_records import read_front_progress
 from cp_source.spool.segments import Spool
 from tests.helpers.ready_sender import HandSender, wait_file, wait_rows
 
@@ -26,13 +26,8 @@ class Clock:
         return self.t
 
 
-@pytest.fixture
-def factory(tmp_path: Path) -> Iterator[FactoryHandle]:
-    h = start_factory("tcp://127.0.0.1:0", tmp_path / "spool", workers=2, flush_ms=20)
-    try:
-        yield h
-    finally:
-        h.stop()
+# the `factory` fixture (tests/conftest.py): an external factory writing tmp_path/spool
+pytestmark = pytest.mark.factory(workers=2, flush_ms=20)
 
 
 @pytest.fixture

@@ -14,21 +14,15 @@ import pytest
 import zmq
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from cp_source.factory.workers import FactoryHandle, start_factory
+from cp_source.factory.supervisor import FactoryHandle, start_factory
 from cp_source.reader.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
 from cp_source.ready.batch_plan import LATE_REASON, ReadyState, read_report
 from cp_source.ready.frontier import NO_FRONTIER
 from cp_source.spool.segments import Spool
 from tests.helpers.ready_sender import HandSender, rows_of, truth, wait_rows
 
-
-@pytest.fixture
-def factory(tmp_path: Path) -> Iterator[FactoryHandle]:
-    h = start_factory("tcp://127.0.0.1:0", tmp_path / "spool", workers=2, flush_ms=20)
-    try:
-        yield h
-    finally:
-        h.stop()
+# the `factory` fixture (tests/conftest.py): an external factory writing tmp_path/spool
+pytestmark = pytest.mark.factory(workers=2, flush_ms=20)
 
 
 @pytest.fixture
