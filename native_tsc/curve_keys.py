@@ -189,6 +189,24 @@ class HandshakeWatch:
             self._mon = None
 
 
+def client_socket(
+    ctx: zmq.Context[Any], max_bytes: int, keys_dir: str | os.PathLike[str] | None
+) -> tuple[zmq.Socket[Any], HandshakeWatch]:
+    """A REQ socket that never lingers and takes no message over ``max_bytes``, with the client keys
+    of ``keys_dir`` when one is given, and the watch that names a refused handshake (closed again
+    when the keys cannot be loaded)."""
+    sock = ctx.socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.MAXMSGSIZE, max_bytes)
+    try:
+        if keys_dir:
+            client_secure(sock, keys_dir)
+        return sock, HandshakeWatch(sock)
+    except BaseException:
+        sock.close(0)
+        raise
+
+
 def refusal_hint(watch: HandshakeWatch | None, keyed: bool) -> str:
     """A sentence for a client's timeout message: the handshake failure seen, or the keys to check."""
     why = watch.failure() if watch is not None else None

@@ -14,6 +14,8 @@ names it, and only a frame past the hard cap costs the peer its connection.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
 from typing import Any, Literal, overload
 
 import zmq
@@ -60,3 +62,13 @@ def recv_bounded(sock: zmq.Socket[Any], max_frames: int, copy: bool = True) -> t
         else:
             extra += 1
     return frames, extra
+
+
+def while_serving(sock: zmq.Socket[Any], stop: threading.Event, poll_ms: int = 100) -> Iterator[None]:
+    """A server's loop: yields each time ``sock`` has a message waiting, until ``stop`` is set
+    (looked at every ``poll_ms``, so stopping never waits on a silent peer)."""
+    poller = zmq.Poller()
+    poller.register(sock, zmq.POLLIN)
+    while not stop.is_set():
+        if poller.poll(poll_ms):
+            yield

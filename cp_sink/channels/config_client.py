@@ -30,16 +30,10 @@ def request(
     """
     keys = curve_keys or os.environ.get(ENV_KEYS) or None
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
-    sock = ctx.socket(zmq.REQ)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
-    sock.setsockopt(zmq.RCVTIMEO, int(timeout * 1000))
-    sock.setsockopt(zmq.SNDTIMEO, int(timeout * 1000))
-    watch = None
+    sock, watch = ck.client_socket(ctx, MAX_MESSAGE, keys)
     try:
-        if keys:
-            ck.client_secure(sock, keys)
-        watch = ck.HandshakeWatch(sock)
+        sock.setsockopt(zmq.RCVTIMEO, int(timeout * 1000))
+        sock.setsockopt(zmq.SNDTIMEO, int(timeout * 1000))
         sock.connect(endpoint)
         try:  # a REQ send waits for a connected peer: a refused handshake times out here or in recv
             sock.send(orjson.dumps(req))
@@ -48,8 +42,7 @@ def request(
             hint = ck.refusal_hint(watch, bool(keys))
             raise TimeoutError(f"no answer from {endpoint} in {timeout:g}s{hint}") from None
     finally:
-        if watch is not None:
-            watch.close()
+        watch.close()
         sock.close(0)
     if not isinstance(reply, dict) or not reply.get("ok"):
         raise ValueError(f"config server refused: {reply.get('error') if isinstance(reply, dict) else reply}")

@@ -33,7 +33,7 @@ import zmq
 from cp_sink.channels.config_client import MAX_MESSAGE, request
 from cp_sink.channels.handler_spec import parse_channel_handler
 from native_tsc import curve_keys as ck
-from native_tsc.zmq_bounds import recv_bounded
+from native_tsc.zmq_bounds import recv_bounded, while_serving
 
 DEFAULT_BIND = "tcp://127.0.0.1:5590"
 MAX_CHANNELS = 10_000
@@ -209,11 +209,7 @@ class ConfigServer:
 
     def serve(self) -> None:
         """Answer requests until ``stop``; whatever a request holds, it gets a reply and the loop goes on."""
-        poller = zmq.Poller()
-        poller.register(self.sock, zmq.POLLIN)
-        while not self._stop.is_set():
-            if not poller.poll(100):
-                continue
+        for _ in while_serving(self.sock, self._stop):
             try:
                 frames, extra = recv_bounded(self.sock, MAX_FRAMES + 2)  # identity, delimiter, request
             except zmq.ZMQError:

@@ -33,7 +33,7 @@ from cp_source.hosts.ready_ops import READY_OPS, ReadyControl, event_ms, plan_af
 from cp_source.spool.names import SPOOL_ID_RE, WIRE_WORKER_RE
 from cp_store.atomic_files import atomic_write
 from native_tsc import curve_keys as ck
-from native_tsc.zmq_bounds import recv_bounded
+from native_tsc.zmq_bounds import recv_bounded, while_serving
 
 # A request is a tiny JSON object; anything longer is refused by ZeroMQ itself.
 MAX_REQUEST_BYTES = 512
@@ -402,11 +402,7 @@ class SegmentServer:
         return [orjson.dumps({"ok": True, "rows": ref.rows, "nbytes": len(body)}), body]
 
     def _serve(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._sock, zmq.POLLIN)
-        while not self._stop.is_set():
-            if not poller.poll(100):
-                continue
+        for _ in while_serving(self._sock, self._stop):
             try:
                 self._serve_one()
             except zmq.Again:
@@ -457,14 +453,9 @@ def fetch_segment(
     when the server runs with keys; a refused key fails with the handshake named)."""
     own = ctx is None
     ctx = ctx or zmq.Context()
-    sock = ctx.socket(zmq.REQ)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.MAXMSGSIZE, max_bytes + 4096)
-    watch = None
+    sock, watch = None, None
     try:
-        if curve_keys:
-            ck.client_secure(sock, curve_keys)
-        watch = ck.HandshakeWatch(sock)
+        sock, watch = ck.client_socket(ctx, max_bytes + 4096, curve_keys)
         sock.connect(endpoint)
         sock.send(orjson.dumps({"op": "segment", "worker": worker, "number": number}))
         deadline = time.monotonic() + timeout
@@ -478,7 +469,8 @@ def fetch_segment(
     finally:
         if watch is not None:
             watch.close()
-        sock.close(0)
+        if sock is not None:
+            sock.close(0)
         if own:
             ctx.term()
     if not frames or len(frames[0]) > MAX_REQUEST_BYTES * 4:
@@ -524,18 +516,13 @@ def ask_servers(
     malformed one. Each request gets a fresh REQ socket, so a late answer is never taken for the
     next request's.
     """
-    socks: dict[str, tuple[zmq.Socket, ck.HandshakeWatch | None]] = {}
+    socks: dict[str, tuple[zmq.Socket, ck.HandshakeWatch]] = {}
     out: dict[str, dict[str, Any] | str] = {}
     poller = zmq.Poller()
     try:
         for endpoint, req in requests.items():
-            sock = ctx.socket(zmq.REQ)
-            socks[endpoint] = (sock, None)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.MAXMSGSIZE, MAX_CONTROL_REPLY)
-            if curve_keys:
-                ck.client_secure(sock, curve_keys)
-            socks[endpoint] = (sock, ck.HandshakeWatch(sock))
+            socks[endpoint] = ck.client_socket(ctx, MAX_CONTROL_REPLY, curve_keys)
+            sock = socks[endpoint][0]
             sock.connect(endpoint)
             sock.send(orjson.dumps(req), zmq.NOBLOCK)
             poller.register(sock, zmq.POLLIN)
@@ -547,14 +534,11 @@ def ask_servers(
                 out[endpoint] = _control_reply(endpoint, sock.recv_multipart())
                 poller.unregister(sock)
         for endpoint in waiting.values():
-            watch = socks[endpoint][1]
-            out[endpoint] = (
-                f"no answer from {endpoint} within {timeout:g} s{ck.refusal_hint(watch, bool(curve_keys))}"
-            )
+            hint = ck.refusal_hint(socks[endpoint][1], bool(curve_keys))
+            out[endpoint] = f"no answer from {endpoint} within {timeout:g} s{hint}"
     finally:
         for sock, watch in socks.values():
-            if watch is not None:
-                watch.close()
+            watch.close()
             sock.close(0)
     return out
 
