@@ -1,4 +1,5 @@
-"""What the benchmark scripts share: best-of-N timing, the result table, the goals and the JSON file.
+"""What the benchmark scripts share: best-of-N timing, the result table, the goals, the JSON file,
+and the start and end of a run (``--show``, the load average, the elapsed time).
 
 The scripts run as ``python benchmarks/NAME.py``, so this folder is on ``sys.path`` and
 they import this module by its bare name.
@@ -7,9 +8,12 @@ they import this module by its bare name.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
+import sys
+import time
 import timeit
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +73,45 @@ def write_json(path: str | Path, doc: dict[str, Any], announce: bool = False) ->
     out.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     if announce:
         print(f"wrote {path}")
+
+
+def add_show(ap: argparse.ArgumentParser) -> None:
+    """``--show JSON``: print the report of a result file instead of running."""
+    ap.add_argument("--show", metavar="JSON", help="print the report of a result file and exit")
+
+
+def shown(path: str | None, report: Callable[[dict[str, Any]], None]) -> bool:
+    """Print ``report`` of the result file ``--show`` named; False (nothing printed) without one."""
+    if not path:
+        return False
+    report(orjson.loads(Path(path).read_bytes()))
+    return True
+
+
+def run_head(name: str, **fields: Any) -> dict[str, Any]:
+    """A run's result document as it starts: which benchmark, machine and command line, ``fields``,
+    and the load average now (other load on a shared machine depresses every figure)."""
+    return {**result_head(name), "argv": sys.argv[1:], **fields, "load_average_start": os.getloadavg()[0]}
+
+
+def finish(
+    doc: dict[str, Any], started: float, path: str | Path, report: Callable[[dict[str, Any]], None]
+) -> int:
+    """The end of a run: its elapsed time (since the ``time.monotonic()`` value ``started``) and the
+    load average now into ``doc``, the report printed, then the result file written; exit status 0."""
+    doc["elapsed_s"] = time.monotonic() - started
+    doc["load_average_end"] = os.getloadavg()[0]
+    report(doc)
+    write_json(path, doc, announce=True)
+    return 0
+
+
+def print_load(doc: dict[str, Any]) -> None:
+    """The load average a run started and ended at (nan for a run that did not end)."""
+    start, end = doc["load_average_start"], doc.get("load_average_end", float("nan"))
+    print(f"load average {start:.1f} at the start, {end:.1f} at the end")
+
+
+def host_line(start: float, end: float) -> str:
+    """The machine's cores and its 1-minute load average at the start and end of a run."""
+    return f"host: {os.cpu_count()} CPUs, load average {start:.1f} at start, {end:.1f} at end"

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_common import arg_parser, make_table, result_head, write_json
+from bench_common import arg_parser, host_line, make_table, result_head, write_json
 from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -267,7 +267,7 @@ def main() -> None:
     load1 = os.getloadavg()[0]
     summary = summarize(factory, sink)
     report(summary, args, fs)
-    print(f"host: {os.cpu_count()} CPUs, load average {load0:.1f} at start, {load1:.1f} at end")
+    print(host_line(load0, load1))
     doc = {
         **result_head("durability"),
         "filesystem": fs,

@@ -29,8 +29,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
-from bench_common import arg_parser, make_table, result_head, write_json
+from bench_common import (
+    add_show,
+    arg_parser,
+    finish,
+    make_table,
+    print_load,
+    run_head,
+    shown,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -292,9 +299,7 @@ def print_report(doc: dict[str, Any]) -> None:
     console.print(make_table("mean window output latency per run, ms (in run order)", cols, rows))
     total = {c: sum(summary[n][c]["rows_per_s"] for n, _, _ in QUERIES) for c in CONFIGS}
     print(f"all four queries, rows/s: default {total['default']:.0f}, klink {total['klink']:.0f}")
-    print(
-        f"load average {doc['load_average_start']:.1f} at the start, {doc['load_average_end']:.1f} at the end"
-    )
+    print_load(doc)
     print(f"reference: {KLINK_NOTE}")
 
 
@@ -305,24 +310,21 @@ def main() -> int:
     ap.add_argument("--skip", type=float, default=30.0, help="leave out windows ending in the first S s")
     ap.add_argument("--rounds", type=int, default=1, help="default/klink pairs, order alternating")
     ap.add_argument("--warmup", type=float, default=12.0, help="seconds of an unmeasured first run (0: none)")
-    ap.add_argument("--show", metavar="JSON", help="print the table of a result file and exit")
+    add_show(ap)
     args = ap.parse_args()
-    if args.show:
-        print_report(orjson.loads(Path(args.show).read_bytes()))
+    if shown(args.show, print_report):
         return 0
     from cloudprofiler.spark_local import local_session
 
-    doc: dict[str, Any] = {
-        **result_head("klink"),
-        "argv": sys.argv[1:],
-        "rate": args.rate,
-        "duration_s": args.duration,
-        "skip_s": args.skip,
-        "rounds": args.rounds,
-        "load_average_start": os.getloadavg()[0],
-        "reference": KLINK_NOTE,
-        "runs": [],
-    }
+    doc = run_head(
+        "klink",
+        rate=args.rate,
+        duration_s=args.duration,
+        skip_s=args.skip,
+        rounds=args.rounds,
+        reference=KLINK_NOTE,
+        runs=[],
+    )
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="klink-") as tmp:
         conf = {
@@ -342,12 +344,8 @@ def main() -> int:
                     print(f"round {i} {c}: mean window latency ms {lat}", flush=True)
         finally:
             spark.stop()
-    doc["elapsed_s"] = time.monotonic() - t0
-    doc["load_average_end"] = os.getloadavg()[0]
     doc["summary"] = summarize(doc)
-    print_report(doc)
-    write_json(args.json, doc, announce=True)
-    return 0
+    return finish(doc, t0, args.json, print_report)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench_common import arg_parser, make_table, result_head, write_json
+from bench_common import arg_parser, make_table, run_head, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -488,11 +488,7 @@ def main() -> int:
     from cloudprofiler.spark_local import local_session
     from cp_source.reader.options import ReaderOptions, source_schema
 
-    doc: dict[str, Any] = {
-        **result_head("readpath"),
-        "argv": sys.argv[1:],
-        "load_average_start": os.getloadavg()[0],
-    }
+    doc = run_head("readpath")
     with tempfile.TemporaryDirectory(prefix="readpath-") as tmp:
         work = Path(tmp)
         trace = None

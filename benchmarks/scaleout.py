@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from bench_common import arg_parser, make_table, result_head, write_json
+from bench_common import add_show, arg_parser, finish, make_table, print_load, run_head, shown
 from rich.console import Console
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -261,8 +261,7 @@ def print_report(doc: dict[str, Any]) -> None:
         f"(1 worker, 2 cores); this machine has {doc['cores']} cores, shared by every host"
     )
     Console(width=140).print(make_table(title, ["", *(r["config"] for r in runs)], rows))
-    start, end = doc["load_average_start"], doc.get("load_average_end", float("nan"))
-    print(f"load average {start:.1f} at the start, {end:.1f} at the end")
+    print_load(doc)
 
 
 def main() -> int:
@@ -270,26 +269,23 @@ def main() -> int:
     ap.add_argument("--rate", type=int, default=20_000, help="tuples/s offered in total (default 20000)")
     ap.add_argument("--duration", type=float, default=15.0, help="seconds of generation (default 15)")
     ap.add_argument("--warmup", type=float, default=3.0, help="seconds of unmeasured generation first (3)")
-    ap.add_argument("--show", metavar="JSON", help="print the table of a result file and exit")
+    add_show(ap)
     args = ap.parse_args()
-    if args.show:
-        print_report(orjson.loads(Path(args.show).read_bytes()))
+    if shown(args.show, print_report):
         return 0
     if os.geteuid() != 0 or not all(shutil.which(t) for t in ("ip", "nsenter")):
         print("scaleout: needs root, iproute2 and nsenter (hosts are network namespaces)", file=sys.stderr)
         return 2
     from tests.helpers.netns_hosts import Namespaces, spark_cluster
 
-    doc: dict[str, Any] = {
-        **result_head("scaleout"),
-        "argv": sys.argv[1:],
-        "rate": args.rate,
-        "duration_s": args.duration,
-        "cores": os.cpu_count(),
-        "spark": "standalone: master and 1 worker (2 cores) on one host, the driver on another",
-        "load_average_start": os.getloadavg()[0],
-        "runs": [],
-    }
+    doc = run_head(
+        "scaleout",
+        rate=args.rate,
+        duration_s=args.duration,
+        cores=os.cpu_count(),
+        spark="standalone: master and 1 worker (2 cores) on one host, the driver on another",
+        runs=[],
+    )
     t0 = time.monotonic()
     nets = Namespaces(secrets.token_hex(2))
     with tempfile.TemporaryDirectory(prefix="scaleout-") as tmp:
@@ -308,11 +304,7 @@ def main() -> int:
                 )
         finally:
             nets.close()
-    doc["elapsed_s"] = time.monotonic() - t0
-    doc["load_average_end"] = os.getloadavg()[0]
-    write_json(args.json, doc, announce=True)
-    print_report(doc)
-    return 0
+    return finish(doc, t0, args.json, print_report)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bench_common import arg_parser, make_table, result_head, write_json
+from bench_common import arg_parser, host_line, make_table, result_head, write_json
 from durability import fs_type
 from rich.console import Console
 
@@ -309,7 +309,7 @@ def main() -> None:
     load1 = os.getloadavg()
     summary = summarize(runs)
     report(summary, runs, args)
-    print(f"host: {os.cpu_count()} CPUs, load average {load0[0]:.1f} at start, {load1[0]:.1f} at end")
+    print(host_line(load0[0], load1[0]))
     doc = {
         **result_head("sink_store"),
         "filesystem": fs_type(args.dir),

@@ -23,7 +23,6 @@ batch), so it follows the rotation.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -32,8 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
-from bench_common import arg_parser, make_table, result_head, write_json
+from bench_common import add_show, arg_parser, finish, make_table, print_load, run_head, shown
 from rich.console import Console
 
 WORKLOADS: list[tuple[str, str | None, float | None]] = [
@@ -204,8 +202,7 @@ def print_report(doc: dict[str, Any]) -> None:
         mean_rows.append(row)
     title = "means over rounds (c/c: compute/consolidate with the first epoch's hot key)"
     con.print(make_table(title, mean_cols, mean_rows))
-    start, end = doc["load_average_start"], doc.get("load_average_end", float("nan"))
-    print(f"load average {start:.1f} at the start, {end:.1f} at the end")
+    print_load(doc)
 
 
 def main() -> int:
@@ -218,27 +215,24 @@ def main() -> int:
     ap.add_argument("--us-per-row", type=float, default=50.0, help="CPU cost per row after the shuffle")
     ap.add_argument("--rounds", type=int, default=2, help="rounds over all runs, mode order alternating")
     ap.add_argument("--warmup", type=float, default=3.0, help="seconds of an unmeasured first run (0: none)")
-    ap.add_argument("--show", metavar="JSON", help="print the table of a result file and exit")
+    add_show(ap)
     args = ap.parse_args()
-    if args.show:
-        print_report(orjson.loads(Path(args.show).read_bytes()))
+    if shown(args.show, print_report):
         return 0
     from cloudprofiler.spark_local import local_session
 
     elems = _calibrate(args.us_per_row)
-    doc: dict[str, Any] = {
-        **result_head("skew"),
-        "argv": sys.argv[1:],
-        "rate": args.rate,
-        "duration_s": args.duration,
-        "partitions": args.partitions,
-        "salts": args.salts,
-        "min_share": args.min_share,
-        "rounds": args.rounds,
-        "us_per_row": args.us_per_row,
-        "load_average_start": os.getloadavg()[0],
-        "runs": [],
-    }
+    doc = run_head(
+        "skew",
+        rate=args.rate,
+        duration_s=args.duration,
+        partitions=args.partitions,
+        salts=args.salts,
+        min_share=args.min_share,
+        rounds=args.rounds,
+        us_per_row=args.us_per_row,
+        runs=[],
+    )
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="skew-") as tmp:
         spark = local_session("skew", conf={"spark.sql.streaming.forceDeleteTempCheckpointLocation": "true"})
@@ -260,11 +254,7 @@ def main() -> int:
                         )
         finally:
             spark.stop()
-    doc["elapsed_s"] = time.monotonic() - t0
-    doc["load_average_end"] = os.getloadavg()[0]
-    write_json(args.json, doc, announce=True)
-    print_report(doc)
-    return 0
+    return finish(doc, t0, args.json, print_report)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ Two parts, each ready and arrival in the same run:
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import tempfile
@@ -27,8 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import orjson
-from bench_common import arg_parser, make_table, result_head, write_json
+from bench_common import add_show, arg_parser, finish, make_table, run_head, shown
 from readpath import fresh_copy, run_query  # also puts the repository on sys.path
 
 ORDERINGS = ("arrival", "ready")
@@ -215,10 +213,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer rows and cases, shorter runs (~4 min)")
     ap.add_argument("--rows", type=int, default=None, help="tuples prefilled per sender count")
     ap.add_argument("--rate", type=float, default=2000.0, help="end-to-end rate, tuples/s (default 2000)")
-    ap.add_argument("--show", metavar="JSON", help="print the tables of a result file and exit")
+    add_show(ap)
     args = ap.parse_args()
-    if args.show:
-        print_report(orjson.loads(Path(args.show).read_bytes()))
+    if shown(args.show, print_report):
         return 0
     from cloudprofiler.jobs.ordering_compare import run_windowed
     from cloudprofiler.spark_local import local_session
@@ -229,12 +226,7 @@ def main() -> int:
     sender_counts = [1, 2, 4]
     lags = [2000.0] if args.quick else [1000.0, 2000.0, 5000.0]
     lat_counts = [2] if args.quick else sender_counts
-    doc: dict[str, Any] = {
-        **result_head("viper"),
-        "argv": sys.argv[1:],
-        "load_average_start": os.getloadavg()[0],
-        "reference": VIPER_NOTE,
-    }
+    doc = run_head("viper", reference=VIPER_NOTE)
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="viper-") as tmp:
         work = Path(tmp)
@@ -250,11 +242,7 @@ def main() -> int:
             doc["latency"] = [windowed(spark, work, s, lag, args.rate, duration) for s, lag in cases]
         finally:
             spark.stop()
-    doc["elapsed_s"] = time.monotonic() - t0
-    doc["load_average_end"] = os.getloadavg()[0]
-    print_report(doc)
-    write_json(args.json, doc, announce=True)
-    return 0
+    return finish(doc, t0, args.json, print_report)
 
 
 if __name__ == "__main__":

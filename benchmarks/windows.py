@@ -34,10 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench_common import arg_parser, make_table, print_goals, result_head, write_json
+from bench_common import add_show, arg_parser, make_table, print_goals, result_head, shown, write_json
 
 RATE = 10_000  # events per second of event time in the batch part
 START_S = 1_700_000_000  # event time of the first event (a whole minute)
@@ -261,10 +260,9 @@ def main() -> None:
     ap.add_argument("--ratios", default="1,4,10,60")
     ap.add_argument("--repeat", type=int, default=3, help="timed batch runs per plan (the best counts)")
     ap.add_argument("--no-update", dest="update", action="store_false", help="skip the update-mode streams")
-    ap.add_argument("--show", help="print the table of a result file and exit")
+    add_show(ap)
     args = ap.parse_args()
-    if args.show:
-        show(orjson.loads(Path(args.show).read_bytes()))
+    if shown(args.show, show):
         return
     from cloudprofiler.spark_local import local_session
 
