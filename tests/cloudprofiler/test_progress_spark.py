@@ -33,6 +33,7 @@ def _run(spark: Any, work: Path, duration: float, window: str, slide: str, mode:
     from cloudprofiler import wait_for_factory
     from cp_sink.window_records import record_windows
     from cp_source.generate.generator import run_generator
+    from cp_source.generate.settings import GeneratorSettings
     from cp_source.reader.ingest_log import read_ingest_log
 
     cloudprofiler.register(spark)
@@ -61,7 +62,8 @@ def _run(spark: Any, work: Path, duration: float, window: str, slide: str, mode:
         state = wait_for_factory(str(work / "spool"), query)
         start = (int(time.time() * 1000) // 1000 + 1) * 1000
         summary = run_generator(
-            state.factory_endpoint, RATE, duration, bucket=BUCKET, delay=DELAY, event_start_ms=start
+            state.factory_endpoint,
+            GeneratorSettings(RATE, duration, bucket=BUCKET, delay=DELAY, event_start_ms=start),
         )
         emitted = summary["emitted"]  # a bucket the factory could not take is dropped and counted
 
@@ -92,7 +94,7 @@ def _all_committed(ckpt: Path) -> bool:
 
 def _truth_delays(summary: dict, log: Any) -> np.ndarray:
     """Per logged bucket: the delay the generator drew for it."""
-    from cp_source.generate.generator import draw_delays_ms
+    from cp_source.generate.delay import draw_delays_ms
 
     s = summary["senders"][0]
     n = (s["next_tuple_id"] - s["first_tuple_id"] + BUCKET - 1) // BUCKET
@@ -109,9 +111,8 @@ def test_delay_statistics_prediction_advice_and_latency_match_the_truth(spark: A
 
 def check_against_truth(work: Path, summary: dict) -> None:
     """The report of the run in ``work`` against the truth from the generator's ``summary``."""
-    from cloudprofiler.progress_report import RefClock, progress_report, query_run, read_checkpoint
-
     import native_tsc
+    from cloudprofiler.progress.report import RefClock, progress_report, query_run, read_checkpoint
     from cp_sink.records import read_windows
     from cp_source.klink import progress_model as pm
     from cp_source.reader.ingest_log import read_ingest_log
@@ -191,8 +192,7 @@ def check_against_truth(work: Path, summary: dict) -> None:
 
 
 def test_sliding_windows_in_update_mode_through_foreach_batch(spark: Any, tmp_path: Path) -> None:
-    from cloudprofiler.progress_report import progress_report
-
+    from cloudprofiler.progress.report import progress_report
     from cp_sink.records import read_windows
 
     work = tmp_path / "update"

@@ -60,6 +60,7 @@ def test_the_embedded_factory_starts_without_holding_up_spark_and_is_announced_o
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     from cp_source.generate.generator import run_generator
+    from cp_source.generate.settings import GeneratorSettings
     from cp_source.reader.state import live_reader_state, wait_reader_state
     from cp_source.reader.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
 
@@ -80,7 +81,7 @@ def test_the_embedded_factory_starts_without_holding_up_spark_and_is_announced_o
         for w in ("w0", "w1"):
             stats = orjson.loads((spool / w / "stats.json").read_bytes())
             assert stats["ready"] is True, (w, stats)
-        summary = run_generator(state.factory_endpoint, 10_000, 0.2, ready_timeout=60)
+        summary = run_generator(state.factory_endpoint, GeneratorSettings(10_000, 0.2, ready_timeout=60))
         assert summary["emitted"] == 2000 and summary["dropped"] == 0, summary
         rows = 0
         deadline = time.monotonic() + 120

@@ -10,7 +10,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from cloudprofiler.skew import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cloudprofiler.windows.skew import (
     SALT,
     adaptive_salt,
     compute,
@@ -20,9 +23,6 @@ from cloudprofiler.skew import (
     plain_aggregate,
     salted_aggregate,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from tests.helpers.streaming import await_query
 
 AGGS: list[tuple[str, str | None, str]] = [
@@ -425,13 +425,14 @@ def test_partition_load_of_a_real_skewed_query(spark: Any, tmp_path: Path) -> No
     into the sink: the report's rows are the records', the heaviest partition is the hot campaign's,
     and the hot key it names, salted, gives the plain aggregation."""
     import numpy as np
-    from cloudprofiler.partition_load import generator_keys, partition_load
     from pyspark.sql import functions as F
 
     from cloudprofiler import wait_for_factory
+    from cloudprofiler.jobs.partition_load import generator_keys, partition_load
     from cloudprofiler.spark_local import source_end_offset
     from cp_sink import read_records
     from cp_source.generate.generator import run_generator
+    from cp_source.generate.settings import GeneratorSettings
     from cp_source.spool.segments import Spool
     from cp_source.wire.workloads import campaigns_table
     from tests.helpers.embedded_source import embedded_source
@@ -457,7 +458,8 @@ def test_partition_load_of_a_real_skewed_query(spark: Any, tmp_path: Path) -> No
     try:
         state = wait_for_factory(str(spool), query)
         summary = run_generator(
-            state.factory_endpoint, rate=10_000, duration=3.0, bucket=500, key_skew="zipf:1.5", hwm=4096
+            state.factory_endpoint,
+            GeneratorSettings(rate=10_000, duration=3.0, bucket=500, key_skew="zipf:1.5", hwm=4096),
         )
         assert summary["eos_delivered"] and summary["dropped"] == 0
         wait_for(lambda: spool_drained(spool, summary), 60, "the factory to publish everything")
@@ -505,10 +507,10 @@ def test_partition_load_of_a_real_skewed_query(spark: Any, tmp_path: Path) -> No
 @pytest.mark.parametrize("skew", [None, "zipf:1.2"])
 def test_generator_keys_are_the_payloads_campaigns(skew: str | None) -> None:
     import orjson
-    from cloudprofiler.partition_load import generator_keys
 
-    from cp_source.generate.generator import sender_payloads
+    from cloudprofiler.jobs.partition_load import generator_keys
     from cp_source.generate.hot_keys import parse_key_skew
+    from cp_source.generate.payloads import sender_payloads
     from cp_source.wire import bucket as bk
     from cp_source.wire.workloads import campaigns_table
 

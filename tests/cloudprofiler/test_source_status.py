@@ -11,6 +11,7 @@ import zmq
 
 import cloudprofiler
 from cp_source.generate.generator import run_generator
+from cp_source.generate.settings import GeneratorSettings
 from tests.helpers.embedded_source import embedded_source
 from tests.helpers.polling import wait_for
 
@@ -44,7 +45,7 @@ def _caught_up(spool: Path, query: Any) -> bool:
 
 
 def _load(endpoint: str, rate: int) -> dict[str, Any]:
-    s = run_generator(endpoint, rate=rate, duration=1.0, bucket=1000)
+    s = run_generator(endpoint, GeneratorSettings(rate=rate, duration=1.0, bucket=1000))
     assert s["eos_delivered"] and s["emitted"] + s["dropped"] == rate
     return s
 
@@ -108,7 +109,7 @@ def test_status_counts_published_dead_letters_and_backlog_of_a_query(spark: Any,
 
 def test_status_of_a_spool_written_by_a_factory_without_a_query(tmp_path: Path) -> None:
     """No query: the status of an external factory's spool, read while the factory runs and after."""
-    from cp_source.factory.workers import start_factory
+    from cp_source.factory.supervisor import start_factory
 
     f = start_factory("tcp://127.0.0.1:0", tmp_path / "spool", workers=1)
     try:

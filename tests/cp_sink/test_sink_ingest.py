@@ -26,6 +26,7 @@ def test_ingest_to_sink_exactly_once_with_a_task_retry(spark, tmp_path: Path) ->
     from cloudprofiler import wait_for_factory
     from cloudprofiler.spark_local import source_end_offset
     from cp_source.generate.generator import run_generator
+    from cp_source.generate.settings import GeneratorSettings
     from cp_source.spool.segments import Spool
 
     cloudprofiler.register(spark)
@@ -62,7 +63,9 @@ def test_ingest_to_sink_exactly_once_with_a_task_retry(spark, tmp_path: Path) ->
     )
     try:
         state = wait_for_factory(str(spool), query)
-        summary = run_generator(state.factory_endpoint, rate=30_000, duration=3.0, senders=1, bucket=500)
+        summary = run_generator(
+            state.factory_endpoint, GeneratorSettings(rate=30_000, duration=3.0, senders=1, bucket=500)
+        )
         assert summary["eos_delivered"]
         wait_for(lambda: spool_drained(spool, summary), 60, "the factory to publish everything")
         latest = Spool(spool).latest()

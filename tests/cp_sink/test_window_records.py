@@ -162,7 +162,7 @@ def _stop_between_batches(query: Any, wait_s: float = 10.0) -> None:
 def _truth(summary: dict[str, Any], size_ms: int, slide_ms: int) -> dict[int, int]:
     """Tuples per window start: the schedule's counts per slide-long pane, summed over each window's
     panes (Spark's windows start at multiples of the slide, and the size is a multiple of it)."""
-    from cloudprofiler.ordering_compare import truth_windows
+    from cloudprofiler.jobs.ordering_compare import truth_windows
 
     out: dict[int, int] = {}
     for pane, count in truth_windows(summary, slide_ms).items():
@@ -203,6 +203,7 @@ def _run(
     from cloudprofiler import wait_for_factory
     from cloudprofiler.spark_local import source_end_offset
     from cp_source.generate.generator import run_generator
+    from cp_source.generate.settings import GeneratorSettings
     from cp_source.spool.segments import Spool
 
     spool, out = tmp_path / "spool", tmp_path / "windows"
@@ -215,7 +216,9 @@ def _run(
     query = w.trigger(processingTime="300 milliseconds").start()
     try:
         state = wait_for_factory(str(spool), query)
-        summary = run_generator(state.factory_endpoint, rate, duration, bucket=100, event_start_ms=T0)
+        summary = run_generator(
+            state.factory_endpoint, GeneratorSettings(rate, duration, bucket=100, event_start_ms=T0)
+        )
         assert summary["dropped"] == 0 and summary["emitted"] == round(rate * duration)
         wait_for(lambda: spool_drained(spool, summary), 60, "the factory to publish everything")
         latest = Spool(spool).latest()

@@ -13,7 +13,7 @@ from typing import Any
 import zmq
 
 import native_tsc
-from cp_source.generate.generator import build_payloads
+from cp_source.generate.payloads import build_payloads
 from cp_source.spool.segments import Spool
 from cp_source.wire import bucket as bk
 from cp_source.wire.sender_link import close_stream, open_link

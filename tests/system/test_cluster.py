@@ -9,8 +9,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from cp_source.factory.workers import start_factory
+from cp_source.factory.supervisor import start_factory
 from cp_source.generate.generator import run_generator
+from cp_source.generate.settings import GeneratorSettings
 from cp_source.spool.segments import Spool
 from tests.helpers.cluster_harness import DRIVER_JOB, cluster_env, standalone_cluster
 from tests.helpers.ingest_truth import assert_exactly_once, expected_ids, output_ids
@@ -21,7 +22,9 @@ from tests.helpers.ingest_truth import assert_exactly_once, expected_ids, output
 def test_network_fetch_on_standalone_cluster(spark, tmp_path: Path) -> None:
     spool = tmp_path / "spool"
     with start_factory("tcp://127.0.0.1:0", spool, workers=2) as factory:
-        summary = run_generator(factory.endpoint, rate=20_000, duration=2.0, senders=1, bucket=500)
+        summary = run_generator(
+            factory.endpoint, GeneratorSettings(rate=20_000, duration=2.0, senders=1, bucket=500)
+        )
         assert summary["eos_delivered"] and factory.wait_drained(60)
     view = Spool(spool)
     latest = view.latest()

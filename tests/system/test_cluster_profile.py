@@ -46,8 +46,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from cp_source.factory.workers import start_factory
+from cp_source.factory.supervisor import start_factory
 from cp_source.generate.generator import run_generator
+from cp_source.generate.settings import GeneratorSettings
 from cp_source.spool.segments import Spool
 from cp_sync.host_agent import agent_pids
 from cp_sync.synthetic import invert
@@ -211,7 +212,9 @@ class Cluster:
 def _spool(path: Path) -> np.ndarray:
     """A finished factory's spool (segments of SEGMENT_ROWS); the ids its generator's ledger keeps."""
     with start_factory("tcp://127.0.0.1:0", path, workers=2, flush_rows=SEGMENT_ROWS) as factory:
-        summary = run_generator(factory.endpoint, rate=20_000, duration=ROWS / 20_000, senders=1, bucket=500)
+        summary = run_generator(
+            factory.endpoint, GeneratorSettings(rate=20_000, duration=ROWS / 20_000, senders=1, bucket=500)
+        )
         assert summary["eos_delivered"] and factory.wait_drained(60)
     want, counts = expected_ids(summary, Spool(path).stats())
     assert counts["offered"] == ROWS and len(want) == ROWS, counts

@@ -12,23 +12,17 @@ from typing import Any
 
 import orjson
 import pytest
-from cloudprofiler.cli_process import cli_argv
 
-from cp_source.factory.workers import FactoryHandle, start_factory
+from cloudprofiler.cli.process import cli_argv
+from cp_source.factory.supervisor import FactoryHandle, start_factory
 from cp_source.generate.generator import run_generator
+from cp_source.generate.settings import GeneratorSettings
 from cp_source.spool.segments import Spool
 from cp_source.wire.sender_link import FactoryUnavailable
 from native_tsc import curve_keys
 from tests.helpers.embedded_source import embedded_source
 from tests.helpers.ingest_truth import assert_exactly_once, expected_ids, published_ids, spool_drained
 from tests.helpers.polling import wait_for
-
-
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("curve") / "keys"
-    curve_keys.generate(d)
-    return d
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +72,8 @@ def test_a_secret_key_others_can_read_is_refused(tmp_path: Path) -> None:
 def test_with_the_right_keys_every_tuple_lands_once(keyed_factory: FactoryHandle, keys: Path) -> None:
     spool = keyed_factory.spool
     summary = run_generator(
-        keyed_factory.endpoint, rate=20_000, duration=1.0, senders=2, bucket=500, curve_keys=str(keys)
+        keyed_factory.endpoint,
+        GeneratorSettings(rate=20_000, duration=1.0, senders=2, bucket=500, curve_keys=str(keys)),
     )
     assert summary["eos_delivered"] and summary["offered"] == 20_000
     wait_for(lambda: spool_drained(spool, summary), 60, "the factory to publish everything")
@@ -94,7 +89,10 @@ def test_a_generator_without_the_right_key_is_refused_clearly(
 ) -> None:
     client = _client_keys(which, keys, other_keys, tmp_path)
     with pytest.raises(FactoryUnavailable) as err:
-        run_generator(keyed_factory.endpoint, rate=1000, duration=0.5, ready_timeout=3.0, curve_keys=client)
+        run_generator(
+            keyed_factory.endpoint,
+            GeneratorSettings(rate=1000, duration=0.5, ready_timeout=3.0, curve_keys=client),
+        )
     msg = str(err.value)
     assert "handshake" in msg and "\n" not in msg, msg
     if which == "unauthorized":
@@ -199,9 +197,12 @@ def test_an_embedded_factory_run_with_keys_is_exactly_once(spark: Any, tmp_path:
     try:
         state = wait_for_factory(str(spool), query)
         with pytest.raises(FactoryUnavailable, match="handshake"):  # no key: refused, nothing sent
-            run_generator(state.factory_endpoint, rate=1000, duration=0.5, ready_timeout=3.0)
+            run_generator(
+                state.factory_endpoint, GeneratorSettings(rate=1000, duration=0.5, ready_timeout=3.0)
+            )
         summary = run_generator(
-            state.factory_endpoint, rate=40_000, duration=3.0, senders=2, bucket=500, curve_keys=str(keys)
+            state.factory_endpoint,
+            GeneratorSettings(rate=40_000, duration=3.0, senders=2, bucket=500, curve_keys=str(keys)),
         )
         assert summary["eos_delivered"]
         wait_for(lambda: spool_drained(spool, summary), 60, "the factory to publish everything")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cloudprofiler.cli_process import CLI_ARGV
 
+from cloudprofiler.cli.process import CLI_ARGV
 from cp_sink.handlers import parse_handler, selected_positions
 from cp_sink.records import published_batches, read_records
 from cp_sink.stream_writer import CloudprofilerStreamWriter
@@ -138,12 +138,13 @@ def test_a_line_with_none_of_the_schemas_fields_is_rejected_naming_them(parser: 
 @pytest.mark.parametrize("ddl", ["a INT", "a STRING"])  # the arrow parser, and the string-only one
 def test_ysb_buckets_into_a_file_schema_are_dead_lettered_not_null_rows(tmp_path: Path, ddl: str) -> None:
     from cp_source.factory.deadletter import read_dead_letters
-    from cp_source.factory.workers import start_factory
+    from cp_source.factory.supervisor import start_factory
     from cp_source.generate.generator import run_generator
+    from cp_source.generate.settings import GeneratorSettings
 
     f = start_factory("tcp://127.0.0.1:0", tmp_path / "spool", workers=1, workload="file:", schema=ddl)
     try:
-        s = run_generator(f.endpoint, rate=20_000, duration=0.1, bucket=1000)
+        s = run_generator(f.endpoint, GeneratorSettings(rate=20_000, duration=0.1, bucket=1000))
         assert s["eos_delivered"] and s["emitted"] == 2_000 and s["dropped"] == 0
         assert f.wait_drained(60, senders=[int(x["id"]) for x in s["senders"]])
         st = f.spool_view().stats()

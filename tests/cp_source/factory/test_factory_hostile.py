@@ -14,12 +14,14 @@ from pathlib import Path
 import numpy as np
 import orjson
 import zmq
-from cloudprofiler.cli_process import cli_argv, stop_processes
 
+from cloudprofiler.cli.process import cli_argv, stop_processes
 from cp_source.factory.deadletter import read_dead_letters
-from cp_source.factory.front import read_front_ledger
-from cp_source.factory.workers import start_factory
-from cp_source.generate.generator import build_payloads, run_generator
+from cp_source.factory.supervisor import start_factory
+from cp_source.generate.generator import run_generator
+from cp_source.generate.payloads import build_payloads
+from cp_source.generate.settings import GeneratorSettings
+from cp_source.spool.front_records import read_front_ledger
 from cp_source.spool.segments import Spool
 from cp_source.wire import bucket as bk
 from tests.helpers.ingest_truth import published_ids
@@ -162,7 +164,9 @@ def test_a_payload_frame_over_the_cap_is_counted_as_oversized_and_the_factory_ru
         line = _progress_line(proc, "dead letters 2")
         assert "dead letters 2 (oversized 2)" in line, line
         # a sender that checks still gets through, exactly once
-        summary = run_generator(endpoint, rate=2000, duration=0.5, bucket=100, sender_base=4400)
+        summary = run_generator(
+            endpoint, GeneratorSettings(rate=2000, duration=0.5, bucket=100, sender_base=4400)
+        )
         assert summary["acknowledged"] and summary["senders"][0]["factory_accepted"] == 1000
         sp = Spool(spool)
         deadline = time.monotonic() + 60

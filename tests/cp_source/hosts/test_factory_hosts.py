@@ -19,8 +19,8 @@ from typing import Any
 import orjson
 import pytest
 import zmq
-from cloudprofiler.cli_process import cli_argv
 
+from cloudprofiler.cli.process import cli_argv
 from cp_source.hosts.segment_server import (
     MAX_CONTROL_BYTES,
     ControlRequest,
@@ -218,10 +218,13 @@ def test_a_malformed_latest_answer_is_refused(reply: dict[str, Any]) -> None:
 # ---- a factory host: latest, fetch, commit, stats --------------------------------------------
 def test_a_factory_host_serves_latest_segments_and_commits(tmp_path: Path, hosts: list[FactoryHost]) -> None:
     from cp_source.generate.generator import run_generator
+    from cp_source.generate.settings import GeneratorSettings
 
     host = FactoryHost(tmp_path / "spool")
     hosts.append(host)
-    summary = run_generator(host.endpoint, rate=20_000, duration=1.0, senders=1, bucket=500)
+    summary = run_generator(
+        host.endpoint, GeneratorSettings(rate=20_000, duration=1.0, senders=1, bucket=500)
+    )
     wait_for(lambda: Spool(host.spool).drained({s["id"] for s in summary["senders"]}), 60, "the factory")
     sp = Spool(host.spool)
     sid = sp.spool_id()
@@ -418,13 +421,17 @@ def test_a_commit_a_silent_factory_missed_is_sent_again_when_it_answers(
     tmp_path: Path, hosts: list[FactoryHost]
 ) -> None:
     from cp_source.generate.generator import run_generator
+    from cp_source.generate.settings import GeneratorSettings
     from cp_source.hosts.factory_hosts import FactoryHosts, offset_positions
 
     hosts += [FactoryHost(tmp_path / "spool-a", workers=1), FactoryHost(tmp_path / "spool-b", workers=1)]
     silent, other = hosts
     emitted = {}
     for i, h in enumerate(hosts):
-        s = run_generator(h.endpoint, rate=10_000, duration=0.5, senders=1, bucket=500, sender_base=300 + i)
+        s = run_generator(
+            h.endpoint,
+            GeneratorSettings(rate=10_000, duration=0.5, senders=1, bucket=500, sender_base=300 + i),
+        )
         wait_for(lambda h=h, s=s: Spool(h.spool).drained({x["id"] for x in s["senders"]}), 60, "drain")
         emitted[str(Spool(h.spool).spool_id())] = s["emitted"]
     reader = FactoryHosts(tuple(h.server for h in hosts), 0.0, str(tmp_path / "status"), control_timeout=3.0)
@@ -620,10 +627,14 @@ def test_factory_hosts_in_their_own_namespaces_one_cut_off_for_10_s(spark: Any, 
 def _load_hosts(hosts: list[FactoryHost], rate: int = 10_000, base: int = 600) -> dict[str, int]:
     """One generator run into each host; per spool id the tuples it published."""
     from cp_source.generate.generator import run_generator
+    from cp_source.generate.settings import GeneratorSettings
 
     out = {}
     for i, h in enumerate(hosts):
-        s = run_generator(h.endpoint, rate=rate, duration=0.5, senders=1, bucket=250, sender_base=base + i)
+        s = run_generator(
+            h.endpoint,
+            GeneratorSettings(rate=rate, duration=0.5, senders=1, bucket=250, sender_base=base + i),
+        )
         wait_for(lambda h=h, s=s: Spool(h.spool).drained({x["id"] for x in s["senders"]}), 60, "drain")
         out[str(Spool(h.spool).spool_id())] = s["emitted"]
     return out

@@ -313,7 +313,7 @@ def _start_windowed(
 
 def _truth(summaries: list[dict[str, Any]], window_ms: int, slide_ms: int) -> dict[int, int]:
     """Tuples per window start from the generators' schedule clocks; windows closed by the last event."""
-    from cloudprofiler.ordering_compare import truth_windows
+    from cloudprofiler.jobs.ordering_compare import truth_windows
 
     per_slide: dict[int, int] = {}
     for s in summaries:
@@ -372,9 +372,14 @@ def _generate(
     endpoint: str, start_ms: int, out: list[dict[str, Any]], duration: float = 18.0
 ) -> threading.Thread:
     from cp_source.generate.generator import run_generator
+    from cp_source.generate.settings import GeneratorSettings
 
     def run() -> None:
-        out.append(run_generator(endpoint, 2000, duration, senders=1, bucket=100, event_start_ms=start_ms))
+        out.append(
+            run_generator(
+                endpoint, GeneratorSettings(2000, duration, senders=1, bucket=100, event_start_ms=start_ms)
+            )
+        )
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
@@ -442,7 +447,7 @@ class _UrgentPeer:
         self.thread.start()
 
     def _run(self) -> None:
-        from cp_store.private_dirs import atomic_write
+        from cp_store.atomic_files import atomic_write
 
         while not self.done.wait(0.1):
             now = time.time_ns()

@@ -10,6 +10,7 @@ import pytest
 from cloudprofiler import wait_for_factory
 from cloudprofiler.spark_local import source_end_offset
 from cp_source.generate.generator import run_generator
+from cp_source.generate.settings import GeneratorSettings
 from cp_source.spool.segments import Spool
 from tests.helpers.embedded_source import embedded_source
 from tests.helpers.ingest_truth import assert_exactly_once, expected_ids, output_ids, spool_drained
@@ -41,7 +42,9 @@ def test_embedded_factory_run_is_exactly_once(spark, tmp_path: Path) -> None:
     try:
         state = wait_for_factory(str(spool), query)
         assert state.factory == "embedded" and state.factory_endpoint.startswith("tcp://127.0.0.1:")
-        summary = run_generator(state.factory_endpoint, rate=40_000, duration=2.0, senders=2, bucket=500)
+        summary = run_generator(
+            state.factory_endpoint, GeneratorSettings(rate=40_000, duration=2.0, senders=2, bucket=500)
+        )
         assert summary["eos_delivered"]
         wait_for(lambda: spool_drained(spool, summary), 60, "the factory to publish everything")
         latest = Spool(spool).latest()

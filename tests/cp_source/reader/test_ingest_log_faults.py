@@ -76,15 +76,16 @@ def _failure(q: Any, log_dir: Path, free: int, timeout: float = 300.0) -> str:
 
 def test_a_full_log_disk_fails_the_query_and_a_restart_loses_nothing(spark: Any, tmp_path: Path) -> None:
     from cp_sink import read_records
-    from cp_source.factory.workers import start_factory
+    from cp_source.factory.supervisor import start_factory
     from cp_source.generate.generator import run_generator
+    from cp_source.generate.settings import GeneratorSettings
     from cp_source.reader.ingest_log import read_ingest_log
     from cp_source.spool.segments import Spool
 
     spool, out, ckpt = tmp_path / "spool", tmp_path / "out", tmp_path / "ckpt"
     factory = start_factory("tcp://127.0.0.1:0", spool, workers=2)
     try:
-        summary = run_generator(factory.endpoint, rate=20_000, duration=2.0, bucket=5)
+        summary = run_generator(factory.endpoint, GeneratorSettings(rate=20_000, duration=2.0, bucket=5))
     finally:
         factory.stop()
     want, _ = expected_ids(summary, Spool(spool).stats())

@@ -10,6 +10,7 @@ import zmq
 
 from cp_sink.records import read_records
 from cp_source.generate.generator import run_generator
+from cp_source.generate.settings import GeneratorSettings
 from cp_source.reader.naive_source import NaiveZmqDataSource
 from tests.helpers.polling import wait_for
 
@@ -41,7 +42,9 @@ def test_naive_source_delivers_every_tuple_once(spark: Any, tmp_path: Path) -> N
         push.send_multipart([b"x" * 128, b"{}\n"])
         push.close()
         # the reader answers only when Spark asks it for offsets: allow for the query still starting
-        summary = run_generator(endpoint, rate=4000, duration=1.0, bucket=250, ready_timeout=120)
+        summary = run_generator(
+            endpoint, GeneratorSettings(rate=4000, duration=1.0, bucket=250, ready_timeout=120)
+        )
         assert summary["dropped"] == 0 and summary["emitted"] == 4000
         s = summary["senders"][0]
         want = set(range(s["first_tuple_id"], s["next_tuple_id"]))

@@ -305,8 +305,9 @@ def test_bad_option_fails_the_query_with_the_option_named(spark) -> None:
 
 def test_file_workload_with_a_ddl_schema(spark, tmp_path: Path) -> None:
     """A user's NDJSON replayed by the generator, parsed by the factory, typed by the reader's schema."""
-    from cp_source.factory.workers import start_factory
+    from cp_source.factory.supervisor import start_factory
     from cp_source.generate.generator import run_generator
+    from cp_source.generate.settings import GeneratorSettings
     from cp_source.spool.segments import Spool
     from tests.helpers.ingest_truth import assert_exactly_once, expected_ids, output_ids
     from tests.helpers.streaming import run_available_now
@@ -321,7 +322,7 @@ def test_file_workload_with_a_ddl_schema(spark, tmp_path: Path) -> None:
     spool = tmp_path / "spool"
     with start_factory("tcp://127.0.0.1:0", spool, workers=1, workload="file", schema=ddl) as factory:
         summary = run_generator(
-            factory.endpoint, rate=5_000, duration=1.0, bucket=100, workload=f"file:{data}"
+            factory.endpoint, GeneratorSettings(rate=5_000, duration=1.0, bucket=100, workload=f"file:{data}")
         )
         assert factory.wait_drained(30)
     df = spool_source(spark, spool, workload=f"file:{data}", schema=ddl)

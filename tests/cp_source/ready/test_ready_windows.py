@@ -16,7 +16,8 @@ from typing import Any
 
 import orjson
 import pytest
-from cloudprofiler.ordering_compare import run_windowed
+
+from cloudprofiler.jobs.ordering_compare import run_windowed
 
 pytestmark = pytest.mark.long
 
@@ -124,8 +125,10 @@ def test_driver_killed_mid_batch_replays_the_same_batch(spark: Any, tmp_path: Pa
     import pyarrow.parquet as pq
 
     import cloudprofiler
-    from cp_source.factory.workers import start_factory
-    from cp_source.generate.generator import run_generator, schedule_event_ms
+    from cp_source.factory.supervisor import start_factory
+    from cp_source.generate.events import schedule_event_ms
+    from cp_source.generate.generator import run_generator
+    from cp_source.generate.settings import GeneratorSettings
     from cp_source.reader.state import live_reader_state
     from tests.helpers.cluster_harness import DRIVER_JOB
     from tests.helpers.ingest_truth import assert_exactly_once, output_ids
@@ -146,13 +149,15 @@ def test_driver_killed_mid_batch_replays_the_same_batch(spark: Any, tmp_path: Pa
         target=lambda: summary.update(
             run_generator(
                 factory.endpoint,
-                4000,
-                15.0,
-                senders=2,
-                bucket=100,
-                event_lag_ms=1000,
-                event_start_ms=start_ms,
-                sender_base=9000,
+                GeneratorSettings(
+                    4000,
+                    15.0,
+                    senders=2,
+                    bucket=100,
+                    event_lag_ms=1000,
+                    event_start_ms=start_ms,
+                    sender_base=9000,
+                ),
             )
         ),
         daemon=True,

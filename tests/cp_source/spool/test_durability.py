@@ -19,9 +19,10 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from cp_source.factory.front import FRONT_DIR, LEDGER_FILE, FrontLedger
 from cp_source.reader.stream_reader import ReaderOptions
-from cp_source.spool.segments import SegmentWriter, Spool, ensure_spool_id, seg_name
+from cp_source.spool.front_records import FRONT_DIR, LEDGER_FILE, FrontLedger
+from cp_source.spool.segment_writer import SegmentWriter
+from cp_source.spool.segments import Spool, ensure_spool_id, seg_name
 from cp_source.wire import bucket as bk
 
 S = 5
@@ -205,7 +206,7 @@ def test_commit_is_on_disk_before_any_segment_is_deleted(tmp_path: Path, calls: 
 def test_reader_options_reach_the_spool_and_the_embedded_factory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cp_source.factory import workers as factory
+    from cp_source.factory import supervisor as factory
     from cp_source.reader import stream_reader
 
     opts = ReaderOptions.parse({"spool": str(tmp_path), "DURABILITY": " Strict "})
@@ -314,7 +315,7 @@ def test_process_mode_makes_no_fsync_call(tmp_path: Path, calls: CallLog) -> Non
 
 
 def test_bad_values_give_one_line_naming_the_option_and_choices(tmp_path: Path) -> None:
-    from cp_source.factory.workers import start_factory
+    from cp_source.factory.supervisor import start_factory
 
     makers: list[Callable[[], Any]] = [
         lambda: ReaderOptions.parse({"durability": "paranoid"}),
@@ -353,13 +354,14 @@ def test_bad_reader_option_fails_the_query_with_the_option_named(spark) -> None:
 
 def test_strict_factory_end_to_end_with_the_fsync_alias(tmp_path: Path) -> None:
     """start_factory(fsync=True), the older spelling, runs a strict factory; nothing is lost."""
-    from cp_source.factory.workers import start_factory
+    from cp_source.factory.supervisor import start_factory
     from cp_source.generate.generator import run_generator
+    from cp_source.generate.settings import GeneratorSettings
 
     f = start_factory("tcp://127.0.0.1:0", tmp_path / "spool", workers=1, fsync=True, flush_ms=50)
     try:
         assert f.durability == "strict"
-        s = run_generator(f.endpoint, rate=50_000, duration=1.0, bucket=500)
+        s = run_generator(f.endpoint, GeneratorSettings(rate=50_000, duration=1.0, bucket=500))
         assert s["eos_delivered"] and f.wait_drained(30)
         st = f.spool_view().stats()
         assert st.rows == s["emitted"] and st.lost_in_transit_total == 0

@@ -7,6 +7,7 @@ from pathlib import Path
 from cloudprofiler import wait_for_factory
 from cloudprofiler.spark_local import source_end_offset
 from cp_source.generate.generator import run_generator
+from cp_source.generate.settings import GeneratorSettings
 from cp_source.spool.segments import Spool, spool_bytes
 from tests.helpers.embedded_source import embedded_source
 from tests.helpers.ingest_truth import assert_exactly_once, expected_ids, output_ids, spool_drained
@@ -47,7 +48,7 @@ def test_full_spool_with_no_admission_limit_does_not_stall(spark, tmp_path: Path
     )
     try:
         endpoint = wait_for_factory(str(spool), query).factory_endpoint
-        summary = run_generator(endpoint, rate=100_000, duration=2.0, bucket=1000)
+        summary = run_generator(endpoint, GeneratorSettings(rate=100_000, duration=2.0, bucket=1000))
         assert summary["eos_delivered"]
         wait_for(lambda: spool_drained(spool, summary), 90, "the factory to publish everything")
         latest = Spool(spool).latest()

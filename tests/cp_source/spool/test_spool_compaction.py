@@ -24,7 +24,8 @@ import pytest
 from cp_source.spool import compact as spool_compact
 from cp_source.spool.compact import ABSORB_MIN_SEGMENTS, MANIFEST_KEEP, ManifestTail, ledger_file_bytes
 from cp_source.spool.ledger import SUMMARY_FILE, RecordTail, read_records
-from cp_source.spool.segments import SegmentWriter, Spool
+from cp_source.spool.segment_writer import SegmentWriter
+from cp_source.spool.segments import Spool
 from cp_source.wire import bucket as bk
 from tests.helpers.polling import wait_for
 
@@ -298,7 +299,8 @@ def test_a_fold_that_fails_before_its_rename_changes_nothing(
 
 CHILD = """
 import sys
-from cp_source.spool.segments import SegmentWriter, Spool
+from cp_source.spool.segments import Spool
+from cp_source.spool.segment_writer import SegmentWriter
 root = sys.argv[1]
 print("ready", flush=True)
 sys.stdin.readline()
@@ -398,13 +400,14 @@ def _reset(twin: Twin) -> None:
 
 
 def test_a_real_factory_compacts_while_it_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cp_source.factory.workers import start_factory
+    from cp_source.factory.supervisor import start_factory
     from cp_source.generate.generator import run_generator
+    from cp_source.generate.settings import GeneratorSettings
 
     f = start_factory("tcp://127.0.0.1:0", tmp_path / "spool", workers=2, flush_ms=20, flush_rows=500)
     try:
         sp = f.spool_view()
-        s = run_generator(f.endpoint, rate=40_000, duration=3.0, bucket=100)
+        s = run_generator(f.endpoint, GeneratorSettings(rate=40_000, duration=3.0, bucket=100))
         assert f.wait_drained(30, senders=[x["id"] for x in s["senders"]])
         before = ledger(sp)
         sizes = {w: ledger_file_bytes(tmp_path / "spool" / w) for w in WORKERS}

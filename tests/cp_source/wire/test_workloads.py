@@ -9,7 +9,7 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from cp_source.generate.generator import build_payloads
+from cp_source.generate.payloads import build_payloads
 from cp_source.wire import workloads as wl
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
