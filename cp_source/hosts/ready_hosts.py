@@ -38,7 +38,7 @@ from cp_source.hosts.links import MAX_NUMBER, MAX_WORKERS, RETRY_S, Host, HostLi
 from cp_source.hosts.ready_ops import MAX_LISTED_SENDERS, MAX_PLAN_SEGMENTS, event_ms
 from cp_source.ready.frontier import NO_FRONTIER
 from cp_source.ready.offsets import hosts_ready_offset, hosts_ready_positions
-from cp_source.spool.names import WIRE_WORKER_RE
+from cp_source.spool.names import WIRE_WORKER_RE, worker_name, worker_number
 
 
 class RemoteSegment(NamedTuple):
@@ -149,7 +149,7 @@ def parse_plan(reply: Mapping[str, Any], server: str, sid: str) -> tuple[list[Re
             RemoteSegment(
                 server,
                 sid,
-                f"w{_count(w, 'worker', MAX_WORKERS - 1)}",
+                worker_name(_count(w, "worker", MAX_WORKERS - 1)),
                 _count(n, "number"),
                 _count(rows, "rows"),
                 _count(first, "first tuple id", (1 << 63) - 1),
@@ -372,7 +372,7 @@ class ReadyHosts:
                     continue
                 out += segs
                 if more and segs:
-                    after[sid] = [int(segs[-1].worker[1:]), segs[-1].number]
+                    after[sid] = [worker_number(segs[-1].worker), segs[-1].number]
                 else:
                     del need[sid]
             if need:

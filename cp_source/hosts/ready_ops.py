@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cp_source.ready.frontier import NO_FRONTIER, ReadyFrontier
+from cp_source.spool.names import worker_number
 
 READY_OPS = ("ready", "ready_plan", "ready_commit")
 MAX_LISTED_SENDERS = 1024
@@ -119,7 +120,7 @@ class ReadyControl:
         if after is None:
             self.spool.mark_planned(consumed_prefix(self.spool, upto, hi), sid)
         rows = sorted(
-            (int(s.worker[1:]), s.number, s.rows, s.tuple_id_min, s.event_time_min, s.event_time_max)
+            (worker_number(s.worker), s.number, s.rows, s.tuple_id_min, s.event_time_min, s.event_time_max)
             for s in overlapping(self.spool, upto, lo, hi)
         )
         if after is not None:

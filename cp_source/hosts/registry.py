@@ -17,9 +17,9 @@ import orjson
 
 from cp_source.hosts.host_options import check_endpoint
 from cp_source.ready.offsets import MAX_FACTORIES
-from cp_source.spool.names import SPOOL_ID_RE
+from cp_source.spool.names import SPOOL_ID, SPOOL_ID_RE
 
-REGISTRY_NAME_RE = re.compile(r"^factory-([0-9a-f]{8,64})\.json$")
+REGISTRY_NAME_RE = re.compile(rf"^factory-({SPOOL_ID})\.json$")
 MAX_REGISTRATION_BYTES = 4096
 MAX_REGISTRY_ENTRIES = 4096  # directory entries looked at per trigger
 

@@ -22,7 +22,7 @@ from cp_source.factory.startup_trace import mark
 from cp_source.reader.options import ReaderOptions
 from cp_source.reader.state import clear_reader_state, write_reader_state
 from cp_source.ready.offsets import check_ordering, spool_positions
-from cp_source.spool.names import worker_order
+from cp_source.spool.names import worker_name, worker_order
 
 SERVER_STATS_FILE = "_segment_server.json"
 READER_LOCK_FILE = "_reader.lock"  # held by the one query whose embedded factory writes the spool
@@ -221,7 +221,7 @@ class LocalSpool:
 
     def workers(self, *positions: Mapping[str, int] | None) -> list[str]:
         """The configured workers, those the spool has and those the positions name, in order."""
-        names = {f"w{i}" for i in range(self.opts.workers)} | set(self.state().spool.workers())
+        names = {worker_name(i) for i in range(self.opts.workers)} | set(self.state().spool.workers())
         for pos in positions:
             names |= set(pos or {})
         return worker_order(names)

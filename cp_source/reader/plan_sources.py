@@ -21,6 +21,7 @@ from cp_source.reader.local_plans import LocalArrival, LocalReady
 from cp_source.reader.options import ReaderOptions
 from cp_source.reader.partitions import SegmentRange, pack_segments
 from cp_source.ready.batch_plan import ReadySlice, cut_slices
+from cp_source.spool.names import worker_name
 
 T = TypeVar("T")
 
@@ -106,7 +107,7 @@ class HostsArrival:
                     SegmentRange(worker, chunk, server, "network", o.fetch_timeout, sid, o.curve_keys)
                 )
         if not parts:  # a batch without data: empty tasks start the executors' Python workers
-            parts = [SegmentRange(f"w{i}", [], None, "network", o.fetch_timeout) for i in range(2)]
+            parts = [SegmentRange(worker_name(i), [], None, "network", o.fetch_timeout) for i in range(2)]
         return parts
 
     def commit(self, end: dict) -> None:

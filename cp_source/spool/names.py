@@ -17,10 +17,22 @@ from collections.abc import Iterable
 
 WORKER_RE = re.compile(r"^w(\d+)$")
 WIRE_WORKER_RE = re.compile(r"^w[0-9]{1,4}$")
-# A spool's id (the factory's id over hosts): lower-case hex, as Spool.ensure_spool_id writes it.
-SPOOL_ID_RE = re.compile(r"^[0-9a-f]{8,64}$")
+# A spool's id (the factory's id over hosts): lower-case hex, as ensure_spool_id writes it (a uuid4's
+# 32 digits); SPOOL_ID is the pattern inside larger names (a factory host's registration file).
+SPOOL_ID = r"[0-9a-f]{8,64}"
+SPOOL_ID_RE = re.compile(rf"^{SPOOL_ID}$")
+
+
+def worker_name(number: int) -> str:
+    """Worker ``number``'s name: ``w3``."""
+    return f"w{number}"
+
+
+def worker_number(name: str) -> int:
+    """The number of worker ``name`` (``w3`` -> 3); the name is one the patterns above accept."""
+    return int(name[1:])
 
 
 def worker_order(names: Iterable[str]) -> list[str]:
     """Worker names in worker order (w0, w1, ..., w10), not in text order."""
-    return sorted(names, key=lambda w: int(w[1:]))
+    return sorted(names, key=worker_number)
