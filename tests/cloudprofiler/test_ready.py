@@ -35,7 +35,8 @@ def test_a_batch_without_data_is_one_empty_task_per_worker(tmp_path: Path) -> No
     """Spark's first batch has no data; its tasks start the executors' Python workers."""
     import pickle
 
-    from cp_source.reader.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
+    from cp_source.reader.options import ReaderOptions, source_schema
+    from cp_source.reader.stream_reader import CloudprofilerStreamReader
 
     options = {"spool": str(tmp_path / "spool"), "factory": "external", "fetch": "local", "workers": "3"}
     reader = CloudprofilerStreamReader(source_schema(ReaderOptions.parse(options)), options)
@@ -61,8 +62,9 @@ def test_the_embedded_factory_starts_without_holding_up_spark_and_is_announced_o
 
     from cp_source.generate.generator import run_generator
     from cp_source.generate.settings import GeneratorSettings
+    from cp_source.reader.options import ReaderOptions, source_schema
     from cp_source.reader.state import live_reader_state, wait_reader_state
-    from cp_source.reader.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
+    from cp_source.reader.stream_reader import CloudprofilerStreamReader
 
     spool = tmp_path / "spool"
     (spool / "w0").mkdir(parents=True, mode=0o700)

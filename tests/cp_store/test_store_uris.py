@@ -190,7 +190,7 @@ def _stamped_batch(ids: list[int], gen: list[int], src: list[int]) -> pa.RecordB
 
 def test_the_progress_log_is_written_to_and_read_from_s3() -> None:
     from cp_source.reader.ingest_log import IngestLogger, check_progress_log, read_ingest_log
-    from cp_source.reader.stream_reader import ReaderOptions
+    from cp_source.reader.options import ReaderOptions
 
     log_dir = f"s3a://{BUCKET}/plog"
     check_progress_log(log_dir)

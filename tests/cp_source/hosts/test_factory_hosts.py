@@ -115,7 +115,7 @@ TWO = "tcp://127.0.0.1:5556,tcp://127.0.0.1:5557"
 
 
 def _parse(**options: str) -> Any:
-    from cp_source.reader.stream_reader import ReaderOptions
+    from cp_source.reader.options import ReaderOptions
 
     return ReaderOptions.parse(options)
 
@@ -159,12 +159,12 @@ def test_bad_factories_options_fail_with_one_line(options: dict[str, str], messa
 
 
 def test_offsets_over_factories_are_checked() -> None:
-    from cp_source.hosts.factory_hosts import offset_of, offset_positions
+    from cp_source.ready.offsets import hosts_offset, hosts_positions
     from cp_source.spool.segments import SpoolMismatchError
 
-    off = offset_of({"bb" * 8: {"w1": 3, "w0": 2}, "aa" * 8: {"w0": -1}})
+    off = hosts_offset({"bb" * 8: {"w1": 3, "w0": 2}, "aa" * 8: {"w0": -1}})
     assert list(off["factories"]) == ["aa" * 8, "bb" * 8] and list(off["factories"]["bb" * 8]) == ["w0", "w1"]
-    assert offset_positions(orjson.loads(orjson.dumps(off))) == {
+    assert hosts_positions(orjson.loads(orjson.dumps(off))) == {
         "aa" * 8: {"w0": -1},
         "bb" * 8: {"w0": 2, "w1": 3},
     }
@@ -177,7 +177,7 @@ def test_offsets_over_factories_are_checked() -> None:
         {"factories": {"ab" * 8: {"w0": True}}},
     ):
         with pytest.raises(SpoolMismatchError):
-            offset_positions(bad)
+            hosts_positions(bad)
 
 
 def test_a_factory_host_with_too_many_workers_fails_with_one_line(tmp_path: Path) -> None:
@@ -209,7 +209,7 @@ def test_a_factory_host_with_too_many_workers_fails_with_one_line(tmp_path: Path
     ],
 )
 def test_a_malformed_latest_answer_is_refused(reply: dict[str, Any]) -> None:
-    from cp_source.hosts.factory_hosts import parse_latest
+    from cp_source.hosts.links import parse_latest
 
     with pytest.raises((ValueError, TypeError)):
         parse_latest(reply)
@@ -422,7 +422,8 @@ def test_a_commit_a_silent_factory_missed_is_sent_again_when_it_answers(
 ) -> None:
     from cp_source.generate.generator import run_generator
     from cp_source.generate.settings import GeneratorSettings
-    from cp_source.hosts.factory_hosts import FactoryHosts, offset_positions
+    from cp_source.hosts.factory_hosts import FactoryHosts
+    from cp_source.ready.offsets import hosts_positions
 
     hosts += [FactoryHost(tmp_path / "spool-a", workers=1), FactoryHost(tmp_path / "spool-b", workers=1)]
     silent, other = hosts
@@ -437,14 +438,14 @@ def test_a_commit_a_silent_factory_missed_is_sent_again_when_it_answers(
     reader = FactoryHosts(tuple(h.server for h in hosts), 0.0, str(tmp_path / "status"), control_timeout=3.0)
     try:
         start = reader.initial_offset()
-        assert offset_positions(start) == {sid: {"w0": -1} for sid in emitted}
+        assert hosts_positions(start) == {sid: {"w0": -1} for sid in emitted}
         end = reader.latest_offset(start, None)
         plan = reader.plan(start, end)
         assert {
             sid: sum(f.rows for _, s, _, segs in plan if s == sid for f in segs) for sid in emitted
         } == emitted
         assert {server for server, *_ in plan} == {silent.server, other.server}
-        ends = offset_positions(end)
+        ends = hosts_positions(end)
         sids = {h.server: str(Spool(h.spool).spool_id()) for h in hosts}
         os.killpg(silent.proc.pid, signal.SIGSTOP)
         try:
@@ -456,14 +457,14 @@ def test_a_commit_a_silent_factory_missed_is_sent_again_when_it_answers(
             row = st["factories"][0]
             assert row["pending_commit"] == ends[sids[silent.server]] and row["waiting_since"] > 0
             # the next trigger: the silent factory's part stays where it was
-            assert offset_positions(reader.latest_offset(end, None)) == ends
+            assert hosts_positions(reader.latest_offset(end, None)) == ends
         finally:
             os.killpg(silent.proc.pid, signal.SIGCONT)
         # it answers again: its pending commit goes with the next trigger it answers (a loaded
         # machine may take more than one)
         wait_for(
             lambda: (
-                offset_positions(reader.latest_offset(end, None)) == ends
+                hosts_positions(reader.latest_offset(end, None)) == ends
                 and Spool(silent.spool).committed() == ends[sids[silent.server]]
             ),
             60,
@@ -643,7 +644,8 @@ def _load_hosts(hosts: list[FactoryHost], rate: int = 10_000, base: int = 600) -
 def test_a_factory_silent_at_start_joins_at_its_committed_offset(
     tmp_path: Path, hosts: list[FactoryHost]
 ) -> None:
-    from cp_source.hosts.factory_hosts import FactoryHosts, offset_positions
+    from cp_source.hosts.factory_hosts import FactoryHosts
+    from cp_source.ready.offsets import hosts_positions
 
     hosts += [FactoryHost(tmp_path / "spool-a", workers=1), FactoryHost(tmp_path / "spool-b", workers=1)]
     late, early = hosts
@@ -653,24 +655,25 @@ def test_a_factory_silent_at_start_joins_at_its_committed_offset(
     os.killpg(late.proc.pid, signal.SIGSTOP)
     try:
         start = reader.initial_offset()
-        assert offset_positions(start) == {sids[early.server]: {"w0": -1}}, "only the factory that answered"
+        assert hosts_positions(start) == {sids[early.server]: {"w0": -1}}, "only the factory that answered"
         assert reader.status()["waiting"] == [late.server]
     finally:
         os.killpg(late.proc.pid, signal.SIGCONT)
     end = reader.latest_offset(start, None)
-    assert set(offset_positions(end)) == set(sids.values()), "it joined once it answered"
+    assert set(hosts_positions(end)) == set(sids.values()), "it joined once it answered"
     plan = reader.plan(start, end)
     rows = {sid: sum(f.rows for _, s, _, segs in plan if s == sid for f in segs) for sid in published}
     assert rows == published
     assert min(f.number for server, _, _, segs in plan if server == late.server for f in segs) == 0
     reader.commit(end)
-    assert Spool(late.spool).committed() == offset_positions(end)[sids[late.server]]
+    assert Spool(late.spool).committed() == hosts_positions(end)[sids[late.server]]
     reader.stop()
 
 
 @pytest.mark.long  # 6-8 s: moved to keep the fast tier inside its 10 minutes
 def test_admission_and_available_now_over_factory_hosts(tmp_path: Path, hosts: list[FactoryHost]) -> None:
-    from cp_source.hosts.factory_hosts import FactoryHosts, offset_positions
+    from cp_source.hosts.factory_hosts import FactoryHosts
+    from cp_source.ready.offsets import hosts_positions
 
     hosts += [FactoryHost(tmp_path / "spool-a", workers=1), FactoryHost(tmp_path / "spool-b", workers=1)]
     published = _load_hosts(hosts, rate=20_000)
@@ -678,7 +681,7 @@ def test_admission_and_available_now_over_factory_hosts(tmp_path: Path, hosts: l
     try:
         start = reader.initial_offset()
         # one row: one whole segment, the first of the first factory's worker
-        one = offset_positions(reader.latest_offset(start, 1))
+        one = hosts_positions(reader.latest_offset(start, 1))
         assert sorted(n for pos in one.values() for n in pos.values()) == [-1, 0]
         # a budget of every row: everything; interleaved factories and workers otherwise
         everything = reader.latest_offset(start, sum(published.values()))
@@ -860,7 +863,7 @@ def test_a_driver_killed_mid_stream_restarts_and_reads_every_tuple_once(
 
 # ---- factories that register themselves (factoriesDir) ------------------------------------------
 def test_the_registry_takes_registrations_and_names_what_it_ignores(tmp_path: Path) -> None:
-    from cp_source.hosts.factory_hosts import read_registry, register_factory
+    from cp_source.hosts.registry import read_registry, register_factory
 
     reg = tmp_path / "registry"
     assert read_registry(reg) == ({}, {})  # no directory yet: no factory yet
@@ -892,7 +895,8 @@ def test_a_factory_host_started_later_joins_a_running_query_through_the_registry
     import pyarrow as pa
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from cp_source.reader.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
+    from cp_source.reader.options import ReaderOptions, source_schema
+    from cp_source.reader.stream_reader import CloudprofilerStreamReader
     from tests.helpers.ready_sender import HandSender, wait_rows
 
     reg = tmp_path / "registry"

@@ -22,7 +22,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from cp_source.hosts.ready_hosts import parse_plan, parse_ready
 from cp_source.hosts.segment_server import ControlRequest, ask_servers, parse_request
-from cp_source.reader.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
+from cp_source.reader.options import ReaderOptions, source_schema
+from cp_source.reader.stream_reader import CloudprofilerStreamReader
 from cp_source.ready.batch_plan import LATE_REASON, ReadySlice, ReadyState
 from cp_source.ready.frontier import NO_FRONTIER
 from cp_source.spool.segments import Spool

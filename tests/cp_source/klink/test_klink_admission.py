@@ -21,7 +21,7 @@ from cp_source.klink.admission import (
     query_key,
     read_peers,
 )
-from cp_source.reader.stream_reader import ReaderOptions
+from cp_source.reader.options import ReaderOptions
 
 MS = NS_PER_MS
 T0 = 1_700_000_000_000  # ms, a multiple of every window below

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cp_source.reader.stream_reader import OPTION_NAMES, ReaderOptions, check_schema, source_schema
+from cp_source.reader.options import OPTION_NAMES, ReaderOptions, check_schema, source_schema
 from tests.helpers.embedded_source import embedded_source
 
 VALID = (

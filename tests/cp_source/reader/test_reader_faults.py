@@ -21,7 +21,8 @@ import pyarrow as pa
 import pytest
 
 from cloudprofiler.spark_local import source_end_offset
-from cp_source.reader.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
+from cp_source.reader.options import ReaderOptions, source_schema
+from cp_source.reader.stream_reader import CloudprofilerStreamReader
 from cp_source.spool.segments import Spool, seg_name
 from tests.helpers.filled_spool import fill_spool
 from tests.helpers.ingest_truth import assert_exactly_once, output_ids

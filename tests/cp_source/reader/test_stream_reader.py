@@ -21,7 +21,7 @@ from cp_source.hosts.segment_server import (
     server_stats,
     validate_request,
 )
-from cp_source.reader.stream_reader import ReaderOptions, source_schema
+from cp_source.reader.options import ReaderOptions, source_schema
 from tests.helpers.filled_spool import fill_spool, spool_source
 
 # ---- options --------------------------------------------------------------------------------------

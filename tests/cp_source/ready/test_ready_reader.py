@@ -15,7 +15,8 @@ import zmq
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from cp_source.factory.supervisor import FactoryHandle, start_factory
-from cp_source.reader.stream_reader import CloudprofilerStreamReader, ReaderOptions, source_schema
+from cp_source.reader.options import ReaderOptions, source_schema
+from cp_source.reader.stream_reader import CloudprofilerStreamReader
 from cp_source.ready.batch_plan import LATE_REASON, ReadyState, read_report
 from cp_source.ready.frontier import NO_FRONTIER
 from cp_source.spool.segments import Spool

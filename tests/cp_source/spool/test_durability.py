@@ -19,7 +19,7 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from cp_source.reader.stream_reader import ReaderOptions
+from cp_source.reader.options import ReaderOptions
 from cp_source.spool.front_records import FRONT_DIR, LEDGER_FILE, FrontLedger
 from cp_source.spool.segment_writer import SegmentWriter
 from cp_source.spool.segments import Spool, ensure_spool_id, seg_name
@@ -207,14 +207,14 @@ def test_reader_options_reach_the_spool_and_the_embedded_factory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from cp_source.factory import supervisor as factory
-    from cp_source.reader import stream_reader
+    from cp_source.reader import local_spool
 
     opts = ReaderOptions.parse({"spool": str(tmp_path), "DURABILITY": " Strict "})
     assert opts.durability == "strict" and ReaderOptions.parse({}).durability == "process"
-    assert stream_reader._open_spool(opts).durable
+    assert local_spool.open_spool(opts).durable
     seen: dict[str, Any] = {}
     monkeypatch.setattr(factory, "start_factory", lambda *a, **k: seen.update(k))
-    stream_reader._start_factory(opts)
+    local_spool.start_factory(opts)
     assert seen["durability"] == "strict"
 
 

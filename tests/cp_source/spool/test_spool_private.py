@@ -149,8 +149,8 @@ def test_the_factory_command_refuses_an_unsafe_spool_in_one_line(tmp_path: Path)
 
 def test_the_readers_default_spool_is_the_private_one(tmp_path: Path, monkeypatch) -> None:
     """A query given no spool option uses the per-user private default, never the shared temp dir."""
-    from cp_source.reader.stream_reader import ReaderOptions
-    from cp_source.reader.stream_reader import default_spool as reader_default
+    from cp_source.reader.options import ReaderOptions
+    from cp_source.reader.options import default_spool as reader_default
 
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
