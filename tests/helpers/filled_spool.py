@@ -38,7 +38,7 @@ def fill_spool(root: Path, layout: dict[str, list[int]], first_id: int = 0) -> s
     """
     import numpy as np
 
-    from cp_source.spool.segments import SegmentWriter
+    from cp_source.spool.segment_writer import SegmentWriter
 
     ids: set[int] = set()
     next_id = first_id

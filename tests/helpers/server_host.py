@@ -41,7 +41,7 @@ def _coordinator() -> tuple[str, Any]:
 
 
 def _factory(spool: str) -> tuple[str, Any]:
-    from cp_source.factory.workers import start_factory
+    from cp_source.factory.supervisor import start_factory
 
     f = start_factory("tcp://127.0.0.1:0", spool, workers=1, flush_ms=50)
     return f.endpoint, f.stop

@@ -3,7 +3,6 @@ heartbeats, end of stream and declared senders (Viper's Definition 1, cp_source.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,13 +27,6 @@ class Clock:
 
 # the `factory` fixture (tests/conftest.py): an external factory writing tmp_path/spool
 pytestmark = pytest.mark.factory(workers=2, flush_ms=20)
-
-
-@pytest.fixture
-def ctx() -> Iterator[zmq.Context]:
-    c = zmq.Context()
-    yield c
-    c.term()
 
 
 def _advance(fr: ReadyFrontier, spool: Path) -> int:

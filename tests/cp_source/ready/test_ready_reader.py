@@ -4,7 +4,6 @@ behind the frontier counted with their ids, and the options refused where they m
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +23,6 @@ from tests.helpers.ready_sender import HandSender, rows_of, truth, wait_rows
 
 # the `factory` fixture (tests/conftest.py): an external factory writing tmp_path/spool
 pytestmark = pytest.mark.factory(workers=2, flush_ms=20)
-
-
-@pytest.fixture
-def ctx() -> Iterator[zmq.Context]:
-    c = zmq.Context()
-    yield c
-    c.term()
 
 
 def _reader(spool: Path, **extra: str) -> CloudprofilerStreamReader:

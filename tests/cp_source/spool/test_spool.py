@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from cp_source.spool.segment_writer import SegmentWriter
 from cp_source.spool.segments import (
-    SegmentWriter,
     Spool,
     SpoolMismatchError,
     ensure_spool_id,

@@ -11,9 +11,10 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from cp_source.factory.workers import start_factory
+from cp_source.factory.supervisor import start_factory
 from cp_source.hosts.segment_server import SegmentServer
-from cp_source.spool.segments import SegmentWriter, Spool
+from cp_source.spool.segment_writer import SegmentWriter
+from cp_source.spool.segments import Spool
 from cp_store.private_dirs import UnsafeDirectory, default_spool, default_spool_root, ensure_private_dir
 
 NOBODY = 65534
