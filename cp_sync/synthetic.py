@@ -18,7 +18,8 @@ import pyarrow as pa
 from cp_sync.sync_table import probes_table
 from native_tsc.domain import VirtualDomain, make_virtual
 
-# Four domains: the reference, and three with skews of tens to hundreds of ppm and large offsets.
+# Four domains: the reference, and three whose rates differ from it by tens to hundreds of ppm, with large
+# offsets.
 DOMAINS = [
     make_virtual("ref-node", "0", 0),
     make_virtual("node-b", "87.5", 3_000_000_000_000),
@@ -37,8 +38,9 @@ class Domain(Protocol):
 
 
 @dataclass(frozen=True)
-class SkewChange:
-    """A domain whose skew changes at one raw instant, its reading continuous there (a drift).
+class Drift:
+    """A domain whose rate changes at one raw instant, its reading continuous there (what translation
+    flags as ``drift``).
 
     Before ``at`` it reads as ``before``; from ``at`` on it advances as ``after`` does.
     """

@@ -78,4 +78,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"cloudprofiler {ns.command}: interrupted", file=sys.stderr)
         return 130
-

@@ -71,7 +71,8 @@ examples:
   cloudprofiler demo --out s3://bucket/demo1 --summary s3://bucket/demo1/summary.json
 """
 
-# Simulated nodes: (skew ppm, offset cycles) of each virtual TSC domain.
+# Simulated nodes: (rate error in ppm, offset cycles) of each virtual TSC domain (clock rate and offset;
+# "skew" in this package means data skew, cloudprofiler.windows.skew).
 SIM_CLOCKS = [
     ("85.5", 700_000_000_000_000),
     ("-142", -300_000_000_000_000),
@@ -180,7 +181,7 @@ class _Nodes:
         from native_tsc.domain import make_virtual
 
         self.virtual = [
-            make_virtual(f"sim-node{i + 1}", skew, off) for i, (skew, off) in enumerate(SIM_CLOCKS[:k])
+            make_virtual(f"sim-node{i + 1}", ppm, off) for i, (ppm, off) in enumerate(SIM_CLOCKS[:k])
         ]
 
     def env(self, part: str) -> dict[str, str]:

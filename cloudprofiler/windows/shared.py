@@ -18,7 +18,7 @@ give identical results; floating-point sums and means can differ in the last bit
 means are refused (their result types differ).
 
 A cost model (:func:`plan`) decides per query whether sharing pays; ``share=True``
-or ``False`` forces it. Every decision is logged on the ``cloudprofiler.windows.shared``
+or ``False`` forces it. Every decision is logged on the ``cloudprofiler.windows``
 logger. In a stream, append mode chains two stateful aggregations (panes, then
 windows); Spark refuses that chain in update mode, so there the panes are kept per
 key in Spark's group state (:func:`state_agg`, ``cloudprofiler.windows.pane_state``).
@@ -34,7 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-log = logging.getLogger("cloudprofiler.windows.shared")
+log = logging.getLogger("cloudprofiler.windows")  # the name users configure, kept from before the package
 
 FUNCS = ("count", "sum", "min", "max", "mean", "avg")
 US = {

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from cloudprofiler.cli_process import CLI_ARGV
 
+from cloudprofiler.cli.process import CLI_ARGV
 from cp_sink.records import read_records
 from native_tsc.domain import VirtualDomain, parse_virtual
 from tests.helpers.demo_run import HZ, MEASURED, START, WARM_IDS, write_run
@@ -192,7 +192,7 @@ def _table_cells(text: str) -> dict[tuple[str, str], list[str]]:
 
 
 def test_the_table_and_every_plot_show_the_same_steady_state_records(tmp_path: Path, capsys: Any) -> None:
-    from cloudprofiler.demo_report import (
+    from cloudprofiler.jobs.demo_report import (
         RunClock,
         demo_series,
         figures,
@@ -200,7 +200,6 @@ def test_the_table_and_every_plot_show_the_same_steady_state_records(tmp_path: P
         table_rows,
         with_run_time,
     )  # fmt: skip
-
     from cp_sync.report import WARMUP_COLOR, WARMUP_LABEL, print_latency_table
 
     records, windows, sync, ref, ends = write_run(tmp_path)

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cloudprofiler.maxrate import confirming, find_max_rate, plot_ingestion
-from cloudprofiler.pipeline_trial import PipelineTrial
-from cloudprofiler.queries import start_source_query, throttle, ysb_stateless
-from cloudprofiler.rate_search import SearchResult, Step
-from cloudprofiler.sink_counter import SinkCounter
 
 from cloudprofiler.cli import main
+from cloudprofiler.jobs.maxrate import confirming, find_max_rate, plot_ingestion
+from cloudprofiler.jobs.pipeline_trial import PipelineTrial
+from cloudprofiler.jobs.queries import start_source_query, throttle, ysb_stateless
+from cloudprofiler.jobs.rate_search import SearchResult, Step
+from cloudprofiler.jobs.sink_counter import SinkCounter
 
 # rows/s the throttled stage lets through: well below what the unthrottled query does with the id
 # handler, also on a 2-core machine loaded by other test suites (a load average of 8-14: 5,000-7,000;
@@ -188,8 +188,7 @@ def test_confirming_needs_more_passes_than_failures(
 
 def test_sender_blocks_never_repeat_an_id_within_a_search() -> None:
     """The trials of one search take consecutive sender-id blocks: no two runs share an id."""
-    from cloudprofiler.queries import sender_blocks
-
+    from cloudprofiler.jobs.queries import sender_blocks
     from cp_source.wire.bucket import MAX_SENDER
 
     take = sender_blocks(3)

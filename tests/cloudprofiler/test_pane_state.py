@@ -1,4 +1,4 @@
-"""Panes per key (cloudprofiler.pane_state) against a row-by-row count, without Spark.
+"""Panes per key (cloudprofiler.windows.pane_state) against a row-by-row count, without Spark.
 
 Random rows of one key arrive in micro-batches under a rising watermark (rows at or behind the
 previous watermark are dropped, as Spark drops them before the state); every step goes through the
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cloudprofiler import pane_state as P
+from cloudprofiler.windows import pane_state as P
 
 FUNCS = ("count", "count", "sum", "sum", "min", "max", "mean", "min", "max")
 COLS = (None, "i", "i", "f", "i", "i", "i", "f", "f")  # None: count(*)

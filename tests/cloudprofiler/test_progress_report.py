@@ -1,4 +1,4 @@
-"""cloudprofiler.progress_report on constructed runs whose truth is known exactly (no Spark here;
+"""cloudprofiler.progress.report on constructed runs whose truth is known exactly (no Spark here;
 tests/cloudprofiler/test_progress_spark.py runs the real query)."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from cloudprofiler.progress_cli import duration_ms
 
-from cloudprofiler import progress_report as pr
+from cloudprofiler.progress import report as pr
+from cloudprofiler.progress.cli import duration_ms
 from cp_source.reader.ingest_log import INGEST_SCHEMA, batch_key
 from cp_sync.synthetic import DOMAINS, synth_phases
-from cp_sync.translate import Translator
+from cp_sync.translate.translator import Translator
 from tests.helpers.progress_run import ingest_table, spool_offset, windows_table, write_checkpoint
 
 HZ = 2.6e9

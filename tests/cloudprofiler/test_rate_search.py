@@ -6,7 +6,8 @@ import itertools
 from collections.abc import Callable
 
 import pytest
-from cloudprofiler.rate_search import (
+
+from cloudprofiler.jobs.rate_search import (
     Step,
     bisect_search,
     grace_from_landings,

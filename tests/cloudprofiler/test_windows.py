@@ -1,4 +1,4 @@
-"""Shared sliding windows (cloudprofiler.windows): the same rows as Spark's own sliding window.
+"""Shared sliding windows (cloudprofiler.windows.shared): the same rows as Spark's own sliding window.
 
 Property tests draw random data (times, keys, values with nulls), window sizes and slides, and
 compare ``sliding_agg`` forced to share against Spark's native ``groupBy(window(...))`` row for
@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cloudprofiler import windows as W
+from cloudprofiler.windows import shared as W
 
 SCHEMA = "id long, k int, v long, d double, t timestamp"
 AGGS = [

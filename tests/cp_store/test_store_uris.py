@@ -258,7 +258,7 @@ def test_the_progress_report_reads_its_log_checkpoint_and_sync_from_s3(tmp_path:
 
 
 def test_the_demo_writes_its_latency_table_and_plots_to_s3(tmp_path: Path) -> None:
-    from cloudprofiler.demo_report import (
+    from cloudprofiler.jobs.demo_report import (
         PLOTS,
         RunClock,
         demo_series,
@@ -266,7 +266,6 @@ def test_the_demo_writes_its_latency_table_and_plots_to_s3(tmp_path: Path) -> No
         with_run_time,
         write_results,
     )
-
     from tests.helpers.demo_run import MEASURED, START, WARM_IDS
     from tests.helpers.demo_run import write_run as demo_run
 
@@ -302,8 +301,7 @@ def test_the_demo_and_maxrate_check_their_outputs_first(capsys: Any) -> None:
 
 
 def test_maxrate_measures_a_query_whose_sink_is_on_s3() -> None:
-    from cloudprofiler.queries import user_target
-
+    from cloudprofiler.jobs.queries import user_target
     from cp_store.batch_log import publish
 
     sink = f"s3://{CREDS}{BUCKET}/q/records"

@@ -25,10 +25,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from cloudprofiler.cli_process import stop_processes
 
 import native_tsc
 from cloudprofiler.cli import main
+from cloudprofiler.cli.process import stop_processes
 from cp_sync.ntp import NtpBound, PrivateChrony, chrony_missing
 from cp_sync.synthetic import stamp
 from native_tsc.domain import make_virtual

@@ -29,7 +29,8 @@ from cp_sync.coordinator import Coordinator, list_agents
 from cp_sync.host_agent import AgentSpec, agent_pids, ensure_agent, sweep_logs
 from cp_sync.sync_table import read_sync
 from cp_sync.synthetic import DOMAINS, synth_phases
-from cp_sync.translate import STATUSES, Translator
+from cp_sync.translate.relation import STATUSES
+from cp_sync.translate.translator import Translator
 from native_tsc import curve_keys as ck
 from native_tsc.domain import VirtualDomain, make_virtual
 from tests.helpers.polling import wait_for

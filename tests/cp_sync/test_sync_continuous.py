@@ -14,9 +14,9 @@ from types import SimpleNamespace
 
 import pyarrow.compute as pc
 import pytest
-from cloudprofiler.cli_process import stop_processes
 
 from cloudprofiler.cli import main
+from cloudprofiler.cli.process import stop_processes
 from cp_sync.coordinator import Coordinator
 from cp_sync.periodic import Load, Schedule, check_prefix, first_index, phase_name
 from cp_sync.sync_table import phase_order, read_sync

@@ -27,10 +27,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from cloudprofiler.cli_process import stop_processes
 
 import native_tsc
 from cloudprofiler.cli import main
+from cloudprofiler.cli.process import stop_processes
 from cp_sync.coordinator import Coordinator
 from cp_sync.sync_table import phase_order, read_sync
 from cp_sync.synthetic import invert, stamp

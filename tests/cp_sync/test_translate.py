@@ -15,7 +15,9 @@ from cp_sync.hull import AssumptionViolated, feasible_polygon
 from cp_sync.phase_spans import hull_constraints, pair_phases
 from cp_sync.sync_table import minrtt, read_sync, write_sync
 from cp_sync.synthetic import DOMAINS, Paths, stamp, synth_phases, synth_probes
-from cp_sync.translate import STATUSES, Translator, fit_relation, reference_hz
+from cp_sync.translate.records import reference_hz
+from cp_sync.translate.relation import STATUSES, fit_relation
+from cp_sync.translate.translator import Translator
 from native_tsc.domain import make_virtual
 
 T0 = 10**13

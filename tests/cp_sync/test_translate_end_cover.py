@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cp_sync.synthetic import Paths, SkewChange, synth_phases
-from cp_sync.translate import Translator
+from cp_sync.synthetic import Drift, Paths, synth_phases
+from cp_sync.translate.translator import Translator
 from native_tsc.domain import make_virtual
 
 HZ = 2_600_000_000
@@ -27,7 +27,7 @@ def _run(change_at: int | None, delta_ppm: float, seed: int):
     b0 = make_virtual("b", "-40", -(10**13))
     b: object = b0
     if change_at is not None:
-        b = SkewChange(b0, make_virtual("b", f"{-40 + delta_ppm:.3f}", -(10**13)), change_at)
+        b = Drift(b0, make_virtual("b", f"{-40 + delta_ppm:.3f}", -(10**13)), change_at)
     starts = [T0 + WINDOW * k // 3 for k in range(4)]
     table = synth_phases(
         [ref, b], starts, 20, rng, Paths((9_000, 30_000), (9_000, 30_000), gap=(1_000, 5_000))

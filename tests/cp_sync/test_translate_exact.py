@@ -15,7 +15,8 @@ import pytest
 from cp_sync.hull import feasible_polygon
 from cp_sync.phase_spans import hull_constraints, pair_phases
 from cp_sync.synthetic import Paths, synth_phases
-from cp_sync.translate import STATUSES, Translator
+from cp_sync.translate.relation import STATUSES
+from cp_sync.translate.translator import Translator
 from native_tsc.domain import make_virtual
 
 HZ = 2_600_000_000

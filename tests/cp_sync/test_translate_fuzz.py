@@ -16,8 +16,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from cp_sync.synthetic import Paths, SkewChange, synth_phases
-from cp_sync.translate import STATUSES, Translator
+from cp_sync.synthetic import Drift, Paths, synth_phases
+from cp_sync.translate.relation import STATUSES
+from cp_sync.translate.translator import Translator
 from native_tsc.domain import make_virtual
 
 HZ = 2_600_000_000
@@ -52,7 +53,7 @@ def _trial(seed: int) -> tuple[Counter, int, bool]:
         k = int(rng.integers(0, n_dom))
         v = doms[k]
         after = make_virtual(v.domain, f"{float(v.skew_ppm) + float(_ppm(rng, 50)):.3f}", v.offset)
-        run[k] = SkewChange(v, after, int(rng.integers(starts[0], starts[-1])))
+        run[k] = Drift(v, after, int(rng.integers(starts[0], starts[-1])))
     table = synth_phases(run, starts, int(rng.integers(1, 51)), rng, paths)
     n = 150
     rs = rng.integers(starts[0] - 2 * window, starts[-1] + 2 * window, n)

@@ -1,7 +1,7 @@
 """Per-record status of the translation: every reason a bound is not guaranteed, each refused alone.
 
 Synthetic probes between virtual domains of one raw counter (cp_sync.synthetic) give the exact truth
-for every record; a SkewChange domain drifts at a known instant.
+for every record; a Drift domain drifts at a known instant.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import pyarrow.parquet as pq
 
 from cloudprofiler.cli import main
 from cp_sync.sync_table import write_sync
-from cp_sync.synthetic import DOMAINS, Paths, SkewChange, synth_phases
-from cp_sync.translate import STATUSES, Translator
+from cp_sync.synthetic import DOMAINS, Drift, Paths, synth_phases
+from cp_sync.translate.relation import STATUSES
+from cp_sync.translate.translator import Translator
 from native_tsc.domain import make_virtual
 
 T0 = 10**13
@@ -112,7 +113,7 @@ def _drift_run(seed: int, change_ppm: str):
     rng = np.random.default_rng(seed)
     at = T0 + 5 * SEC
     b2 = make_virtual(B.domain, str(float(B.skew_ppm) + float(change_ppm)), B.offset)
-    doms = [REF, SkewChange(B, b2, at), C]
+    doms = [REF, Drift(B, b2, at), C]
     starts = [T0 + 2 * k * SEC for k in range(6)]
     table = synth_phases(doms, starts, 60, rng)
     n = 6000
@@ -236,7 +237,7 @@ def test_translate_command_reports_statuses_and_strict_fails_alone(tmp_path, cap
 
 def test_summaries_count_every_status_and_skip_rows_without_figures() -> None:
     from cp_sync.report import status_rows, summarize
-    from cp_sync.translate import translate_points
+    from cp_sync.translate.records import translate_points
 
     rng = np.random.default_rng(3)
     table = synth_phases(DOMAINS[:2], [T0, T0 + SEC], 10, rng)

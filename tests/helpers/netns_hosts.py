@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from cloudprofiler.cli_process import cli_argv, stop_processes
 
+from cloudprofiler.cli.process import cli_argv, stop_processes
 from tests.helpers.polling import wait_for
 
 

@@ -16,10 +16,10 @@ from zoneinfo import ZoneInfo
 import orjson
 import pyarrow as pa
 import pytest
-from cloudprofiler.cli_process import cli_argv, stop_processes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cloudprofiler.cli.process import cli_argv, stop_processes
 from cp_source.factory.workers import PARSERS, make_accumulator
 from cp_source.wire.bucket import BucketError
 from cp_source.wire.workloads import Workload, parse_ddl
