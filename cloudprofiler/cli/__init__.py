@@ -4,6 +4,12 @@ Each subcommand lives in the package that owns the work. A command module
 provides ``DESCRIPTION`` (help text with examples), ``add_arguments(parser)``
 and ``run(args) -> int``; it is imported only when its command runs, so
 ``cloudprofiler tsc`` does not pay for importing Spark.
+
+One naming scheme: a command that only parses and prints is the ``cli`` module
+of the (sub)package doing its work (``cp_source.generate.cli``,
+``cp_sync.translate.cli``, ``native_tsc.cli``); a job that is its own command
+keeps the job's module (``cloudprofiler.jobs.demo``, ``native_tsc.curve_keys``).
+No module is named ``*_cli``.
 """
 
 from __future__ import annotations
