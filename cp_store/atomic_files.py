@@ -21,7 +21,10 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, TypedDict
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # in typing from Python 3.12
 
 PathLike = str | os.PathLike[str]
 
@@ -110,16 +113,18 @@ def replacing_path(path: PathLike, *, durable: bool = False, sync_dir: bool = Tr
             fsync_path(name)  # the data before the name
 
 
+class ReplaceOptions(TypedDict, total=False):
+    """The options of :func:`replacing` besides ``durable``, as :func:`atomic_write` passes them on."""
+
+    sync_dir: bool
+    tmp: PathLike | None
+    suffix: str
+    mode: int
+
+
 def atomic_write(
-    path: PathLike,
-    data: bytes,
-    durable: bool = False,
-    *,
-    sync_dir: bool = True,
-    tmp: PathLike | None = None,
-    suffix: str = ".tmp",
-    mode: int = 0o600,
+    path: PathLike, data: bytes, durable: bool = False, **options: Unpack[ReplaceOptions]
 ) -> None:
     """Replace ``path`` with ``data`` (see :func:`replacing` for the options)."""
-    with replacing(path, durable=durable, sync_dir=sync_dir, tmp=tmp, suffix=suffix, mode=mode) as f:
+    with replacing(path, durable=durable, **options) as f:
         f.write(data)
