@@ -25,7 +25,7 @@ from cp_source.generate.pacing import Emission, emit
 from cp_source.generate.payloads import BucketTooLarge, check_fits, sender_payloads
 from cp_source.generate.settings import SenderCounters, SenderSettings
 from cp_source.wire import bucket as bk
-from cp_source.wire.sender_link import AckInfo, DisconnectWatch, close_stream_info, open_link_info
+from cp_source.wire.sender_link import AckInfo, DisconnectWatch, close_stream_info, open_link
 
 SEND_HWM = 8  # at least this many buckets may wait in a sender's queue ...
 SEND_QUEUE_S = 0.05  # ... or as many as it offers in 50 ms, so scheduling jitter is not a drop
@@ -49,7 +49,7 @@ def _open_link(
         hwm = max(SEND_HWM, min(by_time, SEND_QUEUE_MAX_BYTES // max(1, bucket_bytes)))
     ctx: zmq.Context[Any] = zmq.Context()
     try:
-        return ctx, *open_link_info(ctx, endpoint, packer, hwm, s.ready_timeout, s.curve_keys)
+        return ctx, *open_link(ctx, endpoint, packer, hwm, s.ready_timeout, s.curve_keys)
     except BaseException:
         ctx.term()
         raise

@@ -133,22 +133,8 @@ def pack_header(h: Header) -> bytes:
         raise ValueError(f"domain id longer than 64 bytes: {h.domain!r}")
     if not 0 <= h.sender_id <= MAX_SENDER:
         raise ValueError(f"sender id {h.sender_id} out of range 0..{MAX_SENDER}")
-    return HEADER.pack(
-        MAGIC,
-        VERSION,
-        h.codec,
-        h.kind,
-        0,
-        h.sender_id,
-        h.seq,
-        h.first_id,
-        h.count,
-        h.payload_len,
-        h.tsc,
-        h.wall_ns,
-        len(dom),
-        dom,
-    )
+    packer = HeaderPacker(h.sender_id, h.domain, h.codec)  # the one place that lays the fields out
+    return bytes(packer.pack(h.kind, h.seq, h.first_id, h.count, h.payload_len, h.tsc, h.wall_ns))
 
 
 class HeaderPacker:

@@ -166,25 +166,14 @@ def open_link(
     hwm: int,
     timeout_s: float,
     curve_keys: str | None = None,
-) -> zmq.Socket:
-    """A DEALER connected to ``endpoint`` whose hello a factory acknowledged within ``timeout_s``.
+) -> tuple[zmq.Socket, AckInfo]:
+    """A DEALER connected to ``endpoint`` whose hello a factory acknowledged within ``timeout_s``,
+    and what the factory's answer to the hello said (its frame cap).
 
     With ``curve_keys`` the socket speaks CURVE with the client key in that directory. A factory
     refuses a wrong or missing key without a word: the handshake watch names that failure in the
     ``FactoryUnavailable`` message instead of a bare timeout.
     """
-    return open_link_info(ctx, endpoint, packer, hwm, timeout_s, curve_keys)[0]
-
-
-def open_link_info(
-    ctx: zmq.Context,
-    endpoint: str,
-    packer: bk.HeaderPacker,
-    hwm: int,
-    timeout_s: float,
-    curve_keys: str | None = None,
-) -> tuple[zmq.Socket, AckInfo]:
-    """:func:`open_link`, and what the factory's answer to the hello said (its frame cap)."""
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.SNDHWM, hwm)
     sock.setsockopt(zmq.LINGER, 0)

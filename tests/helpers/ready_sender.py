@@ -25,7 +25,7 @@ class HandSender:
     def __init__(self, ctx: zmq.Context, endpoint: str, sender_id: int) -> None:
         self.sender_id = sender_id
         self.packer = bk.HeaderPacker(sender_id, native_tsc.domain_id())
-        self.sock = open_link(ctx, endpoint, self.packer, 64, 60.0)
+        self.sock, _ = open_link(ctx, endpoint, self.packer, 64, 60.0)
         self.next_id = bk.tuple_id(sender_id, 0)
         self.sent = 0  # data buckets sent (what the end of stream reports)
         self.emitted = 0

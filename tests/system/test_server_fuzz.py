@@ -286,7 +286,7 @@ def test_factory_front_end_survives_fuzz(servers: dict[str, LiveServer]) -> None
         """A hello under a new sender id is answered: acknowledged, or refused when the fuzz sent
         tuples under that id (a sender id is said hello to once per spool)."""
         try:
-            sock = open_link(ctx, srv.endpoint, bk.HeaderPacker(next(fresh_ids), "fuzz-check"), 16, 10.0)
+            sock, _ = open_link(ctx, srv.endpoint, bk.HeaderPacker(next(fresh_ids), "fuzz-check"), 16, 10.0)
         except SenderIdInUse:
             return
         sock.close(0)

@@ -368,7 +368,7 @@ def test_a_heartbeat_past_the_seq_window_does_not_pin_a_senders_progress(
     f = factories(workers=1)
     packer = bk.HeaderPacker(77, "test-domain")
     ctx: zmq.Context[Any] = zmq.Context()
-    sock = open_link(ctx, f.endpoint, packer, 16, WAIT_S)
+    sock, _ = open_link(ctx, f.endpoint, packer, 16, WAIT_S)
     try:
         for seq, ms in ((10, 5), (bk.SEQ_WINDOW + 1, 9), (11, 6)):
             sock.send_multipart([bytes(packer.pack(bk.KIND_HEARTBEAT, seq, 0, 0, 0, 1, ms * 1_000_000)), b""])
