@@ -61,6 +61,30 @@ STREAM_STAGE_COST = 25.0
 MIN_GAIN = 1.25  # share only when the native cost exceeds the shared one by this factor
 
 
+@dataclass(frozen=True)
+class Agg:
+    """One aggregate: ``func`` over ``column`` (``"*"`` for ``count``), named ``alias`` in the output."""
+
+    func: str
+    column: str
+    alias: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The cost model's verdict for one query, costs per input row (Enorm's Split vs Combine CPU cost)."""
+
+    shared: bool
+    size_us: int
+    slide_us: int
+    pane_us: int
+    overlap: int  # windows a row falls in: the native copies per row
+    rows_per_group: float  # rows per pane and key (estimated or given)
+    native_cost: float
+    shared_cost: float
+    reason: str
+
+
 def duration_us(value: str | int | float, what: str = "duration", zero: bool = False) -> int:
     """``value`` in microseconds: seconds as a number, or ``"<n> <unit>"`` (us, ms, s, m, h, d)."""
     if isinstance(value, bool):
@@ -82,15 +106,6 @@ def duration_us(value: str | int | float, what: str = "duration", zero: bool = F
     return out
 
 
-@dataclass(frozen=True)
-class Agg:
-    """One aggregate: ``func`` over ``column`` (``"*"`` for ``count``), named ``alias`` in the output."""
-
-    func: str
-    column: str
-    alias: str
-
-
 def parse_aggs(aggs: Iterable[Sequence[str]]) -> list[Agg]:
     """``(func, column)`` or ``(func, column, alias)`` items as :class:`Agg` (alias ``func_column``)."""
     out: list[Agg] = []
@@ -110,21 +125,6 @@ def parse_aggs(aggs: Iterable[Sequence[str]]) -> list[Agg]:
     if len(set(names)) != len(names):
         raise ValueError(f"aggregate names must be distinct, got {names}")
     return out
-
-
-@dataclass(frozen=True)
-class Decision:
-    """The cost model's verdict for one query, costs per input row (Enorm's Split vs Combine CPU cost)."""
-
-    shared: bool
-    size_us: int
-    slide_us: int
-    pane_us: int
-    overlap: int  # windows a row falls in: the native copies per row
-    rows_per_group: float  # rows per pane and key (estimated or given)
-    native_cost: float
-    shared_cost: float
-    reason: str
 
 
 def plan(
