@@ -49,6 +49,10 @@ KINDS = {
 
 HEADER = struct.Struct("<4sBBBBIQqIIqqB64s11x")
 assert HEADER.size == 128
+# HEADER's fields from kind to wall_ns (bytes 6..51): what a sender's next message changes
+_VARYING = struct.Struct("<BBIQqIIqq")
+_VARYING_AT = 6
+assert _VARYING_AT + _VARYING.size == struct.calcsize("<4sBBBBIQqIIqq")
 
 SENDER_BITS = 24
 SEQ_BITS = 39  # tuples per sender; sender id in the high bits keeps ids unique and positive
@@ -147,27 +151,16 @@ class HeaderPacker:
         if len(self.domain) > 64:
             raise ValueError(f"domain id longer than 64 bytes: {domain!r}")
         self.buf = bytearray(HEADER.size)
+        # magic, version, codec and the domain once, here; pack rewrites the fields from kind on
+        fixed = (MAGIC, VERSION, codec, 0, 0, sender_id, 0, 0, 0, 0, 0, 0, len(self.domain), self.domain)
+        HEADER.pack_into(self.buf, 0, *fixed)
 
     def pack(
         self, kind: int, seq: int, first_id: int, count: int, payload_len: int, tsc: int, wall_ns: int
     ) -> bytearray:
-        HEADER.pack_into(
-            self.buf,
-            0,
-            MAGIC,
-            VERSION,
-            self.codec,
-            kind,
-            0,
-            self.sender_id,
-            seq,
-            first_id,
-            count,
-            payload_len,
-            tsc,
-            wall_ns,
-            len(self.domain),
-            self.domain,
+        """The header of one message (this buffer, rewritten in place)."""
+        _VARYING.pack_into(
+            self.buf, _VARYING_AT, kind, 0, self.sender_id, seq, first_id, count, payload_len, tsc, wall_ns
         )
         return self.buf
 
