@@ -42,16 +42,12 @@ class HandlerSpec:
     params: dict[str, int] = field(default_factory=dict)
 
     @property
-    def n(self) -> int:
-        return self.params["n"]
-
-    @property
-    def x(self) -> int:
-        return self.params["x"]
-
-    @property
-    def y(self) -> int:
-        return self.params["y"]
+    def modulo(self) -> tuple[int, int]:
+        """(m, below) of downsample and xoy, which keep the tuples with ``t mod m < below``
+        (downsample(n) is xoy(1, n))."""
+        if self.name == "downsample":
+            return self.params["n"], 1
+        return self.params["y"], self.params["x"]
 
     @property
     def period_ms(self) -> int:
@@ -119,10 +115,8 @@ def selected_positions(spec: HandlerSpec, ids: np.ndarray) -> np.ndarray | None:
     n = ids.shape[0]
     if spec.name == "identity":
         return None
-    if spec.name == "downsample":
-        return _select_mod(ids, spec.n, 1)
-    if spec.name == "xoy":
-        return _select_mod(ids, spec.y, spec.x)
+    if spec.name in ("downsample", "xoy"):
+        return _select_mod(ids, *spec.modulo)
     if spec.name == "firstlast":
         return np.array([0, n - 1] if n > 1 else [0] * n, dtype=np.int64)
     return np.empty(0, np.int64)  # pc and null keep no tuples

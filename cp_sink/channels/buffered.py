@@ -167,39 +167,28 @@ class _SelectingChannel(BufferedChannel):
     def _seen(self, logged: int) -> int:
         return self._log_seen() + self._batch_seen
 
-    def _modulo_log(
-        self, ids: list[int] | Refusal, tscs: list[int], below: int, modulus: int
-    ) -> Callable[[int], None]:
-        """A log keeping the pairs with ``t mod modulus < below``, counting every id it sees."""
+
+class ModuloChannel(_SelectingChannel):
+    """downsample(n) and xoy(x, y): pairs with ``t mod m < below`` (``HandlerSpec.modulo``), as the
+    sink's handler keeps them."""
+
+    def _make_log(self, ids: list[int] | Refusal, tscs: list[int]) -> Callable[[int], None]:
         now = native_tsc.now
-        m: int | Refusal = modulus
+        m, below = self._spec.modulo
+        modulus: int | Refusal = m
         seen = 0
 
         def log(t: int) -> None:
             nonlocal seen
-            if t % m < below:
+            if t % modulus < below:
                 ids.append(t)
                 tscs.append(now())
             seen += 1  # after the test, which raises once the file failed: that id is not seen
 
         def refuse() -> None:
-            nonlocal m
-            m = self._refusal  # every call computes t % m, kept or not: the next one raises
+            nonlocal modulus
+            modulus = self._refusal  # every call computes t % modulus, kept or not: the next one raises
 
         self._on_failure(refuse)
         self._log_seen = lambda: seen
         return log
-
-
-class DownsampleChannel(_SelectingChannel):
-    """downsample(n): pairs with ``t mod n == 0``, as the sink's handler keeps them."""
-
-    def _make_log(self, ids: list[int] | Refusal, tscs: list[int]) -> Callable[[int], None]:
-        return self._modulo_log(ids, tscs, 1, self._spec.n)  # t mod n < 1: xoy(1, n), as the handler
-
-
-class XoYChannel(_SelectingChannel):
-    """xoy(x, y): pairs with ``t mod y < x``."""
-
-    def _make_log(self, ids: list[int] | Refusal, tscs: list[int]) -> Callable[[int], None]:
-        return self._modulo_log(ids, tscs, self._spec.x, self._spec.y)

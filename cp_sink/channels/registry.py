@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from cp_sink.channels.buffered import BufferedChannel, DownsampleChannel, XoYChannel
+from cp_sink.channels.buffered import BufferedChannel, ModuloChannel
 from cp_sink.channels.channel import Channel
 from cp_sink.channels.firstlast import FirstLastChannel
 from cp_sink.channels.identity import IdentityChannel
@@ -18,8 +18,8 @@ ChannelFactory = Callable[[str, str, Path, str, dict[str, int]], Channel]
 FAMILIES: dict[str, ChannelFactory] = {
     "identity": IdentityChannel,
     "buffered": BufferedChannel,
-    "downsample": DownsampleChannel,
-    "xoy": XoYChannel,
+    "downsample": ModuloChannel,
+    "xoy": ModuloChannel,
     "pc": PeriodicCounterChannel,
     "firstlast": FirstLastChannel,
     "null": NullChannel,
