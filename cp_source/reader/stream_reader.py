@@ -12,10 +12,13 @@ Spark runs this class in three kinds of Python processes:
   reader state, ``_reader.json``, is published once they are ready);
 * executor Python workers call ``read(partition)``.
 
-So the constructor only parses options; driver-side state is created lazily
-and dropped when the reader is pickled.
+So the constructor only parses options and picks the query's plan source
+(``cp_source.reader.plan_sources``: its own spool or factory hosts, arrival or
+ready order); what that starts is created lazily and dropped when the reader is
+pickled. Executors read through ``cp_source.reader.partitions``.
 
-An offset names its spool: ``{"spool": "<id>", "w0": 12, "w1": 9}``. An offset
+An offset names its spool: ``{"spool": "<id>", "w0": 12, "w1": 9}``
+(``cp_source.ready.offsets`` has every form). An offset
 of another spool (a checkpoint reused on a new spool) or without an id (a
 checkpoint of an earlier version) is refused before anything is read or
 deleted, and an executor checks every segment it reads against what the
