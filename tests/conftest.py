@@ -1,4 +1,5 @@
-"""Shared fixtures: one SparkSession for the whole run, and external factories on free ports.
+"""Shared fixtures: one SparkSession for the whole run, external factories on free ports, a ZeroMQ
+context and a set of CurveZMQ keys.
 Helper functions live in tests/helpers."""
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    import zmq
+
     from cp_source.factory.supervisor import FactoryHandle
 
 # Spark's Python workers must run the interpreter that has this package (also for sessions that
@@ -68,3 +71,23 @@ def factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FactoryH
         yield handle
     finally:
         handle.stop()
+
+
+@pytest.fixture
+def ctx() -> Iterator[zmq.Context]:
+    """A ZeroMQ context of the test's own, terminated after it."""
+    import zmq
+
+    c = zmq.Context()
+    yield c
+    c.term()
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A generated set of CurveZMQ keys (native_tsc.curve_keys), one per test module."""
+    from native_tsc import curve_keys
+
+    d = tmp_path_factory.mktemp("curve") / "keys"
+    curve_keys.generate(d)
+    return d

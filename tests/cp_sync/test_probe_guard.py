@@ -293,13 +293,6 @@ def _end(procs: list[subprocess.Popen]) -> None:
             p.wait()
 
 
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("curve") / "keys"
-    curve_keys.generate(d)
-    return d
-
-
 @pytest.fixture(params=["plain", "keyed"])
 def cluster(request: pytest.FixtureRequest, keys: Path) -> Iterator[tuple[str, str | None]]:
     """A coordinator process and two agent processes, with keys or without: (address, keys).

@@ -33,13 +33,6 @@ from tests.helpers.ready_sender import HandSender, rows_of, truth, wait_rows
 
 
 @pytest.fixture
-def ctx() -> Iterator[zmq.Context]:
-    c = zmq.Context()
-    yield c
-    c.term()
-
-
-@pytest.fixture
 def two(tmp_path: Path) -> Iterator[list[FactoryHost]]:
     hosts = [FactoryHost(tmp_path / "spool-a"), FactoryHost(tmp_path / "spool-b")]
     try:
