@@ -23,6 +23,7 @@ from cloudprofiler.jobs.queries import Target
 from cloudprofiler.jobs.rate_search import SearchResult, Step, Trial, bisect_search, linear_search
 from cp_store.location import Location, redact, resolve
 from cp_store.tables import output_file, resolve_option, write_figure
+from native_tsc.cli_options import options_of
 
 DESCRIPTION = """Find the maximum rate a streaming query sustains: constant-rate trials of
 --duration seconds from fresh sender ids; a trial passes when the generator
@@ -388,19 +389,19 @@ def run(args: argparse.Namespace) -> int:
             f"-> [{colour}]{step.verdict}[/{colour}]"
         )
 
-    opts = dict(
-        method=args.method,
-        start=args.start,
-        increment=args.increment,
-        max_rate=args.max_rate,
-        tolerance=args.tolerance,
-        max_steps=args.max_steps,
-        duration=args.duration,
-        grace=args.grace,
-        retries=args.retries,
-        latency_slope_limit=args.latency_slope,
-        progress=progress,
+    names = (
+        "method",
+        "start",
+        "increment",
+        "max_rate",
+        "tolerance",
+        "max_steps",
+        "duration",
+        "grace",
+        "retries",
     )
+    opts = options_of(args, *names, latency_slope_limit="latency_slope")
+    opts["progress"] = progress
     if args.sink:
         target = user_target(args.sink, args.spool, args.endpoint, args.bucket, args.senders)
         console.print(f"measuring the query that writes {redact(args.sink)}")
@@ -420,11 +421,7 @@ def run(args: argparse.Namespace) -> int:
         target, query = start_source_query(
             spark,
             out,
-            workers=args.workers,
-            max_spool_bytes=args.max_spool_bytes,
-            handler=args.handler,
-            bucket=args.bucket,
-            senders=args.senders,
+            **options_of(args, "workers", "max_spool_bytes", "handler", "bucket", "senders"),
         )
         console.print(f"built-in query: cloudprofiler source -> YSB join -> sink ({args.handler}) in {out}")
         result, trial, attempts = find_max_rate(target, **opts)

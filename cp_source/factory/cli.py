@@ -12,6 +12,7 @@ from typing import Any
 
 from cp_source.factory.workers import PARSERS
 from cp_source.spool.durability import DURABILITY_LEVELS
+from native_tsc.cli_options import options_of
 
 DESCRIPTION = """\
 Run a deserializing factory: bind a ZeroMQ PULL socket, spread buckets over
@@ -183,16 +184,19 @@ def _start(args: argparse.Namespace, workload: str) -> Any:
     return start_factory(
         args.endpoint,
         args.spool,
-        workers=args.workers,
         workload=workload,
-        schema=args.schema,
-        max_spool_bytes=args.max_spool_bytes,
-        flush_rows=args.flush_rows,
-        flush_ms=args.flush_ms,
-        max_frame_bytes=args.max_frame_bytes,
-        parser=args.parser,
         durability="strict" if args.fsync else args.durability,
-        curve_keys=args.curve_keys,
+        **options_of(
+            args,
+            "workers",
+            "schema",
+            "max_spool_bytes",
+            "flush_rows",
+            "flush_ms",
+            "max_frame_bytes",
+            "parser",
+            "curve_keys",
+        ),
     )
 
 
