@@ -47,6 +47,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from cp_store.atomic_files import fsync_path
+from cp_store.json_object import json_object
 from cp_store.location import Location, StoreError, first_line, resolve
 
 COMMITS = "_commits"
@@ -168,12 +169,7 @@ def is_committed(root: Location, batch_id: int) -> bool:
 
 def parse_manifest(data: bytes, batch_id: int, uri: str) -> Manifest:
     """Check a manifest's fields; a bad one is a one-line ManifestError naming ``uri`` and the field."""
-    try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        raise ManifestError(f"{uri}: not JSON ({first_line(e)})") from None
-    if not isinstance(doc, dict):
-        raise ManifestError(f"{uri}: expected a JSON object, got {_show(doc)}")
+    doc = json_object(data, uri, ManifestError, lambda value: f"expected a JSON object, got {_show(value)}")
     if doc.get("v") != MANIFEST_VERSION:
         raise ManifestError(f"{uri}: field v: expected {MANIFEST_VERSION}, got {_show(doc.get('v'))}")
     if doc.get("batch_id") != batch_id or isinstance(doc.get("batch_id"), bool):

@@ -24,6 +24,7 @@ from pathlib import Path
 import orjson
 import pyarrow as pa
 
+from cp_store.json_object import json_object
 from native_tsc.stamp_columns import FACTORY, GEN, SOURCE, node_column, stamp_columns, tsc_column
 
 AD_TYPES = ("banner", "modal", "sponsored-search", "mail", "mobile")
@@ -187,12 +188,7 @@ def file_lines(path: str | Path, max_lines: int = 1_000_000) -> list[bytes]:
             line = line.strip()
             if not line:
                 continue
-            try:
-                obj = orjson.loads(line)
-            except orjson.JSONDecodeError as e:
-                raise ValueError(f"{path}:{i}: not JSON ({e})") from None
-            if not isinstance(obj, dict):
-                raise ValueError(f"{path}:{i}: each line must be a JSON object")
+            obj = json_object(line, f"{path}:{i}", ValueError, lambda _: "each line must be a JSON object")
             out.append(orjson.dumps(obj))
             if len(out) >= max_lines:
                 break
