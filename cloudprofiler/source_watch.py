@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cp_source.reader.state import process_start_ticks, read_reader_state
+from cp_source.reader.state import read_reader_state
 from cp_source.spool.names import WORKER_RE
 from cp_source.spool.segments import SPOOL_FILE, Spool, SpoolMismatchError
+from native_tsc.process_times import process_start_ticks
 
 READ_ATTEMPTS = 3  # a commit or compaction between two reads makes them disagree: read again
 

@@ -1,6 +1,11 @@
-"""Start-up timestamps across processes, for finding where a query's start-up goes.
+"""When a process started, and start-up timestamps across processes.
 
-Off unless ``CLOUDPROFILER_STARTUP_TRACE`` names a file: then every ``mark`` appends one line
+``process_start_ticks`` names one process together with its pid: a pid reused later has another
+start time (``_reader.json`` and the factory hosts' status file tell a live owner from a dead one
+by it).
+
+The start-up trace finds where a query's start-up goes. It is off unless
+``CLOUDPROFILER_STARTUP_TRACE`` names a file: then every ``mark`` appends one line
 ``<wall seconds> <pid> <event>`` to it (one ``write`` on an ``O_APPEND`` descriptor, so lines of
 the Spark runner, the factory workers and the generator do not mix). Set it before the
 SparkSession starts so Spark's Python workers inherit it (``benchmarks/readpath.py --trace``).
@@ -10,8 +15,27 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 TRACE_ENV = "CLOUDPROFILER_STARTUP_TRACE"
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """The start time of ``pid`` in clock ticks since boot (Linux), or None if it does not run."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return _start_ticks(raw)
+
+
+def _start_ticks(stat: bytes) -> int | None:
+    # the command name (field 2) may hold spaces or parentheses: split after its closing one
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        return int(fields[19])  # field 22 of the whole line
+    except (IndexError, ValueError):
+        return None
 
 
 def mark(event: str, at: float | None = None) -> None:
@@ -38,13 +62,13 @@ def mark_process_start(who: str) -> None:
 
 def process_start_wall() -> float | None:
     """This process's start as wall time (Linux), to time the interpreter's own start-up."""
+    ticks = process_start_ticks(os.getpid())
     try:
-        with open("/proc/self/stat", "rb") as f:
-            stat = f.read()
-        ticks = int(stat[stat.rfind(b")") + 2 :].split()[19])
         with open("/proc/uptime", "rb") as f:
             uptime = float(f.read().split()[0])
     except (OSError, ValueError, IndexError):
+        return None
+    if ticks is None:
         return None
     return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
 

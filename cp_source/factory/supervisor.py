@@ -30,7 +30,6 @@ import pyarrow as pa
 import zmq
 
 from cp_source.factory.front import FrontEnd
-from cp_source.factory.startup_trace import mark
 from cp_source.factory.workers import DEFAULT_FLUSH_MS, DEFAULT_FLUSH_ROWS, HWM, PARSERS, free_bytes
 from cp_source.spool.durability import check_durability
 from cp_source.spool.ledger import WorkerState
@@ -39,6 +38,7 @@ from cp_source.wire import bucket as bk
 from cp_source.wire.workloads import resolve
 from cp_store.private_dirs import ensure_private_dir
 from native_tsc import curve_keys as ck
+from native_tsc.process_times import mark
 from native_tsc.zmq_bounds import frame_hard_cap
 
 FRONT_HWM = 16  # absorbs scheduling hiccups of a busy host

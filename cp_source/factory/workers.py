@@ -33,12 +33,12 @@ import zmq
 import native_tsc
 from cp_source.factory.deadletter import DeadLetterWriter, read_dead_letters
 from cp_source.factory.front import MAX_FRAMES
-from cp_source.factory.startup_trace import mark, mark_process_start
 from cp_source.spool.front_records import read_front_ledger
 from cp_source.spool.segment_writer import SegmentWriter
 from cp_source.spool.segments import spool_bytes
 from cp_source.wire import bucket as bk
 from cp_source.wire.workloads import Workload, resolve
+from native_tsc.process_times import mark, mark_process_start
 from native_tsc.zmq_bounds import recv_bounded
 
 # Segments are not published into the last this many bytes of the spool's filesystem, so the ledger's

@@ -17,7 +17,6 @@ from typing import Any
 import zmq
 
 import native_tsc
-from cp_source.factory.startup_trace import mark
 from cp_source.generate.delayed import DelayedEmitter
 from cp_source.generate.events import EventSettings
 from cp_source.generate.hot_keys import Payloads
@@ -26,6 +25,7 @@ from cp_source.generate.payloads import BucketTooLarge, check_fits, sender_paylo
 from cp_source.generate.settings import SenderCounters, SenderSettings
 from cp_source.wire import bucket as bk
 from cp_source.wire.sender_link import AckInfo, DisconnectWatch, close_stream_info, open_link
+from native_tsc.process_times import mark
 
 SEND_HWM = 8  # at least this many buckets may wait in a sender's queue ...
 SEND_QUEUE_S = 0.05  # ... or as many as it offers in 50 ms, so scheduling jitter is not a drop

@@ -24,6 +24,7 @@ import orjson
 from cp_source.hosts.registry import read_registry
 from cp_source.ready.offsets import MAX_FACTORIES
 from cp_source.spool.names import SPOOL_ID_RE, WIRE_WORKER_RE
+from native_tsc.process_times import process_start_ticks
 
 STATUS_FILE = "_factories.json"
 MAX_WORKERS = 64  # per factory, as the factory's --workers allows
@@ -346,15 +347,11 @@ class HostLinks:
 
 
 def _own_ticks() -> int | None:
-    from cp_source.reader.state import process_start_ticks
-
     return process_start_ticks(os.getpid())
 
 
 def read_status(status_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     """``_factories.json`` of a status directory, with ``live`` (its writer still runs); None if absent."""
-    from cp_source.reader.state import process_start_ticks
-
     try:
         doc = orjson.loads((Path(status_dir) / STATUS_FILE).read_bytes())
     except (FileNotFoundError, orjson.JSONDecodeError):

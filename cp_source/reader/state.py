@@ -21,26 +21,9 @@ from pathlib import Path
 import orjson
 
 from cp_store.atomic_files import atomic_write
+from native_tsc.process_times import process_start_ticks
 
 READER_STATE_FILE = "_reader.json"
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """The start time of ``pid`` in clock ticks since boot (Linux), or None if it does not run.
-
-    Together with the pid it names one process: a pid reused after a reboot or by
-    another process has another start time.
-    """
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    # the command name (field 2) may hold spaces or parentheses: split after its closing one
-    fields = raw[raw.rfind(b")") + 2 :].split()
-    try:
-        return int(fields[19])  # field 22 of the whole line
-    except (IndexError, ValueError):
-        return None
 
 
 @dataclass(frozen=True)

@@ -39,11 +39,11 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from cp_source.factory.startup_trace import mark, mark_process_start
 from cp_source.reader.options import ReaderOptions, check_schema
 from cp_source.reader.partitions import SegmentRange, read_partition
 from cp_source.reader.plan_sources import PlanSource, plan_source
 from cp_source.ready.batch_plan import ReadySlice
+from native_tsc.process_times import mark, mark_process_start
 
 
 class RefusedStreamReader(DataSourceStreamReader):

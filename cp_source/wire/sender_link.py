@@ -36,9 +36,9 @@ import orjson
 import zmq
 
 import native_tsc
-from cp_source.factory.startup_trace import mark
 from cp_source.wire import bucket as bk
 from native_tsc import curve_keys as ck
+from native_tsc.process_times import mark
 
 DEFAULT_READY_TIMEOUT_S = 10.0
 RESEND_S = 1.0
