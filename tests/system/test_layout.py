@@ -17,6 +17,8 @@ ALLOWED = {
     "cp_sync": {"native_tsc", "cp_store"},
     "cloudprofiler": {"native_tsc", "cp_store", "cp_source", "cp_sink", "cp_sync"},
 }
+# cp_source's subpackages, top to bottom: each imports only those after it (docs/architecture.md).
+SOURCE_ORDER = ["reader", "generate", "factory", "hosts", "ready", "spool", "wire", "klink"]
 MAX_MODULE_LINES = 600
 MAX_CLASS_LINES = 300
 MAX_FUNCTION_LINES = 80
@@ -91,6 +93,21 @@ def test_packages_import_only_downwards() -> None:
             other = target.split(".")[0]
             if other in ALLOWED and other != pkg and other not in ALLOWED[pkg]:
                 bad.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    assert not bad, bad
+
+
+def test_source_subpackages_import_only_downwards() -> None:
+    subpackages = {p.name for p in (ROOT / "cp_source").iterdir() if (p / "__init__.py").exists()}
+    assert subpackages == set(SOURCE_ORDER)
+    bad = []
+    for mod, path in MODULES.items():
+        parts = mod.split(".")
+        if parts[0] != "cp_source" or len(parts) < 3:
+            continue
+        for target, _, line in _imports(path):
+            t = target.split(".")
+            if t[0] == "cp_source" and len(t) > 1 and SOURCE_ORDER.index(t[1]) < SOURCE_ORDER.index(parts[1]):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {target} (up from {parts[1]})")
     assert not bad, bad
 
 
