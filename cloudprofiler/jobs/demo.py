@@ -45,6 +45,7 @@ import native_tsc
 from cloudprofiler.cli.process import cli_argv, stop_processes
 from cloudprofiler.errors import CommandError
 from cloudprofiler.jobs.demo_report import DemoLayout
+from cp_source.generate.cli import add_bucket_option
 from cp_store.location import Location, resolve
 
 DESCRIPTION = """Run the YSB pipeline on embedded defaults: local Spark (local[2], UI off), the
@@ -88,7 +89,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, default=10.0, help="seconds of generated load (default 10)")
     p.add_argument("--rate", type=float, default=50_000, help="tuples per second offered (default 50000)")
     p.add_argument("--workers", type=int, default=2, help="factory worker processes (default 2)")
-    p.add_argument("--bucket", type=int, default=1000, help="tuples per bucket (default 1000)")
+    add_bucket_option(p)
     p.add_argument(
         "--warmup",
         type=float,

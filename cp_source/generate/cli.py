@@ -157,12 +157,17 @@ def _add_skew_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_bucket_option(parser: argparse.ArgumentParser) -> None:
+    """``--bucket``, the same option wherever a command starts generators with the default bucket."""
+    parser.add_argument("--bucket", type=int, default=1000, help="tuples per bucket (default 1000)")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--endpoint", default="tcp://127.0.0.1:5555", help="factory endpoint to connect to")
     parser.add_argument("--rate", type=_positive_float, required=True, help="tuples per second (all senders)")
     parser.add_argument("--duration", type=_positive_float, required=True, help="seconds to offer the rate")
     parser.add_argument("--senders", type=int, default=1, help="sender processes sharing the rate")
-    parser.add_argument("--bucket", type=int, default=1000, help="tuples per bucket (default 1000)")
+    add_bucket_option(parser)
     parser.add_argument("--workload", default="ysb", help="ysb (default) or file:PATH (NDJSON to replay)")
     parser.add_argument(
         "--sender-base",
