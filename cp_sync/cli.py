@@ -73,6 +73,15 @@ def _sub(sub: Any, name: str, summary: str, description: str) -> argparse.Argume
     )
 
 
+def _add_client_keys(p: argparse.ArgumentParser) -> None:
+    """``--curve-keys`` of the coordinator's clients (agent and run): the key they connect with."""
+    p.add_argument(
+        "--curve-keys",
+        metavar="DIR",
+        help="CurveZMQ keys directory (made by: keys generate --out DIR): connect with the client key in DIR",
+    )
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``cloudprofiler sync``."""
     sub = p.add_subparsers(dest="action", required=True, metavar="{serve,agent,run}")
@@ -97,11 +106,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also answer probes from IP (repeatable): a relay in front of --advertise that forwards from "
         "its own address; the run's agents are answered without it",
     )
-    a.add_argument(
-        "--curve-keys",
-        metavar="DIR",
-        help="CurveZMQ keys directory (made by: keys generate --out DIR): connect with the client key in DIR",
-    )
+    _add_client_keys(a)
     r = _sub(sub, "run", "probe every ordered pair of agents, once or periodically", RUN_DESCRIPTION)
     r.add_argument("--server", required=True, help="coordinator address")
     r.add_argument(
@@ -130,11 +135,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--wait", type=float, default=10.0, help="seconds to wait for them (default 10)")
     r.add_argument("--gap-us", type=int, default=100, help="pause between probes in microseconds")
     r.add_argument("--timeout-ms", type=int, default=200, help="a probe is lost after this long")
-    r.add_argument(
-        "--curve-keys",
-        metavar="DIR",
-        help="CurveZMQ keys directory (made by: keys generate --out DIR): connect with the client key in DIR",
-    )
+    _add_client_keys(r)
 
 
 def _stop_on_sigterm(stop: Callable[[], None]) -> None:
