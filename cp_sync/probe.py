@@ -20,7 +20,7 @@ from typing import Self
 
 import native_tsc
 from cp_sync.background import StartedInWith, start_daemon
-from cp_sync.probe_api import ProbeResult
+from cp_sync.probe_api import ProbeResult, initiator_address
 from native_tsc import probe_loops
 
 LABEL = "c"
@@ -186,7 +186,7 @@ def initiate(
     if not 1 <= count <= probe_loops.MAX_PROBES:
         raise ValueError(f"probe count {count} out of range 1..{probe_loops.MAX_PROBES}")
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind((bind or ("127.0.0.1" if host.startswith("127.") else "0.0.0.0"), 0))
+        s.bind(initiator_address(host, bind))
         rows, lost, ignored = probe_loops.initiate(
             s.fileno(), host, port, count, secrets.randbits(64), timeout_ms, gap_us, spin, key
         )

@@ -14,6 +14,12 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 
+def initiator_address(host: str, bind: str | None) -> tuple[str, int]:
+    """Where an initiator's socket binds: ``bind``, else the loopback address for a responder on
+    loopback and any address otherwise; port 0, a free one."""
+    return (bind or ("127.0.0.1" if host.startswith("127.") else "0.0.0.0"), 0)
+
+
 @dataclass(frozen=True)
 class ProbeResult:
     """Answered probes of one initiator -> responder run (int64 arrays, one entry per probe).

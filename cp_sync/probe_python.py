@@ -22,7 +22,7 @@ import numpy as np
 
 import native_tsc
 from cp_sync.background import StartedInWith, start_daemon
-from cp_sync.probe_api import ProbeResult
+from cp_sync.probe_api import ProbeResult, initiator_address
 from native_tsc import probe_loops
 
 LABEL = "python"
@@ -253,7 +253,7 @@ def initiate(
     rows = np.zeros((count, probe_loops.ROW_FIELDS), dtype=np.int64)
     ok = lost = ignored = 0
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind((bind or ("127.0.0.1" if host.startswith("127.") else "0.0.0.0"), 0))
+        s.bind(initiator_address(host, bind))
         dst = (host, port)
         for seq in range(count):
             req = _seal(pack(_MAGIC, version, _REQUEST, 0, seq, 0, pid, 0), key)
