@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cp_source.reader.state import ReaderState
+
+if TYPE_CHECKING:  # the module itself is imported when called (it reads spools; the package stays light)
+    from cloudprofiler.source_watch import FactoriesStatus, SourceStatus
 
 
 def register(spark: Any) -> None:
@@ -48,11 +51,12 @@ def wait_for_factory(spool: str, query: Any = None, timeout: float = 120.0) -> R
     return state
 
 
-def source_status(spool: str | os.PathLike[str], query: Any = None) -> dict[str, Any]:
+def source_status(spool: str | os.PathLike[str], query: Any = None) -> SourceStatus | FactoriesStatus:
     """Backlog, dead letters, losses and the factory's state of the source reading ``spool``.
 
-    Read-only and safe while the query runs; see ``cloudprofiler.source_watch`` and the
-    reader guide's "Watching a query".
+    Read-only and safe while the query runs; a ``SourceStatus`` (a ``FactoriesStatus`` for the
+    ``statusDir`` of a query over factory hosts), TypedDicts of ``cloudprofiler.source_watch``
+    whose JSON form the reader guide's "Watching a query" lists key by key.
     """
     from cloudprofiler.source_watch import source_status as status
 

@@ -16,14 +16,119 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict
 
+from cp_source.hosts.links import FactoryHostStatus, HostsReady
+from cp_source.klink.reports import KlinkReport
 from cp_source.reader.state import read_reader_state
+from cp_source.ready.frontier import ReadyReport
+from cp_source.spool.ledger import SpoolStats, WorkerState
 from cp_source.spool.names import WORKER_RE
 from cp_source.spool.segments import SPOOL_FILE, Spool, SpoolMismatchError
 from native_tsc.process_times import process_start_ticks
 
 READ_ATTEMPTS = 3  # a commit or compaction between two reads makes them disagree: read again
+
+
+class PublishedCounts(TypedDict):
+    rows: int
+    buckets: int
+    segments: int
+
+
+class SegmentCounts(TypedDict):
+    """Segments published in a range of each worker's segment numbers, and their rows and bytes."""
+
+    segments: int
+    rows: int
+    bytes: int
+
+
+class Losses(TypedDict):
+    """Tuples that did not reach the spool: dropped by the generator, lost in transit (all, and by
+    reason: ``in_factory``, ``before_factory``), rejected; senders finished and still open."""
+
+    dropped_by_generator: int
+    lost_in_transit: int
+    lost_by_reason: dict[str, int]
+    rejected: int
+    senders_finished: int
+    senders_open: int
+
+
+class Offsets(TypedDict):
+    """Per worker, the last segment committed, planned and published; ``query_end``: the query's
+    last end offset (None without a query or before its first batch)."""
+
+    committed: dict[str, int]
+    planned: dict[str, int]
+    latest: dict[str, int]
+    query_end: dict[str, int] | None
+
+
+class WorkerStatus(TypedDict):
+    pid: int | None
+    live: bool  # fresh stats and a running process
+    ready: bool
+    paused: bool
+    paused_reason: str | None
+    pending_rows: int
+
+
+FactoryState = Literal["ready", "starting", "paused", "stopped", "failed"]
+
+
+class FactoryStatus(TypedDict):
+    """The factory's ``state`` and ``why``, its kind (embedded, external), where its endpoint and
+    segment server listen (None unless its reader runs), and each worker's state."""
+
+    state: FactoryState
+    why: str | None
+    kind: str | None
+    endpoint: str | None
+    segment_server: str | None
+    workers: dict[str, WorkerStatus]
+
+
+class ReadyStatus(ReadyReport):
+    """``ordering=ready``: the frontier's report, and the rows that arrived behind the frontier."""
+
+    behind_frontier_rows: int
+
+
+class SourceStatus(TypedDict):
+    """``source_status`` of a spool; its JSON form is an object of these keys (docs/reader.md,
+    "Watching a query", lists them)."""
+
+    spool: str
+    spool_id: str | None
+    published: PublishedCounts
+    backlog: SegmentCounts  # published, not committed
+    unread: SegmentCounts  # published, not planned into a micro-batch
+    spool_bytes: int
+    dead_letters: dict[str, int]  # per reason
+    dead_letters_total: int
+    losses: Losses
+    offsets: Offsets
+    factory: FactoryStatus
+    ready: ReadyStatus | None  # ordering=ready only
+    klink: KlinkReport | None  # scheduling=klink only
+
+
+class FactoriesStatus(TypedDict):
+    """``source_status`` of a query over factory hosts (its ``statusDir``); JSON: an object of these
+    keys (docs/reader.md, "Watching a query"). ``query_end``: per factory spool id, its workers'
+    positions in the query's last end offset."""
+
+    status_dir: str
+    reader_live: bool
+    written_wall: float | None
+    factory_timeout: float | None
+    factories: list[FactoryHostStatus]
+    waiting: list[str]
+    ready: HostsReady | None  # ordering=ready only
+    query_end: dict[str, dict[str, int]] | None
+    failed: str | None
 
 
 def _check_spool(path: Path) -> None:
@@ -39,9 +144,9 @@ def _check_spool(path: Path) -> None:
         )
 
 
-def _segments(spool: Spool, after: dict[str, int], upto: dict[str, int]) -> dict[str, int] | None:
+def _segments(spool: Spool, after: dict[str, int], upto: dict[str, int]) -> SegmentCounts | None:
     """Segments, rows and bytes published in (after[w], upto[w]]; None when the manifest has moved on."""
-    out = {"segments": 0, "rows": 0, "bytes": 0}
+    out: SegmentCounts = {"segments": 0, "rows": 0, "bytes": 0}
     for w, hi in upto.items():
         lo = after.get(w, -1)
         segs = spool.segments(w, lo, hi)
@@ -67,10 +172,10 @@ def _why_query_failed(query: Any) -> str | None:
     return lines[0] if lines else type(err).__name__
 
 
-def _factory(spool: Spool, per_worker: dict[str, Any], query: Any) -> dict[str, Any]:
+def _factory(spool: Spool, per_worker: dict[str, WorkerState], query: Any) -> FactoryStatus:
     """The factory's state (ready, starting, paused, stopped or failed, with why) and each worker's."""
     now = time.time()
-    workers = {
+    workers: dict[str, WorkerStatus] = {
         w: {
             "pid": s.pid,
             # fresh stats and a running process: a worker's last report stays fresh for a second
@@ -88,6 +193,7 @@ def _factory(spool: Spool, per_worker: dict[str, Any], query: Any) -> dict[str, 
     paused = [f"{w}: {d['paused_reason'] or 'the spool is full (maxSpoolBytes)'}" for w, d in workers.items()
               if d["live"] and d["paused"]]  # fmt: skip
     live = [w for w, d in workers.items() if d["live"]]
+    state: FactoryState
     why: str | None
     if failed:
         state, why = "failed", failed
@@ -112,7 +218,7 @@ def _factory(spool: Spool, per_worker: dict[str, Any], query: Any) -> dict[str, 
     }
 
 
-def _losses(stats: Any) -> dict[str, Any]:
+def _losses(stats: SpoolStats) -> Losses:
     """Tuples that did not reach the spool, by where they were lost (exact counts, see SpoolStats)."""
     by_reason: dict[str, int] = {"in_factory": 0, "before_factory": 0}
     for reasons in stats.lost_reasons.values():
@@ -128,7 +234,7 @@ def _losses(stats: Any) -> dict[str, Any]:
     }
 
 
-def _offsets(stats: Any, planned: dict[str, int], query: Any) -> dict[str, Any]:
+def _offsets(stats: SpoolStats, planned: dict[str, int], query: Any) -> Offsets:
     from cloudprofiler.spark_local import source_end_offset
 
     return {
@@ -139,7 +245,7 @@ def _offsets(stats: Any, planned: dict[str, int], query: Any) -> dict[str, Any]:
     }
 
 
-def _read_once(spool: Spool, query: Any) -> dict[str, Any] | None:
+def _read_once(spool: Spool, query: Any) -> SourceStatus | None:
     stats = spool.stats()
     workers = list(stats.latest)
     committed = {w: stats.committed.get(w, -1) for w in workers}
@@ -170,7 +276,7 @@ def _read_once(spool: Spool, query: Any) -> dict[str, Any] | None:
     }
 
 
-def _ready(spool: Spool) -> dict[str, Any] | None:
+def _ready(spool: Spool) -> ReadyStatus | None:
     """With ``ordering=ready``: the frontier, each sender's state, and the tuples that arrived behind
     the frontier (counted, never read); None when no ready query ran on the spool."""
     from cp_source.ready.batch_plan import LATE_REASON, read_report
@@ -182,14 +288,14 @@ def _ready(spool: Spool) -> dict[str, Any] | None:
     return {**report, "behind_frontier_rows": sum(int(r.get("rows", 0)) for r in late)}
 
 
-def _klink(spool: Spool) -> dict[str, Any] | None:
+def _klink(spool: Spool) -> KlinkReport | None:
     """With ``scheduling=klink``: the reader's ``_klink.json`` (deferrals, slack, prediction, peers)."""
     from cp_source.klink.admission import read_report
 
     return read_report(spool.root)
 
 
-def _factories_status(path: Path, query: Any) -> dict[str, Any] | None:
+def _factories_status(path: Path, query: Any) -> FactoriesStatus | None:
     """A query over factory hosts (``factories=...``): each factory's state, and which ones the query
     is waiting for and since when, from the reader's ``_factories.json``; None when there is none."""
     from cp_source.hosts.links import read_status
@@ -218,33 +324,21 @@ def _factories_status(path: Path, query: Any) -> dict[str, Any] | None:
     }
 
 
-def source_status(spool: str | os.PathLike[str], query: Any = None) -> dict[str, Any]:
+def source_status(spool: str | os.PathLike[str], query: Any = None) -> SourceStatus | FactoriesStatus:
     """The state of a cloudprofiler source's spool, for watching a query (read-only, safe while it runs).
 
     ``spool``: the source's ``spool`` option. ``query`` (a StreamingQuery, optional) adds the
-    query's last end offset and, when it died, why. The dict holds:
+    query's last end offset and, when it died, why. Returns a ``SourceStatus``: what the factory
+    published, the backlog and the part no micro-batch took yet (``unread``), dead letters, losses,
+    offsets per worker, the factory's state and each worker's, and the ``ready`` and ``klink``
+    reports (None unless ``ordering=ready``, ``scheduling=klink``).
 
-    * ``published``: rows, buckets and segments the factory has published;
-    * ``backlog``: segments, rows and bytes published and not yet committed by the query
-      (Spark commits a batch when it plans the next one with data, so the last batch read
-      stays here); ``unread``: the part no micro-batch has taken yet (how far behind);
-    * ``dead_letters`` (count per reason) and ``losses``: generator drops, tuples lost in
-      transit (by reason: ``in_factory``, ``before_factory``), rejected tuples, senders finished
-      or still open (their losses are known once their end-of-stream arrives);
-    * ``offsets``: ``committed``, ``planned``, ``latest`` per worker, and ``query_end``;
-    * ``factory``: ``state`` (ready, starting, paused, stopped, failed), ``why`` and per worker;
-    * ``ready`` (``ordering=ready`` only, else None): ``frontier_ms``, each sender's state (``done``,
-      ``gone`` and why, ``lost_seqs`` declared after a gap), ``behind_frontier_rows``;
-    * ``klink`` (``scheduling=klink`` only, else None): batches deferred, ``deferred_ms_total``, the
-      decisions by reason, the current slack and prediction, the peers' slack and the files ignored.
+    A query over factory hosts (``factories=...``) has no spool: pass its ``statusDir`` instead for a
+    ``FactoriesStatus``: each factory host's state, the ones the query waits for, the ready frontier
+    over the hosts, the query's end offset and why it failed.
 
-    A query over factory hosts (``factories=...``) has no spool: pass its ``statusDir`` instead. The
-    dict then holds ``factories`` (per factory host: ``endpoint``, ``spool``, ``state`` ``ok`` or
-    ``waiting``, ``waiting_since`` (wall clock) and ``waiting_s``, ``error``, ``committed``, ``latest``,
-    ``pending_commit``), ``waiting`` (the endpoints the query waits for), ``ready`` (``ordering=ready``
-    only, else None: ``frontier_ms``, per host its own frontier, live senders ``holding`` it, senders
-    ``ended`` and ``gone``, and ``holding``: the hosts the query's frontier waits for), ``query_end``
-    and ``failed``.
+    Both are TypedDicts whose JSON form (``json.dumps``) is an object of their keys; docs/reader.md,
+    "Watching a query", lists every key of every section.
 
     Raises ``ValueError`` naming the path when it is not a spool.
     """

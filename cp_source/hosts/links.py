@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
 import orjson
 
@@ -33,6 +33,74 @@ CONTROL_TIMEOUT_S = 5.0  # a factory that does not answer a control op within th
 RETRY_S = 1.0  # between two attempts when a batch needs what a silent factory holds
 WATCH_S = 2.0  # how often the status thread asks every factory whether it answers
 Asked = tuple[float, float]  # when a request was sent: (monotonic, wall clock)
+
+
+class FactoryHostStatus(TypedDict):
+    """One factory host in ``_factories.json``: its spool id, ``state`` (``waiting`` since
+    ``waiting_since``, wall clock, for ``waiting_s``; ``unknown`` before its first answer), the last
+    error, and per worker its committed and latest segments and the commits not acknowledged yet."""
+
+    endpoint: str
+    spool: str | None
+    state: Literal["ok", "waiting", "unknown"]
+    waiting_since: float | None
+    waiting_s: float | None
+    error: str | None
+    committed: dict[str, int]
+    latest: dict[str, int]
+    pending_commit: dict[str, int]
+
+
+class HostReady(TypedDict):
+    """A factory host's last ``ready`` answer (``HostFrontier.to_json``)."""
+
+    frontier_ms: int
+    holding: int  # its live senders holding its frontier
+    data_max_ms: int
+    senders: int
+    ended: int
+    gone: list[int]
+    lost_buckets_declared: int
+    committed_frontier_ms: int
+
+
+class HostReadyRow(HostReady):
+    """A host in the ``ready`` section: its answer, whether it answered the last round, whether it
+    holds the query's frontier, and its plans waiting for a commit."""
+
+    answered: bool
+    holds_frontier: bool
+    pending_commits: int
+
+
+class HostsReady(TypedDict):
+    """``ordering=ready`` over factory hosts: the query's frontier, each host by endpoint, the hosts
+    holding the frontier, declared senders that never appeared, and the sender timeout."""
+
+    frontier_ms: int
+    hosts: dict[str, HostReadyRow]
+    holding: list[str]
+    missing: str | None
+    sender_timeout_s: float
+
+
+class RegistryStatus(TypedDict):
+    dir: str
+    ignored: dict[str, str]  # registry entries not used, and why
+
+
+class HostsFile(TypedDict):
+    """``_factories.json`` (JSON: an object of these keys), with ``live`` added by ``read_status``."""
+
+    pid: int
+    start_ticks: int | None
+    written_wall: float
+    factory_timeout: float
+    factories: list[FactoryHostStatus]
+    waiting: list[str]
+    registry: RegistryStatus | None
+    ready: NotRequired[HostsReady]  # ordering=ready only
+    live: NotRequired[bool]  # its writer still runs (read_status)
 
 
 @dataclass
@@ -114,7 +182,7 @@ class HostLinks:
         self.curve_keys = curve_keys
         self.control_timeout = control_timeout
         self._orphan_commits: dict[str, dict[str, int]] = {}  # commits for a spool no host answered for
-        self.ready_status: dict[str, Any] | None = None  # ordering=ready: the frontier's report
+        self.ready_status: HostsReady | None = None  # ordering=ready: the frontier's report
         self._ctx = zmq.Context()
         self._pid_ticks = _own_ticks()
         # Spark calls the reader only between batches; a batch waiting on a silent factory's segments
@@ -296,9 +364,9 @@ class HostLinks:
                     del facts[n]
 
     # ---- status ------------------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def status(self) -> HostsFile:
         now, wall = time.monotonic(), time.time()
-        rows = []
+        rows: list[FactoryHostStatus] = []
         for h in self.hosts:
             waiting = h.waiting_mono is not None
             rows.append(
@@ -314,7 +382,7 @@ class HostLinks:
                     "pending_commit": dict(h.pending_commit),
                 }
             )
-        return {
+        doc: HostsFile = {
             "pid": os.getpid(),
             "start_ticks": self._pid_ticks,
             "written_wall": wall,
@@ -324,8 +392,10 @@ class HostLinks:
             "registry": (
                 {"dir": self.registry, "ignored": dict(self.registry_ignored)} if self.registry else None
             ),
-            **({"ready": self.ready_status} if self.ready_status is not None else {}),
         }
+        if self.ready_status is not None:
+            doc["ready"] = self.ready_status
+        return doc
 
     def write_status(self) -> None:
         """Replace ``_factories.json`` in the status directory (a failed write never stops the query)."""
@@ -350,7 +420,7 @@ def _own_ticks() -> int | None:
     return process_start_ticks(os.getpid())
 
 
-def read_status(status_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+def read_status(status_dir: str | os.PathLike[str]) -> HostsFile | None:
     """``_factories.json`` of a status directory, with ``live`` (its writer still runs); None if absent."""
     try:
         doc = orjson.loads((Path(status_dir) / STATUS_FILE).read_bytes())
@@ -361,4 +431,4 @@ def read_status(status_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     pid, ticks = doc.get("pid"), doc.get("start_ticks")
     now_ticks = process_start_ticks(pid) if isinstance(pid, int) else None
     doc["live"] = now_ticks is not None and (ticks is None or now_ticks == ticks)
-    return doc
+    return cast(HostsFile, doc)  # the object HostLinks.write_status wrote

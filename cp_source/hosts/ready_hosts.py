@@ -34,7 +34,15 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from cp_source.hosts.links import MAX_NUMBER, MAX_WORKERS, RETRY_S, Host, HostLinks
+from cp_source.hosts.links import (
+    MAX_NUMBER,
+    MAX_WORKERS,
+    RETRY_S,
+    Host,
+    HostLinks,
+    HostReady,
+    HostReadyRow,
+)
 from cp_source.hosts.ready_ops import MAX_LISTED_SENDERS, MAX_PLAN_SEGMENTS, event_ms
 from cp_source.ready.frontier import NO_FRONTIER
 from cp_source.ready.offsets import hosts_ready_offset, hosts_ready_positions
@@ -76,7 +84,7 @@ class HostFrontier:
         """Its last answer: every one of its senders ended its stream (nothing more can come)."""
         return self.answered and self.senders > 0 and self.holding == 0 and self.ended == self.senders
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> HostReady:
         return {
             "frontier_ms": self.frontier,
             "holding": self.holding,
@@ -319,7 +327,7 @@ class ReadyHosts:
 
     def _publish(self, frontier: int, answered: set[str]) -> None:
         """The frontier and who holds it, in ``_factories.json`` (``source_status``)."""
-        rows = {}
+        rows: dict[str, HostReadyRow] = {}
         for h in self.hosts.hosts:
             st = _st(h)
             silent_hold = h.endpoint not in answered and not st.all_ended()

@@ -45,9 +45,11 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
+
+from cp_source.klink.reports import KlinkDecision, KlinkReport, KlinkState
 
 NS_PER_MS = 1_000_000
 SCHEDULING = ("default", "klink")
@@ -495,7 +497,7 @@ class KlinkEvaluator:
             self.deferred_since_ns = None
 
     # -- what is published and reported -------------------------------------------------------------
-    def state(self, now_ns: int) -> dict[str, Any]:
+    def state(self, now_ns: int) -> KlinkState:
         """The document peers read (``<klinkDir>/<name>.json``)."""
         p = self.prediction()
         return {
@@ -524,7 +526,7 @@ class KlinkEvaluator:
         ensure_private_dir(self.directory)
         atomic_write(self.directory / f"{self.name}.json", orjson.dumps(self.state(now_ns)))
 
-    def report(self, now_ns: int) -> dict[str, Any]:
+    def report(self, now_ns: int) -> KlinkReport:
         """For ``_klink.json`` and source_status: deferrals, the current slack and prediction, peers."""
         k = self.counters
         running = 0 if self.deferred_since_ns is None else now_ns - self.deferred_since_ns
@@ -550,21 +552,21 @@ class KlinkEvaluator:
         }
 
 
-def _decision_doc(d: Decision) -> dict[str, Any]:
+def _decision_doc(d: Decision) -> KlinkDecision:
     return {"defer": d.defer, "reason": d.reason, "competitor": d.competitor}
 
 
-def write_report(spool: str | os.PathLike[str], report: Mapping[str, Any]) -> None:
+def write_report(spool: str | os.PathLike[str], report: KlinkReport) -> None:
     """``_klink.json`` in the spool, replaced by rename (a reader never sees half a report)."""
     from cp_store.atomic_files import atomic_write
 
     atomic_write(Path(spool) / REPORT_FILE, orjson.dumps(dict(report)))
 
 
-def read_report(spool: str | os.PathLike[str]) -> dict[str, Any] | None:
+def read_report(spool: str | os.PathLike[str]) -> KlinkReport | None:
     """The spool's ``_klink.json``, or None when no ``scheduling=klink`` query ran on it."""
     try:
         doc = orjson.loads((Path(spool) / REPORT_FILE).read_bytes())
     except (FileNotFoundError, orjson.JSONDecodeError):
         return None
-    return doc if isinstance(doc, dict) else None
+    return cast(KlinkReport, doc) if isinstance(doc, dict) else None  # what write_report wrote

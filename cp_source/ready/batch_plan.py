@@ -26,13 +26,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import orjson
 from pyspark.sql.datasource import InputPartition
 
-from cp_source.ready.frontier import NO_FRONTIER
+from cp_source.ready.frontier import NO_FRONTIER, ReadyReport
 from cp_source.wire.bucket import merge_ranges
 from cp_store.atomic_files import atomic_write
 from cp_store.private_dirs import ensure_private_dir
@@ -242,16 +242,17 @@ def commit_ready(
     return prefix
 
 
-def write_report(root: str | Path, report: dict[str, Any]) -> None:
+def write_report(root: str | Path, report: ReadyReport) -> None:
     """Replace ``_ready.json`` (the frontier's report); a failed write only leaves the last one."""
     with contextlib.suppress(OSError):
         atomic_write(Path(root) / REPORT_FILE, orjson.dumps({**report, "updated_wall": time.time()}))
 
 
-def read_report(root: str | Path) -> dict[str, Any] | None:
+def read_report(root: str | Path) -> ReadyReport | None:
     """The last ``_ready.json``, None when no ready query ran on the spool."""
     try:
         doc = orjson.loads((Path(root) / REPORT_FILE).read_bytes())
     except (FileNotFoundError, orjson.JSONDecodeError):
         return None
-    return doc if isinstance(doc, dict) else None
+    # the object write_report wrote (a file of another shape is not a ready report: None)
+    return cast(ReadyReport, doc) if isinstance(doc, dict) else None

@@ -33,13 +33,40 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
 from cp_source.spool.ledger import LedgerTails
 
 NO_FRONTIER = -(1 << 62)  # below every event time: nothing is ready
+
+
+class SenderReady(TypedDict):
+    """One sender in ``_ready.json``: seqs accounted for, latest event time shown, whether it ended
+    (``done``) or no longer counts (``gone``: why), and the seq ranges declared lost after a gap."""
+
+    contiguous_seq: int
+    shown_ms: int | None
+    done: bool
+    gone: str | None
+    lost_seqs: list[list[int]]
+
+
+class ReadyReport(TypedDict):
+    """``_ready.json`` (JSON: an object of these keys): the frontier, the latest event time seen, each
+    sender by id, the senders gone, the buckets declared lost, declared senders that never appeared."""
+
+    frontier_ms: int
+    data_max_ms: int
+    senders: dict[str, SenderReady]
+    gone: list[int]
+    lost_buckets_declared: int
+    missing: str | None
+    timeout_s: float
+    updated_wall: NotRequired[float]  # added when written
+
+
 DEFAULT_TIMEOUT_S = 10.0
 
 
@@ -81,7 +108,7 @@ class SenderProgress:
         """Up to which event time this sender's tuples are complete."""
         return NO_FRONTIER if self.shown_ms is None else self.shown_ms - 1
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SenderReady:
         return {
             "contiguous_seq": self.contiguous,
             "shown_ms": self.shown_ms,
@@ -242,7 +269,7 @@ class ReadyFrontier:
         )
         return False
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> ReadyReport:
         """The frontier and each sender's state, for ``_ready.json`` and ``source_status``."""
         return {
             "frontier_ms": self.frontier,

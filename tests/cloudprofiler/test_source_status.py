@@ -10,10 +10,12 @@ import pytest
 import zmq
 
 import cloudprofiler
+from cloudprofiler.source_watch import SourceStatus
 from cp_source.generate.generator import run_generator
 from cp_source.generate.settings import GeneratorSettings
 from tests.helpers.embedded_source import embedded_source
 from tests.helpers.polling import wait_for
+from tests.helpers.typed_keys import assert_keys
 
 # Known garbage, each dead-lettered by the factory under a known reason.
 TRUNCATED = [b"junk", b"x"]  # a header frame shorter than a header
@@ -116,6 +118,7 @@ def test_status_of_a_spool_written_by_a_factory_without_a_query(tmp_path: Path) 
         s = _load(f.endpoint, 5_000)
         assert f.wait_drained(120, senders=[int(x["id"]) for x in s["senders"]])
         st = cloudprofiler.source_status(tmp_path / "spool")
+        assert_keys(st, SourceStatus)  # the documented JSON form, section by section
         assert st["factory"]["state"] == "ready", st["factory"]
         assert st["published"]["rows"] == s["emitted"]
         # nothing committed: all of it is backlog, none of it taken by a batch

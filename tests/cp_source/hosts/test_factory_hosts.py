@@ -21,6 +21,8 @@ import pytest
 import zmq
 
 from cloudprofiler.cli.process import cli_argv
+from cloudprofiler.source_watch import FactoriesStatus
+from cp_source.hosts.links import HostsFile
 from cp_source.hosts.segment_server import (
     MAX_CONTROL_BYTES,
     ControlRequest,
@@ -39,6 +41,7 @@ from tests.helpers.netns_hosts import (
     spark_cluster,
 )
 from tests.helpers.polling import wait_for
+from tests.helpers.typed_keys import assert_keys
 
 
 @pytest.fixture
@@ -345,10 +348,12 @@ def test_one_query_over_two_factory_hosts_reads_every_tuple_once(
         assert max(Spool(h.spool).committed().values()) >= 0, f"a commit reached {h.server}"
 
 
-def _status(tmp_path: Path) -> dict[str, Any]:
+def _status(tmp_path: Path) -> Any:
     import cloudprofiler
 
-    return cloudprofiler.source_status(tmp_path / "status")
+    st = cloudprofiler.source_status(tmp_path / "status")
+    assert_keys(st, FactoriesStatus)  # the documented JSON form, section by section
+    return st
 
 
 @pytest.mark.long
@@ -453,6 +458,7 @@ def test_a_commit_a_silent_factory_missed_is_sent_again_when_it_answers(
             assert Spool(other.spool).committed() == ends[sids[other.server]]
             assert Spool(silent.spool).committed() == {"w0": -1}
             st = reader.status()
+            assert_keys(st, HostsFile, "_factories.json")
             assert st["waiting"] == [silent.server]
             row = st["factories"][0]
             assert row["pending_commit"] == ends[sids[silent.server]] and row["waiting_since"] > 0

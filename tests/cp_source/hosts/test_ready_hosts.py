@@ -20,6 +20,7 @@ import pytest
 import zmq
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+from cloudprofiler.source_watch import FactoriesStatus
 from cp_source.hosts.ready_hosts import parse_plan, parse_ready
 from cp_source.hosts.segment_server import ControlRequest, ask_servers, parse_request
 from cp_source.reader.options import ReaderOptions, source_schema
@@ -30,6 +31,7 @@ from cp_source.spool.segments import Spool
 from tests.helpers.netns_hosts import FactoryHost
 from tests.helpers.polling import wait_for
 from tests.helpers.ready_sender import HandSender, rows_of, truth, wait_rows
+from tests.helpers.typed_keys import assert_keys
 
 
 @pytest.fixture
@@ -391,4 +393,5 @@ def test_a_ready_query_over_two_hosts_restarted_mid_stream_delivers_every_tuple_
         assert ReadyState.read(h.spool).frontier > NO_FRONTIER, f"a ready commit reached {h.server}"
         assert not [r for r in Spool(h.spool).skipped() if r["reason"] == LATE_REASON]
     status = cloudprofiler.source_status(tmp_path / "status")
+    assert_keys(status, FactoriesStatus)  # the documented JSON form, section by section
     assert status["ready"]["frontier_ms"] >= max(b for _, b in pairs)

@@ -21,7 +21,9 @@ from cp_source.klink.admission import (
     query_key,
     read_peers,
 )
+from cp_source.klink.reports import KlinkReport
 from cp_source.reader.options import ReaderOptions
+from tests.helpers.typed_keys import assert_keys
 
 MS = NS_PER_MS
 T0 = 1_700_000_000_000  # ms, a multiple of every window below
@@ -123,6 +125,7 @@ def test_exact_decisions_of_two_queries(tmp_path: Path) -> None:
     assert {db.reason for _, db in got[72:81]} == {"least slack"}
     assert not any(da.defer for da, _ in got)  # a always has the least slack
     rep = b.report((T0 + 9900) * MS)
+    assert_keys(rep, KlinkReport, "_klink.json")  # the documented JSON form, section by section
     assert rep["deferred_batches"] == 16 and rep["bound_hits"] == 2 and rep["epochs_seen"] == 5
     assert rep["deferred_ms_total"] == 2 * (500 + 300)
     assert rep["peers"] == {"/q/a": pytest.approx(250.0)}

@@ -13,6 +13,7 @@ import pytest
 import zmq
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+from cloudprofiler.source_watch import SourceStatus
 from cp_source.factory.supervisor import FactoryHandle, start_factory
 from cp_source.reader.options import ReaderOptions, source_schema
 from cp_source.reader.stream_reader import CloudprofilerStreamReader
@@ -20,6 +21,7 @@ from cp_source.ready.batch_plan import LATE_REASON, ReadyState, read_report
 from cp_source.ready.frontier import NO_FRONTIER
 from cp_source.spool.segments import Spool
 from tests.helpers.ready_sender import HandSender, rows_of, truth, wait_rows
+from tests.helpers.typed_keys import assert_keys
 
 # the `factory` fixture (tests/conftest.py): an external factory writing tmp_path/spool
 pytestmark = pytest.mark.factory(workers=2, flush_ms=20)
@@ -115,7 +117,9 @@ def test_rows_behind_the_frontier_are_counted_with_their_ids_not_lost(
         assert recs[0]["frontier_ms"] == 20_000
         import cloudprofiler
 
-        status = cloudprofiler.source_status(spool)["ready"]  # what a user watching the query sees
+        full = cloudprofiler.source_status(spool)
+        assert_keys(full, SourceStatus)  # the documented JSON form, section by section
+        status = full["ready"]  # what a user watching the query sees
         assert status["frontier_ms"] == 25_000 and status["behind_frontier_rows"] == 4
         assert status["senders"]["7001"]["done"] and status["gone"] == []
         reader.stop()
