@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -665,7 +666,11 @@ def test_a_factory_silent_at_start_joins_at_its_committed_offset(
         assert reader.status()["waiting"] == [late.server]
     finally:
         os.killpg(late.proc.pid, signal.SIGCONT)
+    # a loaded machine may take longer than control_timeout to resume it: ask again until it answers
+    deadline = time.monotonic() + 30
     end = reader.latest_offset(start, None)
+    while set(hosts_positions(end)) != set(sids.values()) and time.monotonic() < deadline:
+        end = reader.latest_offset(start, None)
     assert set(hosts_positions(end)) == set(sids.values()), "it joined once it answered"
     plan = reader.plan(start, end)
     rows = {sid: sum(f.rows for _, s, _, segs in plan if s == sid for f in segs) for sid in published}
