@@ -33,6 +33,7 @@ from cp_source.factory.front import FrontEnd
 from cp_source.factory.workers import DEFAULT_FLUSH_MS, DEFAULT_FLUSH_ROWS, HWM, PARSERS, free_bytes
 from cp_source.spool.durability import check_durability
 from cp_source.spool.ledger import WorkerState
+from cp_source.spool.names import worker_name
 from cp_source.spool.segments import Spool
 from cp_source.wire import bucket as bk
 from cp_source.wire.workloads import resolve
@@ -184,7 +185,7 @@ class FactoryHandle:
             "--spool",
             self.spool,
         ]
-        cmd += ["--worker", f"w{i}", "--parent-pid", str(os.getpid()), *self._worker_args]
+        cmd += ["--worker", worker_name(i), "--parent-pid", str(os.getpid()), *self._worker_args]
         return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
 
     def _supervise(self) -> None:
@@ -232,7 +233,7 @@ class FactoryHandle:
 
     def _worker_stats(self, i: int) -> dict[str, Any]:
         try:
-            return orjson.loads((Path(self.spool) / f"w{i}" / "stats.json").read_bytes())
+            return orjson.loads((Path(self.spool) / worker_name(i) / "stats.json").read_bytes())
         except (FileNotFoundError, orjson.JSONDecodeError):
             return {}
 
@@ -292,7 +293,7 @@ class FactoryHandle:
         while time.monotonic() < deadline:
             states = view.worker_states()
             ours = all(
-                p.poll() is None and states.get(f"w{i}", WorkerState(f"w{i}")).pid == p.pid
+                p.poll() is None and states.get(worker_name(i), WorkerState(worker_name(i))).pid == p.pid
                 for i, p in enumerate(self._procs)
             )
             if ours and view.drained(senders, quiet, since_wall=since):
