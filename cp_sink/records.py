@@ -27,9 +27,12 @@ import pyarrow.parquet as pq
 
 from cp_store.batch_log import Manifest, parallel, read_data, read_manifests
 from cp_store.location import Location, resolve
-from native_tsc.stamp_columns import SINK, node_column, stamp_columns
+from native_tsc.stamp_columns import SINK, is_stamp_column, node_column, stamp_columns
 
 TUPLE_ID = "tuple_id"
+# Columns a record gets from the sink itself (and the reader): a kept query column may not share a name.
+RECORD_OWN_COLUMNS = (TUPLE_ID, "partition", "batch_id", "role")
+MAX_KEEP_COLUMNS = 16  # keepColumns: each kept column widens every record, and --by groups by them
 RECORDS_PREFIX = "records-"
 PERIODS_PREFIX = "periods-"
 WINDOWS_PREFIX = "windows-"
@@ -65,6 +68,46 @@ PERIODS_SCHEMA = pa.schema(
 
 
 Where: TypeAlias = str | os.PathLike[str] | Location
+
+
+def keep_columns(raw: str, columns: dict[str, bool], id_column: str) -> list[str]:
+    """The query columns the option ``keepColumns`` names, checked; one line naming what is wrong.
+
+    ``raw``: a comma list of column names; ``columns``: the query's column names, each with whether
+    it is a plain scalar (nested columns cannot be a key). Names match case-insensitively, as Spark's
+    do; the query's own spelling is kept. Refused: an empty list or name, a repeated name, more than
+    MAX_KEEP_COLUMNS, a column the query does not have (the ones it has are listed), a nested one,
+    the tuple id column, a stamp column and a name the records give themselves (RECORD_OWN_COLUMNS).
+    """
+    names = [n.strip() for n in raw.split(",")]
+    if not raw.strip() or any(not n for n in names):
+        raise ValueError(f"option keepColumns={raw!r}: expected a comma list of column names")
+    if len(names) > MAX_KEEP_COLUMNS:
+        raise ValueError(f"option keepColumns: {len(names)} columns, at most {MAX_KEEP_COLUMNS}")
+    by_lower = {c.lower(): c for c in columns}
+    out: list[str] = []
+    for name in names:
+        low = name.lower()
+        if low in (c.lower() for c in (*RECORD_OWN_COLUMNS, id_column)) or is_stamp_column(low):
+            raise ValueError(
+                f"option keepColumns: {name!r} is a column the records already hold (tuple id, "
+                f"{', '.join(RECORD_OWN_COLUMNS[1:])} and every cp_tsc_*/cp_node_* column)"
+            )
+        if low not in by_lower:
+            available = [c for c in columns if c != id_column and not is_stamp_column(c.lower())]
+            raise ValueError(
+                f"option keepColumns: the query has no column {name!r} "
+                f"(it has: {', '.join(available) or 'no other column'})"
+            )
+        actual = by_lower[low]
+        if actual in out:
+            raise ValueError(f"option keepColumns: column {name!r} is named twice")
+        if not columns[actual]:
+            raise ValueError(
+                f"option keepColumns: column {actual!r} is nested; only scalar columns can be kept"
+            )
+        out.append(actual)
+    return out
 
 
 def published_batches(path: Where) -> dict[int, Manifest]:
@@ -103,8 +146,9 @@ def _plain(t: pa.Table) -> pa.Table:
 def read_records(path: Where) -> pa.Table:
     """The committed tuple records under a sink path (``batch_id`` added); nothing unpublished.
 
-    Columns: ``tuple_id``, every ``cp_tsc_*``/``cp_node_*`` column the query carried,
-    ``partition``, ``batch_id`` (and ``role`` for the firstlast handler).
+    Columns: ``tuple_id``, the columns the option ``keepColumns`` named (as the query typed them),
+    every ``cp_tsc_*``/``cp_node_*`` column the query carried, ``partition``, ``batch_id`` (and
+    ``role`` for the firstlast handler).
     """
     t = _read_prefixed(path, RECORDS_PREFIX, None)
     if t is None:

@@ -28,8 +28,10 @@ rows of a windowed aggregation have no tuple id; each row is kept whole as a win
 
 Options: ``path`` (required), ``handler`` (identity, downsample, xoy, firstlast,
 pc, null; default identity; ``id`` is accepted for identity), ``n``, ``x``, ``y``,
-``periodMs``, ``tupleIdColumn`` (default ``tuple_id``), ``windowColumn`` and ``durability``;
-any other name is refused (a typo such as ``handlr`` would otherwise run the default):
+``periodMs``, ``tupleIdColumn`` (default ``tuple_id``), ``keepColumns`` (query columns carried
+into each record beside the stamps: latency by key; with ``pc``, tuples per period and key),
+``windowColumn`` and ``durability``; any other name is refused (a typo such as ``handlr`` would
+otherwise run the default):
 
 * ``process`` (default): a published batch survives a crash of any process (the
   publication is one all-or-nothing write), but nothing is fsynced: after an OS crash or power
@@ -51,7 +53,14 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from cp_sink.records import PERIODS_PREFIX, PERIODS_SCHEMA, RECORDS_PREFIX, TUPLE_ID, WINDOWS_PREFIX
+from cp_sink.records import (
+    PERIODS_PREFIX,
+    PERIODS_SCHEMA,
+    RECORDS_PREFIX,
+    TUPLE_ID,
+    WINDOWS_PREFIX,
+    keep_columns,
+)
 from cp_sink.window_records import parquet_options, window_columns, window_counts, window_rows
 from cp_store import batch_log
 from cp_store.location import Location, StoreError, check_writable, first_line, resolve
@@ -69,6 +78,7 @@ SINK_OPTIONS = (
     "y",
     "periodMs",
     "tupleIdColumn",
+    "keepColumns",
     "windowColumn",
     "durability",
     "sync",
@@ -263,6 +273,7 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         self.durable = _durable(opts)
         self.overwrite = overwrite
         self.window_column = opts.get("windowcolumn")
+        self.key_columns: list[str] = []
         if self.window_column is not None:
             self.keep = self._window_mode(schema, opts)
         else:
@@ -280,7 +291,13 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
                 f"the cloudprofiler sink needs a tuple id column {self.id_column!r} (option tupleIdColumn); "
                 f"the query has {names}"
             )
-        return [self.id_column] + [n for n in names if is_stamp_column(n) and n not in stamp_columns(SINK)]
+        if "keepcolumns" in opts:
+            from pyspark.sql.types import AtomicType
+
+            scalar = {f.name: isinstance(f.dataType, AtomicType) for f in schema.fields}
+            self.key_columns = keep_columns(opts["keepcolumns"], scalar, self.id_column)
+        stamps = [n for n in names if is_stamp_column(n) and n not in stamp_columns(SINK)]
+        return [self.id_column, *self.key_columns, *stamps]
 
     @property
     def location(self) -> Location:
@@ -305,6 +322,11 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         if "tupleidcolumn" in opts:
             raise ValueError(
                 "option tupleIdColumn cannot be combined with windowColumn: window results have no tuple id"
+            )
+        if "keepcolumns" in opts:
+            raise ValueError(
+                "option keepColumns cannot be combined with windowColumn: "
+                "window mode keeps every scalar column"
             )
         if self.spec.name != "identity":
             raise ValueError(
@@ -334,6 +356,7 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         fl_last: pa.RecordBatch | None = None
         batch_tscs: list[int] = []  # pc: one sink stamp and row count per Arrow batch
         batch_rows: list[int] = []
+        keyed: list[pa.Table] = []  # pc with keepColumns: rows per key of each Arrow batch
         period_cycles = spec.params.get("periodMs", 0) * native_tsc.frequency_hz() / 1000.0
 
         for batch in iterator:
@@ -346,6 +369,8 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
             if spec.name == "pc":
                 batch_tscs.append(tsc)
                 batch_rows.append(n)
+                if self.key_columns:
+                    keyed.append(_rows_per_key(batch, self.key_columns, tsc))
                 continue
             if spec.name == "null":
                 continue
@@ -374,7 +399,7 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
             "last_tsc_sink": tally.last_tsc,
         }
         name = f"{base}/{batch_log.data_file(PERIODS_PREFIX, partition, attempt)}"
-        if self._write_periods(name, partition, node, period_cycles, batch_tscs, batch_rows):
+        if self._write_periods(name, partition, node, period_cycles, batch_tscs, batch_rows, keyed):
             files.append(name)
         return SinkCommitMessage(files=files, counts=counts)
 
@@ -424,10 +449,24 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         period_cycles: float,
         batch_tscs: list[int],
         batch_rows: list[int],
+        keyed: list[pa.Table],
     ) -> bool:
-        """pc: write the task's row count per period to ``rel``; False if it has none."""
+        """pc: write the task's row count per period (and key) to ``rel``; False if it has none."""
         from cp_sink.handlers import period_counts
 
+        if keyed:
+            table = _periods_by_key(keyed, self.key_columns, period_cycles)
+            fixed = {
+                "partition": pa.array([partition] * table.num_rows, pa.int32()),
+                node_column(SINK): pa.array([node] * table.num_rows),
+                "period_ms": pa.array([self.spec.period_ms] * table.num_rows, pa.int64()),
+                "period_cycles": pa.array([period_cycles] * table.num_rows, pa.float64()),
+            }
+            for col, values in fixed.items():
+                table = table.append_column(col, values)
+            names = [*PERIODS_SCHEMA.names[:-1], *self.key_columns, "count"]
+            batch_log.write_parquet(table.select(names), self.location.join(rel), self.durable)
+            return True
         periods = period_counts(np.array(batch_tscs, np.int64), period_cycles, np.array(batch_rows, np.int64))
         if not periods:
             return False
@@ -471,6 +510,22 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Delete what the tasks of a failed micro-batch wrote (never a published file)."""
         batch_log.abort(self.location, batchId, [f for m in _ours(messages) for f in m.files])
+
+
+def _rows_per_key(batch: pa.RecordBatch, keys: list[str], tsc: int) -> pa.Table:
+    """pc with keepColumns: one row per key value of ``batch`` (nulls a key of their own) with its
+    row count and the batch's sink stamp."""
+    counted = pa.Table.from_batches([batch.select(keys)]).group_by(keys).aggregate([([], "count_all")])
+    return counted.append_column("tsc", pa.array(np.full(counted.num_rows, tsc, np.int64)))
+
+
+def _periods_by_key(keyed: list[pa.Table], keys: list[str], period_cycles: float) -> pa.Table:
+    """Rows per (period, key) over a task's batches: ``period``, the keys and ``count``."""
+    t = pa.concat_tables(keyed)
+    period = np.floor(t["tsc"].to_numpy() / period_cycles).astype(np.int64)
+    t = t.append_column("period", pa.array(period))
+    g = t.group_by(["period", *keys]).aggregate([("count_all", "sum")])
+    return pa.table({"period": g["period"], **{k: g[k] for k in keys}, "count": g["count_all_sum"]})
 
 
 def _dictionary(col: pa.Array) -> pa.Array:
