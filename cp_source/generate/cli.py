@@ -35,12 +35,21 @@ examples:
   cloudprofiler generate --endpoint tcp://127.0.0.1:5555 --rate 200000 --duration 10
   cloudprofiler generate --rate 2e6 --duration 30 --senders 2 --bucket 2000 --summary run.json
   cloudprofiler generate --rate 50000 --duration 5 --workload file:events.ndjson
+  cloudprofiler generate --rate 50000 --duration 5 --workload file:events.ndjson \
+      --schema "user STRING, amount DOUBLE, ts TIMESTAMP" --skip-bad-lines
   cloudprofiler generate --rate 20000 --duration 5 --wait-ready 120   # the query is still starting
   cloudprofiler generate --rate 50000 --duration 10 --queue-ms 1000   # a busy machine: absorb 1 s stalls
   cloudprofiler generate --rate 2000 --duration 10 --senders 2 --sender-base 4096 --event-start-ms 0
   cloudprofiler generate --rate 2000 --duration 10 --senders 2 --event-lag-ms 500 --event-jitter-ms 20
   cloudprofiler generate --rate 20000 --duration 10 --bucket 100 --delay zipf:0.99,200 --delay-seed 7
   cloudprofiler generate --rate 50000 --duration 30 --key-skew zipf:1.0 --hot-key-rotate 5
+
+--workload file:PATH replays the file's lines cyclically. With --schema (the
+factory's Spark DDL) every line is parsed against it, by the factory's own
+parser, before anything is sent: a bad line is an error naming its line number,
+the field and why (exit status 2), and --skip-bad-lines sends only the good
+lines instead (skipped_lines in the summary). A replayed file is at most 64 MiB;
+a line or a bucket over the factory's frame cap is refused before the first bucket.
 
 Event times are whole milliseconds and never decrease per sender: the wall
 clock at send, or with --event-start-ms a clock that follows the schedule
@@ -170,6 +179,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_bucket_option(parser)
     parser.add_argument("--workload", default="ysb", help="ysb (default) or file:PATH (NDJSON to replay)")
     parser.add_argument(
+        "--schema",
+        default=None,
+        metavar="DDL",
+        help="file:PATH only: the factory's schema (Spark DDL); every line is checked against it first",
+    )
+    parser.add_argument(
+        "--skip-bad-lines",
+        action="store_true",
+        help="file:PATH only: send only the lines that parse (counted as skipped_lines) instead of failing",
+    )
+    parser.add_argument(
         "--sender-base",
         type=int,
         default=None,
@@ -261,6 +281,8 @@ def run(args: argparse.Namespace) -> int:
         senders=args.senders,
         bucket=args.bucket,
         workload=args.workload,
+        schema=args.schema,
+        skip_bad_lines=args.skip_bad_lines,
         sender_base=args.sender_base,
         ready_timeout=args.wait_ready,
         hwm=queue_buckets(args.queue_ms, args.rate, args.senders, args.bucket),
@@ -275,6 +297,8 @@ def run(args: argparse.Namespace) -> int:
     brief = {k: v for k, v in summary.items() if k != "senders"}
     brief["senders"] = [{k: v for k, v in s.items() if k != "dropped_ranges"} for s in summary["senders"]]
     sys.stdout.write(orjson.dumps(brief, option=orjson.OPT_INDENT_2).decode() + "\n")
+    if summary["skipped_lines"]:
+        print(f"skipped {summary['skipped_lines']:,} bad line(s) of {args.workload[5:]}", file=sys.stderr)
     if summary["generator_bound"]:
         print(
             "warning: the generator fell behind its schedule (generator_bound): this run is invalid",

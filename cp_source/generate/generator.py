@@ -23,12 +23,14 @@ from typing import Any
 import zmq
 
 from cp_source.generate.events import EventSettings
+from cp_source.generate.file_check import FileLines, read_workload_file
 from cp_source.generate.hot_keys import plan_skew
 from cp_source.generate.payloads import BucketTooLarge, default_pool
 from cp_source.generate.sender import run_checked_sender
 from cp_source.generate.settings import GeneratorSettings, GeneratorSummary, SenderCounters, SenderSettings
 from cp_source.wire import bucket as bk
 from cp_source.wire.sender_link import FactoryUnavailable, SenderIdInUse
+from cp_source.wire.workloads import WORKLOAD_SPELLING, resolve
 
 RATE_TOLERANCE = 0.01
 LAG_TOLERANCE = 0.10  # of the run's duration
@@ -57,16 +59,20 @@ def _check_endpoint(endpoint: str) -> None:
         ctx.term()
 
 
-def _sender_proc(q: Any, barrier: Any, endpoint: str, job: SenderSettings, events: EventSettings) -> None:
+def _sender_proc(
+    q: Any, barrier: Any, endpoint: str, job: SenderSettings, events: EventSettings, lines: FileLines | None
+) -> None:
     try:
-        q.put(("ok", run_checked_sender(endpoint, job, events, barrier)))
+        q.put(("ok", run_checked_sender(endpoint, job, events, barrier, lines)))
     except BaseException as e:  # reported to the parent, which raises
         q.put(("error", (type(e).__name__, str(e))))
         if barrier is not None:
             barrier.abort()
 
 
-def _check_args(rate: float, duration: float, senders: int, bucket: int, workload: str) -> None:
+def _check_args(
+    rate: float, duration: float, senders: int, bucket: int, workload: str, schema: str | None = None
+) -> None:
     """Reject a run before any sender starts."""
     if not rate > 0 or not math.isfinite(rate):
         raise ValueError(f"rate must be a positive number of tuples/s, got {rate}")
@@ -76,16 +82,24 @@ def _check_args(rate: float, duration: float, senders: int, bucket: int, workloa
         raise ValueError(f"senders must be 1..256, got {senders}")
     if bucket < 1 or bucket > bk.DEFAULT_MAX_TUPLES:
         raise ValueError(f"bucket must be 1..{bk.DEFAULT_MAX_TUPLES} tuples, got {bucket}")
-    if not (workload == "ysb" or workload.startswith("file:")):
-        raise ValueError(f"unknown workload {workload!r}: expected ysb or file:PATH")
+    if workload.startswith("parquet:"):
+        resolve(workload, schema)  # its footer read now: a missing or bad file fails here, nothing sent
+    elif not (workload == "ysb" or workload.startswith("file:")):
+        raise ValueError(f"unknown workload {workload!r}: expected {WORKLOAD_SPELLING}")
 
 
-def _run_processes(endpoint: str, jobs: list[SenderSettings], events: EventSettings) -> list[SenderCounters]:
-    """Run one sender process per job, started together at a barrier; their counters by sender id."""
+def _run_processes(
+    endpoint: str, jobs: list[SenderSettings], events: EventSettings, lines: FileLines | None
+) -> list[SenderCounters]:
+    """Run one sender process per job, started together at a barrier; their counters by sender id.
+
+    A file's checked lines go to each process with its job: no sender reads or checks it again."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     barrier = ctx.Barrier(len(jobs))
-    procs = [ctx.Process(target=_sender_proc, args=(q, barrier, endpoint, job, events)) for job in jobs]
+    procs = [
+        ctx.Process(target=_sender_proc, args=(q, barrier, endpoint, job, events, lines)) for job in jobs
+    ]
     for p in procs:
         p.start()
     results: list[SenderCounters] = []
@@ -107,7 +121,12 @@ def _run_processes(endpoint: str, jobs: list[SenderSettings], events: EventSetti
 
 
 def _summary(
-    results: list[SenderCounters], s: GeneratorSettings, endpoint: str, base: int, events: EventSettings
+    results: list[SenderCounters],
+    s: GeneratorSettings,
+    endpoint: str,
+    base: int,
+    events: EventSettings,
+    lines: FileLines | None,
 ) -> GeneratorSummary:
     """The run's settings, its senders' counters added up, and whether the generator limited it."""
     emitted = sum(r["emitted"] for r in results)
@@ -150,12 +169,14 @@ def _summary(
         "hot_key_rotate_s": events.key_skew.rotate_ms / 1000
         if events.key_skew and events.key_skew.rotate_ms
         else None,
+        "schema": s.schema,
+        "skipped_lines": lines.skipped if lines is not None else 0,
         "senders": results,
     }
 
 
 def _run_senders(
-    endpoint: str, base: int, total: int, s: GeneratorSettings, events: EventSettings
+    endpoint: str, base: int, total: int, s: GeneratorSettings, events: EventSettings, lines: FileLines | None
 ) -> list[SenderCounters]:
     """Senders ``base`` .. ``base + senders - 1`` sharing ``total`` tuples at ``rate``; their counters.
 
@@ -164,8 +185,8 @@ def _run_senders(
     per_rate = s.rate / s.senders
     jobs = [s.sender(i, base + i, per_rate, shares[i]) for i in range(s.senders)]
     if s.senders == 1:
-        return [run_checked_sender(endpoint, jobs[0], events)]
-    return _run_processes(endpoint, jobs, events)
+        return [run_checked_sender(endpoint, jobs[0], events, lines=lines)]
+    return _run_processes(endpoint, jobs, events, lines)
 
 
 def run_generator(endpoint: str, settings: GeneratorSettings) -> GeneratorSummary:
@@ -185,10 +206,15 @@ def run_generator(endpoint: str, settings: GeneratorSettings) -> GeneratorSummar
     ``key_skew`` (``uniform`` or ``zipf:S``, ysb only) draws the ads of ``skew_keys`` (``campaigns``
     or ``ads``) from that distribution, the hottest key moving every ``hot_key_rotate_s`` s of the
     schedule; ``cp_source.generate.hot_keys.expected_ads`` gives each tuple's ad (seed: the sender id).
+    ``workload="file:PATH"`` with ``schema`` (Spark DDL): every line is parsed against it before any
+    sender connects (``BadFileLine``, naming the line and the field), ``skip_bad_lines`` leaving the
+    bad ones out (``skipped_lines`` in the summary); see ``cp_source.generate.file_check``.
     """
     s = settings
-    _check_args(s.rate, s.duration, s.senders, s.bucket, s.workload)
+    _check_args(s.rate, s.duration, s.senders, s.bucket, s.workload, s.schema)
     events = s.event_settings(s.rate, s.senders)
+    # every line of a replayed file checked before connecting: a bad one fails here, nothing sent
+    lines = read_workload_file(s.workload, s.schema, s.skip_bad_lines)
     _check_endpoint(endpoint)
     total = round(s.rate * s.duration)
     if total >= bk.MAX_TUPLES_PER_SENDER:
@@ -202,10 +228,10 @@ def run_generator(endpoint: str, settings: GeneratorSettings) -> GeneratorSummar
         if base < 0 or base + s.senders - 1 > bk.MAX_SENDER:
             raise ValueError(f"sender ids {base}..{base + s.senders - 1} outside 0..{bk.MAX_SENDER}")
         try:
-            results = _run_senders(endpoint, base, total, s, events)
+            results = _run_senders(endpoint, base, total, s, events, lines)
             break
         except SenderIdInUse:
             # a random base the factory has seen: nothing was sent yet, draw another
             if s.sender_base is not None or attempt == FRESH_BASE_ATTEMPTS:
                 raise
-    return _summary(results, s, endpoint, base, events)
+    return _summary(results, s, endpoint, base, events, lines)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -171,16 +172,18 @@ class Payloads:
     ``pool_at(k)`` / ``payload(k)`` are the lookup of bucket k; the emission loop walks
     ``switches`` instead (one integer comparison per bucket)."""
 
-    def __init__(self, pools: list[list[bytes]], switches: list[tuple[int, int]]) -> None:
+    def __init__(
+        self, pools: Sequence[Sequence[bytes | memoryview]], switches: list[tuple[int, int]]
+    ) -> None:
         self.pools = pools
         self.switches = switches  # (first bucket, configuration), ascending; bucket 0 uses pools[0]
         self._starts = [k for k, _ in switches]
 
-    def pool_at(self, k: int) -> list[bytes]:
+    def pool_at(self, k: int) -> Sequence[bytes | memoryview]:
         i = bisect.bisect_right(self._starts, k)
         return self.pools[self.switches[i - 1][1] if i else 0]
 
-    def payload(self, k: int) -> bytes:
+    def payload(self, k: int) -> bytes | memoryview:
         pool = self.pool_at(k)
         return pool[k % len(pool)]
 

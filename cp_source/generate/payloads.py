@@ -4,19 +4,32 @@ Each sender builds a small pool of payloads (``bucket`` rows each, serialized by
 loop reuses; the tuple ids and the event time live in the per-bucket header, so reusing payload rows
 changes nothing the factory produces except the repeated field values.
 
+A file workload's pool is its kept lines once plus the lines that wrap around (``file_pool``), bounded
+in bytes: a sender of a file uses :func:`file_payloads` on the lines checked before the run.
+
 The factory's frame cap: the answer to a sender's hello names the largest payload the factory
-accepts; a sender whose pool holds a larger one raises ``BucketTooLarge`` before its first bucket.
+accepts; a sender whose pool holds a larger one raises ``BucketTooLarge`` before its first bucket
+(``frame_cap``).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import orjson
 
+from cp_source.generate.file_check import FileLines, check_file, file_path
+from cp_source.generate.file_pool import FileBuckets
+from cp_source.generate.frame_cap import BucketTooLarge, bucket_too_large
 from cp_source.generate.hot_keys import KeySkew, Payloads, plan_skew, skewed_payloads
 from cp_source.wire import bucket as bk
-from cp_source.wire.workloads import file_lines, ysb_rows
+from cp_source.wire.ipc_payload import CONTINUATION as IPC_STREAM
+from cp_source.wire.ipc_payload import head as ipc_head
+from cp_source.wire.ipc_payload import parquet_payloads
+from cp_source.wire.workloads import ysb_rows
+
+__all__ = ["BucketTooLarge", "build_payloads", "check_fits", "file_payloads", "sender_payloads"]
 
 
 def default_pool(bucket: int) -> int:
@@ -24,19 +37,32 @@ def default_pool(bucket: int) -> int:
     return max(2, min(16, 64_000 // bucket))
 
 
-def build_payloads(workload: str, bucket: int, seed: int = 0, pool: int | None = None) -> list[bytes]:
-    """A pool of full-bucket NDJSON payloads for ``workload`` (``ysb`` or ``file:PATH``)."""
+def build_payloads(
+    workload: str, bucket: int, seed: int = 0, pool: int | None = None
+) -> Sequence[bytes | memoryview]:
+    """A pool of full-bucket NDJSON payloads for ``workload`` (``ysb`` or ``file:PATH``).
+
+    ``pool``: payloads in a ysb pool (None: :func:`default_pool`). A file's pool is its distinct
+    buckets (:func:`file_payloads`; its lines checked to be JSON objects only, without a schema)."""
     if bucket < 1 or bucket > bk.DEFAULT_MAX_TUPLES:
         raise ValueError(f"bucket must be 1..{bk.DEFAULT_MAX_TUPLES} tuples, got {bucket}")
     n_pool = pool or default_pool(bucket)
+    path = file_path(workload)
+    if path is not None:
+        return file_payloads(check_file(path, None), bucket)
+    if workload.startswith("parquet:"):  # Arrow IPC payloads of the file's rows (cp_source.wire.ipc_payload)
+        return parquet_payloads(workload, bucket, n_pool)
     if workload == "ysb":
         lines = [orjson.dumps(r) for r in ysb_rows(bucket * n_pool, seed)]
-    elif workload.startswith("file:"):
-        src = file_lines(workload[5:])
-        lines = [src[i % len(src)] for i in range(bucket * n_pool)]
     else:
         raise ValueError(f"unknown workload {workload!r}: expected ysb or file:PATH")
     return [b"\n".join(lines[k * bucket : (k + 1) * bucket]) + b"\n" for k in range(n_pool)]
+
+
+def file_payloads(lines: FileLines, bucket: int) -> FileBuckets:
+    """The pool of a file's kept lines replayed cyclically in buckets of ``bucket``: bucket k of a
+    sender is ``pool[k % len(pool)]`` (``cp_source.generate.file_pool``)."""
+    return FileBuckets(lines.lines, bucket)
 
 
 def sender_payloads(
@@ -50,8 +76,11 @@ def sender_payloads(
     return skewed_payloads(plan_skew(skew, rate, bucket, tuples, default_pool(bucket)), seed)
 
 
-def partial_payload(payload: bytes, rows: int) -> bytes:
+def partial_payload(payload: bytes | memoryview, rows: int) -> bytes:
     """The first ``rows`` lines of a payload."""
+    payload = bytes(payload)  # once per run: a file pool's payloads are views
+    if payload.startswith(IPC_STREAM):  # parquet:PATH
+        return ipc_head(payload, rows)
     pos = 0
     for _ in range(rows):
         pos = payload.index(b"\n", pos) + 1
@@ -66,10 +95,6 @@ def bucket_shape(payloads: Payloads, bucket: int, tuples: int) -> tuple[int, int
     return n_buckets, last_rows, partial
 
 
-class BucketTooLarge(ValueError):
-    """A bucket's payload is larger than the factory accepts (its frame cap): nothing was sent."""
-
-
 def check_fits(payloads: Payloads, bucket: int, workload: str, cap: int | None) -> None:
     """BucketTooLarge, naming the size and the cap, when a payload is over the factory's frame cap.
 
@@ -81,10 +106,4 @@ def check_fits(payloads: Payloads, bucket: int, workload: str, cap: int | None) 
     biggest = max(len(p) for pool in payloads.pools for p in pool)
     if biggest <= cap:
         return
-    fit = bucket * cap // biggest
-    hint = f"use --bucket {fit} or smaller" if fit else "one tuple alone is over it"
-    raise BucketTooLarge(
-        f"a bucket of {bucket} tuples of {workload} is {biggest:,} bytes, over the factory's frame cap "
-        f"of {cap:,} bytes (its --max-frame-bytes): nothing was sent; {hint}, or start the factory "
-        "with a larger --max-frame-bytes"
-    )
+    raise bucket_too_large(bucket, workload, biggest, cap)

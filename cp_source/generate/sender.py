@@ -19,9 +19,11 @@ import zmq
 import native_tsc
 from cp_source.generate.delayed import DelayedEmitter
 from cp_source.generate.events import EventSettings
+from cp_source.generate.file_check import FileLines, read_workload_file
+from cp_source.generate.file_pool import bucket_bytes, check_file_fits
 from cp_source.generate.hot_keys import Payloads
 from cp_source.generate.pacing import Emission, emit
-from cp_source.generate.payloads import BucketTooLarge, check_fits, sender_payloads
+from cp_source.generate.payloads import BucketTooLarge, check_fits, file_payloads, sender_payloads
 from cp_source.generate.settings import SenderCounters, SenderSettings
 from cp_source.wire import bucket as bk
 from cp_source.wire.sender_link import AckInfo, DisconnectWatch, close_stream_info, open_link
@@ -125,20 +127,23 @@ def run_sender(endpoint: str, settings: SenderSettings, barrier: Any = None) -> 
 
 
 def run_checked_sender(
-    endpoint: str, s: SenderSettings, events: EventSettings, barrier: Any = None
+    endpoint: str,
+    s: SenderSettings,
+    events: EventSettings,
+    barrier: Any = None,
+    lines: FileLines | None = None,
 ) -> SenderCounters:
-    """``run_sender`` with its event settings already parsed and checked."""
+    """``run_sender`` with its event settings already parsed and checked; ``lines``: a file
+    workload's lines already read and checked (None: read and check them here)."""
     mark(f"sender {s.sender_id}: started")
-    seed = s.sender_id if s.seed is None else s.seed
-    pays = sender_payloads(s.workload, s.bucket, s.rate, s.tuples, seed, events.key_skew)
+    pays, lines, size = _prepared(s, events, lines)
     packer = bk.HeaderPacker(s.sender_id, native_tsc.domain_id())
-    size = len(pays.pools[0][0])
     ctx, sock, hello = _open_link(endpoint, packer, s, size)
     first = bk.tuple_id(s.sender_id, 0)
     watch = DisconnectWatch(sock)
     try:
         try:
-            check_fits(pays, s.bucket, s.workload, hello.max_frame_bytes)
+            pays = _fitting(pays, lines, s, hello.max_frame_bytes)
             emission = _run_loop(sock, packer, pays, s, first, barrier, events)
         except (BucketTooLarge, threading.BrokenBarrierError):
             _close_empty(sock, packer, s.sender_id, first)  # before any bucket: nothing was sent
@@ -148,6 +153,31 @@ def run_checked_sender(
         watch.close()
         sock.close(0)  # the end of stream was acknowledged (or counted as not delivered)
         ctx.term()
+
+
+def _prepared(
+    s: SenderSettings, events: EventSettings, lines: FileLines | None
+) -> tuple[Payloads | None, FileLines | None, int]:
+    """The sender's payloads, or a file's checked lines (its pool is built once the factory named its
+    frame cap), and a bucket's bytes (to size the send queue)."""
+    if lines is None:
+        lines = read_workload_file(s.workload, s.schema, s.skip_bad_lines)
+    if lines is not None:
+        return None, lines, bucket_bytes(lines, s.bucket)
+    seed = s.sender_id if s.seed is None else s.seed
+    pays = sender_payloads(s.workload, s.bucket, s.rate, s.tuples, seed, events.key_skew)
+    return pays, None, len(pays.pools[0][0])
+
+
+def _fitting(pays: Payloads | None, lines: FileLines | None, s: SenderSettings, cap: int | None) -> Payloads:
+    """The sender's payloads, checked against the factory's frame cap (``BucketTooLarge``); a file's
+    pool is built only once its lines and buckets are known to fit."""
+    if pays is not None:
+        check_fits(pays, s.bucket, s.workload, cap)
+        return pays
+    assert lines is not None
+    check_file_fits(lines, s.bucket, s.workload, cap)
+    return Payloads([file_payloads(lines, s.bucket)], [])
 
 
 def _run_loop(

@@ -41,11 +41,15 @@ class OfferSettings:
     the factory runs with keys. Event times and heartbeats: ``cp_source.generate.events``; ``delay``
     (a ``DelaySpec`` text such as ``normal:50,10``) and ``delay_seed``: ``cp_source.generate.delay``;
     ``key_skew`` (``uniform`` or ``zipf:S``, ysb only), ``skew_keys`` (``campaigns`` or ``ads``) and
-    ``hot_key_rotate_s``: ``cp_source.generate.hot_keys``.
+    ``hot_key_rotate_s``: ``cp_source.generate.hot_keys``. ``schema`` (Spark DDL, file workload only):
+    every line of the file is parsed against it before the first bucket, and a bad line fails the run
+    unless ``skip_bad_lines``, which sends only the good ones (``cp_source.generate.file_check``).
     """
 
     bucket: int = 1000
     workload: str = "ysb"
+    schema: str | None = None
+    skip_bad_lines: bool = False
     hwm: int | None = None
     ready_timeout: float = DEFAULT_READY_TIMEOUT_S
     curve_keys: str | None = None
@@ -152,7 +156,8 @@ class GeneratorSummary(TypedDict):
     ``aborted``): the run is invalid; ``end_wall_s``: the last sender's last emission, wall clock;
     the settings (``bucket``, ``workload``, ``endpoint``, ``sender_base``, ``heartbeat_ms``,
     ``event_lag_ms``, ``event_jitter_ms``, ``event_start_ms``, ``delay``, ``delay_seed``,
-    ``key_skew``, ``skew_keys``, ``hot_key_rotate_s``; null when not set); over every sender:
+    ``key_skew``, ``skew_keys``, ``hot_key_rotate_s``, ``schema``; null when not set);
+    ``skipped_lines``: the bad lines of a replayed file left out (``skip_bad_lines``); over every sender:
     ``aborted`` (any), ``eos_delivered`` and ``acknowledged`` (all), ``disconnects`` and
     ``heartbeats`` (summed); ``senders``: each sender's ``SenderCounters`` by sender id.
     """
@@ -185,4 +190,6 @@ class GeneratorSummary(TypedDict):
     key_skew: str | None
     skew_keys: str | None
     hot_key_rotate_s: float | None
+    schema: str | None
+    skipped_lines: int
     senders: list[SenderCounters]

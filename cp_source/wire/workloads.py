@@ -6,6 +6,8 @@
   payload: it is the bucket's emission time from the header (see docs/ingest.md).
 * ``file:PATH``: replays the lines of a user's NDJSON file; the factory parses
   them with a user-given schema in Spark DDL (``"name STRING, price DOUBLE"``).
+* ``parquet:PATH``: replays the rows of a Parquet file (a path or URI); its footer gives the
+  fields, and the payloads are Arrow IPC (``cp_source.wire.ipc_payload``): nothing to parse.
 
 Every segment carries, after the workload's fields, ``event_time`` (Spark
 TimestampType, i.e. Arrow ``timestamp[us, UTC]``, at millisecond precision),
@@ -19,12 +21,10 @@ import random
 import re
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 import orjson
 import pyarrow as pa
 
-from cp_store.json_object import json_object
 from native_tsc.stamp_columns import FACTORY, GEN, SOURCE, node_column, stamp_columns, tsc_column
 
 AD_TYPES = ("banner", "modal", "sponsored-search", "mail", "mobile")
@@ -155,43 +155,52 @@ def parse_ddl(ddl: str) -> pa.Schema:
 
 @dataclass(frozen=True)
 class Workload:
-    """What a factory needs to parse payloads: a name and the payload fields."""
+    """What a factory needs to read payloads: a name and the payload fields.
 
-    name: str  # "ysb" or "file"
+    ``name`` is ``ysb``, ``file`` (NDJSON payloads) or ``parquet`` (Arrow IPC payloads,
+    ``cp_source.wire.ipc_payload``).
+    """
+
+    name: str
     fields: pa.Schema
-    path: str | None = None  # file workload: the NDJSON file (generator side only)
+    path: str | None = None  # file or parquet workload: the file (the generator reads its rows)
 
     @property
     def schema(self) -> pa.Schema:
         return segment_schema(self.fields)
 
+    @property
+    def arrow_payload(self) -> bool:
+        """True when a bucket's payload is an Arrow IPC stream rather than NDJSON."""
+        return self.name == "parquet"
+
+
+WORKLOAD_SPELLING = "ysb, file:PATH (NDJSON, with a schema) or parquet:PATH"
+
 
 def resolve(workload: str = "ysb", schema: str | None = None) -> Workload:
-    """``ysb`` or ``file:PATH`` (the latter needs ``schema``, Spark DDL; the factory ignores PATH)."""
+    """A workload from its one spelling: ``ysb``, ``file:PATH`` with ``schema``, or ``parquet:PATH``.
+
+    ``file:PATH`` needs ``schema`` (Spark DDL); only the generator reads PATH (a factory may be
+    given ``file:`` alone). ``parquet:PATH`` takes no schema: its fields come from the file's footer
+    (``cp_source.wire.parquet_rows``), which every side reads, so a missing or unreadable file is
+    a one-line ValueError naming it. The older ``file`` alone still means ``file:``.
+    """
     if workload == "ysb":
         if schema:
-            raise ValueError("the ysb workload has a fixed schema; give --schema only with file:PATH")
+            raise ValueError("the ysb workload has a fixed schema; give a schema only with file:PATH")
         return Workload("ysb", ysb_fields())
     if workload.startswith("file:") or workload == "file":
         if not schema:
             raise ValueError("the file workload needs a schema (Spark DDL, e.g. 'name STRING, n BIGINT')")
-        path = workload[5:] or None
-        return Workload("file", parse_ddl(schema), path)
-    raise ValueError(f"unknown workload {workload!r}: expected ysb or file:PATH")
+        return Workload("file", parse_ddl(schema), workload[5:] or None)
+    if workload.startswith("parquet:"):
+        from cp_source.wire.parquet_rows import parquet_fields
 
-
-def file_lines(path: str | Path, max_lines: int = 1_000_000) -> list[bytes]:
-    """The non-empty lines of an NDJSON file, each re-serialized compactly by orjson."""
-    out = []
-    with open(path, "rb") as f:
-        for i, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            obj = json_object(line, f"{path}:{i}", ValueError, lambda _: "each line must be a JSON object")
-            out.append(orjson.dumps(obj))
-            if len(out) >= max_lines:
-                break
-    if not out:
-        raise ValueError(f"{path}: no JSON lines")
-    return out
+        path = workload[8:]
+        if not path:
+            raise ValueError("workload parquet: needs the file: parquet:PATH (a path or URI)")
+        if schema:
+            raise ValueError(f"workload {workload}: a Parquet file carries its own schema; give none")
+        return Workload("parquet", parquet_fields(path, RESERVED), path)
+    raise ValueError(f"unknown workload {workload!r}: expected {WORKLOAD_SPELLING}")

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-import orjson
 import pyarrow as pa
 import pytest
 
-from cp_source.generate.payloads import build_payloads
 from cp_source.wire import workloads as wl
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
@@ -95,19 +92,3 @@ def test_resolve() -> None:
         wl.resolve("ysb", "a STRING")
     with pytest.raises(ValueError, match="unknown workload"):
         wl.resolve("tpch")
-
-
-def test_file_lines_and_payloads(tmp_path: Path) -> None:
-    p = tmp_path / "events.ndjson"
-    p.write_bytes(b'{"a": "x", "n": 1}\n\n{"a":"y","n":2}\n{"a":"z","n":3}\n')
-    assert wl.file_lines(p) == [b'{"a":"x","n":1}', b'{"a":"y","n":2}', b'{"a":"z","n":3}']
-    pays = build_payloads(f"file:{p}", bucket=2, pool=3)
-    rows = [orjson.loads(x) for pay in pays for x in pay.splitlines()]
-    assert [r["n"] for r in rows] == [1, 2, 3, 1, 2, 3]  # lines are replayed cyclically
-    bad = tmp_path / "bad.ndjson"
-    bad.write_bytes(b'{"a": 1}\n[1, 2]\n')
-    with pytest.raises(ValueError, match="JSON object"):
-        wl.file_lines(bad)
-    bad.write_bytes(b'{"a": 1}\n{oops\n')
-    with pytest.raises(ValueError, match="not JSON"):
-        wl.file_lines(bad)
