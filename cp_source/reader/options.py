@@ -181,13 +181,15 @@ class ReaderOptions:
         if not endpoint.startswith(("tcp://", "ipc://")):
             raise ValueError(f"option endpoint={endpoint!r}: expected tcp://HOST:PORT or ipc://PATH")
         workload = opts.get("workload", "ysb").strip()
-        if workload != "ysb" and not (workload.startswith("file:") and len(workload) > 5):
-            raise ValueError(f"option workload={workload!r}: expected ysb or file:PATH")
+        kind = workload.split(":", 1)[0]
+        if workload != "ysb" and not (kind in ("file", "parquet") and len(workload) > len(kind) + 1):
+            raise ValueError(f"option workload={workload!r}: expected ysb, file:PATH or parquet:PATH")
         schema_ddl = opts.get("schema")
-        if workload.startswith("file:") and not schema_ddl:
+        if kind == "file" and not schema_ddl:
             raise ValueError("option schema: a file workload needs the schema of its records (DDL)")
-        if schema_ddl is not None and workload == "ysb":
-            raise ValueError("option schema: only a file:PATH workload takes a schema (ysb has its own)")
+        if schema_ddl is not None and kind != "file":
+            own = "a Parquet file carries its own" if kind == "parquet" else "ysb has its own"
+            raise ValueError(f"option schema: only a file:PATH workload takes a schema ({own})")
         max_records = opts.get("maxrecordspertrigger")
         fetch_timeout = _seconds_option(opts, "fetchTimeout", 60.0, 3600)
         ready = _ready_options(opts, max_records is not None)

@@ -77,6 +77,7 @@ REASONS = (
     "length_mismatch",
     "count_mismatch",
     "bad_json",
+    "bad_ipc",  # a parquet: workload's Arrow IPC payload (cp_source.wire.ipc_payload)
     "bad_control",
     "replayed_seq",
     "seq_out_of_window",

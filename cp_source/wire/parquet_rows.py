@@ -1,0 +1,167 @@
+"""A Parquet file as a workload: its payload fields (from the footer alone) and its first rows.
+
+``parquet:PATH`` (a path or URI, read through ``cp_store.location``) replays a Parquet file. The
+generator, the factory and the reader all read the file's footer for the payload fields, so every
+one of them must reach PATH (a shared store URI such as ``s3://...`` serves many hosts); only the
+generator reads rows.
+
+Each column becomes the type Spark reads it as, nullable (every payload field is):
+
+* strings (and large strings) -> STRING, binary -> BINARY, booleans, 8 to 64-bit integers,
+  FLOAT, DOUBLE, DECIMAL (up to 38 digits), DATE;
+* unsigned integers widen as Spark's Parquet reader widens them (UINT8 -> SMALLINT, UINT16 ->
+  INT, UINT32 -> BIGINT); UINT64 has no Spark type that holds every value and is refused;
+* every timestamp -> TIMESTAMP (``timestamp[us, UTC]``): one without a zone is read as UTC (the
+  JSON rule), nanoseconds are truncated to microseconds (as Spark reads INT96);
+* lists and structs of the above.
+
+Anything else (a map, a time of day, a duration, a column of nulls only, ...) is refused in one
+line naming the column, and so is a column whose name is one the factory adds, compared without
+case (Spark resolves column names without case), or two columns whose names differ only in case.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from cp_store.location import StoreError, first_line
+from cp_store.location import resolve as locate
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+ROWS_MAX_BYTES = 64 << 20  # the generator holds at most this much of a file's rows (Arrow, in memory)
+_WIDER = {pa.uint8(): pa.int16(), pa.uint16(): pa.int32(), pa.uint32(): pa.int64()}
+_KEPT = (
+    pa.types.is_boolean,
+    pa.types.is_int8,
+    pa.types.is_int16,
+    pa.types.is_int32,
+    pa.types.is_int64,
+    pa.types.is_float32,
+    pa.types.is_float64,
+    pa.types.is_date32,
+    pa.types.is_decimal128,
+)
+
+
+class UnsupportedType(ValueError):
+    """A column type the pipeline does not carry."""
+
+
+def carried_type(t: pa.DataType) -> pa.DataType:
+    """The type a column of type ``t`` is carried as (see the module docstring); UnsupportedType if none."""
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return pa.binary()
+    if any(check(t) for check in _KEPT):
+        return t
+    if t in _WIDER:
+        return _WIDER[t]
+    if pa.types.is_date64(t):
+        return pa.date32()
+    if pa.types.is_timestamp(t):
+        return TIMESTAMP
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.list_(carried_type(t.value_type))
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, carried_type(f.type)) for f in t])
+    raise UnsupportedType(f"type {t} is not carried")
+
+
+def carried_fields(schema: pa.Schema, reserved: Collection[str], where: str) -> pa.Schema:
+    """``schema``'s columns as the pipeline carries them; one-line ValueError naming a refused column."""
+    fields: list[pa.Field] = []
+    seen: dict[str, str] = {}
+    lowered = {r.lower() for r in reserved}
+    for f in schema:
+        key = f.name.lower()
+        if key in lowered:
+            raise ValueError(
+                f"{where}: column {f.name!r} is reserved for a column the factory adds (any case)"
+            )
+        if key in seen:
+            raise ValueError(f"{where}: columns {seen[key]!r} and {f.name!r} differ only in case")
+        seen[key] = f.name
+        try:
+            fields.append(pa.field(f.name, carried_type(f.type)))
+        except UnsupportedType as e:
+            raise ValueError(
+                f"{where}: column {f.name!r} has {e}; supported: strings, binary, booleans, integers "
+                "(UINT64 excepted), floats, decimals, dates, timestamps, lists and structs of these"
+            ) from None
+    if not fields:
+        raise ValueError(f"{where}: no columns")
+    return pa.schema(fields)
+
+
+def _open(path: str) -> tuple[pq.ParquetFile, str]:
+    """The Parquet file at ``path`` (footer read) and its printable URI; one line naming why it is not one."""
+    try:
+        loc = locate(path)
+    except StoreError as e:
+        raise ValueError(f"parquet:{path}: {e}") from None
+    try:
+        info = loc.info()
+        if info.type == pafs.FileType.NotFound:
+            raise ValueError(f"{loc.uri}: no such Parquet file")
+        if info.type != pafs.FileType.File:
+            raise ValueError(f"{loc.uri}: not a file (give one Parquet file)")
+        if info.size == 0:
+            raise ValueError(f"{loc.uri}: empty file (0 bytes), not Parquet")
+        return pq.ParquetFile(loc.fs.open_input_file(loc.path)), loc.uri
+    except StoreError as e:
+        raise ValueError(str(e)) from None
+    except (pa.ArrowException, OSError) as e:  # not Parquet: no magic bytes, a corrupt footer, ...
+        raise ValueError(f"{loc.uri}: not a readable Parquet file ({first_line(e)})") from None
+
+
+def parquet_fields(path: str, reserved: Collection[str]) -> pa.Schema:
+    """The payload fields of the Parquet file at ``path``, from its footer alone."""
+    pf, uri = _open(path)
+    return carried_fields(pf.schema_arrow, reserved, uri)
+
+
+def parquet_rows(path: str, fields: pa.Schema, max_rows: int, max_bytes: int = ROWS_MAX_BYTES) -> pa.Table:
+    """The file's first rows as ``fields`` (at least one, then up to ``max_rows`` within ``max_bytes``).
+
+    Row groups are read in slices of at most 1,024 rows sized from the footer's byte estimate (a
+    sixteenth of ``max_bytes``), so a file of huge rows is never read whole; the last slice read may
+    take the table past ``max_bytes`` by that much, or more where the estimate is low (values that
+    compress very well).
+    """
+    pf, uri = _open(path)
+    meta = pf.metadata
+    if meta.num_rows == 0:
+        raise ValueError(f"{uri}: no rows to send")
+    est = max(1, sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)) // meta.num_rows)
+    step = max(1, min(1024, max_rows, max_bytes // 16 // est))
+    batches: list[pa.RecordBatch] = []
+    rows = size = 0
+    try:
+        for b in pf.iter_batches(batch_size=step, columns=fields.names, use_threads=False):
+            batches.append(b)
+            rows += b.num_rows
+            size += b.nbytes
+            if rows >= max_rows or size >= max_bytes:
+                break
+        table = pa.Table.from_batches(batches).slice(0, max_rows)
+        return pa.table([_cast(table.column(f.name), f.type) for f in fields], schema=fields)
+    except (pa.ArrowException, OSError) as e:
+        raise ValueError(f"{uri}: cannot read its rows ({first_line(e)})") from None
+
+
+def _cast(col: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:
+    """A column as its carried type: timestamps truncated to microseconds, everything else exact."""
+    if col.type == to:
+        return col
+    return col.cast(to, safe=not (pa.types.is_timestamp(col.type) or _has_timestamp(col.type)))
+
+
+def _has_timestamp(t: pa.DataType) -> bool:
+    if pa.types.is_timestamp(t):
+        return True
+    return any(_has_timestamp(t.field(i).type) for i in range(t.num_fields))
