@@ -6,6 +6,8 @@ import random
 import re
 import subprocess
 import tracemalloc
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,13 +15,18 @@ import orjson
 import pytest
 
 from cloudprofiler.cli.process import CLI_ARGV
+from cp_source.factory.supervisor import FactoryHandle
 from cp_source.generate import file_check
 from cp_source.generate.file_check import FILE_MAX_BYTES, BadFileLine, check_file, read_workload_file
 from cp_source.generate.file_pool import FileBuckets, check_file_fits, largest_bucket
 from cp_source.generate.frame_cap import BucketTooLarge
+from cp_source.generate.generator import run_generator
 from cp_source.generate.payloads import build_payloads
+from cp_source.generate.settings import GeneratorSettings
+from cp_source.spool.segments import read_segment
 from cp_source.wire import bucket as bk
 from cp_source.wire.workloads import parse_ddl
+from tests.helpers.ingest_truth import expected_ids
 
 SCHEMA = "name STRING, n BIGINT"
 FIELDS = parse_ddl(SCHEMA)
@@ -198,3 +205,38 @@ def test_the_command_line_refuses_a_bad_line_before_connecting(tmp_path: Path) -
         + NOT_SENT
     ]
     assert r.stdout == "" and not (tmp_path / "s").exists()
+
+
+def test_skip_bad_lines_against_a_real_factory_publishes_exactly_the_good_lines_cycled(
+    factories: Callable[..., FactoryHandle], tmp_path: Path
+) -> None:
+    """10 lines, 3 bad and 2 blank, replayed by 2 sender processes in buckets of 4: every tuple
+    published is the good line (tuple index mod 5) of its sender, nothing dead-lettered; without
+    --skip-bad-lines the run fails before any sender starts; a line over the frame cap is named."""
+    good = [orjson.dumps({"name": f"g{i}", "n": i, "extra": [i]}) for i in range(5)]
+    lines = [good[0], b'{"name": "b0", "n": 1.5}', good[1], b"", good[2], b'{"nome": "b1"}']
+    lines += [good[3], b"  ", b'{"name": "b2", "n": "3"}', good[4]]
+    p = _write(tmp_path / "ev.ndjson", lines)
+    f = factories(workers=1, workload="file:", schema=SCHEMA, flush_ms=50, max_frame_bytes=100_000)
+    run = GeneratorSettings(rate=2000, duration=0.5, senders=2, bucket=4, workload=f"file:{p}", schema=SCHEMA)
+    with pytest.raises(BadFileLine, match=f"^{re.escape(str(p))} line 2: field 'n' \\(BIGINT\\): 1.5 "):
+        run_generator(f.endpoint, replace(run, sender_base=7000))
+    s = run_generator(f.endpoint, replace(run, skip_bad_lines=True, sender_base=7100))
+    assert (s["skipped_lines"], s["schema"], s["offered"], s["dropped"]) == (3, SCHEMA, 1000, 0)
+    assert f.wait_drained(30, senders=[7100, 7101])
+    sp = f.spool_view()
+    st = sp.stats()
+    assert st.deadletters_total == 0 and st.rejected_ranges == [] and set(st.end_of_stream) == {7100, 7101}
+    rows = [r for seg in sp.segments("w0", -1, sp.latest()["w0"]) for r in read_segment(seg.path).to_pylist()]
+    np.testing.assert_array_equal(np.sort([r["tuple_id"] for r in rows]), expected_ids(s, st)[0])
+    assert len(rows) == 1000
+    for r in rows:
+        i = (r["tuple_id"] - bk.tuple_id(r["sender_id"], 0)) % 5
+        assert (r["name"], r["n"]) == (f"g{i}", i)
+    # a line over the factory's frame cap (100,000 bytes), named before any bucket
+    big = orjson.dumps({"name": "x" * 120_000, "n": 9})
+    _write(p, [good[0], b"", big])
+    with pytest.raises(
+        BucketTooLarge, match=f"^line 3 of {re.escape(str(p))} is {len(big) + 1:,} bytes with"
+    ):
+        run_generator(f.endpoint, replace(run, senders=1, sender_base=7200))
