@@ -362,7 +362,11 @@ def start_factory(
     """
     level = "strict" if fsync else check_durability(durability)
     w = resolve(workload, schema)  # fail early on a bad workload, schema or parser
-    if parser not in PARSERS or (parser == "numba" and not all(pa.types.is_string(f.type) for f in w.fields)):
+    if (
+        parser not in PARSERS
+        or (parser == "numba" and not all(pa.types.is_string(f.type) for f in w.fields))
+        or (w.arrow_payload and parser != "auto")  # Arrow IPC payloads are checked, not parsed
+    ):
         raise ValueError(f"parser {parser!r} cannot parse the {w.name} workload; expected one of {PARSERS}")
     if max_spool_bytes <= 0 or flush_rows <= 0 or flush_ms <= 0 or max_frame_bytes <= 0 or max_tuples <= 0:
         raise ValueError("spool bound, flush rows/ms, max frame bytes and max tuples must be positive")

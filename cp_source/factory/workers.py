@@ -79,6 +79,12 @@ def make_accumulator(workload: Workload, parser: str = "auto") -> Any:
     from cp_source.factory import parse_json
 
     fields = workload.fields
+    if workload.arrow_payload:  # Arrow IPC payloads: checked, not parsed (cp_source.factory.parse_ipc)
+        if parser != "auto":
+            raise ValueError(f"the {workload.name} workload's payloads are Arrow IPC: no parser {parser!r}")
+        from cp_source.factory.parse_ipc import IpcAccumulator
+
+        return IpcAccumulator(fields)
     all_strings = all(pa.types.is_string(f.type) for f in fields)
     if parser not in PARSERS:
         raise ValueError(f"unknown parser {parser!r}: expected one of {', '.join(PARSERS)}")
@@ -192,9 +198,12 @@ class FactoryWorker:
 
     def _warm_up(self) -> None:
         """Run the parser and the segment builder once, so the first real bucket pays no JIT/import cost."""
-        row = {f.name: "x" if pa.types.is_string(f.type) else None for f in self.fields}
-        self.acc.add(orjson.dumps(row) + b"\n", 1)
-        self.acc.take()
+        if self.workload.arrow_payload:
+            self.acc.warm_up()
+        else:
+            row = {f.name: "x" if pa.types.is_string(f.type) else None for f in self.fields}
+            self.acc.add(orjson.dumps(row) + b"\n", 1)
+            self.acc.take()
         _repeat_strings(["a", "b"], np.ones(2, np.int64))
 
     # -- message handling ------------------------------------------------------------------
