@@ -37,6 +37,7 @@ examples:
   cloudprofiler generate --rate 50000 --duration 5 --workload file:events.ndjson
   cloudprofiler generate --rate 50000 --duration 5 --workload file:events.ndjson \
       --schema "user STRING, amount DOUBLE, ts TIMESTAMP" --skip-bad-lines
+  cloudprofiler generate --rate 50000 --duration 5 --workload parquet:s3://bucket/sample.parquet
   cloudprofiler generate --rate 20000 --duration 5 --wait-ready 120   # the query is still starting
   cloudprofiler generate --rate 50000 --duration 10 --queue-ms 1000   # a busy machine: absorb 1 s stalls
   cloudprofiler generate --rate 2000 --duration 10 --senders 2 --sender-base 4096 --event-start-ms 0
@@ -50,6 +51,9 @@ parser, before anything is sent: a bad line is an error naming its line number,
 the field and why (exit status 2), and --skip-bad-lines sends only the good
 lines instead (skipped_lines in the summary). A replayed file is at most 64 MiB;
 a line or a bucket over the factory's frame cap is refused before the first bucket.
+--workload parquet:PATH (a path or URI) replays a Parquet file's rows cyclically
+as Arrow IPC payloads; the file's footer gives the columns (no --schema), and
+at most 64 MiB of its rows are read.
 
 Event times are whole milliseconds and never decrease per sender: the wall
 clock at send, or with --event-start-ms a clock that follows the schedule
@@ -177,7 +181,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=_positive_float, required=True, help="seconds to offer the rate")
     parser.add_argument("--senders", type=int, default=1, help="sender processes sharing the rate")
     add_bucket_option(parser)
-    parser.add_argument("--workload", default="ysb", help="ysb (default) or file:PATH (NDJSON to replay)")
+    parser.add_argument(
+        "--workload", default="ysb", help="ysb (default), file:PATH (NDJSON to replay) or parquet:PATH"
+    )
     parser.add_argument(
         "--schema",
         default=None,
