@@ -6,7 +6,8 @@ its schedule into a factory that is not there), records every data bucket it
 accepts (sender, sequence number, tuple-id range) and forwards it to the
 worker processes, and records and acknowledges each end-of-stream. What it
 records, and each sender's hello and latest heartbeat, are kept in the spool
-(``cp_source.spool.front_records``: ``_front/ledger.json`` and ``_front/progress.json``).
+(``cp_source.spool.front_records``: ``_front/ledger.json`` and ``_front/progress.json`` with its
+log): a new sender costs one appended line, whatever the number of senders known.
 
 The front end's answers say more than "acknowledged" (``sender_link.AckInfo``):
 a hello's answer carries the factory's frame cap (``max_frame_bytes``), so a
@@ -70,6 +71,7 @@ class FrontEnd:
                 "long_messages",
                 "frames_dropped",
                 "oversized_frames",
+                "senders_unrecorded",
             ),
             0,
         )
@@ -124,11 +126,12 @@ class FrontEnd:
             elif self.workers_ready.is_set():
                 # on file before the acknowledgement: a reader knows a sender before its first bucket
                 if self.progress.hello(h.sender_id):
-                    self.progress.maybe_write(force=True)
+                    self.progress.maybe_write(force=True)  # one line appended, whatever the senders known
                 self._reply(ident, h)
             elif ident in self._pending_hellos or len(self._pending_hellos) < MAX_PENDING_HELLOS:
                 self.progress.hello(h.sender_id)
                 self._pending_hellos[ident] = h
+            self.counters["senders_unrecorded"] = self.progress.unrecorded
         elif h.kind == bk.KIND_EOS:
             try:
                 eos = bk.parse_eos(h, frames[1])
@@ -230,7 +233,7 @@ class FrontEnd:
         except BaseException as e:  # recorded for the factory's supervisor; never silent
             self.error = e
         finally:
-            self.progress.maybe_write(force=True)
+            self.progress.close()
             self.ledger.close()
             for s in (self.front, self.back):
                 s.close(0)

@@ -23,8 +23,16 @@ wall time of its first hello (answered or waiting for the workers) and its
 latest heartbeat ``[seq, event_ms]`` (the data buckets it had sent, and a
 lower bound on the event time of every tuple it has still to send), with the
 wall time that heartbeat came in. Heartbeats are not forwarded to the workers.
-The file is written like the ledger (atomically, at most every ``SNAPSHOT_S``,
-fsynced with ``durability=strict``) and read with :func:`read_front_progress`.
+It is a snapshot naming its log, ``_front/progress.<generation>.log``: a new
+sender's hello is one line appended before the hello is acknowledged, and the
+senders whose heartbeat changed are one line each at most every ``SNAPSHOT_S``
+(fsynced with ``durability=strict``), so recording a sender costs the same
+with 10 senders known or 100,000. The log is folded into a new snapshot (written
+atomically, under a new generation) at start and once it outgrows both
+``LOG_MIN_BYTES`` and the snapshot. At most ``MAX_GREETED`` senders are
+recorded: a hello past them is answered but not recorded, and counted
+(``senders_unrecorded`` in the front end's counters). Read it with
+:func:`read_front_progress` (the snapshot, then its log's whole lines).
 
 The front end itself (its socket and what it answers) is ``cp_source.factory.front``.
 """
@@ -48,9 +56,11 @@ from cp_store.private_dirs import ensure_private_dir
 
 FRONT_DIR = "_front"
 LEDGER_FILE = "ledger.json"
-PROGRESS_FILE = "progress.json"
+PROGRESS_FILE = "progress.json"  # the senders' snapshot, and the generation of its log
+PROGRESS_LOG = "progress.{}.log"  # one JSON line per change of a sender since that snapshot
 SNAPSHOT_S = 0.2
-MAX_GREETED = 1 << 20  # sender ids remembered from hellos (the ledger keeps those that sent tuples)
+LOG_MIN_BYTES = 1 << 20  # the log is folded into the snapshot past this and past the snapshot's size
+MAX_GREETED = 1 << 17  # sender ids recorded from hellos (the ledger keeps those that sent tuples)
 
 
 def _merge_into(ranges: list[list[int]], first: int, count: int) -> None:
@@ -117,7 +127,8 @@ class FrontLedger:
 
     def write(self) -> None:
         """Replace the ledger file atomically (see :func:`_replace_file`)."""
-        _replace_file(self.dir, LEDGER_FILE, {str(k): v for k, v in self.senders.items()}, self.durable)
+        doc = orjson.dumps({str(k): v for k, v in self.senders.items()})
+        _replace_file(self.dir, LEDGER_FILE, doc, self.durable)
         self._dirty = False
         self._last_write = time.monotonic()
 
@@ -134,32 +145,48 @@ class FrontLedger:
         self._lock.close()
 
 
-def _replace_file(directory: Path, name: str, doc: Any, durable: bool) -> None:
-    """Replace ``directory/name`` with ``doc`` as JSON atomically (private temp file, then rename);
+def _replace_file(directory: Path, name: str, doc: bytes, durable: bool) -> None:
+    """Replace ``directory/name`` with ``doc`` atomically (private temp file, then rename);
     durable: the temp file is fsynced before the rename and the directory after, so it lasts."""
     tmp = directory / f"{name}.{os.getpid()}.tmp"
-    atomic_write(directory / name, orjson.dumps(doc), durable, tmp=tmp)
+    atomic_write(directory / name, doc, durable, tmp=tmp)
 
 
 class FrontProgress:
-    """Per sender: when it first said hello, and its latest heartbeat (``_front/progress.json``)."""
+    """Per sender: when it first said hello, and its latest heartbeat: ``_front/progress.json`` (a
+    snapshot) and the lines appended to its log since (``progress.<generation>.log``).
+
+    A change costs one appended line, whatever the number of senders known; the snapshot is
+    rewritten only when the log has grown past ``LOG_MIN_BYTES`` and past the snapshot's own size
+    (so each rewrite is paid for by as many appended bytes: constant cost per change), and once at
+    start. At most ``MAX_GREETED`` senders are recorded; a hello past them is still answered,
+    counted in ``unrecorded`` and not written (the ledger still counts its tuples).
+    """
 
     def __init__(self, directory: Path, durable: bool) -> None:
         self.dir, self.durable = directory, durable
         self.senders: dict[int, dict[str, Any]] = read_front_progress(directory.parent)
-        self.ignored = 0  # senders past MAX_GREETED; heartbeats without a hello or past the seq window
-        self._dirty = False
+        self.ignored = 0  # heartbeats without a hello or past the seq window
+        self.unrecorded = 0  # hellos of new senders past MAX_GREETED: answered, not recorded
+        self._changed: dict[int, None] = {}  # senders changed since the last append, in order
         self._last_write = 0.0
+        self._gen = _snapshot_generation(directory)
+        self._log_fd = -1
+        self._log_bytes = self._snap_bytes = 0
+        try:
+            self._compact()  # a fresh log: a torn tail of the last run is never appended to
+        except OSError:
+            self._log_fd = -1  # a full disk: the next write compacts again
 
     def hello(self, sender_id: int) -> bool:
         """Record a sender's first hello; True when it is new."""
         if sender_id in self.senders:
             return False
         if len(self.senders) >= MAX_GREETED:
-            self.ignored += 1
+            self.unrecorded += 1
             return False
         self.senders[sender_id] = {"hello_wall": time.time(), "heartbeat": None}
-        self._dirty = True
+        self._changed[sender_id] = None
         return True
 
     def heartbeat(self, h: bk.Header) -> None:
@@ -172,18 +199,88 @@ class FrontProgress:
         if s["heartbeat"] is None or beat > s["heartbeat"]:
             s["heartbeat"] = beat
         s["heartbeat_wall"] = time.time()  # a quiet sender on a schedule clock repeats the same one
-        self._dirty = True
+        self._changed[h.sender_id] = None
 
     def write(self) -> None:
-        _replace_file(self.dir, PROGRESS_FILE, {str(k): v for k, v in self.senders.items()}, self.durable)
-        self._dirty = False
+        """Append a line per sender changed since the last write (fsynced when durable), or rewrite
+        the snapshot once the log has outgrown it; OSError leaves the changes for the next write."""
+        if self._log_fd < 0 or self._log_bytes > max(LOG_MIN_BYTES, self._snap_bytes):
+            self._compact()
+        elif self._changed:
+            lines = b"".join(orjson.dumps({"s": sid, **self.senders[sid]}) + b"\n" for sid in self._changed)
+            try:
+                os.write(self._log_fd, lines)  # one write, O_APPEND: lines land whole and in order
+                if self.durable:
+                    os.fsync(self._log_fd)
+            except OSError:
+                self._close_log()  # what reached the log may be torn: the next write compacts
+                raise
+            self._log_bytes += len(lines)
+        self._changed.clear()
         self._last_write = time.monotonic()
+
+    def _compact(self) -> None:
+        """Every sender into a new snapshot naming a new, empty log; then the old log goes.
+
+        The new log exists before the snapshot names it, and the old one is removed only after, so
+        a reader (snapshot, then its log) sees either generation whole, never a gap between them.
+        """
+        old = self._gen
+        gen = old + 1
+        fd = os.open(self.dir / _log_name(gen), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o600)
+        doc = orjson.dumps({**{str(k): v for k, v in self.senders.items()}, "log": gen})
+        try:
+            _replace_file(self.dir, PROGRESS_FILE, doc, self.durable)
+        except OSError:
+            os.close(fd)
+            raise
+        self._close_log()
+        self._log_fd, self._gen, self._log_bytes, self._snap_bytes = fd, gen, 0, len(doc)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.dir / _log_name(old))
+        self._changed.clear()
+
+    def _close_log(self) -> None:
+        if self._log_fd >= 0:
+            os.close(self._log_fd)
+        self._log_fd = -1
 
     def maybe_write(self, force: bool = False) -> None:
         """Write when changed, at most every SNAPSHOT_S (``force``: now); a full disk: the next try."""
-        if self._dirty and (force or time.monotonic() - self._last_write >= SNAPSHOT_S):
+        if (self._changed or self._log_fd < 0) and (
+            force or time.monotonic() - self._last_write >= SNAPSHOT_S
+        ):
             with contextlib.suppress(OSError):
                 self.write()
+
+    def close(self) -> None:
+        """Write what changed, then release the log."""
+        self.maybe_write(force=True)
+        self._close_log()
+
+
+def _log_name(gen: int) -> str:
+    return PROGRESS_LOG.format(gen)
+
+
+def _snapshot_generation(directory: Path) -> int:
+    """The log generation the snapshot names (0: no snapshot, or one written before logs)."""
+    gen, _ = _read_snapshot(directory)
+    return gen
+
+
+def _read_snapshot(directory: Path) -> tuple[int, dict[str, Any]]:
+    """The snapshot's log generation and its sender entries (raw); (0, {}) when missing or torn."""
+    try:
+        doc = orjson.loads((directory / PROGRESS_FILE).read_bytes())
+    except (FileNotFoundError, NotADirectoryError, orjson.JSONDecodeError):
+        return 0, {}
+    if not isinstance(doc, dict):
+        return 0, {}
+    gen = doc.pop("log", 0)
+    if isinstance(gen, bool) or not isinstance(gen, int) or not 0 <= gen < 1 << 62:
+        gen = 0
+    return gen, doc
 
 
 def _int(v: Any) -> int:
@@ -215,20 +312,36 @@ def read_front_progress(spool: str | os.PathLike[str]) -> dict[int, dict[str, An
     """Per sender id: ``hello_wall`` (float, time.time() of its first hello), ``heartbeat``
     (``[seq, event_ms]`` or None) and, with a heartbeat, ``heartbeat_wall`` (when the latest came in).
 
-    Empty when the file is missing or torn; entries that do not validate are left out.
+    The snapshot, then the lines of the log it names (a later line of a sender replaces its
+    entry). Empty when nothing was written or the snapshot is torn; entries and lines that do not
+    validate are left out, a torn last line of the log too (a crash while it was appended).
     """
-    try:
-        doc = orjson.loads((Path(spool) / FRONT_DIR / PROGRESS_FILE).read_bytes())
-    except (FileNotFoundError, NotADirectoryError, orjson.JSONDecodeError):
-        return {}
+    directory = Path(spool) / FRONT_DIR
+    gen, tail = 0, b""
+    doc: dict[str, Any] = {}
+    for _ in range(8):  # a compaction between reading the snapshot and its log: read both again
+        gen, doc = _read_snapshot(directory)
+        try:
+            tail = (directory / _log_name(gen)).read_bytes() if gen else b""
+        except (FileNotFoundError, NotADirectoryError):
+            if _snapshot_generation(directory) != gen:
+                continue
+        break
     out: dict[int, dict[str, Any]] = {}
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            with contextlib.suppress(ValueError, TypeError, KeyError):
-                sid = int(k)
-                if 0 <= sid <= bk.MAX_SENDER and len(out) < MAX_GREETED:
-                    out[sid] = _progress_entry(v)
+    for k, v in doc.items():
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            _take(out, int(k), v)
+    for line in tail.split(b"\n")[:-1]:  # past the last newline: a line still being written
+        with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
+            v = orjson.loads(line)
+            _take(out, _int(v.pop("s")), v)
     return out
+
+
+def _take(out: dict[int, dict[str, Any]], sid: int, v: Any) -> None:
+    """Put one validated entry of sender ``sid`` into ``out`` (at most MAX_GREETED senders)."""
+    if 0 <= sid <= bk.MAX_SENDER and (sid in out or len(out) < MAX_GREETED):
+        out[sid] = _progress_entry(v)
 
 
 def read_front_ledger(spool: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
