@@ -170,6 +170,20 @@ def _add_skew_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_file_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--schema",
+        default=None,
+        metavar="DDL",
+        help="file:PATH only: the factory's schema (Spark DDL); every line is checked against it first",
+    )
+    parser.add_argument(
+        "--skip-bad-lines",
+        action="store_true",
+        help="file:PATH only: send only the lines that parse (counted as skipped_lines) instead of failing",
+    )
+
+
 def add_bucket_option(parser: argparse.ArgumentParser) -> None:
     """``--bucket``, the same option wherever a command starts generators with the default bucket."""
     parser.add_argument("--bucket", type=int, default=1000, help="tuples per bucket (default 1000)")
@@ -184,17 +198,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workload", default="ysb", help="ysb (default), file:PATH (NDJSON to replay) or parquet:PATH"
     )
-    parser.add_argument(
-        "--schema",
-        default=None,
-        metavar="DDL",
-        help="file:PATH only: the factory's schema (Spark DDL); every line is checked against it first",
-    )
-    parser.add_argument(
-        "--skip-bad-lines",
-        action="store_true",
-        help="file:PATH only: send only the lines that parse (counted as skipped_lines) instead of failing",
-    )
+    _add_file_arguments(parser)
     parser.add_argument(
         "--sender-base",
         type=int,
