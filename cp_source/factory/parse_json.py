@@ -91,7 +91,7 @@ def sql_name(t: pa.DataType) -> str:
     return _SQL_NAMES.get(t, str(t))
 
 
-def _numbered_lines(payload: bytes) -> tuple[list[bytes], list[int]]:
+def numbered_lines(payload: bytes) -> tuple[list[bytes], list[int]]:
     """The non-blank lines (blank: only JSON whitespace) and their 1-based line numbers."""
     lines, numbers = [], []
     for i, ln in enumerate(payload.split(b"\n"), 1):
@@ -313,7 +313,7 @@ def _decode(lines: Sequence[bytes], numbers: Sequence[int]) -> list[Any]:
 
 def _rows(payload: bytes | memoryview, fields: pa.Schema, count: int) -> tuple[list[dict], list[int]]:
     """The payload's objects and their line numbers, checked for count, JSON and fit."""
-    lines, numbers = _numbered_lines(bytes(payload))
+    lines, numbers = numbered_lines(bytes(payload))
     if len(lines) != count:
         raise BucketError("count_mismatch", f"header says {count} tuples, payload has {len(lines)} lines")
     rows = _decode(lines, numbers)
@@ -436,7 +436,7 @@ def _has_null_rows(t: pa.Table) -> bool:
 def parse_naive_rows(payload: bytes | memoryview, fields: pa.Schema, count: int) -> list[tuple]:
     """The naive path, for comparison only: per-row orjson into Python tuples (values as JSON gives them)."""
     names = fields.names
-    lines, numbers = _numbered_lines(bytes(payload))
+    lines, numbers = numbered_lines(bytes(payload))
     try:
         rows = [tuple(d.get(n) for n in names) for d in map(orjson.loads, lines)]
     except (orjson.JSONDecodeError, AttributeError):  # not JSON, or not an object: the rules name it
@@ -450,7 +450,7 @@ def parse_naive_rows(payload: bytes | memoryview, fields: pa.Schema, count: int)
 def parse_naive(payload: bytes | memoryview, fields: pa.Schema, count: int) -> pa.RecordBatch:
     """The naive path's batch: its Python rows through the same rules as :func:`parse_orjson`."""
     rows = parse_naive_rows(payload, fields, count)
-    _, numbers = _numbered_lines(bytes(payload))
+    _, numbers = numbered_lines(bytes(payload))
     if any(all(v is None for v in r) for r in rows):  # its line has the keys with null, or none of them
         _rows(payload, fields, count)
     cols = list(zip(*rows, strict=True)) if rows else [() for _ in fields]

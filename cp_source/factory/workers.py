@@ -31,6 +31,7 @@ import pyarrow as pa
 import zmq
 
 import native_tsc
+from cp_source.factory.bad_rows import BadRows, find_bad_rows
 from cp_source.factory.deadletter import DeadLetterWriter, read_dead_letters
 from cp_source.factory.front import MAX_FRAMES
 from cp_source.spool.front_records import read_front_ledger
@@ -207,10 +208,10 @@ class FactoryWorker:
         _repeat_strings(["a", "b"], np.ones(2, np.int64))
 
     # -- message handling ------------------------------------------------------------------
-    def _reject(self, reason: str, frames: list[Any]) -> None:
+    def _reject(self, reason: str, frames: list[Any], detail: str | None = None) -> None:
         d = self.counters["deadletters"]
         d[reason] = d.get(reason, 0) + 1
-        self.dead.write(reason, frames)
+        self.dead.write(reason, frames, detail)
 
     def _tell_first(self, e: bk.BucketError, h: bk.Header) -> None:
         """Name the first payload of each reason a worker refuses (its line and field) on stderr: the
@@ -268,19 +269,63 @@ class FactoryWorker:
             self._reject("replayed_seq", frames)
             return
         self.max_seq[h.sender_id] = h.seq
-        try:
-            self.acc.add(frames[1], h.count)
-        except bk.BucketError as e:
-            self._reject(e.reason, frames)
-            self.writer.record_rejected(h.sender_id, h.seq, h.first_id, h.count)
-            self._tell_first(e, h)
+        runs = self._parse(h, frames)
+        if not runs:
             return
         if not self.pending:
             self.oldest = time.monotonic()
             self.pending = True
-        self.meta.append((h.sender_id, h.seq, h.first_id, h.count, h.tsc, h.wall_ns, native_tsc.now()))
-        self.gen_domains.append(h.domain)
-        self.pending_rows += h.count
+        now = native_tsc.now()
+        for first, n in runs:  # a bucket whose bad rows were rejected is published in pieces
+            self.meta.append((h.sender_id, h.seq, h.first_id + first, n, h.tsc, h.wall_ns, now))
+            self.gen_domains.append(h.domain)
+            self.pending_rows += n
+
+    def _parse(self, h: bk.Header, frames: list[Any]) -> list[tuple[int, int]]:
+        """Parse a data bucket into the accumulator; the runs (first row, count) of its rows taken.
+
+        The whole payload is parsed first (the fast path). If it is refused, its bad rows are found
+        and rejected alone, each with why, and the others are parsed; a payload that cannot be split
+        into rows (a count mismatch, or parsers that disagree) is rejected whole."""
+        try:
+            self.acc.add(frames[1], h.count)
+            return [(0, h.count)]
+        except bk.BucketError as e:
+            first_error = e
+        try:
+            if self.workload.arrow_payload:
+                raise first_error  # an Arrow IPC payload has no rows to split: rejected whole
+            rows = find_bad_rows(frames[1], self.fields, h.count)
+            good = rows.runs(good=True)
+            if good:
+                self.acc.add(rows.good_payload(), sum(n for _, n in good))
+        except bk.BucketError:
+            self._reject(first_error.reason, frames)
+            self.writer.record_rejected(h.sender_id, h.seq, h.first_id, h.count)
+            self._tell_first(first_error, h)
+            return []
+        if not rows.bad:  # the rules take every row the accumulator's parser refused: keep the refusal
+            self._reject(first_error.reason, frames)
+            self.writer.record_rejected(h.sender_id, h.seq, h.first_id, h.count)
+            return []
+        self._reject_rows(h, frames[0], rows)
+        return good
+
+    def _reject_rows(self, h: bk.Header, header: Any, rows: BadRows) -> None:
+        """Dead-letter each bad row (the bucket's header and the row, with why) and record its id."""
+        for i, why in rows.bad:
+            self._reject("bad_json", [header, rows.lines[i]], f"tuple {h.first_id + i}: {why}")
+        for first, n in rows.runs(good=False):
+            self.writer.record_rejected(h.sender_id, h.seq, h.first_id + first, n)
+        if "bad_row" not in self.told:
+            self.told.add("bad_row")
+            i, why = rows.bad[0]
+            print(
+                f"factory worker {self.cfg.worker}: rejected tuple {h.first_id + i} of bucket {h.seq} of "
+                f"sender {h.sender_id} alone ({why}); further rejected rows are only counted",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def flush(self) -> None:
         """Publish the pending buckets as one segment (after any segment still waiting for the disk)."""

@@ -2,8 +2,15 @@
 
 Every tuple id a generator assigned ends in exactly one of: published in a
 segment, dropped by the generator (its end-of-stream lists the ranges),
-rejected by the factory (header valid, payload not), or lost in transit (a
-gap the factory can prove from the senders' gapless bucket sequence numbers).
+rejected by the factory (header valid, payload not; or one row of a bucket
+whose other rows were published), or lost in transit (a gap the factory can
+prove from the senders' gapless bucket sequence numbers).
+
+A record is a bucket's id range or a piece of it: a bucket with rejected rows
+has a published record per run of good rows and a rejected record per run of
+bad ones, all with its seq and all written for the same segment. So a bucket
+is one seq, and a record is a duplicate when its (seq, first id) repeats one
+already seen (``duplicate_buckets`` counts those records).
 This module reads the worker directories of a spool and does that
 bookkeeping; it is also the one place that decides whether a factory has
 published everything it received (:meth:`SpoolStats.drained`).
@@ -82,6 +89,15 @@ def in_ranges(values: np.ndarray, ranges: list[list[int]]) -> np.ndarray:
     return (i >= 0) & (values < r[np.maximum(i, 0), 0] + r[np.maximum(i, 0), 1])
 
 
+def new_pieces(recs: np.ndarray, seen: list[list[int]]) -> int:
+    """Distinct (seq, first id) among ``recs`` whose seq is not in ``seen`` (merged seq ranges).
+
+    The pieces of one bucket are recorded together, so a record whose seq was seen before is a
+    duplicate, and so is one repeating a (seq, first id) here."""
+    fresh = recs[~in_ranges(recs[:, 2], seen)]
+    return len(np.unique(fresh[:, [2, 3]], axis=0)) if len(fresh) else 0
+
+
 def count_below(ranges: list[list[int]], limit: int) -> int:
     """How many integers of the merged ``ranges`` are below ``limit``."""
     return int(sum(max(0, min(a + c, limit) - a) for a, c in ranges))
@@ -95,6 +111,7 @@ class SenderSummary:
     rejected: list[list[int]] = field(default_factory=list)
     seqs: list[list[int]] = field(default_factory=list)  # distinct seqs of published and rejected buckets
     records: int = 0  # published and rejected records folded, duplicates included
+    pieces: int = 0  # distinct (seq, first id) records folded: records - pieces are duplicates
 
     def seq_count(self) -> int:
         return int(sum(c for _, c in self.seqs))
@@ -153,6 +170,8 @@ class LedgerSummary:
                     rejected=[[int(a), int(c)] for a, c in v["rejected"]],
                     seqs=[[int(a), int(c)] for a, c in v["seqs"]],
                     records=int(v["records"]),
+                    # written before buckets had pieces: a record per seq, the rest duplicates
+                    pieces=int(v.get("pieces", sum(c for _, c in v["seqs"]))),
                 )
                 for s, v in d["senders"].items()
             },
@@ -172,6 +191,7 @@ class LedgerSummary:
                     "rejected": v.rejected,
                     "seqs": v.seqs,
                     "records": v.records,
+                    "pieces": v.pieces,
                 }
                 for s, v in sorted(self.senders.items())
             },
@@ -186,6 +206,7 @@ class LedgerSummary:
         for s in sorted(set(pub[:, 1].tolist()) | set(bad[:, 1].tolist())):
             mine, theirs = pub[pub[:, 1] == s], bad[bad[:, 1] == s]
             ss = self.senders.setdefault(int(s), SenderSummary())
+            ss.pieces += new_pieces(np.concatenate([mine, theirs]), ss.seqs)
             ss.published = _ranges(ss.published + _ranges(mine[:, 3:5]))
             ss.rejected = _ranges(ss.rejected + _ranges(theirs[:, 3:5]))
             seqs = np.concatenate([mine[:, 2], theirs[:, 2]])
@@ -296,6 +317,11 @@ class SpoolStats:
         """Every sender the factory has seen a bucket or an end-of-stream of."""
         return set(self.lost_in_transit) | set(self.open_senders) | set(self.end_of_stream)
 
+    @property
+    def rejected_rows(self) -> int:
+        """Tuples rejected: of whole buckets, and rows rejected alone."""
+        return int(sum(c for _, c in self.rejected_ranges))
+
     def rejected_of(self, senders: Iterable[int]) -> int:
         """Tuples of these senders whose buckets the factory rejected."""
         want = set(senders)
@@ -326,6 +352,7 @@ class SpoolStats:
             "rows": self.rows,
             "rejected_buckets": self.rejected_buckets,
             "rejected_ranges": self.rejected_ranges,
+            "rejected_rows": self.rejected_rows,
             "deadletters": self.deadletters,
             "deadletters_total": self.deadletters_total,
             "lost_in_transit": keyed(self.lost_in_transit),
@@ -386,11 +413,12 @@ _NONE = np.empty((0, REC_FIELDS), np.int64)
 
 
 def _seq_counts(mine: np.ndarray, theirs: np.ndarray, ss: SenderSummary) -> tuple[np.ndarray, int, int]:
-    """Seqs not in the summary (distinct, sorted), distinct seqs in all, and records in all."""
-    seqs = np.concatenate([mine[:, 2], theirs[:, 2]])
-    new = np.unique(seqs)
+    """Seqs not in the summary (distinct, sorted), distinct seqs in all, and duplicate records in all."""
+    both = np.concatenate([mine, theirs])
+    new = np.unique(both[:, 2])
     new = new[~in_ranges(new, ss.seqs)]
-    return new, len(new) + ss.seq_count(), len(seqs) + ss.records
+    duplicates = len(both) + ss.records - new_pieces(both, ss.seqs) - ss.pieces
+    return new, len(new) + ss.seq_count(), duplicates
 
 
 def _sender_ledger(
@@ -412,9 +440,9 @@ def _sender_ledger(
     for s in sorted(set(pubs) | set(bads) | set(eos) | set(front) | set(summary.senders)):
         mine, theirs = pubs.get(s, _NONE), bads.get(s, _NONE)
         ss = summary.senders.get(s, SenderSummary())
-        new, distinct, records = _seq_counts(mine, theirs, ss)
-        if distinct != records:
-            duplicates[s] = records - distinct
+        new, distinct, dup = _seq_counts(mine, theirs, ss)
+        if dup:
+            duplicates[s] = dup
         if s in eos:
             e = eos[s]
             sent = int(e["buckets_sent"])

@@ -170,6 +170,11 @@ def test_malformed_input_is_counted_and_dead_lettered_while_good_data_flows(
         good_ids.extend(range(nid, nid + 100))
         _send(sock, data())
 
+    def bad_row(row: int, body: bytes) -> None:
+        """A bucket with one bad row: that row is rejected alone, the other 99 are published."""
+        good_ids.extend(i for i in range(nid, nid + 100) if i != nid + row)
+        bad("bad_json", data(body=body))
+
     good()
     bad("bad_magic", [b"NOPE" + bytes(pk.pack(bk.KIND_DATA, 0, 0, 1, 1, 0, 0))[4:], b"x"])
     good()
@@ -179,8 +184,8 @@ def test_malformed_input_is_counted_and_dead_lettered_while_good_data_flows(
     bad("frame_count", [*data(), b"extra"])
     good()
     bad("count_mismatch", data(count=99))
-    bad("bad_json", data(body=payload[:-40] + b"\n"))
-    bad("bad_json", data(body=payload.replace(b'"ad_type"', b"ad_type", 1)))
+    bad_row(99, payload[:-40] + b"\n")
+    bad_row(0, payload.replace(b'"ad_type"', b"ad_type", 1))
     bad("length_mismatch", data(declared=len(payload) + 1))
     bad("count_mismatch", data(body=payload * 3))  # 300 rows under a 100-row header
     bad("oversized", data(body=payload * 20))  # ~430 KB, past the 256 KiB bound
@@ -201,9 +206,9 @@ def test_malformed_input_is_counted_and_dead_lettered_while_good_data_flows(
     np.testing.assert_array_equal(np.sort(ids), np.array(good_ids, dtype=np.int64))
     # buckets with a valid header but a bad payload are rejected ranges, not loss in transit
     assert st.lost_in_transit == {sender: []}
-    # rejected with a trusted header: both count mismatches, both bad JSON, the length mismatch, the
+    # rejected with a trusted header: both count mismatches, both bad rows, the length mismatch, the
     # oversized payload and both frame-count errors (their header was valid)
-    assert st.rejected_buckets == 8
+    assert st.rejected_buckets == 8 and st.rejected_rows == 99 + 5 * 100 + 2
     letters = list(read_dead_letters(Path(f.spool) / "w0" / "deadletter.bin"))
     assert len(letters) == sum(expected.values())
     by_reason: dict[str, int] = {}

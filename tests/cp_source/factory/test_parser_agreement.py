@@ -29,6 +29,7 @@ STRINGS = parse_ddl("s STRING, u STRING")  # the numba parser's kind of schema
 UTC = ZoneInfo("UTC")  # as pyarrow gives it back
 T0 = dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)  # 1700000000 s since the epoch
 REFUSED = "refused"
+BAD_LINE = b'{"n": 2.5, "t": "2023-11-14T22:13:20Z"}'
 
 
 def parsers(fields: pa.Schema) -> list[str]:
@@ -300,11 +301,11 @@ def _factory(spool: Path, parser: str) -> tuple[subprocess.Popen, str]:
 def test_a_factory_refuses_a_fraction_into_bigint_and_reads_epoch_seconds_as_seconds(
     tmp_path: Path, parser: str
 ) -> None:
-    from cp_source.factory.deadletter import read_dead_letters
+    from cp_source.factory.deadletter import read_dead_letter_records
     from cp_source.spool.segments import Spool, read_segment
 
     events = tmp_path / "events.ndjson"
-    events.write_bytes(b'{"n": 1, "t": 1700000000}\n{"n": 2.5, "t": "2023-11-14T22:13:20Z"}\n')
+    events.write_bytes(b'{"n": 1, "t": 1700000000}\n' + BAD_LINE + b"\n")
     spool = tmp_path / "spool"
     proc, endpoint = _factory(spool, parser)
     try:
@@ -353,16 +354,20 @@ def test_a_factory_refuses_a_fraction_into_bigint_and_reads_epoch_seconds_as_sec
     assert sorted(published, key=lambda r: r["tuple_id"]) == [
         {"tuple_id": first + k, "n": 1, "t": T0} for k in range(0, 20, 2)
     ]
+    # each bad tuple is rejected alone, with why, by tuple id (its bucket holds it alone here)
     assert st_.deadletters == {"bad_json": 10}
-    assert st_.rejected_buckets == 10
-    letters = list(read_dead_letters(spool / "w0" / "deadletter.bin"))
-    assert [(reason, frames[1][1]) for reason, frames in letters] == [
-        ("bad_json", b'{"n":2.5,"t":"2023-11-14T22:13:20Z"}\n')
-    ] * 10
+    assert st_.rejected_ranges == [[first + k, 1] for k in range(1, 20, 2)]
+    why = (
+        "line 1, field 'n' (BIGINT): 2.5 (a number with a fraction, an exponent or over 64 bits) is not "
+        "an integer from -9223372036854775808 to 9223372036854775807"
+    )
+    letters = list(read_dead_letter_records(spool / "w0" / "deadletter.bin"))
+    assert [(d.reason, d.detail, d.frames[1][1]) for d in letters] == [
+        ("bad_json", f"tuple {first + k}: {why}", BAD_LINE) for k in range(1, 20, 2)
+    ]
     assert proc.stderr is not None
-    told = [ln for ln in proc.stderr.read().splitlines() if "rejected bucket" in ln]
+    told = [ln for ln in proc.stderr.read().splitlines() if "rejected" in ln]
     assert told == [
-        f"factory worker w0: rejected bucket 1 of sender {sender} (bad_json: line 1, field 'n' (BIGINT): "
-        "2.5 (a number with a fraction, an exponent or over 64 bits) is not an integer from "
-        "-9223372036854775808 to 9223372036854775807); further bad_json rejections are only counted"
+        f"factory worker w0: rejected tuple {first + 1} of bucket 1 of sender {sender} alone ({why}); "
+        "further rejected rows are only counted"
     ]

@@ -1,0 +1,75 @@
+"""The rows of a bucket that break the schema, found so that only they are rejected.
+
+A parser refuses a whole payload when one of its rows is bad (not JSON, not an
+object, none of the schema's keys, a value its field does not take). The worker
+then asks :func:`find_bad_rows` which rows: the rules' parser
+(:func:`cp_source.factory.parse_json.parse_orjson`, whose refusals every parser
+shares) reads halves of the payload, down to single rows where a half fails. A
+bucket with ``b`` bad rows of ``n`` costs about ``b * log2(n)`` small parses
+more, and a good bucket nothing: the fast path parses it whole first.
+
+A payload whose line count differs from its header's is not split (which line
+is missing?): that stays a whole-bucket ``count_mismatch``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from cp_source.factory.parse_json import numbered_lines, parse_orjson
+from cp_source.wire.bucket import BucketError
+
+_FIRST_LINE = re.compile(r"\bline 1\b")
+
+
+@dataclass(frozen=True)
+class BadRows:
+    """A payload's rows (``lines[i]`` is row ``i``) and the bad ones: (row index, why)."""
+
+    lines: list[bytes]
+    bad: list[tuple[int, str]]
+
+    def good_payload(self) -> bytes:
+        """The good rows only, one per line, in order."""
+        skip = {i for i, _ in self.bad}
+        return b"".join(ln + b"\n" for i, ln in enumerate(self.lines) if i not in skip)
+
+    def runs(self, good: bool) -> list[tuple[int, int]]:
+        """(first row, count) of each run of consecutive good (or bad) rows."""
+        bad = {i for i, _ in self.bad}
+        out: list[tuple[int, int]] = []
+        for i in range(len(self.lines)):
+            if (i in bad) != good:
+                if out and out[-1][0] + out[-1][1] == i:
+                    out[-1] = (out[-1][0], out[-1][1] + 1)
+                else:
+                    out.append((i, 1))
+        return out
+
+
+def find_bad_rows(payload: bytes | memoryview, fields: pa.Schema, count: int) -> BadRows:
+    """Which rows of a payload the rules refuse, each with why (its line in the payload, the field).
+
+    Raises ``BucketError("count_mismatch")`` when the payload's rows are not the header's ``count``.
+    """
+    lines, numbers = numbered_lines(bytes(payload))
+    if len(lines) != count:
+        raise BucketError("count_mismatch", f"header says {count} tuples, payload has {len(lines)} lines")
+    bad: list[tuple[int, str]] = []
+    todo = [(0, len(lines))]
+    while todo:
+        lo, hi = todo.pop()
+        try:
+            parse_orjson(b"\n".join(lines[lo:hi]), fields, hi - lo)
+        except BucketError as e:
+            if hi - lo == 1:
+                why = str(e).removeprefix(f"{e.reason}: ")
+                bad.append((lo, _FIRST_LINE.sub(f"line {numbers[lo]}", why, count=1)))
+            else:
+                mid = (lo + hi) // 2
+                todo += [(mid, hi), (lo, mid)]
+    bad.sort()
+    return BadRows(lines, bad)
