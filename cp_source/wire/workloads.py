@@ -18,13 +18,13 @@ TimestampType, i.e. Arrow ``timestamp[us, UTC]``, at millisecond precision),
 from __future__ import annotations
 
 import random
-import re
 import uuid
 from dataclasses import dataclass
 
 import orjson
 import pyarrow as pa
 
+from cp_source.wire.ddl import parse_fields
 from native_tsc.stamp_columns import FACTORY, GEN, SOURCE, node_column, stamp_columns, tsc_column
 
 AD_TYPES = ("banner", "modal", "sponsored-search", "mail", "mobile")
@@ -104,53 +104,12 @@ def ysb_keyed_lines(rows: list[dict[str, str]], ads: list[int]) -> list[bytes]:
     return [orjson.dumps({**r, "ad_id": ad_ids[a]}) for r, a in zip(rows, ads, strict=True)]
 
 
-# Spark DDL type names -> Arrow types as Spark's own Arrow conversion produces them.
-_DDL_TYPES = {
-    "string": pa.string(),
-    "varchar": pa.string(),
-    "char": pa.string(),
-    "boolean": pa.bool_(),
-    "tinyint": pa.int8(),
-    "byte": pa.int8(),
-    "smallint": pa.int16(),
-    "short": pa.int16(),
-    "int": pa.int32(),
-    "integer": pa.int32(),
-    "bigint": pa.int64(),
-    "long": pa.int64(),
-    "float": pa.float32(),
-    "real": pa.float32(),
-    "double": pa.float64(),
-    "date": pa.date32(),
-    "timestamp": pa.timestamp("us", tz="UTC"),
-}
-_DDL_FIELD = re.compile(
-    r"^\s*`?([A-Za-z_][A-Za-z0-9_]*)`?\s*:?\s+([A-Za-z]+)(\s*\(\s*\d+\s*\))?\s*(NOT\s+NULL)?\s*$",
-    re.IGNORECASE,
-)
-
-
 def parse_ddl(ddl: str) -> pa.Schema:
-    """Parse a flat Spark DDL schema (``"a STRING, b BIGINT"``) into Arrow payload fields."""
-    if not ddl or not ddl.strip():
-        raise ValueError("empty schema: expected Spark DDL such as 'name STRING, price DOUBLE'")
-    fields: list[pa.Field] = []
-    for part in ddl.split(","):
-        m = _DDL_FIELD.match(part)
-        if not m:
-            raise ValueError(f"cannot parse schema field {part.strip()!r}: expected 'name TYPE'")
-        name, typ = m.group(1), m.group(2).lower()
-        if typ not in _DDL_TYPES:
-            raise ValueError(
-                f"unsupported type {m.group(2)!r} for field {name!r}; "
-                f"supported: {', '.join(sorted(_DDL_TYPES))}"
-            )
-        if name in RESERVED:
-            raise ValueError(f"field name {name!r} is reserved for a column the factory adds")
-        if name in (f.name for f in fields):
-            raise ValueError(f"duplicate field {name!r}")
-        fields.append(pa.field(name, _DDL_TYPES[typ]))
-    return pa.schema(fields)
+    """A Spark DDL schema (``"a STRING, b DECIMAL(10,2), c STRUCT<x: INT>"``) as Arrow payload fields.
+
+    Names are case-insensitive (as in Spark): a column the factory adds, in any case, or two
+    fields differing only in case, are refused in one line naming the field (cp_source.wire.ddl)."""
+    return parse_fields(ddl, sorted(RESERVED))
 
 
 @dataclass(frozen=True)

@@ -74,12 +74,35 @@ def test_parse_ddl() -> None:
     for bad, msg in [
         ("", "empty"),
         ("name", "cannot parse"),
-        ("a MAP", "unsupported"),
+        ("a MAP", "cannot parse schema 'a MAP': field 'a': MAP: expected '<'"),
+        ("a INTERVAL", "unsupported type 'INTERVAL' for field 'a'"),
         ("tuple_id BIGINT", "reserved"),
-        ("a INT, a INT", "duplicate"),
+        # Spark resolves names case-insensitively: these would be ambiguous in every query
+        ("TUPLE_ID BIGINT", "field name 'TUPLE_ID' is reserved for the column 'tuple_id'"),
+        ("a INT, Event_Time TIMESTAMP", "field name 'Event_Time' is reserved for the column 'event_time'"),
+        ("a INT, a INT", "duplicate field 'a'$"),
+        ("a INT, A STRING", r"duplicate field 'A' \(and 'a': names are case-insensitive"),
+        ("s STRUCT<x: INT, X: INT>", "duplicate field 'X'"),
+        ("s STRUCT<x: INT", "field 'x': after its type: expected '>'"),
+        ("m MAP<INT, STRING>", "field 'm': a MAP's keys must be STRING"),
+        ("d DECIMAL(39, 2)", r"field 'd': DECIMAL\(39,2\) out of bounds"),
+        ("a " + "ARRAY<" * 9 + "INT" + ">" * 9, "field 'a': nested deeper than 8 levels"),
     ]:
         with pytest.raises(ValueError, match=msg):
             wl.parse_ddl(bad)
+
+
+def test_parse_ddl_nested_and_decimal() -> None:
+    s = wl.parse_ddl(
+        "p DECIMAL(10, 2), q DEC, u STRUCT<id: BIGINT, `tag s` ARRAY<STRING>> NOT NULL COMMENT 'who', "
+        "m map<string, array<date>>"
+    )
+    assert list(zip(s.names, s.types, strict=True)) == [
+        ("p", pa.decimal128(10, 2)),
+        ("q", pa.decimal128(10, 0)),
+        ("u", pa.struct([("id", pa.int64()), ("tag s", pa.list_(pa.string()))])),
+        ("m", pa.map_(pa.string(), pa.list_(pa.date32()))),
+    ]
 
 
 def test_resolve() -> None:
