@@ -21,6 +21,7 @@ from cloudprofiler.errors import CommandError
 from cloudprofiler.jobs.pipeline_trial import PipelineTrial
 from cloudprofiler.jobs.queries import Target
 from cloudprofiler.jobs.rate_search import SearchResult, Step, Trial, bisect_search, linear_search
+from cloudprofiler.jobs.user_query import check_workload, query_transform
 from cp_store.location import Location, redact, resolve
 from cp_store.tables import output_file, resolve_option, write_figure
 from native_tsc.cli_options import options_of
@@ -39,7 +40,16 @@ its schedule is invalid (generator-bound) and caps the search.
 
 Without --sink, maxrate starts local Spark and its own query: the
 "cloudprofiler" source (embedded factory, spool bounded by --max-spool-bytes)
--> the YSB join with the campaigns table -> the cloudprofiler sink. With
+-> the YSB join with the campaigns table -> the cloudprofiler sink. On your
+data (--workload file:PATH --schema DDL, or any workload the generator takes)
+the query is source -> sink, or your transformation: --query module:function
+(or path/to/file.py:function) takes the source's DataFrame and returns what
+goes into the sink, keeping tuple_id and the gen stamp (cp_tsc_gen,
+cp_node_gen). A query that drops tuples is judged by what it read: a trial
+lands once the query has read everything the factory published, and what it
+did not write is counted as filtered. The transformation is per tuple (filter,
+select, withColumn, a join with a static table, UDFs): a streaming
+aggregation is refused at start, as its windows come out in later trials. With
 --sink, it measures your running query: its source must read the spool given
 by --spool (or the factory at --endpoint) and its cloudprofiler sink must
 write --sink and carry tuple_id for every tuple.
@@ -49,6 +59,9 @@ examples:
   cloudprofiler maxrate --method linear --start 20000 --increment 20000 --duration 10
   cloudprofiler maxrate --method bisect --start 50000 --tolerance 0.05 --json maxrate.json --plot rate.png
   cloudprofiler maxrate --sink /data/records --spool /data/spool --latency-slope 0.05
+  cloudprofiler maxrate --workload file:events.ndjson --schema 'user STRING, price DOUBLE'
+  cloudprofiler maxrate --workload file:events.ndjson --schema 'user STRING, price DOUBLE' \
+      --query my_query:transform --start 5000
   cloudprofiler maxrate --json s3://bucket/maxrate/result.json --plot s3://bucket/maxrate/rate.png
 """
 
@@ -101,6 +114,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--handler", default="xoy", help="built-in query: sink handler (default xoy; pc, null, id)"
     )
     p.add_argument("--out", help="built-in query: local work directory (default: a temp dir)")
+    p.add_argument(
+        "--workload",
+        default="ysb",
+        help="what the generator replays and the source reads: ysb (default), file:PATH (NDJSON, "
+        "with --schema) or another workload the generator takes",
+    )
+    p.add_argument("--schema", help="the records' schema in Spark DDL, e.g. 'user STRING, price DOUBLE'")
+    p.add_argument(
+        "--query",
+        help="built-in query: module:function or path/to/file.py:function, taking the source's "
+        "DataFrame and returning the sink's (default: the YSB join on ysb, source -> sink otherwise)",
+    )
     p.add_argument("--json", help="write the result (every step) as JSON here (a path or URI)")
     p.add_argument("--plot", help="write the ingestion rate over time (PNG) here (a path or URI)")
 
@@ -122,6 +147,9 @@ def _check(args: argparse.Namespace) -> None:
         raise CommandError("--spool and --endpoint describe a running query: give its --sink too")
     if args.sink and not (args.spool or args.endpoint):
         raise CommandError("--sink needs --spool (or --endpoint) of the query's source")
+    if args.sink and args.query:
+        raise CommandError("--query shapes the built-in query: not with --sink (your query has its own)")
+    check_workload(args.workload, args.schema)
     if args.out and not resolve_option("--out", args.out).is_local:
         raise CommandError(
             f"--out {redact(args.out)}: the built-in query's work directory holds its spool, which "
@@ -229,8 +257,9 @@ def step_table(attempts: list[Step], title: str) -> Any:
     from rich.table import Table
 
     t = Table(title=title)
+    filtering = any(s.filtered for s in attempts)  # a user's query that drops tuples
     cols = ["#", "rate", "achieved", "emitted", "dropped", "lost", "received"]
-    cols += ["landing/grace", "latency slope", "verdict"]
+    cols += ["filtered"] * filtering + ["landing/grace", "latency slope", "verdict"]
     for col in cols:
         t.add_column(col, justify="left" if col == "verdict" else "right")
     for i, s in enumerate(attempts, 1):
@@ -246,6 +275,7 @@ def step_table(attempts: list[Step], title: str) -> Any:
             f"{s.dropped:,}",
             f"{s.lost:,}",
             f"{s.received:,}",
+            *([f"{s.filtered:,}"] * filtering),
             f"{landing}/{grace}",
             slope,
             f"[{colour}]{s.verdict}[/{colour}]",
@@ -375,17 +405,20 @@ def run(args: argparse.Namespace) -> int:
     """Run the search and print every step."""
     _check(args)
     outputs = _outputs(args)
+    # loaded before Spark starts: a bad spec costs no session
+    transform = query_transform(args.query) if args.query else None
     from rich.console import Console
 
-    from cloudprofiler.jobs.queries import start_source_query, user_target
+    from cloudprofiler.jobs.queries import user_target
 
     console = Console(width=max(Console().width, 110))  # the step table needs ~100 columns
 
     def progress(step: Step) -> None:
         colour = PROGRESS_COLOURS.get(step.verdict, "red")
+        filtered = f", filtered {step.filtered:,}" if step.filtered else ""
         console.print(
             f"  {step.rate:>12,.0f} tuples/s: emitted {step.emitted:,}, "
-            f"dropped {step.dropped:,}, lost {step.lost:,}, received {step.received:,} "
+            f"dropped {step.dropped:,}, lost {step.lost:,}, received {step.received:,}{filtered} "
             f"-> [{colour}]{step.verdict}[/{colour}]"
         )
 
@@ -403,11 +436,33 @@ def run(args: argparse.Namespace) -> int:
     opts = options_of(args, *names, latency_slope_limit="latency_slope")
     opts["progress"] = progress
     if args.sink:
-        target = user_target(args.sink, args.spool, args.endpoint, args.bucket, args.senders)
+        target = user_target(
+            args.sink, args.spool, args.endpoint, args.bucket, args.senders, args.workload, args.schema
+        )
         console.print(f"measuring the query that writes {redact(args.sink)}")
         result, trial, attempts = find_max_rate(target, **opts)
         _report(result, attempts, trial, args, console, outputs)
         return 0 if result.max_rate is not None else 1
+    return _run_built_in(args, opts, transform, console, outputs)
+
+
+def _built_in_label(args: argparse.Namespace) -> str:
+    if args.query:
+        return f"cloudprofiler source ({args.workload}) -> {args.query}"
+    if args.workload == "ysb":
+        return "cloudprofiler source -> YSB join"
+    return f"cloudprofiler source ({args.workload})"
+
+
+def _run_built_in(
+    args: argparse.Namespace,
+    opts: dict[str, Any],
+    transform: Callable[[Any], Any] | None,
+    console: Any,
+    outputs: tuple[Location | None, Location | None],
+) -> int:
+    """The search on the built-in query: local Spark, the embedded source, the transformation, the sink."""
+    from cloudprofiler.jobs.queries import start_source_query
 
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="cloudprofiler-maxrate-"))
     if (out / "spool").exists() and any((out / "spool").iterdir()):
@@ -421,9 +476,13 @@ def run(args: argparse.Namespace) -> int:
         target, query = start_source_query(
             spark,
             out,
-            **options_of(args, "workers", "max_spool_bytes", "handler", "bucket", "senders"),
+            transform=transform,
+            may_filter=transform is not None,
+            **options_of(
+                args, "workers", "max_spool_bytes", "handler", "bucket", "senders", "workload", "schema"
+            ),
         )
-        console.print(f"built-in query: cloudprofiler source -> YSB join -> sink ({args.handler}) in {out}")
+        console.print(f"built-in query: {_built_in_label(args)} -> sink ({args.handler}) in {out}")
         result, trial, attempts = find_max_rate(target, **opts)
         _report(result, attempts, trial, args, console, outputs)
     finally:

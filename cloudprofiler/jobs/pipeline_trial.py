@@ -13,6 +13,14 @@ pipeline's reference latency (the smallest landing times of the loads it
 sustained) plus a small excess, never the latency of one slow load: a backlog
 that drains within the grace period passes as sustained.
 
+A query that may drop tuples (``Target.may_filter``: a user's filter or
+aggregation) cannot be judged by counting: its sink holds fewer tuples than were
+emitted. Its trial has landed once the factory has drained the trial's senders
+and the query's last committed micro-batch read every segment the factory
+published (``Target.read_through`` against ``Spool.latest``); the tuples it read
+and did not write are then ``filtered``, exactly: emitted = in the sink + lost
+in transit + filtered.
+
 The target (:mod:`cloudprofiler.jobs.queries`) is a small set of callables, so the
 same trial runs the cloudprofiler source, a baseline source fed by another
 offer function (socket, files), or a user's query identified by its sink path.
@@ -61,6 +69,27 @@ class PipelineTrial:
     def __post_init__(self) -> None:
         self.counter = SinkCounter(self.target.sink)
         self.landings: list[float] = []  # landing times of sustained loads, s
+        self._spool = None if self.target.spool is None else Spool(self.target.spool)
+
+    def _caught_up(self, senders: set[int]) -> bool:
+        """The factory drained ``senders`` and the query committed a micro-batch reading all it published."""
+        if self._spool is None or self.target.read_through is None:
+            return False
+        if not self._spool.drained(senders):
+            return False
+        latest = self._spool.latest()  # final for these senders: the factory has published all of them
+        end = self.target.read_through()
+        return end is not None and all(end.get(w, -1) >= n for w, n in latest.items())
+
+    def _landed(self, senders: set[int], emitted: int) -> bool:
+        """Everything emitted was committed (or, for a query that may filter, read and committed)."""
+        if self.target.may_filter:
+            if not self._caught_up(senders):
+                return False
+            self.counter.poll()  # after the check: the commit it saw is in the sink's manifests
+            return True
+        self.counter.poll()
+        return self.counter.received(senders) >= emitted
 
     def current_grace(self) -> float | None:
         """The grace period the next trial is judged with (None: automatic, before any landing)."""
@@ -119,10 +148,10 @@ class PipelineTrial:
         # grace: how long after the generator stopped the query may take to commit the rest
         deadline = t_offered + grace
         while True:
-            self.counter.poll()
+            landed = self._landed(senders, emitted)
             received = self.counter.received(senders)
             now = time.time()
-            if received >= emitted:
+            if landed:
                 return _Offered(summary, senders, received, t_offered, now - t_offered)
             if now >= deadline:
                 return _Offered(summary, senders, received, t_offered, None)
@@ -132,8 +161,12 @@ class PipelineTrial:
     def _drain(self, senders: set[int], emitted: int) -> tuple[int, int | None, float | None]:
         """Wait until the query committed every tuple the factory published.
 
-        Returns (received, lost, wall time every emitted tuple was committed or None).
+        Returns (received, lost, wall time every emitted tuple was committed or None). For a query
+        that may filter, lost is None unless the query read everything within the drain timeout:
+        only then is what it did not write known to be filtered, not still on its way.
         """
+        if self.target.may_filter:
+            return self._drain_read(senders)
         deadline = time.time() + self.drain_timeout
         lost: int | None = None
         while True:
@@ -152,6 +185,18 @@ class PipelineTrial:
                 return received, lost, None
             self._check_alive()
             time.sleep(0.1)
+
+    def _drain_read(self, senders: set[int]) -> tuple[int, int | None, float | None]:
+        deadline = time.time() + self.drain_timeout
+        while not self._caught_up(senders):
+            if time.time() > deadline:
+                self.counter.poll()
+                return self.counter.received(senders), None, None
+            self._check_alive()
+            time.sleep(0.1)
+        self.counter.poll()
+        assert self._spool is not None  # _caught_up needs the spool
+        return self.counter.received(senders), self._spool.stats().lost_of(senders), time.time()
 
     def __call__(self, rate: float) -> Step:
         import native_tsc
@@ -172,6 +217,9 @@ class PipelineTrial:
         mixed = self.counter.mixed_with(senders)
         if mixed:
             raise TrialError(f"sink partitions mixed tuples of different trials: {mixed[:3]}")
+        emitted = int(summary["emitted"])
+        # what the query read and did not write: known once it has read everything (lost is then final)
+        filtered = emitted - lost - drained if self.target.may_filter and lost is not None else 0
         clean = not summary["dropped"] and not lost and not summary["generator_bound"]
         if off.landing is not None and clean:
             self.landings.append(off.landing)  # a load it sustained: its latency is the pipeline's
@@ -186,7 +234,11 @@ class PipelineTrial:
                 "node": native_tsc.domain_id(),
                 "t_drained": time.time(),
                 "senders": sorted(senders),
+                # the ids the generator numbered, [first, next) per sender, and those it could not send
+                "id_ranges": [[s["first_tuple_id"], s["next_tuple_id"]] for s in summary["senders"]],
+                "dropped_ranges": [r for s in summary["senders"] for r in s.get("dropped_ranges", [])],
                 "received_after_drain": drained,
+                "filtered": filtered,
                 "latency_samples": samples,
                 "lost_known": lost is not None,
                 "grace": grace,
@@ -206,4 +258,5 @@ class PipelineTrial:
             duration=self.duration,
             landing=landing,
             grace=grace,
+            filtered=filtered,
         )

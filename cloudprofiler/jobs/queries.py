@@ -49,9 +49,17 @@ def sender_blocks(senders: int, start: int | None = None) -> Callable[[], int]:
 
 
 def generator_offer(
-    endpoint: str, bucket: int = 1000, senders: int = 1, workload: str = "ysb", timeout: float = 600.0
+    endpoint: str,
+    bucket: int = 1000,
+    senders: int = 1,
+    workload: str = "ysb",
+    timeout: float = 600.0,
+    schema: str | None = None,
 ) -> Offer:
     """An offer function that runs ``cloudprofiler generate`` in its own process (fresh sender ids).
+
+    ``workload`` and ``schema``: what it replays (``cp_source.wire.workloads.resolve``), the same as
+    the query's source reads.
 
     Each call takes the next block of ``senders`` ids after a random start, never a random one
     per call: two runs that drew the same ids would share a sequence, and the factory would
@@ -81,6 +89,7 @@ def generator_offer(
                 str(summary),
                 "--sender-base",
                 str(base),
+                *(("--schema", schema) if schema else ()),
             )
             done = subprocess.run(
                 cmd,
@@ -108,6 +117,11 @@ class Target:
     alive: Callable[[], str | None] = lambda: None  # returns why the query is dead, or None
     label: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # a query that may drop tuples (a user's --query): the sink then holds fewer tuples than
+    # the factory published, and a trial has landed once the query has read all the factory published
+    may_filter: bool = False
+    # the per-worker segment the query's last committed micro-batch read up to (None: not yet)
+    read_through: Callable[[], dict[str, int] | None] | None = None
 
 
 def ysb_stateless(events: Any) -> Any:
@@ -208,6 +222,26 @@ def embedded_source(spark: Any, spool: str | Path, workers: int, **options: str)
     return reader
 
 
+def _source_options(workload: str, schema: str | None, max_spool_bytes: int) -> dict[str, str]:
+    """The embedded source's options: the spool bound, a micro-batch well below it, the workload."""
+    opts = {
+        "maxSpoolBytes": str(max_spool_bytes),
+        # a micro-batch's segments are committed only when the next batch starts: keep a batch
+        # well below the spool bound, or a full spool could wait for a commit that never comes
+        "maxRecordsPerTrigger": str(max(1000, max_spool_bytes // (3 * YSB_ROW_BYTES))),
+    }
+    if workload != "ysb":
+        opts["workload"] = workload
+        if schema:
+            opts["schema"] = schema
+    return opts
+
+
+def identity(events: Any) -> Any:
+    """The default query on a user's data: every tuple of the source straight into the sink."""
+    return events
+
+
 def start_source_query(
     spark: Any,
     workdir: str | Path,
@@ -219,29 +253,28 @@ def start_source_query(
     senders: int = 1,
     trigger: str | None = None,
     timeout: float = 120.0,
+    workload: str = "ysb",
+    schema: str | None = None,
+    may_filter: bool = False,
 ) -> tuple[Target, Any]:
     """Start the cloudprofiler source (embedded factory) -> ``transform`` -> cloudprofiler sink.
 
-    ``transform`` defaults to :func:`ysb_stateless`. The spool is bounded by
-    ``max_spool_bytes`` (about a second of data is right): an overloaded query
-    fills it, the factory stops receiving and the generator counts drops within
-    the trial. Returns the target and the running query (stop it when done).
+    ``transform`` defaults to :func:`ysb_stateless` on the ysb workload and to :func:`identity` on
+    any other (``workload``, ``schema``: what the generator replays and the source reads).
+    ``may_filter``: ``transform`` may drop tuples (a user's query), see :class:`Target`. The spool
+    is bounded by ``max_spool_bytes`` (about a second of data is right): an overloaded query fills
+    it, the factory stops receiving and the generator counts drops within the trial. Returns the
+    target and the running query (stop it when done).
     """
     import cloudprofiler
+    from cloudprofiler.spark_local import source_end_offset
 
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     spool, sink, ckpt = work / "spool", work / "records", work / "checkpoint"
-    events = embedded_source(
-        spark,
-        spool,
-        workers,
-        maxSpoolBytes=str(max_spool_bytes),
-        # a micro-batch's segments are committed only when the next batch starts: keep a batch
-        # well below the spool bound, or a full spool could wait for a commit that never comes
-        maxRecordsPerTrigger=str(max(1000, max_spool_bytes // (3 * YSB_ROW_BYTES))),
-    ).load()
-    out = (transform or ysb_stateless)(events)
+    options = _source_options(workload, schema, max_spool_bytes)
+    events = embedded_source(spark, spool, workers, **options).load()
+    out = (transform or (ysb_stateless if workload == "ysb" else identity))(events)
     writer = (
         out.writeStream.format("cloudprofiler")
         .option("path", str(sink))
@@ -262,11 +295,13 @@ def start_source_query(
 
     target = Target(
         sink=str(sink),
-        offer=generator_offer(endpoint, bucket=bucket, senders=senders),
+        offer=generator_offer(endpoint, bucket=bucket, senders=senders, workload=workload, schema=schema),
         spool=str(spool),
         alive=alive,
         label="cloudprofiler source",
         extra={"endpoint": endpoint, "checkpoint": str(ckpt)},
+        may_filter=may_filter,
+        read_through=lambda: source_end_offset(query),
     )
     return target, query
 
@@ -278,6 +313,7 @@ def user_target(
     bucket: int = 1000,
     senders: int = 1,
     workload: str = "ysb",
+    schema: str | None = None,
 ) -> Target:
     """A query someone else runs, identified by its cloudprofiler sink path.
 
@@ -303,7 +339,7 @@ def user_target(
         raise ValueError(f"sink path {where.uri} is not a directory (has the query started?)")
     return Target(
         sink=str(sink),
-        offer=generator_offer(endpoint, bucket, senders, workload),
+        offer=generator_offer(endpoint, bucket, senders, workload, schema=schema),
         spool=None if spool is None else str(spool),
         label=f"query writing {where.uri}",
     )

@@ -41,6 +41,9 @@ class Step:
     duration: float = 0.0
     landing: float | None = None  # generator stop -> last tuple committed, s (None: never, or unknown)
     grace: float | None = None  # the grace period this trial was judged with, s
+    # tuples the query itself dropped (a user's filter): published by the
+    # factory, read by the query, not in the sink; 0 for a query that passes every tuple
+    filtered: int = 0
     verdict: Verdict = "sustained"
 
     def judge(self, latency_slope_limit: float | None) -> Verdict:
@@ -51,7 +54,7 @@ class Step:
             v = "drop"
         elif self.lost > 0:
             v = "lost"
-        elif self.received < self.emitted:
+        elif self.received + self.filtered < self.emitted:
             v = "backlog"
         elif (
             latency_slope_limit is not None
@@ -61,7 +64,7 @@ class Step:
             v = "latency-growth"
         else:
             v = "sustained"
-        if self.received > self.emitted:
+        if self.received + self.filtered > self.emitted:
             raise AssertionError(
                 f"sink committed {self.received} tuples of a trial that emitted {self.emitted}: "
                 "duplicates or tuples from another trial"
