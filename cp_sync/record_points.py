@@ -10,13 +10,17 @@ committed manifests list (``cp_store.batch_log``).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from cp_store.location import Location, resolve
 from cp_store.tables import files_under, missing, read_schema
-from native_tsc.stamp_columns import node_column, stamp_points, tsc_column
+from native_tsc.stamp_columns import is_stamp_column, node_column, stamp_points, tsc_column
+
+# What a sink record holds besides stamps and kept columns (cp_sink.records.RECORD_OWN_COLUMNS).
+RECORD_COLUMNS = ("tuple_id", "partition", "batch_id", "role")
 
 
 def record_files(root: Location) -> list[Location]:
@@ -34,10 +38,17 @@ def record_files(root: Location) -> list[Location]:
     return [f for f in listed if f.path.endswith(".parquet")]
 
 
-def read_points(records_dir: str | os.PathLike[str] | Location, from_point: str, to_point: str) -> pa.Table:
-    """tuple_id and the two points' stamp columns from a records directory or URI (staging ignored).
+def read_points(
+    records_dir: str | os.PathLike[str] | Location,
+    from_point: str,
+    to_point: str,
+    keys: Sequence[str] = (),
+) -> pa.Table:
+    """tuple_id, the two points' stamp columns and the ``keys`` columns (the sink's ``keepColumns``)
+    from a records directory or URI (staging ignored).
 
     Files without ``tuple_id`` (such as the sink's per-period counts) are not records and are skipped.
+    A key column is read with the type its files give it (dictionary-encoded strings as plain strings).
     """
     import pyarrow.dataset as pds
 
@@ -51,20 +62,25 @@ def read_points(records_dir: str | os.PathLike[str] | Location, from_point: str,
         tsc_column(to_point),
         node_column(to_point),
     ]
-    files, seen = [], set()
+    files, seen, keyless = [], set(), []
+    key_types: dict[str, pa.DataType] = {}
     for f in record_files(root):
-        names = read_schema(f).names
-        if "tuple_id" in names:
-            seen.update(names)
-            if all(c in names for c in cols):
+        schema = read_schema(f)
+        if "tuple_id" in schema.names:
+            seen.update(schema.names)
+            if all(c in schema.names for c in cols):
+                if not all(k in schema.names for k in keys):
+                    keyless.append(f.uri)
+                    continue
                 files.append(f.path)
+                key_types.update({k: _plain_type(schema.field(k).type) for k in keys})
     if not seen:
         raise ValueError(f"no record files (Parquet with tuple_id) under {root.uri}")
-    if not files:
-        absent = [c for c in cols if c not in seen]
+    _check_found(root, cols, keys, seen, files)
+    if keyless:  # never a silent drop: a run whose sink kept the keys only for a while is refused
         raise ValueError(
-            f"records in {root.uri} lack {', '.join(absent) or 'both points together'} "
-            f"(stamp points present: {', '.join(stamp_points(sorted(seen))) or 'none'})"
+            f"{len(keyless)} record file(s) under {root.uri} have no column {', '.join(keys)} to group by "
+            f"(first: {keyless[0]})"
         )
     schema = pa.schema(
         [
@@ -73,8 +89,35 @@ def read_points(records_dir: str | os.PathLike[str] | Location, from_point: str,
             (cols[2], pa.string()),
             (cols[3], pa.int64()),
             (cols[4], pa.string()),
+            *((k, key_types[k]) for k in keys),
         ]
     )
-    t = pds.dataset(files, format="parquet", schema=schema, filesystem=root.fs).to_table(columns=cols)
+    t = pds.dataset(files, format="parquet", schema=schema, filesystem=root.fs).to_table(
+        columns=[*cols, *keys]
+    )
     valid = pc.and_(pc.is_valid(t[cols[1]]), pc.is_valid(t[cols[3]]))
     return t.filter(valid)
+
+
+def _check_found(
+    root: Location, cols: list[str], keys: Sequence[str], seen: set[str], files: list[str]
+) -> None:
+    """One line naming what the records lack: a key column (with the ones they have), or stamps."""
+    absent_keys = [k for k in keys if k not in seen]
+    if absent_keys:
+        held = sorted(c for c in seen if not is_stamp_column(c) and c not in RECORD_COLUMNS)
+        raise ValueError(
+            f"records in {root.uri} have no column {', '.join(absent_keys)} to group by "
+            f"(kept columns: {', '.join(held) or 'none; the sink option keepColumns keeps them'})"
+        )
+    if not files:
+        absent = [c for c in cols if c not in seen]
+        raise ValueError(
+            f"records in {root.uri} lack {', '.join(absent) or 'both points together'} "
+            f"(stamp points present: {', '.join(stamp_points(sorted(seen))) or 'none'})"
+        )
+
+
+def _plain_type(t: pa.DataType) -> pa.DataType:
+    # The sink stores string columns dictionary-encoded; every file is read as the plain type.
+    return t.value_type if pa.types.is_dictionary(t) else t

@@ -9,6 +9,7 @@ from typing import IO, Any, Literal
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
@@ -16,12 +17,59 @@ from rich.table import Table
 from cp_sync.translate.relation import STATUSES
 
 _KEYS = ["from_point", "to_point", "method", "scenario"]
+OTHER = "other"  # the label of the keys past the top N, in every key column
+DEFAULT_TOP = 10
+MAX_TOP = 1000  # a table of more rows than this is not a summary
+_SEP = "\x1f"  # joins a row's key labels into one value (a unit separator: not in a printed label)
 
 
-def _groups(out: pa.Table) -> list[tuple[dict[str, str], Any]]:
+def _groups(out: pa.Table, by: Sequence[str] = ()) -> list[tuple[dict[str, str], Any]]:
     extra = [c for c in ("status", "t_s", "warmup") if c in out.column_names]
-    df = out.select([*_KEYS, "duration_ns", "bound_ns", *extra]).to_pandas()
-    return [(dict(zip(_KEYS, k, strict=True)), g) for k, g in df.groupby(_KEYS, sort=True)]
+    keys = [*_KEYS, *by]
+    df = out.select([*keys, "duration_ns", "bound_ns", *extra]).to_pandas()
+    return [(dict(zip(keys, k, strict=True)), g) for k, g in df.groupby(keys, sort=True)]
+
+
+def _label(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A key column as printable strings, null as "null"."""
+    try:
+        text = col.cast(pa.string())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        text = pa.chunked_array(
+            [pa.array([None if v is None else str(v) for v in col.to_pylist()], pa.string())]
+        )
+    return text.fill_null("null")
+
+
+def top_keys(out: pa.Table, by: Sequence[str], top: int = DEFAULT_TOP) -> tuple[pa.Table, list[str], int]:
+    """``out`` with each ``by`` column replaced by its printable label, and the key values (a value
+    of all ``by`` columns together) past the ``top`` with the most rows labelled OTHER in every ``by``
+    column. Also the kept keys (labels joined by ``, ``), most rows first, and how many went to OTHER.
+    Ties are broken by the label, so the choice does not depend on the order of the rows."""
+    if not 1 <= top <= MAX_TOP:
+        raise ValueError(f"the number of keys shown must be between 1 and {MAX_TOP}, got {top}")
+    missing = [k for k in by if k not in out.column_names]
+    if missing:
+        raise ValueError(
+            f"no column {', '.join(missing)} to group by (columns: {', '.join(out.column_names)})"
+        )
+    labels = [_label(out[k]) for k in by]
+    joined = pc.binary_join_element_wise(*labels, _SEP)
+    counts = pa.table({"key": joined}).group_by("key").aggregate([([], "count_all")]).to_pylist()
+    ranked = sorted(counts, key=lambda r: (-r["count_all"], r["key"]))
+    kept = [r["key"] for r in ranked[:top]]
+    inside = pc.is_in(joined, pa.array(kept, pa.string()))
+    for k, lab in zip(by, labels, strict=True):
+        out = out.set_column(out.schema.get_field_index(k), k, pc.if_else(inside, lab, OTHER))
+    return out, [k.replace(_SEP, ", ") for k in kept], max(0, len(ranked) - top)
+
+
+def key_note(by: Sequence[str], kept: Sequence[str], others: int) -> str:
+    """One line saying what a table by key shows: the top keys by count, the rest as OTHER."""
+    head = f"by {', '.join(by)}: {len(kept)} key value(s) with the most records"
+    if not others:
+        return f"{head} (all of them)"
+    return f'{head}; {others:,} more grouped as "{OTHER}"'
 
 
 @dataclass(frozen=True)
@@ -87,20 +135,30 @@ class LatencySeries:
         return row | ({"label": self.label} if self.label else {})
 
 
-def latency_series(out: pa.Table, pairs: Sequence[tuple[str, str, str]] | None = None) -> list[LatencySeries]:
-    """One LatencySeries per (from, to, method, scenario) of the translated rows ``out``.
+def latency_series(
+    out: pa.Table,
+    pairs: Sequence[tuple[str, str, str]] | None = None,
+    by: Sequence[str] = (),
+    top: int = DEFAULT_TOP,
+) -> list[LatencySeries]:
+    """One LatencySeries per (from, to, method, scenario) of the translated rows ``out``, and per key
+    value of the ``by`` columns (the ``top`` values with the most rows, the rest as OTHER: top_keys).
 
-    Without ``pairs``: sorted by key, unlabelled. With ``pairs`` ((from, to, label), ...): in their
-    order, labelled, other pairs left out. Optional columns ``t_s`` (float) and ``warmup`` (bool) are
-    carried into the series.
+    Without ``pairs``: sorted by key, unlabelled (by key: most rows first, OTHER last). With ``pairs``
+    ((from, to, label), ...): in their order, labelled, other pairs left out. Optional columns ``t_s``
+    (float) and ``warmup`` (bool) are carried into the series.
     """
+    if by:
+        out = top_keys(out, by, top)[0]
     found = []
-    for key, g in _groups(out):
+    for key, g in _groups(out, by):
         dur = g["duration_ns"].to_numpy(dtype=np.float64)
         ok = (g["status"] == "ok").to_numpy() if "status" in g else np.ones(len(dur), dtype=bool)
         t_s = g["t_s"].to_numpy(dtype=np.float64) if "t_s" in g else None
         warm = g["warmup"].to_numpy(dtype=bool) if "warmup" in g else None
         found.append(LatencySeries(key, dur, g["bound_ns"].to_numpy(dtype=np.float64), ok, "", t_s, warm))
+    if by:
+        found.sort(key=lambda s: (*(s.key[k] for k in _KEYS), s.key[by[0]] == OTHER, -len(s.duration_ns)))
     if pairs is None:
         return found
     return [
@@ -111,10 +169,11 @@ def latency_series(out: pa.Table, pairs: Sequence[tuple[str, str, str]] | None =
     ]
 
 
-def summarize(out: pa.Table) -> list[dict[str, Any]]:
-    """Per (from, to, method, scenario): count, how many are ``ok``, latency p50/p90/p99/max and
-    median/max bound (us) over every record with figures (all statuses: see status_rows)."""
-    return [s.row() for s in latency_series(out)]
+def summarize(out: pa.Table, by: Sequence[str] = (), top: int = DEFAULT_TOP) -> list[dict[str, Any]]:
+    """Per (from, to, method, scenario), and per key value of ``by`` (the ``top`` with the most rows,
+    the rest as OTHER): count, how many are ``ok``, latency p50/p90/p99/max and median/max bound (us)
+    over every record with figures (all statuses: see status_rows)."""
+    return [s.row() for s in latency_series(out, by=by, top=top)]
 
 
 def status_rows(out: pa.Table) -> list[dict[str, Any]]:
@@ -149,24 +208,29 @@ _FIGURES = ("p50_us", "p90_us", "p99_us", "max_us", "bound_median_us", "bound_ma
 _HEADS = ("p50", "p90", "p99", "max", "bound med", "bound max")
 
 
-def latency_table(rows: Sequence[Mapping[str, Any]], title: str, unit: Unit = "us") -> Table:
+def latency_table(
+    rows: Sequence[Mapping[str, Any]], title: str, unit: Unit = "us", by: Sequence[str] = ()
+) -> Table:
     """The latency table: one line per summarize() row (latency_report's rows add a ``label``).
 
-    Columns: path (``label (from -> to)``, or ``from -> to`` without a label), method, scenario, count,
-    latency p50/p90/p99/max and the median and max error bound, in ``unit`` with 3 decimals.
+    Columns: path (``label (from -> to)``, or ``from -> to`` without a label), method, scenario, the
+    ``by`` key columns, count, latency p50/p90/p99/max and the median and max error bound, in ``unit``
+    with 3 decimals.
     """
     if unit not in _SCALE:
         raise ValueError(f"unit must be us or ms, got {unit!r}")
     scale = _SCALE[unit]
     t = Table(title=title)
-    for c in ("path", "method", "scenario", "count", *(f"{h} {unit}" for h in _HEADS)):
-        t.add_column(c, justify="left" if c in ("path", "method", "scenario") else "right")
+    left = ("path", "method", "scenario", *by)
+    for c in (*left, "count", *(f"{h} {unit}" for h in _HEADS)):
+        t.add_column(c, justify="left" if c in left else "right")
     for r in rows:
         points = f"{r['from_point']} -> {r['to_point']}"
         t.add_row(
             f"{r['label']} ({points})" if r.get("label") else points,
             str(r["method"]),
             str(r["scenario"]),
+            *(str(r[k]) for k in by),
             f"{r['count']:,}",
             *(f"{r[k] * scale:,.3f}" for k in _FIGURES),
         )

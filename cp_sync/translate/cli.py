@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
-from cp_store.location import Location, StoreError
-
-SYNC_DIR = "_sync"  # where the sink's option sync=auto writes the probe tables, under its path
+from cp_store.location import Location
 
 DESCRIPTION = """Translate the duration between two stamp points of every record into reference-TSC
 cycles and ns, with an error bound and a status per record. Methods: minrtt (the paper's two MinRTT
 probes), hull (convex hull over every probe) and naive (each end translated on its own, the baseline).
 Needs sync tables from at least two phases (before and after, or sync run --every); each record is
-translated from the two phases that bracket it.
+translated from the two phases that bracket it. Without sync tables (no --sync and none in
+<records>/_sync), every record's two stamps must share one TSC domain (one machine): durations are
+the counter's difference at its frequency (this machine's calibrated one, or --hz), bound 0, method
+same-domain; records across domains are refused in one line naming them.
+
+--by user,region (columns the sink kept with its option keepColumns) breaks the summary down by key
+value: the --top (default 10) values with the most records, the rest as "other"; the columns are
+carried into --out.
 
 status: ok (the bound is guaranteed: each clock affine over the record's span, checked against the
 neighbouring spans), extrapolated (outside the probed window: a widened bound that assumes the clocks
@@ -35,6 +41,8 @@ examples:
   cloudprofiler translate --records r/ --sync s/ --from gen --to sink --out l.parquet --strict
   cloudprofiler translate --records s3a://bucket/run1/records --from gen --to sink \\
       --out s3://bucket/run1/latency.parquet                  # sync tables from .../records/_sync
+  cloudprofiler translate --records r/ --from gen --to sink --out l.parquet   # one machine: no sync
+  cloudprofiler translate --records r/ --from gen --to sink --out l.parquet --by user,region --top 5
 """
 
 
@@ -50,7 +58,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference", help="reference TSC domain (default: where most end stamps were taken)")
     p.add_argument("--out", required=True, help="output Parquet file: a path or URI")
     p.add_argument("--plot", help="write a latency and error-bound plot (PNG) here: a path or URI")
-    p.add_argument("--method", default="minrtt,hull,naive", help="comma list of minrtt, hull, naive")
+    p.add_argument(
+        "--method", help="comma list of minrtt, hull, naive (default: all three; with sync tables only)"
+    )
+    p.add_argument("--by", help="comma list of record columns (the sink's keepColumns) to summarise by")
+    p.add_argument(
+        "--top", type=int, default=10, help="with --by: key values shown, most records first (default 10)"
+    )
+    p.add_argument(
+        "--hz",
+        type=float,
+        help="without sync tables, for records stamped on another machine: its TSC frequency "
+        "(cloudprofiler tsc prints it there)",
+    )
     p.add_argument(
         "--strict", action="store_true", help="exit 1 (after writing) if any record's status is not ok"
     )
@@ -71,53 +91,43 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Translate, write, summarise."""
     from cp_store.tables import output_file, write_figure, write_parquet
-    from cp_sync.report import (
-        box_figure,
-        latency_series,
-        latency_table,
-        print_table,
-        status_rows,
-        status_table,
-        summarize,
-    )
+    from cp_sync.report import box_figure, latency_series, print_table, status_rows, status_table
     from cp_sync.translate.records import translate_records
-    from cp_sync.translate.relation import METHODS
     from native_tsc.stamp_columns import check_point
 
-    methods = tuple(m.strip() for m in args.method.split(",") if m.strip())
-    bad = [m for m in methods if m not in METHODS]
-    if bad or not methods:
-        raise ValueError(f"unknown method {', '.join(bad) or '(none)'}: choose from {', '.join(METHODS)}")
+    methods = _methods(args.method)
     for name in (args.from_point, args.to_point):
         check_point(name)
     if not args.stamp_margin >= 0:
         raise ValueError(f"--stamp-margin must be >= 0, got {args.stamp_margin}")
+    by = _by(args.by, args.top)
     # every location checked before the work: a typo or a missing bucket fails now, in one line
     records, sync = inputs(args.records, args.sync)
+    if sync is None and (args.method or args.compare):
+        raise ValueError(f"--{'method' if args.method else 'compare'} needs sync tables (--sync)")
     out_loc = output_file("--out", args.out)
     plot_loc = output_file("--plot", args.plot) if args.plot else None
     out, facts = translate_records(
-        records, sync, args.from_point, args.to_point, args.reference, methods, args.stamp_margin
+        records, sync, args.from_point, args.to_point, args.reference, methods, args.stamp_margin, by, args.hz
     )
     write_parquet(out_loc, out)
-    hz = facts["frequency_hz"]
-    title = (
-        f"latency in us: {args.from_point} -> {args.to_point}, reference {facts['reference']}, "
-        f"{hz / 1e6:.3f} MHz ({facts['frequency_source']})"
-    )
-    print_table(latency_table(summarize(out), title))
+    _summary(args, out, facts, by)
     print_table(status_table(status_rows(out)))
-    print(
-        f"bound_ns excludes the frequency's error; bound_ns_with_hz_error allows "
-        f"{facts['frequency_error']:.2e} of it"
-    )
+    if sync is None:
+        print("one TSC domain, no sync tables: bound 0 (method same-domain); bound_ns_with_hz_error ", end="")
+        print(f"allows {facts['frequency_error']:.2e} of the frequency")
+    else:
+        print(
+            f"bound_ns excludes the frequency's error; bound_ns_with_hz_error allows "
+            f"{facts['frequency_error']:.2e} of it"
+        )
     for pair, why in facts["refused"].items():
         print(f"relation {pair} refused: {why}", file=sys.stderr)
     for pair, notes in facts["drift"].items():
         for note in notes:
             print(f"relation {pair}: {note}", file=sys.stderr)
-    if args.compare:
-        _compare(sync, facts["reference"], hz)
+    if args.compare and sync is not None:
+        _compare(sync, facts["reference"], facts["frequency_hz"])
     if plot_loc is not None:
         write_figure(plot_loc, box_figure(latency_series(out)))
         print(f"plot written to {plot_loc.uri}")
@@ -125,6 +135,48 @@ def run(args: argparse.Namespace) -> int:
     if args.strict:
         return _strict(facts["status_counts"])
     return 0
+
+
+def _methods(given: str | None) -> tuple[str, ...]:
+    """The --method list, checked (default: every method)."""
+    from cp_sync.translate.relation import METHODS
+
+    if given is None:
+        return METHODS
+    methods = tuple(m.strip() for m in given.split(",") if m.strip())
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise ValueError(f"unknown method {', '.join(bad) or '(none)'}: choose from {', '.join(METHODS)}")
+    return methods
+
+
+def _by(given: str | None, top: int) -> tuple[str, ...]:
+    """The --by columns, checked with --top."""
+    from cp_sync.report import MAX_TOP
+
+    if not 1 <= top <= MAX_TOP:
+        raise ValueError(f"--top must be between 1 and {MAX_TOP}, got {top}")
+    if given is None:
+        return ()
+    by = tuple(c.strip() for c in given.split(","))
+    if not all(by) or len(set(by)) != len(by):
+        raise ValueError(f"--by {given!r}: expected a comma list of distinct column names")
+    return by
+
+
+def _summary(args: argparse.Namespace, out: Any, facts: dict[str, Any], by: tuple[str, ...]) -> None:
+    """The latency table (by key with --by, and the line saying which keys it shows)."""
+    from cp_sync.report import key_note, latency_table, print_table, summarize, top_keys
+
+    hz = facts["frequency_hz"]
+    title = (
+        f"latency in us: {args.from_point} -> {args.to_point}, reference {facts['reference']}, "
+        f"{hz / 1e6:.3f} MHz ({facts['frequency_source']})"
+    )
+    print_table(latency_table(summarize(out, by, args.top), title, by=by))
+    if by:
+        _, kept, others = top_keys(out, by, args.top)
+        print(key_note(by, kept, others))
 
 
 def _strict(status_counts: dict[str, dict[str, int]]) -> int:
@@ -141,20 +193,17 @@ def _strict(status_counts: dict[str, dict[str, int]]) -> int:
     return 1
 
 
-def inputs(records: str, sync: str | None) -> tuple[Location, Location]:
-    """The records' and the sync tables' locations; without ``sync``, ``<records>/_sync`` if it is there."""
+def inputs(records: str, sync: str | None) -> tuple[Location, Location | None]:
+    """The records' and the sync tables' locations; without ``sync``, ``<records>/_sync`` if it is
+    there, else None (every record within one TSC domain, cp_sync.translate.same_domain)."""
     from cp_store.tables import input_dir, resolve_option
+    from cp_sync.translate.records import SYNC_DIR
 
     rec = input_dir("--records", records)
     if sync is not None:
         return rec, resolve_option("--sync", sync)
     found = rec.join(SYNC_DIR)
-    if not found.is_dir():
-        raise StoreError(
-            f"no --sync given and no sync tables in {found.uri} (the sink's option sync=auto writes "
-            f"them there; else give --sync, where cloudprofiler sync run --out wrote them)"
-        )
-    return rec, found
+    return rec, (found if found.is_dir() else None)
 
 
 def _compare(sync_dir: Location, reference: str, hz: float) -> None:

@@ -4,18 +4,38 @@ table and the facts of a run."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cp_store.location import Location
+from cp_store.location import Location, resolve
 from cp_sync.record_points import read_points
 from cp_sync.sync_table import minrtt
 from cp_sync.translate.relation import METHODS, SCENARIOS, STAMP_MARGIN, STATUSES
 from cp_sync.translate.translator import Translator
 from native_tsc.stamp_columns import node_column, tsc_column
+
+SYNC_DIR = "_sync"  # where the sink's option sync=auto writes the probe tables, under its path
+# The columns translate writes; a key column (--by) of one of these names is refused.
+OUTPUT_COLUMNS = (
+    "tuple_id",
+    "from_point",
+    "to_point",
+    "from_domain",
+    "to_domain",
+    "reference",
+    "method",
+    "scenario",
+    "status",
+    "duration_cycles",
+    "bound_cycles",
+    "duration_ns",
+    "bound_ns",
+    "bound_ns_with_hz_error",
+)
 
 
 def reference_hz(table: pa.Table, reference: str, reported: dict[str, float]) -> tuple[float, str]:
@@ -79,11 +99,13 @@ def translate_points(
     methods: tuple[str, ...] = METHODS,
     hz_error: float = 0.0,
     stamp_margin: float = STAMP_MARGIN,
+    keys: Sequence[str] = (),
 ) -> tuple[pa.Table, Translator]:
     """The output table: one row per record and method with duration, bound and status.
 
     ``bound_ns`` is ``bound_cycles`` converted at ``hz`` (the frequency's own error excluded);
-    ``bound_ns_with_hz_error`` also covers a relative error ``hz_error`` of ``hz``.
+    ``bound_ns_with_hz_error`` also covers a relative error ``hz_error`` of ``hz``. The ``keys``
+    columns of ``points`` are carried as they are, after the others.
     """
     ys = points[tsc_column(from_point)].to_numpy()
     ye = points[tsc_column(to_point)].to_numpy()
@@ -118,6 +140,7 @@ def translate_points(
                     "duration_ns": pa.array(res.duration * to_ns),
                     "bound_ns": pa.array(res.bound * to_ns),
                     "bound_ns_with_hz_error": pa.array(with_hz),
+                    **{k: points[k] for k in keys},
                 }
             )
         )
@@ -126,14 +149,21 @@ def translate_points(
 
 def translate_records(
     records_dir: str | os.PathLike[str] | Location,
-    sync_dir: str | os.PathLike[str] | Location,
+    sync_dir: str | os.PathLike[str] | Location | None,
     from_point: str,
     to_point: str,
     reference: str | None = None,
     methods: tuple[str, ...] = METHODS,
     stamp_margin: float = STAMP_MARGIN,
+    keys: Sequence[str] = (),
+    hz: float | None = None,
 ) -> tuple[pa.Table, dict[str, Any]]:
     """Read records and sync tables (paths or URIs), translate, and return the output table and facts.
+
+    Without sync tables (``sync_dir`` None) every record's two stamps must share one TSC domain:
+    durations at that domain's frequency (this machine's, else ``hz``), bound 0, method
+    ``same-domain`` (cp_sync.translate.same_domain). ``keys``: record columns (the sink's
+    ``keepColumns``) carried into the output, for summaries by key.
 
     Facts: reference, frequency_hz, its source and relative error (frequency_error), the relations
     that could not be formed (refused: why), the spans found not affine (drift), and the number of
@@ -141,11 +171,22 @@ def translate_records(
     """
     from cp_sync.sync_table import read_sync
 
+    clash = [k for k in keys if k in OUTPUT_COLUMNS]
+    if clash:
+        raise ValueError(
+            f"cannot group by {', '.join(clash)}: translate's output has a column of that name "
+            f"(rename it in the query before the sink)"
+        )
+    points = read_points(records_dir, from_point, to_point, keys)
+    if sync_dir is None:
+        looked = resolve(records_dir).join(SYNC_DIR).uri
+        return _same_domain(points, from_point, to_point, reference, keys, hz, looked)
     sync, reported = read_sync(sync_dir)
-    points = read_points(records_dir, from_point, to_point)
     ref = reference or default_reference(points, to_point)
     hz, source, hz_err = reference_hz_estimate(sync, ref, reported)
-    out, tr = translate_points(points, sync, from_point, to_point, ref, hz, methods, hz_err, stamp_margin)
+    out, tr = translate_points(
+        points, sync, from_point, to_point, ref, hz, methods, hz_err, stamp_margin, keys
+    )
     refused = {f"{m} {s} -> {d}": why for (s, d, m), why in sorted(tr.violations.items())}
     return out, {
         "reference": ref,
@@ -154,6 +195,36 @@ def translate_records(
         "frequency_error": hz_err,
         "refused": refused,
         "drift": tr.drift_notes(),
+        "status_counts": status_counts(out),
+    }
+
+
+def _same_domain(
+    points: pa.Table,
+    from_point: str,
+    to_point: str,
+    reference: str | None,
+    keys: Sequence[str],
+    given_hz: float | None,
+    looked: str,
+) -> tuple[pa.Table, dict[str, Any]]:
+    """translate_records without sync tables (none in ``looked`` either): every pair in one TSC domain."""
+    from cp_sync.translate import same_domain
+
+    if not points.num_rows:
+        raise ValueError("no records to translate")
+    domains = same_domain.check_one_domain(points, from_point, to_point, looked)
+    if reference is not None and reference not in domains:
+        raise ValueError(f"--reference {reference}: the records were stamped in {', '.join(domains)}")
+    hz, source = same_domain.domain_frequency(domains, given_hz)
+    out = same_domain.translate_same_domain(points, from_point, to_point, hz, keys)
+    return out, {
+        "reference": domains[0],
+        "frequency_hz": hz,
+        "frequency_source": source,
+        "frequency_error": same_domain.LOCAL_HZ_ERROR,
+        "refused": {},
+        "drift": {},
         "status_counts": status_counts(out),
     }
 
