@@ -10,13 +10,14 @@ not guessed. ``latency_table`` (from ``cp_sync.report``) renders the rows.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from cp_store.location import Location, resolve
 from cp_sync.record_points import read_points
-from cp_sync.report import latency_table, print_latency_table, print_table, summarize
+from cp_sync.report import DEFAULT_TOP, latency_table, print_latency_table, print_table, summarize
 from cp_sync.translate.records import default_reference, translate_records
 
 __all__ = ["DEFAULT_PAIRS", "latency_report", "latency_table", "print_latency_table", "print_table"]
@@ -30,14 +31,20 @@ DEFAULT_PAIRS: tuple[tuple[str, str, str], ...] = (
 
 def latency_report(
     records: str | os.PathLike[str] | Location,
-    sync: str | os.PathLike[str] | Location,
+    sync: str | os.PathLike[str] | Location | None,
     pairs: tuple[tuple[str, str, str], ...] = DEFAULT_PAIRS,
     method: str = "minrtt",
     reference: str | None = None,
+    by: Sequence[str] = (),
+    top: int = DEFAULT_TOP,
 ) -> tuple[list[dict[str, Any]], dict[str, Any], pa.Table | None]:
-    """Summary rows (one per pair and scenario), facts, and all translated rows (for plots).
+    """Summary rows (one per pair and scenario, and per key value with ``by``), facts, and all
+    translated rows (for plots).
 
-    ``records`` and ``sync`` are paths or URIs (or Locations: resolved once, read per pair).
+    ``records`` and ``sync`` are paths or URIs (or Locations: resolved once, read per pair). Without
+    ``sync`` every record's two stamps must share one TSC domain (method ``same-domain``). ``by``:
+    record columns (the sink's ``keepColumns``): rows per key value, the ``top`` with the most records
+    and the rest as ``other`` (cp_sync.report.top_keys); the columns are carried into the rows.
 
     Facts: reference, frequency, the relations refused and spans found drifting, and
     ``status_counts``: per pair label, the records per status (see cp_sync.translate.relation.STATUSES).
@@ -45,7 +52,8 @@ def latency_report(
     ``reference`` defaults to the domain of the end-to-end pair's end stamps, so
     every pair is expressed in the same reference domain.
     """
-    records, sync = resolve(records), resolve(sync)
+    records = resolve(records)
+    sync = None if sync is None else resolve(sync)
     if reference is None:
         last = pairs[-1]
         reference = default_reference(read_points(records, last[0], last[1]), last[1])
@@ -54,7 +62,7 @@ def latency_report(
     outs = []
     for a, b, label in pairs:
         try:
-            out, f = translate_records(records, sync, a, b, reference=reference, methods=(method,))
+            out, f = translate_records(records, sync, a, b, reference=reference, methods=(method,), keys=by)
         except ValueError as e:
             facts["missing"][label] = str(e)
             continue
@@ -63,7 +71,7 @@ def latency_report(
             facts.setdefault("refused", {}).update(f["refused"])
         if f["drift"]:
             facts.setdefault("drift", {}).update(f["drift"])
-        facts.setdefault("status_counts", {})[label] = f["status_counts"][method]
+        facts.setdefault("status_counts", {})[label] = next(iter(f["status_counts"].values()))
         outs.append(out)
-        rows += [r | {"label": label} for r in summarize(out)]
+        rows += [r | {"label": label} for r in summarize(out, by, top)]
     return rows, facts, (pa.concat_tables(outs) if outs else None)

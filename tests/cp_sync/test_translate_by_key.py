@@ -191,3 +191,34 @@ def test_bad_by_is_one_line(tmp_path: Path, capsys: Any, by: str, message: str) 
     assert _translate(records, tmp_path / "o.parquet", "--by", by) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
+
+
+def test_latency_report_by_key_on_one_machine(tmp_path: Path) -> None:
+    from cp_store.batch_log import publish
+    from cp_sync.latency_report import latency_report, latency_table
+
+    gen = np.arange(1_000, 1_030, dtype=np.int64) * 1_000
+    here = native_tsc.domain_id()
+    t = pa.table(
+        {
+            "tuple_id": np.arange(30, dtype=np.int64),
+            "user": ["a"] * 20 + [None] * 6 + ["c"] * 4,
+            "cp_tsc_gen": gen,
+            "cp_node_gen": [here] * 30,
+            "cp_tsc_sink": gen + np.arange(30) * 10,
+            "cp_node_sink": [here] * 30,
+        }
+    )
+    assert publish(tmp_path / "r", 0, {"records-p0-a0.parquet": t})
+    rows, facts, out = latency_report(
+        tmp_path / "r", None, (("gen", "sink", "end to end"),), by=("user",), top=2
+    )
+    assert [(r["user"], r["count"], r["method"]) for r in rows] == [
+        ("a", 20, "same-domain"),
+        ("null", 6, "same-domain"),  # a null key is a key of its own
+        (OTHER, 4, "same-domain"),
+    ]
+    hz = native_tsc.frequency_hz()
+    assert rows[2]["max_us"] == 290 * 1e9 / hz / 1e3 and facts["reference"] == here
+    assert out is not None and out["user"].to_pylist() == t["user"].to_pylist()  # values as they were
+    assert latency_table(rows, "t", by=("user",)).columns[3].header == "user"
