@@ -62,8 +62,11 @@ def check_workload(workload: str, schema: str | None) -> None:
         return
     if not w.path:
         raise CommandError(f"--workload {workload}: name the file the generator replays ({w.name}:PATH)")
-    if not Path(w.path).exists():
-        raise CommandError(f"--workload {workload}: {w.path} does not exist")
+    # resolve() has read a Parquet file's footer (a path or URI); an NDJSON file is read by the
+    # generator alone, from local disk, once Spark is up: look for it now
+    if w.name == "file" and not Path(w.path).is_file():
+        what = "is not a file" if Path(w.path).exists() else "does not exist"
+        raise CommandError(f"--workload {workload}: {w.path} {what}")
 
 
 def _split(spec: str) -> tuple[str, str]:

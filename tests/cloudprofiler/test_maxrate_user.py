@@ -86,6 +86,11 @@ def test_a_bad_workload_is_one_line_before_spark(tmp_path: Path, capsys: pytest.
     err = _maxrate_error(["--workload", f"file:{missing}", "--schema", SCHEMA], capsys)
     assert f"{missing} does not exist" in err
     assert "file:PATH" in _maxrate_error(["--workload", "file", "--schema", SCHEMA], capsys)
+    err = _maxrate_error(["--workload", f"file:{tmp_path}", "--schema", SCHEMA], capsys)
+    assert f"{tmp_path} is not a file" in err
+    assert f"{tmp_path}/absent.parquet" in _maxrate_error(
+        ["--workload", f"parquet:{tmp_path}/absent.parquet"], capsys
+    )
     err = _maxrate_error(["--sink", str(tmp_path), "--spool", str(tmp_path), "--query", "m:f"], capsys)
     assert "not with --sink" in err
 
