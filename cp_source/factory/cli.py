@@ -212,9 +212,12 @@ def _serve(args: argparse.Namespace, durability: str) -> Any:
 
     from cp_source.hosts.segment_server import SegmentServer, SpoolControl
     from cp_source.spool.segments import Spool
+    from cp_source.wire.workload_id import identify
 
     # its own Spool: the server thread is its only user (a Spool caches manifests)
-    control = SpoolControl(Spool(args.spool, max_bytes=args.max_spool_bytes, durability=durability))
+    spool = Spool(args.spool, max_bytes=args.max_spool_bytes, durability=durability)
+    # its workload in every answer: a query of another workload refuses this host at start
+    control = SpoolControl(spool, identify(args.workload, args.schema))
     try:
         return SegmentServer(
             control.lookup,

@@ -24,6 +24,7 @@ import orjson
 from cp_source.hosts.registry import read_registry
 from cp_source.ready.offsets import MAX_FACTORIES
 from cp_source.spool.names import SPOOL_ID_RE, WIRE_WORKER_RE
+from cp_source.wire.workload_id import WorkloadId, WorkloadMismatch, parse_id
 from native_tsc.process_times import process_start_ticks
 
 STATUS_FILE = "_factories.json"
@@ -171,10 +172,12 @@ class HostLinks:
         curve_keys: str | None = None,
         control_timeout: float = CONTROL_TIMEOUT_S,
         registry: str | None = None,
+        workload: WorkloadId | None = None,
     ) -> None:
         import zmq
 
         self.hosts = [Host(ep) for ep in factories]
+        self.workload = workload  # the query's own: a host that says another one is refused
         self.registry = registry
         self.registry_ignored: dict[str, str] = {}
         self.factory_timeout = factory_timeout
@@ -217,7 +220,25 @@ class HostLinks:
                 host.waiting_mono, host.waiting_since = asked
             return None
         host.answered, host.error, host.waiting_mono, host.waiting_since = True, None, None, None
+        self.check_workload(host, answer)
         return answer
+
+    def check_workload(self, host: Host, answer: Mapping[str, Any]) -> None:
+        """A host whose answer names another workload than the query's: one line naming both (a host
+        that names none, an older one, is taken as it is)."""
+        said = answer.get("workload")
+        if said is None or self.workload is None:
+            return
+        try:
+            theirs = parse_id(said)
+        except ValueError as e:
+            raise WorkloadMismatch(f"factory {host.endpoint} names its workload out of shape ({e})") from None
+        if theirs != self.workload:
+            raise WorkloadMismatch(
+                f"factory host {host.endpoint} serves {theirs.describe()}, but this query reads "
+                f"{self.workload.describe()}: give the query the host's workload (and schema), or list "
+                f"factory hosts started with the query's (cloudprofiler factory --workload ... --schema ...)"
+            )
 
     def discover(self) -> None:
         """factoriesDir: add the factories registered since the last look (a factory registered

@@ -13,7 +13,8 @@ needs (``SpoolControl``): ``latest`` (the spool id, and per worker the
 committed and latest segment numbers with the rows and first tuple id of the
 segments after a given position), ``commit`` and ``plan`` (the spool's own
 ``commit`` and ``mark_planned``, refused for another spool id), and the
-``ordering=ready`` ops (``cp_source.hosts.ready_ops``).
+``ordering=ready`` ops (``cp_source.hosts.ready_ops``). Each answer names the host's workload
+(``cp_source.wire.workload_id``), so a query of another workload refuses the host at start.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import zmq
 
 from cp_source.hosts.ready_ops import READY_OPS, ReadyControl, event_ms, plan_after, sender_timeout
 from cp_source.spool.names import SPOOL_ID_RE, WIRE_WORKER_RE
+from cp_source.wire.workload_id import WorkloadId
 from cp_store.atomic_files import atomic_write
 from native_tsc import curve_keys as ck
 from native_tsc.zmq_bounds import recv_bounded, while_serving
@@ -85,9 +87,10 @@ class SpoolControl:
     Used by the server's one thread only (a ``Spool`` caches manifests and is not thread-safe).
     """
 
-    def __init__(self, spool: Any) -> None:
+    def __init__(self, spool: Any, workload: WorkloadId | None = None) -> None:
         self.spool = spool
         self.ready = ReadyControl(spool)
+        self.workload = workload.to_json() if workload is not None else None  # said in every answer
 
     def lookup(self, worker: str, number: int) -> SegmentRef | None:
         """A published, uncommitted segment of this spool (the manifest's own facts)."""
@@ -99,7 +102,14 @@ class SpoolControl:
         return None
 
     def answer(self, req: ControlRequest) -> dict[str, Any]:
-        """The reply to one control op (never raises for a bad request: an error reply instead)."""
+        """The reply to one control op (never raises for a bad request: an error reply instead),
+        with this host's workload: a query of another workload refuses it at start."""
+        reply = self._answer_op(req)
+        if self.workload is not None and reply["ok"]:
+            reply["workload"] = self.workload
+        return reply
+
+    def _answer_op(self, req: ControlRequest) -> dict[str, Any]:
         sid = self.spool.ensure_spool_id()
         if req.op == "latest":
             return self._latest(sid, req.offsets)

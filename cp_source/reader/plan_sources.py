@@ -67,9 +67,16 @@ def plan_source(opts: ReaderOptions) -> PlanSource:
 
 def connect(kind: Callable[..., T], opts: ReaderOptions) -> T:
     """The link to the query's factory hosts (``HostLinks`` or ``FactoryHosts``), as the options say."""
+    from cp_source.wire.workload_id import identify
+
     assert opts.status_dir is not None
     return kind(
-        opts.factories, opts.factory_timeout, opts.status_dir, opts.curve_keys, registry=opts.factories_dir
+        opts.factories,
+        opts.factory_timeout,
+        opts.status_dir,
+        opts.curve_keys,
+        registry=opts.factories_dir,
+        workload=identify(opts.workload, opts.schema_ddl),  # a host of another workload is refused
     )
 
 

@@ -1,0 +1,119 @@
+"""What identifies a workload between processes: its name and its payload fields, as one short text.
+
+A factory whose workload differs from its generator's or its query's would fail later and far
+away (a payload that does not parse, a column that does not exist in an executor). Each side
+therefore says which workload it has, and the other refuses at start, in one line naming both:
+
+* a factory host's segment server puts ``{"name", "fields"}`` in its control answers, and a query
+  over ``factories=...`` compares it with its own options (``cp_source.hosts.links``);
+* a generator's hello carries :func:`hello_payload` (the name and a fingerprint), and the front end
+  refuses a hello whose fingerprint is not its own (``REFUSED_WORKLOAD``, then the factory's
+  workload), which the sender raises as :class:`WorkloadMismatch` naming both.
+
+Everything read from the wire is bounded (``MAX_NAME``, ``MAX_FIELDS``); a peer that says nothing
+(an older factory or generator) is not refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from cp_source.wire.workloads import Workload, resolve
+
+MAX_NAME = 64
+MAX_FIELDS = 16 << 10  # characters of the fields' text: a schema of hundreds of columns fits
+SHOWN_FIELDS = 600  # characters of the fields' text shown in a one-line message
+HELLO_VERSION = 1
+# A refused hello's payload starts with this, followed by the factory's workload as JSON.
+REFUSED_WORKLOAD = b"workload_mismatch "
+
+
+class WorkloadMismatch(ValueError):
+    """Two sides of a run have different workloads (the message names both)."""
+
+
+@dataclass(frozen=True)
+class WorkloadId:
+    """A workload's name (``ysb``, ``file``, ``parquet``) and its payload fields (``name type, ...``,
+    Arrow type names); ``label`` is how its side spelled it (``file:/data/x.ndjson``), not compared."""
+
+    name: str
+    fields: str
+    label: str = field(default="", compare=False)
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "fields": self.fields}
+
+    def fingerprint(self) -> str:
+        """16 hex digits of the name and fields: what a hello carries."""
+        return hashlib.sha256(f"{self.name}\0{self.fields}".encode()).hexdigest()[:16]
+
+    def describe(self) -> str:
+        """``workload file:/x (fields: a string, b int64)``, the fields cut to SHOWN_FIELDS."""
+        shown = self.fields if len(self.fields) <= SHOWN_FIELDS else self.fields[:SHOWN_FIELDS] + "..."
+        return f"workload {self.label or self.name} (fields: {shown})"
+
+
+def workload_id(w: Workload, label: str = "") -> WorkloadId:
+    """The identity of a resolved workload."""
+    fields = ", ".join(f"{f.name} {f.type}" for f in w.fields)
+    return WorkloadId(w.name, fields, label or w.name)
+
+
+def identify(workload: str, schema: str | None) -> WorkloadId | None:
+    """The identity of a workload spelled as its options are (None when it cannot be resolved
+    here: the side that resolves it reports that on its own)."""
+    try:
+        return workload_id(resolve(workload, schema), workload)
+    except (ValueError, OSError):
+        return None
+
+
+def parse_id(value: Any) -> WorkloadId:
+    """A peer's ``{"name", "fields"}``, bounded; ValueError when out of shape."""
+    if not isinstance(value, dict):
+        raise ValueError("workload is not an object")
+    name, fields = value.get("name"), value.get("fields")
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME or not name.isprintable():
+        raise ValueError("workload name is not a short printable string")
+    if not isinstance(fields, str) or len(fields) > MAX_FIELDS or not fields.isprintable():
+        raise ValueError(f"workload fields are not a printable string of at most {MAX_FIELDS} characters")
+    return WorkloadId(name, fields)
+
+
+def hello_payload(w: WorkloadId | None) -> bytes:
+    """What a generator's hello carries: its workload's name and fingerprint (empty: not said)."""
+    if w is None:
+        return b""
+    return orjson.dumps({"v": HELLO_VERSION, "workload": w.name, "fingerprint": w.fingerprint()})
+
+
+def hello_fingerprint(payload: bytes) -> str | None:
+    """The fingerprint a hello carries (None: an older sender, or one that says nothing)."""
+    if not payload or len(payload) > 512:
+        return None
+    try:
+        doc = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+    fp = doc.get("fingerprint") if isinstance(doc, dict) and doc.get("v") == HELLO_VERSION else None
+    return fp if isinstance(fp, str) and len(fp) == 16 else None
+
+
+def refusal(w: WorkloadId) -> bytes:
+    """The payload refusing a hello of another workload: the factory's own workload, bounded."""
+    return REFUSED_WORKLOAD + orjson.dumps({"name": w.name, "fields": w.fields[:SHOWN_FIELDS]})
+
+
+def refused_by(payload: bytes) -> WorkloadId | None:
+    """The factory's workload when ``payload`` refuses a hello for it, else None."""
+    if not payload.startswith(REFUSED_WORKLOAD) or len(payload) > 4096:
+        return None
+    try:
+        return parse_id(orjson.loads(payload[len(REFUSED_WORKLOAD) :]))
+    except (ValueError, orjson.JSONDecodeError):
+        return WorkloadId("unknown", "not said")
