@@ -2,9 +2,9 @@
 
 The generator replays a user's NDJSON file cyclically, so one line the factory cannot parse would
 land in every bucket and the factory would reject them all. :func:`read_workload_file` therefore
-parses EVERY line with the factory's own parser (``cp_source.factory.parse_json.parse_orjson``, the
-rules every factory parser follows) against the schema (Spark DDL, ``parse_ddl``) before the
-generator connects to anything:
+parses EVERY line with the factory's own parser (``cp_source.factory.parse_json.parse_arrow_json``,
+whose values and refusals are the rules every factory parser follows) against the schema (Spark
+DDL, ``parse_ddl``) before the generator connects to anything:
 
 * a bad line fails the run in one line naming the file, its line number (1-based, blank lines
   counted as the file counts them), the field and why (``BadFileLine``, a ValueError: exit status 2
@@ -14,8 +14,9 @@ generator connects to anything:
 
 Without a schema each line must only be a JSON object (the factory's schema is then unknown here).
 
-Lines are checked in chunks of about 1 MiB (one parse each); only a chunk that fails is parsed
-again line by line, to name its first bad line or to drop every bad one. A line is blank, and
+Lines are checked in chunks of about 64 KiB (one parse each); in a chunk that fails, the factory's
+own search for a bucket's bad rows (``cp_source.factory.bad_rows.find_bad_rows``, the rows it would
+reject alone) names each bad line, to report the first or to drop them all. A line is blank, and
 skipped as the factory's parser skips it, when it holds only spaces, tabs and carriage returns.
 
 Memory is bounded in bytes: a file over ``FILE_MAX_BYTES`` (64 MiB, the factory's default frame cap)
@@ -36,15 +37,16 @@ from typing import BinaryIO
 import orjson
 import pyarrow as pa
 
-from cp_source.factory.parse_json import parse_orjson
+from cp_source.factory.bad_rows import find_bad_rows
+from cp_source.factory.parse_json import parse_arrow_json
 from cp_source.wire.bucket import BucketError
 from cp_source.wire.workloads import parse_ddl
 
 FILE_MAX_BYTES = 64 << 20
-CHECK_CHUNK_BYTES = 1 << 20  # lines parsed together; a failing chunk is parsed again line by line
+CHECK_CHUNK_BYTES = 64 << 10  # lines parsed together: a failing chunk costs about 3 parses of it
 _BLANK = b" \t\r"  # what the factory's parser strips to tell a blank line
 SKIP_HINT = "--skip-bad-lines sends only the good lines"
-_LINE_ONE = re.compile(r"^line 1\b[,:]?\s*")  # a one-line payload's refusal names its line 1
+_LINE_N = re.compile(r"^line \d+\b[,:]?\s*")  # a refusal names the line within the chunk
 
 
 class BadFileLine(ValueError):
@@ -155,23 +157,25 @@ def _checked(
     chunk: list[tuple[int, bytes]], fields: pa.Schema | None
 ) -> Iterator[tuple[int, bytes, str | None]]:
     """Each line of the chunk with why the factory would refuse it (None: it would not)."""
-    if fields is not None and _refusal(b"\n".join(line for _, line in chunk), fields, len(chunk)) is None:
+    if fields is None:
         for n, line in chunk:
-            yield n, line, None
+            yield n, line, _not_object(line)
         return
-    for n, line in chunk:
-        why = _refusal(line, fields, 1) if fields is not None else _not_object(line)
-        yield n, line, why if why is None else _LINE_ONE.sub("", why, count=1)
+    bad = _bad_rows(b"\n".join(line for _, line in chunk), fields, len(chunk))
+    for i, (n, line) in enumerate(chunk):
+        why = bad.get(i)
+        yield n, line, None if why is None else _LINE_N.sub("", " ".join(why.split()), count=1)
 
 
-def _refusal(payload: bytes, fields: pa.Schema, count: int) -> str | None:
-    """Why the factory's parser refuses ``payload`` (its own words, without its reason code), or None."""
+def _bad_rows(payload: bytes, fields: pa.Schema, count: int) -> dict[int, str]:
+    """The rows of ``payload`` the factory would reject, by index, each with why: its fast parser
+    first (the same values or refusal as the rules'), then, when that refuses, the factory's own
+    search for the bad rows (``cp_source.factory.bad_rows``)."""
     try:
-        parse_orjson(payload, fields, count)
-    except BucketError as e:
-        text = " ".join(str(e).split())  # one line, whatever the parser's message holds
-        return text.removeprefix(f"{e.reason}: ")
-    return None
+        parse_arrow_json(payload, fields, count)
+    except BucketError:
+        return dict(find_bad_rows(payload, fields, count).bad)
+    return {}
 
 
 def _not_object(line: bytes) -> str | None:
