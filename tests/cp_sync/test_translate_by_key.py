@@ -8,6 +8,7 @@ Records across two TSC domains (a virtual one taken by the sink's own writer) ar
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -222,3 +223,43 @@ def test_latency_report_by_key_on_one_machine(tmp_path: Path) -> None:
     assert rows[2]["max_us"] == 290 * 1e9 / hz / 1e3 and facts["reference"] == here
     assert out is not None and out["user"].to_pylist() == t["user"].to_pylist()  # values as they were
     assert latency_table(rows, "t", by=("user",)).columns[3].header == "user"
+
+
+def test_by_key_with_sync_tables_carries_the_keys_for_every_method(tmp_path: Path, capsys: Any) -> None:
+    from cp_store.batch_log import publish
+    from cp_sync.sync_table import write_sync
+    from cp_sync.synthetic import DOMAINS, synth_probes
+
+    t0, span, n = 10**13, 2_600_000_000, 50
+    rng = np.random.default_rng(3)
+    table = synth_probes(DOMAINS, {"before": t0 - 10**8, "after": t0 + span + 10**8}, 20, rng)
+    for phase in ("before", "after"):
+        write_sync(tmp_path / "sync", phase, [table.filter(pc.equal(table["phase"], phase))], {})
+    raw = t0 + rng.integers(0, span, n)
+    a, b = DOMAINS[0], DOMAINS[1]
+    users = [USERS[t % 2] for t in range(n)]
+    t = pa.table(
+        {
+            "tuple_id": np.arange(n, dtype=np.int64),
+            "user": users,
+            "cp_tsc_gen": [a.apply(int(x)) for x in raw],
+            "cp_node_gen": [a.domain] * n,
+            "cp_tsc_sink": [b.apply(int(x) + 1_000_000) for x in raw],
+            "cp_node_sink": [b.domain] * n,
+        }
+    )
+    assert publish(tmp_path / "r", 0, {"records-p0-a0.parquet": t})
+    out = tmp_path / "o.parquet"
+    assert _translate(tmp_path / "r", out, "--sync", str(tmp_path / "sync"), "--by", "user") == 0
+    got = pq.read_table(out)
+    for method in ("minrtt", "hull", "naive"):
+        sub = got.filter(pc.equal(got["method"], method))
+        assert dict(zip(sub["tuple_id"].to_pylist(), sub["user"].to_pylist(), strict=True)) == dict(
+            enumerate(users)
+        )
+    lines = [
+        line
+        for line in capsys.readouterr().out.splitlines()
+        if "gen -> sink" in line and re.search(r"│ +25 │", line)
+    ]
+    assert len(lines) == 6  # three methods, two users of 25 records each
