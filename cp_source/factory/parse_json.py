@@ -34,8 +34,10 @@ that is not JSON such as ``NaN``) makes it hand the payload to
 from __future__ import annotations
 
 import io
+import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -44,51 +46,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
+from cp_source.factory.json_values import (
+    TIMESTAMP,
+    BadValue,
+    column,
+    dates_from_strings,
+    exact_numbers,
+    finite_floats,
+    is_nested,
+    timestamps_from_micros,
+    timestamps_from_strings,
+)
 from cp_source.wire.bucket import BucketError
-
-TIMESTAMP = pa.timestamp("us", tz="UTC")
-_NAIVE = pa.timestamp("us")
-_SQL_NAMES = {
-    pa.string(): "STRING",
-    pa.bool_(): "BOOLEAN",
-    pa.int8(): "TINYINT",
-    pa.int16(): "SMALLINT",
-    pa.int32(): "INT",
-    pa.int64(): "BIGINT",
-    pa.float32(): "FLOAT",
-    pa.float64(): "DOUBLE",
-    pa.date32(): "DATE",
-    TIMESTAMP: "TIMESTAMP",
-}
-# Spark's timestamp range (and Python's datetime's): 0001-01-01 to 9999-12-31, in µs since the epoch
-MIN_MICROS = -62_135_596_800_000_000
-MAX_MICROS = 253_402_300_799_999_999
-_MIN_DAYS = -719_162  # 0001-01-01
-# a zone after a time: Z, +hh, +hhmm or +hh:mm (a date alone ends in -dd, which is no zone)
-_ZONED = r"[T ][0-9:.]*(?:Z|[+-][0-9]{2}(?::?[0-9]{2})?)$"
-_KINDS = {
-    type(None): "null",
-    bool: "a boolean",
-    int: "an integer",
-    float: "a number with a fraction, an exponent or over 64 bits",
-    str: "a string",
-    dict: "an object",
-    list: "an array",
-}
-
-
-class _BadValue(Exception):
-    """Value ``index`` of a column breaks the rules; ``expected`` says what the column takes."""
-
-    def __init__(self, index: int, expected: str) -> None:
-        super().__init__(index, expected)
-        self.index = index
-        self.expected = expected
-
-
-def sql_name(t: pa.DataType) -> str:
-    """The Spark DDL name of a payload field's Arrow type (``BIGINT`` for int64)."""
-    return _SQL_NAMES.get(t, str(t))
 
 
 def numbered_lines(payload: bytes) -> tuple[list[bytes], list[int]]:
@@ -118,187 +87,6 @@ def _check_fits(rows: Sequence[dict], fields: pa.Schema, lines: Sequence[int]) -
             raise _no_field(r, fields, lines[i])
 
 
-def _shown(v: Any) -> str:
-    try:
-        text = orjson.dumps(v).decode()
-    except TypeError:
-        text = repr(v)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _refusal(f: pa.Field, value: Any, line: int, expected: str) -> BucketError:
-    kind = _KINDS.get(type(value), type(value).__name__)
-    return BucketError(
-        "bad_json",
-        f"line {line}, field {f.name!r} ({sql_name(f.type)}): {_shown(value)} ({kind}) is not {expected}",
-    )
-
-
-def _first(values: Sequence[Any], ok: Callable[[Any], bool], expected: str) -> None:
-    """Raise _BadValue for the first value that is neither null nor ``ok``."""
-    for i, v in enumerate(values):
-        if v is not None and not ok(v):
-            raise _BadValue(i, expected)
-
-
-def _only(values: Sequence[Any], types: set[type], expected: str) -> None:
-    if not set(map(type, values)) <= types | {type(None)}:
-        _first(values, lambda v: type(v) in types, expected)
-
-
-def _strings(values: Sequence[Any], f: pa.Field) -> pa.Array:
-    _only(values, {str}, "a string")
-    return pa.array(values, pa.string())
-
-
-def _booleans(values: Sequence[Any], f: pa.Field) -> pa.Array:
-    _only(values, {bool}, "true or false")
-    return pa.array(values, pa.bool_())
-
-
-def _integers(values: Sequence[Any], f: pa.Field) -> pa.Array:
-    bits = f.type.bit_width
-    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    expected = f"an integer from {lo} to {hi}"
-    _only(values, {int}, expected)  # a float is refused here, so nothing is ever truncated
-    try:
-        return pa.array(values, f.type)
-    except (pa.ArrowInvalid, OverflowError):
-        _first(values, lambda v: lo <= v <= hi, expected)
-        raise
-
-
-def finite_floats(doubles: pa.Array, f: pa.Field) -> pa.Array:
-    """DOUBLE values as ``f``'s type (FLOAT through DOUBLE, as Spark's reader rounds); none infinite.
-
-    A JSON number never is infinite or NaN, so one that became so did not fit the type."""
-    out = doubles if f.type == pa.float64() else doubles.cast(f.type)
-    if out.null_count < len(out) and not pc.all(pc.is_finite(out)).as_py():
-        bad = pc.index(pc.is_finite(out), False).as_py()
-        raise _BadValue(bad, f"a number that {sql_name(f.type)} can hold")
-    return out
-
-
-def _floats(values: Sequence[Any], f: pa.Field) -> pa.Array:
-    _only(values, {int, float}, "a number")
-    # an integer is rounded as a JSON reader reads its digits, to the nearest double (orjson gives
-    # one over 2**64 as a float already, so float() never overflows here)
-    doubles = [float(v) if type(v) is int else v for v in values]
-    return finite_floats(pa.array(doubles, pa.float64()), f)
-
-
-def dates_from_strings(strs: pa.Array) -> pa.Array:
-    """``YYYY-MM-DD`` strings as DATE (Arrow's own cast, the same for every parser)."""
-    expected = "a date as a 'YYYY-MM-DD' string"
-    try:
-        out = strs.cast(pa.date32())
-    except pa.ArrowInvalid:
-        raise _BadValue(_first_failing(strs, lambda a: a.cast(pa.date32())), expected) from None
-    days = out.cast(pa.int32())
-    if out.null_count < len(out) and pc.min(days).as_py() < _MIN_DAYS:
-        raise _BadValue(pc.index(pc.less(days, _MIN_DAYS), True).as_py(), expected)
-    return out
-
-
-def _dates(values: Sequence[Any], f: pa.Field) -> pa.Array:
-    _only(values, {str}, "a date as a 'YYYY-MM-DD' string")
-    return dates_from_strings(pa.array(values, pa.string()))
-
-
-def _first_failing(strs: pa.Array, convert: Callable[[pa.Array], Any]) -> int:
-    """The index of the first string ``convert`` refuses, given that it refuses ``strs`` (bisection:
-    a value converts alone as it does among others)."""
-    lo, hi = 0, len(strs)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        try:
-            convert(strs.slice(lo, mid - lo))
-        except pa.ArrowInvalid:
-            hi = mid
-        else:
-            lo = mid
-    return lo
-
-
-_TS_EXPECTED = "an ISO-8601 string or whole seconds since the epoch, in the years 0001 to 9999"
-
-
-def _iso_micros(strs: pa.Array) -> pa.Array:
-    """ISO-8601 strings as µs since the epoch (int64): with a zone as that zone says, without one as UTC.
-
-    Arrow's own parser (the one its JSON reader uses), the same for every parser."""
-    try:
-        return _iso_cast(strs)
-    except pa.ArrowInvalid:
-        raise _BadValue(_first_failing(strs, _iso_cast), _TS_EXPECTED) from None
-
-
-def _iso_cast(strs: pa.Array) -> pa.Array:
-    # Arrow casts to a zoned type only strings with a zone, to a naive one only those without
-    # (and a cast that fails on every value is slow): split them first
-    if pc.all(pc.ends_with(strs, "Z")).as_py():
-        return strs.cast(TIMESTAMP).cast(pa.int64())
-    zoned = pc.fill_null(pc.match_substring_regex(strs, _ZONED), False)
-    if not pc.any(zoned).as_py():
-        return strs.cast(_NAIVE).cast(pa.int64())
-    with_zone = pc.if_else(zoned, strs, None).cast(TIMESTAMP).cast(pa.int64())
-    without = pc.if_else(zoned, None, strs).cast(_NAIVE).cast(pa.int64())
-    return pc.if_else(zoned, with_zone, without)
-
-
-def timestamps_from_micros(micros: pa.Array) -> pa.Array:
-    """int64 µs as TIMESTAMP, refusing an instant outside the years 0001 to 9999."""
-    if micros.null_count < len(micros):
-        outside = pc.or_(pc.less(micros, MIN_MICROS), pc.greater(micros, MAX_MICROS))
-        if pc.any(outside).as_py():
-            raise _BadValue(pc.index(outside, True).as_py(), _TS_EXPECTED)
-    return micros.cast(TIMESTAMP)
-
-
-def timestamps_from_strings(strs: pa.Array) -> pa.Array:
-    """ISO-8601 strings as TIMESTAMP (see :func:`_iso_micros`)."""
-    return timestamps_from_micros(_iso_micros(strs))
-
-
-def _timestamps(values: Sequence[Any], f: pa.Field) -> pa.Array:
-    # Spark reads a JSON integer as seconds since the epoch, and refuses a fractional number
-    _only(values, {str, int}, _TS_EXPECTED)
-    strs = pa.array([v if type(v) is str else None for v in values], pa.string())
-    micros = _iso_micros(strs).to_pylist()
-    for i, v in enumerate(values):
-        if type(v) is int:
-            if not MIN_MICROS <= v * 1_000_000 <= MAX_MICROS:
-                raise _BadValue(i, _TS_EXPECTED)
-            micros[i] = v * 1_000_000
-    return timestamps_from_micros(pa.array(micros, pa.int64()))
-
-
-def _converter(t: pa.DataType) -> Callable[[Sequence[Any], pa.Field], pa.Array]:
-    if pa.types.is_string(t):
-        return _strings
-    if pa.types.is_boolean(t):
-        return _booleans
-    if pa.types.is_integer(t):
-        return _integers
-    if pa.types.is_floating(t):
-        return _floats
-    if pa.types.is_date32(t):
-        return _dates
-    if t == TIMESTAMP:
-        return _timestamps
-    raise ValueError(f"no JSON conversion for {t}")
-
-
-def column(values: Sequence[Any], f: pa.Field, lines: Sequence[int]) -> pa.Array:
-    """The JSON values of one field (as orjson decodes them) as an Arrow array of its type.
-
-    ``lines`` are the values' line numbers, for the refusal: a ``BucketError("bad_json")``."""
-    try:
-        return _converter(f.type)(values, f)
-    except _BadValue as e:
-        raise _refusal(f, values[e.index], lines[e.index], e.expected) from None
-
-
 def _decode(lines: Sequence[bytes], numbers: Sequence[int]) -> list[Any]:
     try:
         return [orjson.loads(ln) for ln in lines]
@@ -321,7 +109,24 @@ def _rows(payload: bytes | memoryview, fields: pa.Schema, count: int) -> tuple[l
         if type(r) is not dict:
             raise BucketError("bad_json", f"line {n}: not a JSON object")
     _check_fits(rows, fields, numbers)
+    exact = [f.name for f in fields if exact_numbers(f.type)]
+    if exact:
+        _exact_values(rows, lines, exact)
     return rows, numbers
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _exact_values(rows: list[dict], lines: Sequence[bytes], names: list[str]) -> None:
+    """The values of fields holding a DECIMAL, decoded again keeping every number's digits (orjson reads
+    a fraction as a double: 0.1000000000000000055 would be 0.1). The lines are JSON objects already."""
+    for r, ln in zip(rows, lines, strict=True):
+        exact = json.loads(ln, parse_float=Decimal, parse_constant=_no_constant)
+        for n in names:
+            if n in exact:
+                r[n] = exact[n]
 
 
 def parse_orjson(payload: bytes | memoryview, fields: pa.Schema, count: int) -> pa.RecordBatch:
@@ -390,6 +195,8 @@ def parse_arrow_json(payload: bytes | memoryview, fields: pa.Schema, count: int)
     """pyarrow's JSON reader with an explicit schema; anything it might read otherwise than
     :func:`parse_orjson` (or refuses) is parsed by that, so both give the same values or refusal."""
     data = bytes(payload)
+    if any(is_nested(t) or pa.types.is_decimal(t) for t in fields.types):
+        return parse_orjson(data, fields, count)  # the reader's own nested and decimal rules differ
     batch = None if _not_json_to_arrow(data) else _arrow_batch(data, fields, count)
     return batch if batch is not None else parse_orjson(data, fields, count)
 
@@ -417,7 +224,7 @@ def _arrow_batch(data: bytes, fields: pa.Schema, count: int) -> pa.RecordBatch |
         return None  # the rules' path names the count, or checks the null rows' lines hold a field
     try:
         cols = [_arrow_column(t.column(f.name).combine_chunks(), f) for f in fields]
-    except (_BadValue, pa.ArrowInvalid):
+    except (BadValue, pa.ArrowInvalid):
         return None
     return None if any(c is None for c in cols) else pa.RecordBatch.from_arrays(cols, schema=fields)
 
@@ -448,7 +255,10 @@ def parse_naive_rows(payload: bytes | memoryview, fields: pa.Schema, count: int)
 
 
 def parse_naive(payload: bytes | memoryview, fields: pa.Schema, count: int) -> pa.RecordBatch:
-    """The naive path's batch: its Python rows through the same rules as :func:`parse_orjson`."""
+    """The naive path's batch: its Python rows through the same rules as :func:`parse_orjson` (a
+    DECIMAL's exact digits are that path's: the naive rows have only doubles)."""
+    if any(exact_numbers(t) for t in fields.types):
+        return parse_orjson(payload, fields, count)
     rows = parse_naive_rows(payload, fields, count)
     _, numbers = numbered_lines(bytes(payload))
     if any(all(v is None for v in r) for r in rows):  # its line has the keys with null, or none of them
