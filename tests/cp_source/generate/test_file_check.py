@@ -210,9 +210,10 @@ def test_the_command_line_refuses_a_bad_line_before_connecting(tmp_path: Path) -
 def test_skip_bad_lines_against_a_real_factory_publishes_exactly_the_good_lines_cycled(
     factories: Callable[..., FactoryHandle], tmp_path: Path
 ) -> None:
-    """10 lines, 3 bad and 2 blank, replayed by 2 sender processes in buckets of 4: every tuple
-    published is the good line (tuple index mod 5) of its sender, nothing dead-lettered; without
-    --skip-bad-lines the run fails before any sender starts; a line over the frame cap is named."""
+    """10 lines, 3 bad and 2 blank, replayed by 2 sender processes in buckets of 4: without
+    skip_bad_lines the run fails before any sender starts; with --skip-bad-lines every tuple
+    published is the good line (tuple index mod 5) of its sender, nothing dead-lettered; a line
+    over the frame cap is named."""
     good = [orjson.dumps({"name": f"g{i}", "n": i, "extra": [i]}) for i in range(5)]
     lines = [good[0], b'{"name": "b0", "n": 1.5}', good[1], b"", good[2], b'{"nome": "b1"}']
     lines += [good[3], b"  ", b'{"name": "b2", "n": "3"}', good[4]]
@@ -221,7 +222,17 @@ def test_skip_bad_lines_against_a_real_factory_publishes_exactly_the_good_lines_
     run = GeneratorSettings(rate=2000, duration=0.5, senders=2, bucket=4, workload=f"file:{p}", schema=SCHEMA)
     with pytest.raises(BadFileLine, match=f"^{re.escape(str(p))} line 2: field 'n' \\(BIGINT\\): 1.5 "):
         run_generator(f.endpoint, replace(run, sender_base=7000))
-    s = run_generator(f.endpoint, replace(run, skip_bad_lines=True, sender_base=7100))
+    r = subprocess.run(
+        [*CLI_ARGV, "generate", "--endpoint", f.endpoint, "--rate", "2000", "--duration", "0.5"]
+        + ["--senders", "2", "--bucket", "4", "--workload", f"file:{p}", "--schema", SCHEMA]
+        + ["--skip-bad-lines", "--sender-base", "7100", "--summary", str(tmp_path / "s.json")]
+        + ["--queue-ms", "2000"],  # a loaded machine's stall is not a drop
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0 and f"skipped 3 bad line(s) of {p}" in r.stderr.splitlines(), r.stderr
+    s = orjson.loads((tmp_path / "s.json").read_bytes())
     assert (s["skipped_lines"], s["schema"], s["offered"], s["dropped"]) == (3, SCHEMA, 1000, 0)
     assert f.wait_drained(30, senders=[7100, 7101])
     sp = f.spool_view()
