@@ -285,6 +285,8 @@ def run(args: argparse.Namespace) -> int:
     from cp_source.generate.generator import run_generator
     from cp_source.generate.settings import GeneratorSettings
 
+    if args.skip_bad_lines and not args.workload.startswith("file:"):
+        raise ValueError(f"--skip-bad-lines goes with --workload file:PATH (its lines), not {args.workload}")
     settings = GeneratorSettings(
         args.rate,
         args.duration,

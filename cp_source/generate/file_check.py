@@ -89,9 +89,10 @@ def read_workload_file(
     schema is fixed, so a schema given with it is refused (ValueError)."""
     path = file_path(workload)
     if path is None:
-        if workload == "ysb" and (schema or skip_bad_lines):
-            option = "a schema" if schema else "skip_bad_lines"
-            raise ValueError(f"the ysb workload has a fixed schema: give {option} only with file:PATH")
+        if workload == "ysb" and schema:
+            raise ValueError("the ysb workload has a fixed schema: give a schema only with file:PATH")
+        if skip_bad_lines:
+            raise ValueError(f"skip_bad_lines goes with a file:PATH workload (its lines), not {workload}")
         return None
     fields = parse_ddl(schema) if schema else None
     return check_file(path, fields, skip_bad_lines, max_bytes)

@@ -106,6 +106,10 @@ def test_without_a_schema_each_line_must_be_an_object_and_the_ysb_workload_takes
         ValueError, match="^the ysb workload has a fixed schema: give a schema only with file:PATH"
     ):
         read_workload_file("ysb", SCHEMA)
+    with pytest.raises(
+        ValueError, match="^skip_bad_lines goes with a file:PATH workload \\(its lines\\), not ysb$"
+    ):
+        read_workload_file("ysb", skip_bad_lines=True)
     with pytest.raises(ValueError, match="needs the file to replay: file:PATH"):
         read_workload_file("file:", SCHEMA)
     p.write_bytes(b"\n \n")
