@@ -22,11 +22,12 @@ from cp_source.generate.file_pool import FileBuckets, check_file_fits, largest_b
 from cp_source.generate.frame_cap import BucketTooLarge
 from cp_source.generate.generator import run_generator
 from cp_source.generate.payloads import build_payloads
-from cp_source.generate.settings import GeneratorSettings
+from cp_source.generate.settings import GeneratorSettings, GeneratorSummary
 from cp_source.spool.segments import read_segment
 from cp_source.wire import bucket as bk
 from cp_source.wire.workloads import parse_ddl
 from tests.helpers.ingest_truth import expected_ids
+from tests.helpers.typed_keys import assert_keys
 
 SCHEMA = "name STRING, n BIGINT"
 FIELDS = parse_ddl(SCHEMA)
@@ -237,6 +238,7 @@ def test_skip_bad_lines_against_a_real_factory_publishes_exactly_the_good_lines_
     )
     assert r.returncode == 0 and f"skipped 3 bad line(s) of {p}" in r.stderr.splitlines(), r.stderr
     s = orjson.loads((tmp_path / "s.json").read_bytes())
+    assert_keys(s, GeneratorSummary, "summary")  # the JSON summary holds exactly its documented keys
     assert (s["skipped_lines"], s["schema"], s["offered"], s["dropped"]) == (3, SCHEMA, 1000, 0)
     assert f.wait_drained(30, senders=[7100, 7101])
     sp = f.spool_view()
