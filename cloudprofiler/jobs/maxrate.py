@@ -411,7 +411,7 @@ def run(args: argparse.Namespace) -> int:
 
     from cloudprofiler.jobs.queries import user_target
 
-    console = Console(width=max(Console().width, 110))  # the step table needs ~100 columns
+    console = Console(width=max(Console().width, 120))  # the step table needs ~110 columns
 
     def progress(step: Step) -> None:
         colour = PROGRESS_COLOURS.get(step.verdict, "red")

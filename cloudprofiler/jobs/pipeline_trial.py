@@ -84,10 +84,9 @@ class PipelineTrial:
     def _landed(self, senders: set[int], emitted: int) -> bool:
         """Everything emitted was committed (or, for a query that may filter, read and committed)."""
         if self.target.may_filter:
-            if not self._caught_up(senders):
-                return False
+            caught_up = self._caught_up(senders)
             self.counter.poll()  # after the check: the commit it saw is in the sink's manifests
-            return True
+            return caught_up
         self.counter.poll()
         return self.counter.received(senders) >= emitted
 
