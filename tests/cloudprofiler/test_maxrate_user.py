@@ -4,6 +4,7 @@ real search on a file workload through a transformation loaded from a user's mod
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -125,10 +126,13 @@ def test_a_module_is_found_in_the_current_directory(
     query_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(query_file.parent)
-    monkeypatch.delitem(__import__("sys").modules, "user_q", raising=False)
-    fn = load_query("user_q:transform")
-    assert fn.__name__ == "transform" and fn.__module__ == "user_q"
-    assert str(query_file.parent) not in __import__("sys").path  # the directory was added for the import only
+    monkeypatch.delitem(sys.modules, "user_q", raising=False)
+    try:
+        fn = load_query("user_q:transform")
+        assert fn.__name__ == "transform" and fn.__module__ == "user_q"
+        assert str(query_file.parent) not in sys.path  # the directory was added for the import only
+    finally:
+        sys.modules.pop("user_q", None)
 
 
 @pytest.mark.parametrize(
