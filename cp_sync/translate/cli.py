@@ -105,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
     records, sync = inputs(args.records, args.sync)
     if sync is None and (args.method or args.compare):
         raise ValueError(f"--{'method' if args.method else 'compare'} needs sync tables (--sync)")
+    if sync is not None and args.hz is not None:
+        raise ValueError("--hz is for records without sync tables: with them the frequency is measured")
     out_loc = output_file("--out", args.out)
     plot_loc = output_file("--plot", args.plot) if args.plot else None
     out, facts = translate_records(
@@ -114,8 +116,10 @@ def run(args: argparse.Namespace) -> int:
     _summary(args, out, facts, by)
     print_table(status_table(status_rows(out)))
     if sync is None:
-        print("one TSC domain, no sync tables: bound 0 (method same-domain); bound_ns_with_hz_error ", end="")
-        print(f"allows {facts['frequency_error']:.2e} of the frequency")
+        print(
+            "one TSC domain, no sync tables: bound 0 (method same-domain); bound_ns_with_hz_error "
+            f"allows {facts['frequency_error']:.2e} of the frequency"
+        )
     else:
         print(
             f"bound_ns excludes the frequency's error; bound_ns_with_hz_error allows "

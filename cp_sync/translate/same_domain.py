@@ -35,10 +35,8 @@ def check_one_domain(points: pa.Table, from_point: str, to_point: str, looked: s
     ds, de = points[node_column(from_point)], points[node_column(to_point)]
     cross = points.filter(pc.not_equal(ds, de))
     if cross.num_rows:
-        pairs = cross.group_by([node_column(from_point), node_column(to_point)]).aggregate(
-            [([], "count_all")]
-        )
         a, b = node_column(from_point), node_column(to_point)
+        pairs = cross.group_by([a, b]).aggregate([([], "count_all")])
         rows = sorted(pairs.to_pylist(), key=lambda r: (-r["count_all"], r[a], r[b]))
         shown = ", ".join(f"{r[a]} -> {r[b]}: {r['count_all']:,}" for r in rows[:_SHOWN_PAIRS])
         more = f", {len(rows) - _SHOWN_PAIRS} more pairs" if len(rows) > _SHOWN_PAIRS else ""
