@@ -11,7 +11,9 @@ log): a new sender costs one appended line, whatever the number of senders known
 
 The front end's answers say more than "acknowledged" (``sender_link.AckInfo``):
 a hello's answer carries the factory's frame cap (``max_frame_bytes``), so a
-generator refuses a bucket too large for it before sending any, and an end of
+generator refuses a bucket too large for it before sending any (and a hello whose workload
+fingerprint is not the factory's is refused with the factory's workload, which the generator
+names with its own in one line: ``cp_source.wire.workload_id``), and an end of
 stream's answer carries the tuples and buckets of that sender it accepted, so
 a generator whose connection dropped knows whether its buckets arrived.
 
@@ -35,6 +37,8 @@ import zmq
 from cp_source.spool.front_records import MAX_GREETED, FrontLedger, FrontProgress
 from cp_source.wire import bucket as bk
 from cp_source.wire.sender_link import REFUSED_SENDER_IN_USE, AckInfo, answer_control
+from cp_source.wire.workload_id import WorkloadId, hello_fingerprint
+from cp_source.wire.workload_id import refusal as workload_refusal
 from native_tsc.zmq_bounds import cut_frames, recv_bounded
 
 POLL_MS = 50
@@ -53,8 +57,10 @@ class FrontEnd:
         spool: str,
         max_frame_bytes: int,
         durability: str = "process",
+        workload: WorkloadId | None = None,
     ) -> None:
         self.front, self.back = front, back
+        self.workload = workload  # a hello naming another one is refused (cp_source.wire.workload_id)
         self.ledger = FrontLedger(spool, durability)
         self.progress = FrontProgress(self.ledger.dir, self.ledger.durable)
         self.max_frame_bytes = max_frame_bytes
@@ -62,6 +68,7 @@ class FrontEnd:
             (
                 "hellos",
                 "hellos_refused",
+                "hellos_refused_workload",
                 "accepted",
                 "eos",
                 "heartbeats",
@@ -120,7 +127,11 @@ class FrontEnd:
             self._held = frames
         elif h.kind == bk.KIND_HELLO:
             self.counters["hellos"] += 1
-            if self._sender_taken(ident, h.sender_id):
+            if self._other_workload(frames[1]):
+                self.counters["hellos_refused_workload"] += 1
+                assert self.workload is not None
+                answer_control(self.front, ident, h, workload_refusal(self.workload))
+            elif self._sender_taken(ident, h.sender_id):
                 self.counters["hellos_refused"] += 1
                 answer_control(self.front, ident, h, REFUSED_SENDER_IN_USE)
             elif self.workers_ready.is_set():
@@ -149,6 +160,12 @@ class FrontEnd:
                 self.progress.ignored += 1
         else:
             self.counters["unexpected"] += 1  # an acknowledgement sent to us: no tuples, nothing to do
+
+    def _other_workload(self, payload: Any) -> bool:
+        """True when a hello names a workload fingerprint that is not this factory's (a hello that
+        names none, from an older generator, is taken)."""
+        said = hello_fingerprint(payload) if self.workload is not None else None
+        return said is not None and self.workload is not None and said != self.workload.fingerprint()
 
     def _sender_taken(self, ident: bytes, sender_id: int) -> bool:
         """True when another connection said hello as ``sender_id``, or the spool holds its tuples.

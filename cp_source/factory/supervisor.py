@@ -36,6 +36,7 @@ from cp_source.spool.ledger import WorkerState
 from cp_source.spool.names import worker_name
 from cp_source.spool.segments import Spool
 from cp_source.wire import bucket as bk
+from cp_source.wire.workload_id import WorkloadId, workload_id
 from cp_source.wire.workloads import resolve
 from cp_store.private_dirs import ensure_private_dir
 from native_tsc import curve_keys as ck
@@ -100,6 +101,7 @@ class FactoryHandle:
         max_frame_bytes: int,
         durability: str = "process",
         curve_keys: str | None = None,
+        workload: WorkloadId | None = None,
     ) -> None:
         if workers < 1 or workers > 256:
             raise ValueError(f"workers must be 1..256, got {workers}")
@@ -121,7 +123,9 @@ class FactoryHandle:
             self._close_sockets()
             raise
         try:
-            self._front_end = FrontEnd(self._ctx, front, back, self.spool, max_frame_bytes, self.durability)
+            self._front_end = FrontEnd(
+                self._ctx, front, back, self.spool, max_frame_bytes, self.durability, workload
+            )
         except BaseException:
             front.close(0)
             back.close(0)
@@ -391,7 +395,15 @@ def start_factory(
     if schema:
         args += ["--schema", schema]
     h = FactoryHandle(
-        endpoint, os.fspath(spool), workers, args, max_spool_bytes, max_frame_bytes, level, curve_keys
+        endpoint,
+        os.fspath(spool),
+        workers,
+        args,
+        max_spool_bytes,
+        max_frame_bytes,
+        level,
+        curve_keys,
+        workload_id(w, workload),  # a generator's hello of another workload is refused
     )
     if wait:
         try:

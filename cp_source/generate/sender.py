@@ -27,6 +27,7 @@ from cp_source.generate.payloads import BucketTooLarge, check_fits, file_payload
 from cp_source.generate.settings import SenderCounters, SenderSettings
 from cp_source.wire import bucket as bk
 from cp_source.wire.sender_link import AckInfo, DisconnectWatch, close_stream_info, open_link
+from cp_source.wire.workload_id import identify
 from native_tsc.process_times import mark
 
 SEND_HWM = 8  # at least this many buckets may wait in a sender's queue ...
@@ -51,7 +52,8 @@ def _open_link(
         hwm = max(SEND_HWM, min(by_time, SEND_QUEUE_MAX_BYTES // max(1, bucket_bytes)))
     ctx: zmq.Context[Any] = zmq.Context()
     try:
-        return ctx, *open_link(ctx, endpoint, packer, hwm, s.ready_timeout, s.curve_keys)
+        workload = identify(s.workload, s.schema)  # named in the hello: a factory of another refuses it
+        return ctx, *open_link(ctx, endpoint, packer, hwm, s.ready_timeout, s.curve_keys, workload)
     except BaseException:
         ctx.term()
         raise

@@ -37,6 +37,7 @@ import zmq
 
 import native_tsc
 from cp_source.wire import bucket as bk
+from cp_source.wire.workload_id import WorkloadId, WorkloadMismatch, hello_payload, refused_by
 from native_tsc import curve_keys as ck
 from native_tsc.process_times import mark
 
@@ -150,6 +151,9 @@ def await_ack_info(sock: zmq.Socket, sender_id: int, kind: int, seq: int, timeou
         except bk.BucketError:
             continue
         if h.kind == bk.KIND_ACK and h.sender_id == sender_id and h.first_id == kind and h.seq == seq:
+            theirs = refused_by(frames[1]) if len(frames) > 1 else None
+            if theirs is not None:
+                raise WorkloadMismatch(f"the factory takes {theirs.describe()}")
             if len(frames) > 1 and frames[1] == REFUSED_SENDER_IN_USE:
                 raise SenderIdInUse(
                     f"the factory refused sender id {sender_id}: its spool already holds tuples of that "
@@ -166,9 +170,13 @@ def open_link(
     hwm: int,
     timeout_s: float,
     curve_keys: str | None = None,
+    workload: WorkloadId | None = None,
 ) -> tuple[zmq.Socket, AckInfo]:
     """A DEALER connected to ``endpoint`` whose hello a factory acknowledged within ``timeout_s``,
     and what the factory's answer to the hello said (its frame cap).
+
+    ``workload``: the sender's, named in its hello; a factory of another workload refuses it
+    (``WorkloadMismatch``, one line naming both).
 
     With ``curve_keys`` the socket speaks CURVE with the client key in that directory. A factory
     refuses a wrong or missing key without a word: the handshake watch names that failure in the
@@ -186,7 +194,7 @@ def open_link(
         raise
     watch = ck.HandshakeWatch(sock)
     try:
-        return _hello(sock, watch, endpoint, packer, timeout_s, bool(curve_keys))
+        return _hello(sock, watch, endpoint, packer, timeout_s, bool(curve_keys), workload)
     finally:
         watch.close()
 
@@ -198,6 +206,7 @@ def _hello(
     packer: bk.HeaderPacker,
     timeout_s: float,
     keyed: bool,
+    workload: WorkloadId | None = None,
 ) -> tuple[zmq.Socket, AckInfo]:
     """Connect, say hello and wait for its acknowledgement; the socket is closed on failure."""
     try:
@@ -207,13 +216,20 @@ def _hello(
         raise ValueError(
             f"invalid endpoint {endpoint!r}: {e.strerror} (expected e.g. tcp://127.0.0.1:5555)"
         ) from None
-    sock.send_multipart(_control(packer, bk.KIND_HELLO, 0, b""))
+    sock.send_multipart(_control(packer, bk.KIND_HELLO, 0, hello_payload(workload)))
     mark(f"sender {packer.sender_id}: hello sent")
     try:
         info = await_ack_info(sock, packer.sender_id, bk.KIND_HELLO, 0, timeout_s)
     except SenderIdInUse:
         sock.close(0)
         raise
+    except WorkloadMismatch as e:
+        sock.close(0)
+        assert workload is not None  # only a hello naming a workload is refused for it
+        raise WorkloadMismatch(
+            f"{e} at {endpoint}, but this generator sends {workload.describe()}: start the generator "
+            f"with the factory's workload (and schema), or the factory with the generator's"
+        ) from None
     if info is None:
         hint = ck.refusal_hint(watch, keyed)
         sock.close(0)

@@ -16,6 +16,7 @@ Everything read from the wire is bounded (``MAX_NAME``, ``MAX_FIELDS``); a peer 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +65,7 @@ def workload_id(w: Workload, label: str = "") -> WorkloadId:
     return WorkloadId(w.name, fields, label or w.name)
 
 
+@functools.lru_cache(maxsize=16)  # a parquet file's footer is read once, not once per sender
 def identify(workload: str, schema: str | None) -> WorkloadId | None:
     """The identity of a workload spelled as its options are (None when it cannot be resolved
     here: the side that resolves it reports that on its own)."""
@@ -92,7 +94,7 @@ def hello_payload(w: WorkloadId | None) -> bytes:
     return orjson.dumps({"v": HELLO_VERSION, "workload": w.name, "fingerprint": w.fingerprint()})
 
 
-def hello_fingerprint(payload: bytes) -> str | None:
+def hello_fingerprint(payload: bytes | memoryview) -> str | None:
     """The fingerprint a hello carries (None: an older sender, or one that says nothing)."""
     if not payload or len(payload) > 512:
         return None

@@ -16,6 +16,7 @@ import zmq
 
 from cp_source.factory.front import FrontEnd
 from cp_source.wire import bucket as bk
+from cp_source.wire.workload_id import WorkloadId
 
 WINDOW = 200  # hellos in flight: sent, then their acknowledgements read
 
@@ -30,14 +31,16 @@ class Block:
 
 
 @contextmanager
-def running_front(ctx: zmq.Context, spool: str, durability: str = "process") -> Iterator[FrontEnd]:
+def running_front(
+    ctx: zmq.Context, spool: str, durability: str = "process", workload: WorkloadId | None = None
+) -> Iterator[FrontEnd]:
     """A started front end on ``tcp://127.0.0.1:*`` whose workers are ready; its endpoint is
     ``front.endpoint``. Stopped (its records written) on exit."""
     front = ctx.socket(zmq.ROUTER)
     front.bind("tcp://127.0.0.1:*")
     back = ctx.socket(zmq.PUSH)
     back.bind(f"inproc://hello-flood-{id(front)}")
-    fe = FrontEnd(ctx, front, back, spool, bk.DEFAULT_MAX_FRAME_BYTES, durability)
+    fe = FrontEnd(ctx, front, back, spool, bk.DEFAULT_MAX_FRAME_BYTES, durability, workload)
     fe.endpoint = front.getsockopt_string(zmq.LAST_ENDPOINT)  # type: ignore[attr-defined]
     fe.workers_ready.set()
     fe.start()
