@@ -108,6 +108,8 @@ def read_dead_letter_records(path: str | os.PathLike) -> Iterator[DeadLetter]:
             if pos + 2 > len(data):
                 return
             (dlen,) = _U16.unpack_from(data, pos)
+            if pos + 2 + dlen > len(data):
+                return
             detail = data[pos + 2 : pos + 2 + dlen].decode("utf-8", "replace")
             pos += 2 + dlen
         frames = _frames(data, pos)

@@ -8,9 +8,11 @@ prove from the senders' gapless bucket sequence numbers).
 
 A record is a bucket's id range or a piece of it: a bucket with rejected rows
 has a published record per run of good rows and a rejected record per run of
-bad ones, all with its seq and all written for the same segment. So a bucket
-is one seq, and a record is a duplicate when its (seq, first id) repeats one
-already seen (``duplicate_buckets`` counts those records).
+bad ones, all with its seq. So a bucket is one seq, and a record is a
+duplicate when its id range repeats an earlier record's (``duplicate_buckets``
+counts those records; a sender's records never overlap in part, so these are
+the records whose first id an earlier record covers).
+
 This module reads the worker directories of a spool and does that
 bookkeeping; it is also the one place that decides whether a factory has
 published everything it received (:meth:`SpoolStats.drained`).
@@ -89,13 +91,14 @@ def in_ranges(values: np.ndarray, ranges: list[list[int]]) -> np.ndarray:
     return (i >= 0) & (values < r[np.maximum(i, 0), 0] + r[np.maximum(i, 0), 1])
 
 
-def new_pieces(recs: np.ndarray, seen: list[list[int]]) -> int:
-    """Distinct (seq, first id) among ``recs`` whose seq is not in ``seen`` (merged seq ranges).
+def new_pieces(recs: np.ndarray, covered: list[list[int]]) -> int:
+    """Distinct first ids among ``recs`` not in ``covered`` (the merged id ranges of earlier records).
 
-    The pieces of one bucket are recorded together, so a record whose seq was seen before is a
-    duplicate, and so is one repeating a (seq, first id) here."""
-    fresh = recs[~in_ranges(recs[:, 2], seen)]
-    return len(np.unique(fresh[:, [2, 3]], axis=0)) if len(fresh) else 0
+    A sender's records never overlap in part (a bucket's pieces are disjoint, and its bad rows fail
+    alike wherever it is parsed), so a record whose first id an earlier one covers, or that repeats
+    one here, is a duplicate."""
+    firsts = np.unique(recs[:, 3])
+    return int(np.count_nonzero(~in_ranges(firsts, covered)))
 
 
 def count_below(ranges: list[list[int]], limit: int) -> int:
@@ -111,7 +114,7 @@ class SenderSummary:
     rejected: list[list[int]] = field(default_factory=list)
     seqs: list[list[int]] = field(default_factory=list)  # distinct seqs of published and rejected buckets
     records: int = 0  # published and rejected records folded, duplicates included
-    pieces: int = 0  # distinct (seq, first id) records folded: records - pieces are duplicates
+    pieces: int = 0  # records folded with distinct first ids: records - pieces are duplicates
 
     def seq_count(self) -> int:
         return int(sum(c for _, c in self.seqs))
@@ -206,7 +209,7 @@ class LedgerSummary:
         for s in sorted(set(pub[:, 1].tolist()) | set(bad[:, 1].tolist())):
             mine, theirs = pub[pub[:, 1] == s], bad[bad[:, 1] == s]
             ss = self.senders.setdefault(int(s), SenderSummary())
-            ss.pieces += new_pieces(np.concatenate([mine, theirs]), ss.seqs)
+            ss.pieces += new_pieces(np.concatenate([mine, theirs]), merge_ranges(ss.published + ss.rejected))
             ss.published = _ranges(ss.published + _ranges(mine[:, 3:5]))
             ss.rejected = _ranges(ss.rejected + _ranges(theirs[:, 3:5]))
             seqs = np.concatenate([mine[:, 2], theirs[:, 2]])
@@ -417,7 +420,8 @@ def _seq_counts(mine: np.ndarray, theirs: np.ndarray, ss: SenderSummary) -> tupl
     both = np.concatenate([mine, theirs])
     new = np.unique(both[:, 2])
     new = new[~in_ranges(new, ss.seqs)]
-    duplicates = len(both) + ss.records - new_pieces(both, ss.seqs) - ss.pieces
+    covered = merge_ranges(ss.published + ss.rejected)
+    duplicates = len(both) + ss.records - new_pieces(both, covered) - ss.pieces
     return new, len(new) + ss.seq_count(), duplicates
 
 

@@ -92,6 +92,16 @@ class Twin:
                     for x in self._both(w):
                         x.record_rejected(*b)
                     continue
+                if s == C and q % 13 == 4:  # rows 2 and 5 rejected alone: published in three pieces
+                    f = b[2]
+                    for x in self._both(w):
+                        x.record_rejected(s, q, f + 2, 1)
+                        x.record_rejected(s, q, f + 5, 1)
+                    pieces = [(s, q, f, 2), (s, q, f + 3, 2), (s, q, f + 6, N - 6)]
+                    pending[w] += pieces
+                    if q % 71 == 4:  # and its pieces again, on the other worker: three duplicates
+                        pending["w0"] += pieces
+                    continue
                 pending[w].append(b)
                 if s == A and q % 101 == 3:
                     pending["w1" if w == "w0" else "w0"].append(b)  # a duplicate on the other worker
@@ -156,6 +166,9 @@ def test_compaction_keeps_the_ledger_exact_and_the_files_small(twin: Twin) -> No
     st = twin.check()
     assert st["lost_in_transit"] and st["duplicate_buckets"] and st["rejected_ranges"] and st["open_senders"]
     assert str(C) in st["end_of_stream"] and st["lost_buckets"][str(C)] == 0
+    # the pieces of a bucket whose rows were rejected alone are no loss and no duplicate, but repeated are
+    assert st["lost_in_transit"][str(C)] == [] and st["duplicate_buckets"][str(C)] == 3  # q = 4
+    assert st["rejected_rows"] == sum(c for _, c in st["rejected_ranges"])
     twin.commit(behind=20)  # >= ABSORB_MIN_SEGMENTS committed: the commit folds on its own
     summary = orjson_load(twin.root / SUMMARY_FILE)
     assert summary["through"] == twin.sp.committed()
