@@ -6,7 +6,9 @@ the segments it listed), notes since when a silent one has been waiting and
 fails the query once ``factoryTimeout`` has passed, delivers the offsets each
 one has not taken yet (commits, plans), and writes ``_factories.json`` for
 ``source_status``. A thread keeps asking between Spark's calls so the status
-stays true while a batch waits on a silent factory.
+stays true while a batch waits on a silent factory. A host whose answer names
+another workload than the query's fails the query at its first answer, in one
+line naming the host and both workloads (``cp_source.wire.workload_id``).
 """
 
 from __future__ import annotations
