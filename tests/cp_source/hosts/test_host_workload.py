@@ -54,8 +54,10 @@ def test_a_query_of_another_workload_fails_at_start_naming_the_host_and_both_wor
 
 
 def test_a_query_of_the_hosts_workload_is_taken(tmp_path: Path, ysb_host: FactoryHost) -> None:
-    """The same workload passes; another schema of the file workload is refused (the links alone)."""
+    """The same workload passes; another is refused, in arrival and ready ordering (the links alone)."""
     from cp_source.hosts.factory_hosts import FactoryHosts
+    from cp_source.hosts.links import HostLinks
+    from cp_source.hosts.ready_hosts import ReadyHosts
 
     same = FactoryHosts((ysb_host.server,), 0.0, str(tmp_path / "s1"), workload=identify("ysb", None))
     try:
@@ -69,6 +71,13 @@ def test_a_query_of_the_hosts_workload_is_taken(tmp_path: Path, ysb_host: Factor
         assert "\n" not in str(e.value)
     finally:
         other.stop()
+    # ordering=ready asks the hosts with its own op: refused the same way
+    links = HostLinks((ysb_host.server,), 0.0, str(tmp_path / "s3"), workload=identify("file:x", SCHEMA))
+    try:
+        with pytest.raises(WorkloadMismatch, match="serves workload ysb"):
+            ReadyHosts(links, None, (), 30.0).initial_offset()
+    finally:
+        links.stop()
 
 
 @pytest.mark.parametrize(
