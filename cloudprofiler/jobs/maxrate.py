@@ -41,7 +41,7 @@ its schedule is invalid (generator-bound) and caps the search.
 Without --sink, maxrate starts local Spark and its own query: the
 "cloudprofiler" source (embedded factory, spool bounded by --max-spool-bytes)
 -> the YSB join with the campaigns table -> the cloudprofiler sink. On your
-data (--workload file:PATH --schema DDL, or any workload the generator takes)
+data (--workload file:PATH --schema DDL, or parquet:PATH)
 the query is source -> sink, or your transformation: --query module:function
 (or path/to/file.py:function) takes the source's DataFrame and returns what
 goes into the sink, keeping tuple_id and the gen stamp (cp_tsc_gen,
@@ -60,6 +60,7 @@ examples:
   cloudprofiler maxrate --method bisect --start 50000 --tolerance 0.05 --json maxrate.json --plot rate.png
   cloudprofiler maxrate --sink /data/records --spool /data/spool --latency-slope 0.05
   cloudprofiler maxrate --workload file:events.ndjson --schema 'user STRING, price DOUBLE'
+  cloudprofiler maxrate --workload parquet:sample.parquet --query path/to/query.py:transform
   cloudprofiler maxrate --workload file:events.ndjson --schema 'user STRING, price DOUBLE' \
       --query my_query:transform --start 5000
   cloudprofiler maxrate --json s3://bucket/maxrate/result.json --plot s3://bucket/maxrate/rate.png
@@ -118,7 +119,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--workload",
         default="ysb",
         help="what the generator replays and the source reads: ysb (default), file:PATH (NDJSON, "
-        "with --schema) or another workload the generator takes",
+        "with --schema) or parquet:PATH",
     )
     p.add_argument("--schema", help="the records' schema in Spark DDL, e.g. 'user STRING, price DOUBLE'")
     p.add_argument(
