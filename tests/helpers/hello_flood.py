@@ -11,12 +11,15 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import zmq
 
 from cp_source.factory.front import FrontEnd
 from cp_source.wire import bucket as bk
-from cp_source.wire.workload_id import WorkloadId
+
+if TYPE_CHECKING:  # benchmarks/hellos.py --before imports this helper over an older cp_source
+    from cp_source.wire.workload_id import WorkloadId
 
 WINDOW = 200  # hellos in flight: sent, then their acknowledgements read
 
@@ -40,7 +43,8 @@ def running_front(
     front.bind("tcp://127.0.0.1:*")
     back = ctx.socket(zmq.PUSH)
     back.bind(f"inproc://hello-flood-{id(front)}")
-    fe = FrontEnd(ctx, front, back, spool, bk.DEFAULT_MAX_FRAME_BYTES, durability, workload)
+    extra = (workload,) if workload is not None else ()  # an older FrontEnd takes no workload
+    fe = FrontEnd(ctx, front, back, spool, bk.DEFAULT_MAX_FRAME_BYTES, durability, *extra)
     fe.endpoint = front.getsockopt_string(zmq.LAST_ENDPOINT)  # type: ignore[attr-defined]
     fe.workers_ready.set()
     fe.start()
