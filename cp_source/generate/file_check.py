@@ -14,9 +14,10 @@ DDL, ``parse_ddl``) before the generator connects to anything:
 
 Without a schema each line must only be a JSON object (the factory's schema is then unknown here).
 
-Lines are checked in chunks of about 64 KiB (one parse each); in a chunk that fails, the factory's
+Lines are checked in chunks of up to 64 KiB (one parse each); in a chunk that fails, the factory's
 own search for a bucket's bad rows (``cp_source.factory.bad_rows.find_bad_rows``, the rows it would
-reject alone) names each bad line, to report the first or to drop them all. A line is blank, and
+reject alone) names each bad line, to report the first or to drop them all, and the next chunks
+are smaller (``_Chunks``), as a failing chunk costs about three parses of it. A line is blank, and
 skipped as the factory's parser skips it, when it holds only spaces, tabs and carriage returns.
 
 Memory is bounded in bytes: a file over ``FILE_MAX_BYTES`` (64 MiB, the factory's default frame cap)
@@ -43,6 +44,7 @@ from cp_source.wire.bucket import BucketError
 from cp_source.wire.workloads import parse_ddl
 
 FILE_MAX_BYTES = 64 << 20
+CHECK_MIN_BYTES = 2 << 10
 CHECK_CHUNK_BYTES = 64 << 10  # lines parsed together: a failing chunk costs about 3 parses of it
 _BLANK = b" \t\r"  # what the factory's parser strips to tell a blank line
 SKIP_HINT = "--skip-bad-lines sends only the good lines"
@@ -111,7 +113,9 @@ def check_file(
     kept, numbers = [], array("q")
     skipped, first = 0, ""
     with open(path, "rb") as f:
-        for chunk in _chunks(_numbered(f, path, max_bytes)):
+        chunks = _Chunks(_numbered(f, path, max_bytes))
+        for chunk in chunks:
+            before = skipped
             for n, line, why in _checked(chunk, fields):
                 if why is None:
                     kept.append(line)
@@ -121,6 +125,7 @@ def check_file(
                     raise BadFileLine(f"{path} line {n}: {why}; nothing was sent ({SKIP_HINT})")
                 skipped += 1
                 first = first or f"line {n}: {why}"
+            chunks.checked(skipped > before)
     if not kept:
         what = f"all {skipped:,} lines are bad (the first, {first})" if skipped else "no JSON lines"
         raise BadFileLine(f"{path}: {what}; nothing was sent")
@@ -140,18 +145,33 @@ def _numbered(f: BinaryIO, path: str, max_bytes: int) -> Iterator[tuple[int, byt
             yield n, line
 
 
-def _chunks(lines: Iterator[tuple[int, bytes]]) -> Iterator[list[tuple[int, bytes]]]:
-    """The numbered lines in chunks of about ``CHECK_CHUNK_BYTES``."""
-    chunk: list[tuple[int, bytes]] = []
-    size = 0
-    for item in lines:
-        chunk.append(item)
-        size += len(item[1]) + 1
-        if size >= CHECK_CHUNK_BYTES:
+class _Chunks:
+    """The numbered lines in chunks of about ``budget`` bytes. A chunk the parser refuses costs about
+    three parses of it (the factory's search for its bad rows), so a chunk with a bad line quarters
+    the budget (down to ``CHECK_MIN_BYTES``) and a good one doubles it (up to ``CHECK_CHUNK_BYTES``):
+    where bad lines are dense, chunks stay small."""
+
+    def __init__(self, lines: Iterator[tuple[int, bytes]]) -> None:
+        self._lines = lines
+        self.budget = CHECK_CHUNK_BYTES
+
+    def __iter__(self) -> Iterator[list[tuple[int, bytes]]]:
+        chunk: list[tuple[int, bytes]] = []
+        size = 0
+        for item in self._lines:
+            chunk.append(item)
+            size += len(item[1]) + 1
+            if size >= self.budget:
+                yield chunk
+                chunk, size = [], 0
+        if chunk:
             yield chunk
-            chunk, size = [], 0
-    if chunk:
-        yield chunk
+
+    def checked(self, bad: bool) -> None:
+        """The last chunk held a bad line (or none): the next one's budget."""
+        self.budget = (
+            max(CHECK_MIN_BYTES, self.budget // 4) if bad else min(CHECK_CHUNK_BYTES, self.budget * 2)
+        )
 
 
 def _checked(

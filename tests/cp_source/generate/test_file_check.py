@@ -82,9 +82,10 @@ def test_skip_bad_lines_keeps_the_good_ones_in_order_and_counts_the_rest(tmp_pat
 def test_chunks_and_line_by_line_agree_with_each_line_parsed_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Chunks of a few lines (one parse each, the failing ones again line by line): the kept lines
-    and their numbers are exactly those each line parsed alone would keep."""
-    monkeypatch.setattr(file_check, "CHECK_CHUNK_BYTES", 200)
+    """Chunks of a few lines (one parse each, a failing one searched for its bad rows, the next one
+    smaller): the kept lines and their numbers are exactly those each line alone would keep."""
+    monkeypatch.setattr(file_check, "CHECK_CHUNK_BYTES", 800)
+    monkeypatch.setattr(file_check, "CHECK_MIN_BYTES", 50)
     rng = random.Random(5)
     kinds = [b'{"name": "x%d", "n": %d}', b'{"name": "x%d", "n": "%d"}', b"", b'{"n": %d.%d}']
     lines = [rng.choice(kinds).replace(b"%d", str(i).encode(), 2) for i in range(600)]
