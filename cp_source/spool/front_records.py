@@ -40,6 +40,7 @@ The front end itself (its socket and what it answers) is ``cp_source.factory.fro
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import math
 import os
@@ -169,7 +170,7 @@ class FrontProgress:
         self.ignored = 0  # heartbeats without a hello or past the seq window
         self.unrecorded = 0  # hellos of new senders past MAX_GREETED: answered, not recorded
         self._changed: dict[int, None] = {}  # senders changed since the last append, in order
-        self._last_write = 0.0
+        self._last_write = self._failed_at = 0.0
         self._gen = _snapshot_generation(directory)
         self._log_fd = -1
         self._log_bytes = self._snap_bytes = 0
@@ -209,7 +210,9 @@ class FrontProgress:
         elif self._changed:
             lines = b"".join(orjson.dumps({"s": sid, **self.senders[sid]}) + b"\n" for sid in self._changed)
             try:
-                os.write(self._log_fd, lines)  # one write, O_APPEND: lines land whole and in order
+                # one write, O_APPEND: lines land in order; a short write (a full disk) is a failure
+                if os.write(self._log_fd, lines) != len(lines):
+                    raise OSError(errno.ENOSPC, "progress log write cut short")
                 if self.durable:
                     os.fsync(self._log_fd)
             except OSError:
@@ -247,11 +250,15 @@ class FrontProgress:
 
     def maybe_write(self, force: bool = False) -> None:
         """Write when changed, at most every SNAPSHOT_S (``force``: now); a full disk: the next try."""
-        if (self._changed or self._log_fd < 0) and (
-            force or time.monotonic() - self._last_write >= SNAPSHOT_S
-        ):
-            with contextlib.suppress(OSError):
+        now = time.monotonic()
+        # after a failed write (a full disk) the next one rewrites every sender: at most every
+        # SNAPSHOT_S, even when forced, so a flood of hellos on a full disk stays at constant cost
+        force = force and (self._log_fd >= 0 or now - self._failed_at >= SNAPSHOT_S)
+        if (self._changed or self._log_fd < 0) and (force or now - self._last_write >= SNAPSHOT_S):
+            try:
                 self.write()
+            except OSError:
+                self._failed_at = self._last_write = now
 
     def close(self) -> None:
         """Write what changed, then release the log."""

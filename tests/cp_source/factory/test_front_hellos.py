@@ -3,11 +3,13 @@ append-only log of their changes (``cp_source.spool.front_records.FrontProgress`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -148,3 +150,33 @@ def test_senders_past_the_cap_are_answered_counted_and_not_recorded(
         flood(ctx, fe.endpoint, 1, 8, 8)  # every hello acknowledged
         assert fe.counters["senders_unrecorded"] == 3
     assert set(read_front_progress(tmp_path)) == {1, 2, 3, 4, 5}
+
+
+def test_a_full_disk_loses_no_sender_once_it_has_room_again(tmp_path: Path) -> None:
+    """On a real full disk (a small tmpfs) appends fail, cut short or not at all; the front end goes
+    on, and once there is room the senders are all written (a new snapshot, never after a torn line)."""
+    from tests.helpers.tmpfs import small_tmpfs
+
+    with small_tmpfs(tmp_path / "mnt") as mnt:
+        d = mnt / FRONT_DIR
+        d.mkdir()
+        p = FrontProgress(d, durable=False)
+        for sid in range(1, 101):
+            p.hello(sid)
+        p.maybe_write(force=True)
+        filler = mnt / "filler"
+        # fill every free page: appends then fill the log's last page, one is cut short, then none lands
+        with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
+            while True:
+                f.write(b"x" * 4096)
+        free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
+        assert free < 4096, free
+        for sid in range(101, 2_001):
+            p.hello(sid)
+            p.maybe_write(force=True)  # fails, and again only every SNAPSHOT_S
+        filler.unlink()
+        time.sleep(fr.SNAPSHOT_S)
+        p.maybe_write(force=True)
+        assert set(read_front_progress(mnt)) == set(range(1, 2_001))
+        p.close()
+        assert len(_logs(mnt)) == 1
