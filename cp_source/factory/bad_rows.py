@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
 from cp_source.factory.parse_json import numbered_lines, parse_orjson
-from cp_source.wire.bucket import BucketError
+from cp_source.wire.bucket import BucketError, Header
 
 _FIRST_LINE = re.compile(r"\bline 1\b")
 
@@ -36,6 +37,14 @@ class BadRows:
         """The good rows only, one per line, in order."""
         skip = {i for i, _ in self.bad}
         return b"".join(ln + b"\n" for i, ln in enumerate(self.lines) if i not in skip)
+
+    def first_told(self, h: Header) -> str:
+        """The line a worker prints for the first row it rejects (later ones are only counted)."""
+        i, why = self.bad[0]
+        return (
+            f"rejected tuple {h.first_id + i} of bucket {h.seq} of sender {h.sender_id} alone ({why}); "
+            "further rejected rows are only counted"
+        )
 
     def runs(self, good: bool) -> list[tuple[int, int]]:
         """(first row, count) of each run of consecutive good (or bad) rows."""
@@ -73,3 +82,35 @@ def find_bad_rows(payload: bytes | memoryview, fields: pa.Schema, count: int) ->
                 todo += [(mid, hi), (lo, mid)]
     bad.sort()
     return BadRows(lines, bad)
+
+
+def parse_bucket(
+    acc: Any, fields: pa.Schema, payload: Any, count: int, split: bool = True
+) -> tuple[list[tuple[int, int]], BadRows | None]:
+    """Add a payload's rows to an accumulator (``add(payload, count)``): the runs (first row, count)
+    added, and its bad rows (None if every row was good).
+
+    The whole payload first (the fast path); if the accumulator refuses it and ``split``, its bad
+    rows are found and the others added. Raises the accumulator's refusal when the payload is
+    rejected whole: it cannot be split (``count_mismatch``), or the rules find no bad row (the
+    parsers disagree), or the good rows are refused again. Nothing is added then."""
+    try:
+        acc.add(payload, count)
+        return [(0, count)], None
+    except BucketError as e:
+        first = e
+    if not split:
+        raise first
+    try:
+        rows = find_bad_rows(payload, fields, count)
+    except BucketError:
+        raise first from None
+    if not rows.bad:
+        raise first
+    good = rows.runs(good=True)
+    if good:
+        try:
+            acc.add(rows.good_payload(), sum(n for _, n in good))
+        except BucketError:
+            raise first from None
+    return good, rows

@@ -31,7 +31,7 @@ import pyarrow as pa
 import zmq
 
 import native_tsc
-from cp_source.factory.bad_rows import BadRows, find_bad_rows
+from cp_source.factory.bad_rows import BadRows, parse_bucket
 from cp_source.factory.deadletter import DeadLetterWriter, read_dead_letters
 from cp_source.factory.front import MAX_FRAMES
 from cp_source.spool.front_records import read_front_ledger
@@ -213,19 +213,6 @@ class FactoryWorker:
         d[reason] = d.get(reason, 0) + 1
         self.dead.write(reason, frames, detail)
 
-    def _tell_first(self, e: bk.BucketError, h: bk.Header) -> None:
-        """Name the first payload of each reason a worker refuses (its line and field) on stderr: the
-        dead letters keep the bytes, not why. Later ones are only counted, so a bad file floods no log."""
-        if e.reason in self.told:
-            return
-        self.told.add(e.reason)
-        print(
-            f"factory worker {self.cfg.worker}: rejected bucket {h.seq} of sender {h.sender_id} ({e}); "
-            f"further {e.reason} rejections are only counted",
-            file=sys.stderr,
-            flush=True,
-        )
-
     def _in_window(self, h: bk.Header) -> bool:
         seen = max(self.max_seq.get(h.sender_id, -1), self.window_base.get(h.sender_id, -1))
         return bk.seq_in_window(h.seq, seen)
@@ -284,48 +271,20 @@ class FactoryWorker:
     def _parse(self, h: bk.Header, frames: list[Any]) -> list[tuple[int, int]]:
         """Parse a data bucket into the accumulator; the runs (first row, count) of its rows taken.
 
-        The whole payload is parsed first (the fast path). If it is refused, its bad rows are found
-        and rejected alone, each with why, and the others are parsed; a payload that cannot be split
-        into rows (a count mismatch, or parsers that disagree) is rejected whole."""
+        Its bad rows are rejected alone (``parse_bucket``); a payload that cannot be split into rows
+        (a count mismatch, an Arrow IPC payload) is rejected whole."""
         try:
-            self.acc.add(frames[1], h.count)
-            return [(0, h.count)]
-        except bk.BucketError as e:
-            first_error = e
-        try:
-            if self.workload.arrow_payload:
-                raise first_error  # an Arrow IPC payload has no rows to split: rejected whole
-            rows = find_bad_rows(frames[1], self.fields, h.count)
-            good = rows.runs(good=True)
-            if good:
-                self.acc.add(rows.good_payload(), sum(n for _, n in good))
-        except bk.BucketError:
-            self._reject(first_error.reason, frames)
-            self.writer.record_rejected(h.sender_id, h.seq, h.first_id, h.count)
-            self._tell_first(first_error, h)
-            return []
-        if not rows.bad:  # the rules take every row the accumulator's parser refused: keep the refusal
-            self._reject(first_error.reason, frames)
-            self.writer.record_rejected(h.sender_id, h.seq, h.first_id, h.count)
-            return []
-        self._reject_rows(h, frames[0], rows)
-        return good
-
-    def _reject_rows(self, h: bk.Header, header: Any, rows: BadRows) -> None:
-        """Dead-letter each bad row (the bucket's header and the row, with why) and record its id."""
-        for i, why in rows.bad:
-            self._reject("bad_json", [header, rows.lines[i]], f"tuple {h.first_id + i}: {why}")
-        for first, n in rows.runs(good=False):
-            self.writer.record_rejected(h.sender_id, h.seq, h.first_id + first, n)
-        if "bad_row" not in self.told:
-            self.told.add("bad_row")
-            i, why = rows.bad[0]
-            print(
-                f"factory worker {self.cfg.worker}: rejected tuple {h.first_id + i} of bucket {h.seq} of "
-                f"sender {h.sender_id} alone ({why}); further rejected rows are only counted",
-                file=sys.stderr,
-                flush=True,
+            good, rows = parse_bucket(
+                self.acc, self.fields, frames[1], h.count, not self.workload.arrow_payload
             )
+        except bk.BucketError as e:
+            self._reject(e.reason, frames)
+            self.writer.record_rejected(h.sender_id, h.seq, h.first_id, h.count)
+            _tell_first(self, e, h)
+            return []
+        if rows is not None:
+            _reject_rows(self, h, frames[0], rows)
+        return good
 
     def flush(self) -> None:
         """Publish the pending buckets as one segment (after any segment still waiting for the disk)."""
@@ -476,6 +435,32 @@ class FactoryWorker:
         self.write_stats(ready=False)
         self.dead.close()
         self.writer.close()
+
+
+def _tell_first(w: FactoryWorker, e: bk.BucketError, h: bk.Header) -> None:
+    """Name the first payload of each reason a worker refuses (its line and field) on stderr: the
+    dead letters keep the bytes, not why. Later ones are only counted, so a bad file floods no log."""
+    if e.reason in w.told:
+        return
+    w.told.add(e.reason)
+    print(
+        f"factory worker {w.cfg.worker}: rejected bucket {h.seq} of sender {h.sender_id} ({e}); "
+        f"further {e.reason} rejections are only counted",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _reject_rows(w: FactoryWorker, h: bk.Header, header: Any, rows: BadRows) -> None:
+    """Dead-letter each bad row of a bucket (its header and the row, with why), record its tuple id as
+    rejected, and name the first one a worker rejects on its stderr."""
+    for i, why in rows.bad:
+        w._reject("bad_json", [header, rows.lines[i]], f"tuple {h.first_id + i}: {why}")
+    for first, n in rows.runs(good=False):
+        w.writer.record_rejected(h.sender_id, h.seq, h.first_id + first, n)
+    if "bad_row" not in w.told:
+        w.told.add("bad_row")
+        print(f"factory worker {w.cfg.worker}: {rows.first_told(h)}", file=sys.stderr, flush=True)
 
 
 def _sender_marks(senders: np.ndarray, seqs: np.ndarray, event_ms: np.ndarray) -> list[list[int]]:

@@ -38,6 +38,7 @@ import numpy as np
 import orjson
 
 from cp_source.spool.front_records import read_front_ledger
+from cp_source.spool.id_ranges import complement, count_below, in_ranges, new_pieces, ranges_of, split_lost
 from cp_source.wire.bucket import merge_ranges, sender_of
 
 REC_FIELDS = 5  # segment, sender, seq, first_id, count
@@ -73,37 +74,6 @@ def read_ndjson(path: Path) -> list[dict[str, Any]]:
             with contextlib.suppress(orjson.JSONDecodeError):
                 out.append(orjson.loads(line))
     return out
-
-
-def _ranges(pairs: Any) -> list[list[int]]:
-    """[first, count] pairs (an (n, 2) array or list) as a merged list of int pairs."""
-    return merge_ranges(
-        [[int(a), int(c)] for a, c in (pairs.tolist() if hasattr(pairs, "tolist") else pairs)]
-    )
-
-
-def in_ranges(values: np.ndarray, ranges: list[list[int]]) -> np.ndarray:
-    """A mask: which of ``values`` lie in the merged ``ranges``."""
-    if not ranges or not len(values):
-        return np.zeros(len(values), dtype=bool)
-    r = np.asarray(ranges, dtype=np.int64)
-    i = np.searchsorted(r[:, 0], values, side="right") - 1
-    return (i >= 0) & (values < r[np.maximum(i, 0), 0] + r[np.maximum(i, 0), 1])
-
-
-def new_pieces(recs: np.ndarray, covered: list[list[int]]) -> int:
-    """Distinct first ids among ``recs`` not in ``covered`` (the merged id ranges of earlier records).
-
-    A sender's records never overlap in part (a bucket's pieces are disjoint, and its bad rows fail
-    alike wherever it is parsed), so a record whose first id an earlier one covers, or that repeats
-    one here, is a duplicate."""
-    firsts = np.unique(recs[:, 3])
-    return int(np.count_nonzero(~in_ranges(firsts, covered)))
-
-
-def count_below(ranges: list[list[int]], limit: int) -> int:
-    """How many integers of the merged ``ranges`` are below ``limit``."""
-    return int(sum(max(0, min(a + c, limit) - a) for a, c in ranges))
 
 
 @dataclass
@@ -210,10 +180,10 @@ class LedgerSummary:
             mine, theirs = pub[pub[:, 1] == s], bad[bad[:, 1] == s]
             ss = self.senders.setdefault(int(s), SenderSummary())
             ss.pieces += new_pieces(np.concatenate([mine, theirs]), merge_ranges(ss.published + ss.rejected))
-            ss.published = _ranges(ss.published + _ranges(mine[:, 3:5]))
-            ss.rejected = _ranges(ss.rejected + _ranges(theirs[:, 3:5]))
+            ss.published = ranges_of(ss.published + ranges_of(mine[:, 3:5]))
+            ss.rejected = ranges_of(ss.rejected + ranges_of(theirs[:, 3:5]))
             seqs = np.concatenate([mine[:, 2], theirs[:, 2]])
-            ss.seqs = _ranges(ss.seqs + [[q, 1] for q in np.unique(seqs).tolist()])
+            ss.seqs = ranges_of(ss.seqs + [[q, 1] for q in np.unique(seqs).tolist()])
             ss.records += len(seqs)
             top[int(s)] = max(top.get(int(s), -1), int(seqs.max()))
         self.through[worker] = max(through, self.through.get(worker, -1))
@@ -382,25 +352,6 @@ def read_end_of_stream(root: Path, workers: Iterable[str]) -> dict[int, dict[str
             with contextlib.suppress(KeyError, TypeError, ValueError):
                 eos.setdefault(int(d["sender_id"]), d)
     return eos
-
-
-def _intersect(ranges: list[list[int]], within: list[list[int]]) -> list[list[int]]:
-    """The parts of ``ranges`` inside ``within`` (both merged [first, count] lists)."""
-    out = []
-    for a, c in ranges:
-        for b, d in within:
-            lo, hi = max(a, b), min(a + c, b + d)
-            if lo < hi:
-                out.append([lo, hi - lo])
-    return merge_ranges(out)
-
-
-def split_lost(lost: list[list[int]], accepted: list[list[int]]) -> dict[str, list[list[int]]]:
-    """Lost ranges by reason: accepted by the factory's front end and never published or rejected
-    (``in_factory``: a worker died, a write failed), or never accepted (``before_factory``)."""
-    inside = _intersect(lost, accepted)
-    before = [r for a, c in lost for r in complement(a, a + c, inside)]
-    return {"in_factory": inside, "before_factory": before}
 
 
 def _by_sender(recs: np.ndarray) -> dict[int, np.ndarray]:
@@ -608,18 +559,3 @@ class LedgerTails:
                     tail.drop_through(summary.through[w])
                 out.append(tail.records)
         return np.concatenate(pubs or [_NONE]), np.concatenate(bads or [_NONE]), summary
-
-
-def complement(lo: int, hi: int, covered: list[list[int]]) -> list[list[int]]:
-    """Ranges [first, count] of [lo, hi) not covered by ``covered``."""
-    out = []
-    pos = lo
-    for a, c in merge_ranges(covered):
-        if a > pos:
-            out.append([pos, min(a, hi) - pos])
-        pos = max(pos, a + c)
-        if pos >= hi:
-            break
-    if pos < hi:
-        out.append([pos, hi - pos])
-    return [r for r in out if r[1] > 0]
