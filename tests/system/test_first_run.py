@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pytest
 
 from cloudprofiler.cli.process import CLI_ARGV
@@ -141,20 +142,28 @@ def test_ysb_buckets_into_a_file_schema_are_dead_lettered_not_null_rows(tmp_path
     from cp_source.factory.supervisor import start_factory
     from cp_source.generate.generator import run_generator
     from cp_source.generate.settings import GeneratorSettings
+    from cp_source.wire.workloads import ysb_rows
 
+    # ysb rows from a producer that names no workload in its hello (a file replayed without its
+    # schema): a generator naming ysb would be refused at its hello (tests/cp_source/factory/
+    # test_front_workload.py), so this one reaches the workers, as another producer's would
+    rows = tmp_path / "ysb.ndjson"
+    rows.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in ysb_rows(100)))
     f = start_factory("tcp://127.0.0.1:0", tmp_path / "spool", workers=1, workload="file:", schema=ddl)
     try:
-        s = run_generator(f.endpoint, GeneratorSettings(rate=20_000, duration=0.1, bucket=1000))
+        s = run_generator(
+            f.endpoint, GeneratorSettings(rate=20_000, duration=0.1, bucket=1000, workload=f"file:{rows}")
+        )
         assert s["eos_delivered"] and s["emitted"] == 2_000 and s["dropped"] == 0
         assert f.wait_drained(60, senders=[int(x["id"]) for x in s["senders"]])
         st = f.spool_view().stats()
     finally:
         f.stop()
     assert st.rows == 0
-    assert st.deadletters == {"bad_json": 2}
+    assert st.deadletters == {"bad_json": 2_000}  # every row rejected alone, with its reason
     assert st.rejected_buckets == 2
     letters = list(read_dead_letters(tmp_path / "spool" / "w0" / "deadletter.bin"))
-    assert [reason for reason, _ in letters] == ["bad_json", "bad_json"]
+    assert [reason for reason, _ in letters] == ["bad_json"] * 2_000
 
 
 # ---- knowing when to start sending ------------------------------------------------------------
