@@ -45,13 +45,17 @@ class WorkloadId:
     name: str
     fields: str
     label: str = field(default="", compare=False)
+    # what a hello's fingerprint covers: NDJSON lines are read by field name, so there the fields
+    # in name order (a generator's schema may list them in another order); else ``fields``
+    hello_key: str = field(default="", compare=False)
 
     def to_json(self) -> dict[str, str]:
         return {"name": self.name, "fields": self.fields}
 
     def fingerprint(self) -> str:
         """16 hex digits of the name and fields: what a hello carries."""
-        return hashlib.sha256(f"{self.name}\0{self.fields}".encode()).hexdigest()[:16]
+        key = self.hello_key or self.fields
+        return hashlib.sha256(f"{self.name}\0{key}".encode()).hexdigest()[:16]
 
     def describe(self) -> str:
         """``workload file:/x (fields: a string, b int64)``, the fields cut to SHOWN_FIELDS."""
@@ -61,8 +65,9 @@ class WorkloadId:
 
 def workload_id(w: Workload, label: str = "") -> WorkloadId:
     """The identity of a resolved workload."""
-    fields = ", ".join(f"{f.name} {f.type}" for f in w.fields)
-    return WorkloadId(w.name, fields, label or w.name)
+    each = [f"{f.name} {f.type}" for f in w.fields]
+    key = "" if w.arrow_payload else "\n".join(sorted(each))  # an Arrow payload's order is its own
+    return WorkloadId(w.name, ", ".join(each), label or w.name, key)
 
 
 @functools.lru_cache(maxsize=16)  # a parquet file's footer is read once, not once per sender

@@ -47,6 +47,10 @@ def test_a_hello_of_the_same_workload_or_of_none_is_acknowledged(ctx: zmq.Contex
     ysb = identify("ysb", None)
     assert ysb is not None and hello_fingerprint(hello_payload(ysb)) == ysb.fingerprint()
     assert hello_fingerprint(b"") is None and hello_fingerprint(b'{"v": 1, "fingerprint": 7}') is None
+    # NDJSON lines are read by name: a generator's schema in another order is the same workload
+    mine, reordered = identify("file:x", "a STRING, n BIGINT"), identify("file:x", "n BIGINT, a STRING")
+    assert mine is not None and reordered is not None and mine.fingerprint() == reordered.fingerprint()
+    assert mine.fingerprint() != identify("file:x", "a STRING, n INT").fingerprint()  # type: ignore[union-attr]
     with running_front(ctx, str(tmp_path), workload=ysb) as fe:
         sock, info = open_link(ctx, fe.endpoint, bk.HeaderPacker(5, "d"), 10, 10.0, workload=ysb)
         sock.close(0)
