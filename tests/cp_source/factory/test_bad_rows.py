@@ -141,3 +141,21 @@ def test_every_parser_publishes_the_same_good_rows_of_a_bucket(parser: str) -> N
         assert published(sp) == PUBLISHED
         _why_matches(rejected(sp))
         check_ledger(sp)
+
+
+def test_a_dead_letter_keeps_why_and_a_torn_one_is_not_read(tmp_path: Path) -> None:
+    from cp_source.factory.deadletter import DeadLetterWriter
+
+    path = tmp_path / "deadletter.bin"
+    w = DeadLetterWriter(path)
+    w.write("bad_magic", [b"NOPE"])
+    w.write("bad_json", [b"h", b'{"n": "x"}'], "tuple 7: line 1, field 'n' (BIGINT): ...")
+    w.close()
+    got = [(d.reason, d.detail, [f for _, f in d.frames]) for d in read_dead_letter_records(path)]
+    assert got == [
+        ("bad_magic", None, [b"NOPE"]),
+        ("bad_json", "tuple 7: line 1, field 'n' (BIGINT): ...", [b"h", b'{"n": "x"}']),
+    ]
+    whole = path.read_bytes()
+    path.write_bytes(whole[: whole.index(b"tuple 7") + 3])  # cut inside the second record's detail
+    assert [d.reason for d in read_dead_letter_records(path)] == ["bad_magic"]
