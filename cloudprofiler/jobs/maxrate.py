@@ -469,8 +469,12 @@ def _run_built_in(
     if (out / "spool").exists() and any((out / "spool").iterdir()):
         raise CommandError(f"{out / 'spool'} already holds a spool: give an empty --out directory")
     with console.status("starting Spark (local[2]) and the built-in query"):
+        from pyspark.sql import SparkSession
+
         from cloudprofiler.spark_local import local_session
 
+        # called from a running session (a notebook, cloudprofiler.cli.main): use it and leave it running
+        owned = SparkSession.getActiveSession() is None
         spark = local_session("cloudprofiler-maxrate")
     query = None
     try:
@@ -489,5 +493,6 @@ def _run_built_in(
     finally:
         if query is not None and query.isActive:
             query.stop()
-        spark.stop()
+        if owned:
+            spark.stop()
     return 0 if result.max_rate is not None else 1

@@ -419,7 +419,9 @@ class FactoryWorker:
                         before = self.writer.next_number
                         self.flush()
                         if self.writer.next_number != before:
-                            used += (self.writer.dir / f"seg-{before:012d}.arrow").stat().st_size
+                            # a reader may commit (delete) the segment as soon as it is published
+                            with contextlib.suppress(FileNotFoundError):
+                                used += (self.writer.dir / f"seg-{before:012d}.arrow").stat().st_size
                 if time.monotonic() >= next_stats:
                     self.write_stats()
                     with contextlib.suppress(OSError):  # an optimisation: a full disk retries later
