@@ -17,7 +17,7 @@ from cp_sink.stream_writer import CloudprofilerStreamWriter
 
 SINK_TYPO = (
     "unknown option(s) for the cloudprofiler sink: handlr "
-    "(valid: path, handler, n, x, y, periodMs, tupleIdColumn, windowColumn, durability, "
+    "(valid: path, handler, n, x, y, periodMs, tupleIdColumn, keepColumns, windowColumn, durability, "
     "sync, syncEvery, curveKeys, syncPort)"
 )
 
