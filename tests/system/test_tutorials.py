@@ -22,6 +22,7 @@ NAMES = [
     "ready-ordering.md",
     "skew-and-windows.md",
     "cluster.md",
+    "own-pipeline.md",
 ]
 
 
