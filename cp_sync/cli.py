@@ -196,15 +196,15 @@ def _phase_kw(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run_once(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from cp_sync.coordinator import run_phase
     from cp_sync.periodic import Load
+    from native_tsc.console import cli_console
 
     if args.phase is None:
         raise ValueError("sync run needs --phase NAME (one phase) or --every SECONDS (periodic phases)")
-    console = Console(stderr=True)
+    console = cli_console(stderr=True)
     with console.status("probing agent pairs ..."):
         started = time.monotonic()
         res = run_phase(args.server, args.phase, args.rounds, args.out, **_phase_kw(args))
@@ -218,7 +218,7 @@ def _run_once(args: argparse.Namespace) -> int:
         mr = p["min_rtt_cycles"]
         us = "-" if mr is None else f"{mr / hz.get(p['initiator'], 1e9) * 1e6:.2f}"
         t.add_row(p["initiator"], p["responder"], str(p["probes"]), str(p["lost"]), us)
-    Console().print(t)
+    cli_console().print(t)
     print(load.phase_summary(), flush=True)
     for f in res["failures"]:
         print(f"pair failed: {f}", file=sys.stderr)

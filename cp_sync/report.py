@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -15,6 +16,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from cp_sync.translate.relation import STATUSES
+from native_tsc.console import cli_console
 
 _KEYS = ["from_point", "to_point", "method", "scenario"]
 OTHER = "other"  # the label of the keys past the top N, in every key column
@@ -241,7 +243,7 @@ def print_table(table: Table, file: IO[str] | None = None) -> None:
     """Print ``table`` at its full width, also when the output is a pipe or a file (rich's default is 80)."""
     wide = Console(width=10_000)
     need = Measurement.get(wide, wide.options, table).maximum
-    Console(file=file, width=max(Console(file=file).width, need)).print(table)
+    cli_console(file=file, min_width=need).print(table)
 
 
 def print_latency_table(
@@ -287,6 +289,38 @@ def shade_warmup(ax: Any, warmup: tuple[float, float] | None) -> None:
     """Shade the warm-up (seconds since the run's start) the one way every plot does."""
     if warmup is not None:
         ax.axvspan(*warmup, color=WARMUP_COLOR, lw=0, zorder=0, label=WARMUP_LABEL)
+
+
+BATCH_COLOR = "0.6"
+BATCH_LABEL = "micro-batch ends"
+MAX_BATCH_LINES = 400  # past this many the lines are a grey wall, not boundaries: none are drawn
+
+
+def mark_batches(ax: Any, bounds_s: Sequence[float] | None) -> None:
+    """Thin vertical lines where micro-batches ended (seconds since the run's start), the one way every
+    plot over the run's time draws them; none when the data has none (or too many to tell apart)."""
+    if not bounds_s or len(bounds_s) > MAX_BATCH_LINES:
+        return
+    for i, x in enumerate(bounds_s):
+        ax.axvline(x, color=BATCH_COLOR, lw=0.5, zorder=0.5, gid="batch", label=BATCH_LABEL if i == 0 else None)
+
+
+def svg_text(fig: Any) -> str:
+    """``fig`` as inline SVG for an HTML page (freed): no XML prolog, no DOCTYPE, no metadata and no
+    namespace declarations, so the page names no outside address; dense markers are rasterized into
+    the SVG by the plot that draws them (``rasterized=True``), so the page stays small."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buf = io.StringIO()
+    try:
+        fig.savefig(buf, format="svg", dpi=110)
+    finally:
+        plt.close(fig)
+    text = buf.getvalue()
+    text = re.sub(r"<\?xml[^>]*\?>|<!DOCTYPE[^>]*>|<metadata>.*?</metadata>", "", text, flags=re.S)
+    return re.sub(r'\s+xmlns(:\w+)?="[^"]*"', "", text).strip()
 
 
 def _plain_axis(ax: Any) -> None:
@@ -377,15 +411,31 @@ def box_figure(
     return fig
 
 
+def box_values(fig: Any) -> list[dict[str, float]]:
+    """What ``box_figure`` drew, per box in its order, in the axis unit: the median line (p50), the
+    p90 and p99 markers and the top whisker (max), read back from the drawn lines."""
+    drawn: dict[str, list[float]] = {}
+    for line in fig.axes[0].lines:
+        gid = line.get_gid() or line.get_label()
+        if gid in ("p50", "max"):
+            drawn.setdefault(gid, []).append(float(np.max(line.get_ydata())))
+        elif gid in ("p90", "p99"):
+            drawn[gid] = [float(y) for y in line.get_ydata()]
+    n = len(drawn.get("p50", []))
+    return [{q: drawn[q][i] for q in ("p50", "p90", "p99", "max") if q in drawn} for i in range(n)]
+
+
 def error_figure(
     series: Sequence[LatencySeries],
     unit: str | None = None,
     warmup: tuple[float, float] | None = None,
     xlabel: str = "seconds since the run's start",
+    batches: Sequence[float] | None = None,
 ) -> Any:
     """Latency of each record with its error bound as a band (the paper's latency-with-error view):
     one panel per series, every record with figures, over ``t_s`` (or, without it, the record's
-    index in tuple-id order); ``warmup`` (seconds) shaded as in every plot."""
+    index in tuple-id order); ``warmup`` (seconds) shaded and the micro-batch ends ``batches``
+    (seconds) marked as in every plot."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -400,9 +450,10 @@ def error_figure(
         order = np.argsort(x, kind="stable")
         x, lat, bnd = x[order], f.duration_ns[order], f.bound_ns[order]
         shade_warmup(ax, warmup)
+        mark_batches(ax, batches)
         ax.fill_between(x, (lat - bnd) / ns, (lat + bnd) / ns, color="tab:orange", alpha=0.35, lw=0,
-                        label="latency +- error bound")  # fmt: skip
-        ax.plot(x, lat / ns, ".", ms=1.5, color="tab:blue", label="latency")
+                        label="latency +- error bound", rasterized=True)  # fmt: skip
+        ax.plot(x, lat / ns, ".", ms=1.5, color="tab:blue", label="latency", rasterized=True)
         tiny = " (every bound below 1 ns)" if len(bnd) and float(np.nanmax(bnd)) < NEGLIGIBLE_NS else ""
         ax.set_title(f"{s.path} ({s.key['method']}, {s.key['scenario']}){tiny}", fontsize=9)
         latency_axis(ax, np.concatenate([lat - bnd, lat + bnd]) / ns, name)

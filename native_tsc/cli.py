@@ -43,13 +43,14 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(orjson.dumps(facts, option=orjson.OPT_INDENT_2).decode())
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from native_tsc.console import cli_console
 
     t = Table(title="native_tsc", show_header=False)
     for k, v in facts.items():
         if isinstance(v, float):
             v = f"{v:,.1f}"
         t.add_row(k, str(v))
-    Console().print(t)
+    cli_console().print(t)
     return 0

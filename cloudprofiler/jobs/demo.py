@@ -480,12 +480,11 @@ def _prepare_out(args: argparse.Namespace) -> tuple[Path, Location]:
 def run(args: argparse.Namespace) -> int:
     """Run the demo."""
     _check(args)
-    from rich.console import Console
-
     from cloudprofiler.jobs.demo_report import collect, report
     from cp_store.tables import output_file
+    from native_tsc.console import cli_console
 
-    console = Console()
+    console = cli_console()
     summary = output_file("--summary", args.summary) if args.summary else None
     out, results = _prepare_out(args)
     if not results.is_local:

@@ -408,11 +408,10 @@ def run(args: argparse.Namespace) -> int:
     outputs = _outputs(args)
     # loaded before Spark starts: a bad spec costs no session
     transform = query_transform(args.query) if args.query else None
-    from rich.console import Console
-
     from cloudprofiler.jobs.queries import user_target
+    from native_tsc.console import cli_console
 
-    console = Console(width=max(Console().width, 120))  # the step table needs ~110 columns
+    console = cli_console(min_width=120)  # the step table needs ~110 columns
 
     def progress(step: Step) -> None:
         colour = PROGRESS_COLOURS.get(step.verdict, "red")
