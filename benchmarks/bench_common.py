@@ -115,3 +115,65 @@ def print_load(doc: dict[str, Any]) -> None:
 def host_line(start: float, end: float) -> str:
     """The machine's cores and its 1-minute load average at the start and end of a run."""
     return f"host: {os.cpu_count()} CPUs, load average {start:.1f} at start, {end:.1f} at end"
+
+
+def captured(report: Callable[..., Any], *args: Any) -> list[Table | str]:
+    """What ``report(*args)`` prints, in order: each rich Table as the object itself (so a caller
+    can read its columns and cells), every other line as text.
+
+    The docs page and a chart are built from this, so they show what the terminal shows from the
+    same result file: one report function, no second formatter to drift from it.
+    """
+    import contextlib
+    import io
+
+    from rich.console import Console
+
+    out: list[Table | str] = []
+    buf = io.StringIO()
+
+    def flush() -> None:
+        out.extend(line.rstrip() for line in buf.getvalue().splitlines())
+        buf.seek(0)
+        buf.truncate()
+
+    def record(console: Console, *objects: Any, **_kw: Any) -> None:
+        flush()
+        for obj in objects:
+            if isinstance(obj, Table):
+                out.append(obj)
+            else:
+                out.extend(str(obj).splitlines())
+
+    real = Console.print
+    Console.print = record  # type: ignore[method-assign,assignment]
+    try:
+        with contextlib.redirect_stdout(buf):
+            report(*args)
+    finally:
+        Console.print = real  # type: ignore[method-assign]
+    flush()
+    return out
+
+
+def table_cells(table: Table) -> tuple[list[str], list[list[str]]]:
+    """A rich Table's column headers and its rows of cells, as plain text."""
+    headers = [str(c.header) for c in table.columns]
+    columns = [[str(cell) for cell in c.cells] for c in table.columns]
+    return headers, [list(row) for row in zip(*columns, strict=True)]
+
+
+def markdown_table(table: Table) -> str:
+    """A rich Table as a Markdown table: its title in bold above it, the same headers and cells,
+    the same alignment (a right-justified column is right-aligned)."""
+
+    def esc(text: str) -> str:
+        return " ".join(text.split()).replace("|", "\\|")
+
+    headers, rows = table_cells(table)
+    align = ["---:" if c.justify == "right" else "---" for c in table.columns]
+    lines = [f"**{esc(str(table.title))}**", ""] if table.title else []
+    lines.append("| " + " | ".join(esc(h) for h in headers) + " |")
+    lines.append("|" + "|".join(align) + "|")
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)

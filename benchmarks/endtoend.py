@@ -785,18 +785,22 @@ def write_result(
     )
 
 
+def show(doc: dict[str, Any]) -> None:
+    """The report of a saved result: each search's CPU table, the comparison, the latency table."""
+    from rich.console import Console
+
+    for name, r in doc["results"].items():
+        if r.get("trials"):
+            Console(width=150).print(where_time_goes(name, r["trials"]))
+    report(doc["results"], doc["load_average_start"], doc["duration"], doc["grace"], doc["tolerance"])
+    if doc.get("latency"):
+        Console(width=130).print(latency_table(doc["latency"]))
+
+
 def main() -> int:
     args = parse_args()
     if args.show:
-        doc = json.loads(Path(args.show).read_text())
-        from rich.console import Console
-
-        for name, r in doc["results"].items():
-            if r.get("trials"):
-                Console(width=150).print(where_time_goes(name, r["trials"]))
-        report(doc["results"], doc["load_average_start"], doc["duration"], doc["grace"], doc["tolerance"])
-        if doc.get("latency"):
-            Console(width=130).print(latency_table(doc["latency"]))
+        show(json.loads(Path(args.show).read_text()))
         return 0
     load0 = os.getloadavg()[0]
     results = measure_all(args)

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_common import make_table, write_json
+from bench_common import add_show, make_table, shown, write_json
 from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -224,6 +224,11 @@ def generator_sweep(console: Console, secs: float) -> list[dict[str, Any]]:
     gen = [bench_generator(r, secs, b, "tcp") for b in (1000, 5000) for r in (2e6, 4e6, 5e6, 6e6, 8e6)]
     for g in gen:
         g["sustained"] = g["dropped"] == 0 and not g["generator_bound"]
+    report_generator(console, gen)
+    return gen
+
+
+def report_generator(console: Console, gen: list[dict[str, Any]]) -> None:
     columns = (
         "bucket",
         "target tuples/s",
@@ -247,7 +252,6 @@ def generator_sweep(console: Console, secs: float) -> list[dict[str, Any]]:
     ]
     title = "Generator, one sender process, TCP to a draining receiver"
     console.print(make_table(title, columns, cells, left=()))
-    return gen
 
 
 def report_generator_max(console: Console, on_schedule: float, best: float) -> None:
@@ -273,6 +277,11 @@ def factory_runs(console: Console, secs: float) -> list[dict[str, Any]]:
     """The real factory with each worker parser, the numba one also with 2 workers; print the table."""
     runs = [(1, "naive"), (1, "orjson"), (1, "arrow-json"), (1, "numba"), (2, "numba")]
     fac = [bench_factory(w, 4e6, max(secs, 1.0) * 1.5, 2000, parser=p) for w, p in runs]
+    report_factory(console, fac)
+    return fac
+
+
+def report_factory(console: Console, fac: list[dict[str, Any]]) -> None:
     columns = (
         "worker parser",
         "workers",
@@ -296,10 +305,9 @@ def factory_runs(console: Console, secs: float) -> list[dict[str, Any]]:
     ]
     title = "Factory with real ZeroMQ (generator offers 4 M/s, YSB, buckets of 2000)"
     console.print(make_table(title, columns, cells, left=()))
-    return fac
 
 
-def report_gains(console: Console, parsers: dict[str, float], fac: list[dict[str, Any]]) -> None:
+def report_gains(console: Console, parsers: dict[str, float], fac: list[dict[str, Any]], cpus: int) -> None:
     """Print the parser and worker-count ratios the design's claims rest on."""
     base = parsers["generic: orjson to Arrow"]
     numba_gain = parsers["numba YSB parser"] / base
@@ -312,15 +320,36 @@ def report_gains(console: Console, parsers: dict[str, float], fac: list[dict[str
         f"factory, numba / generic orjson-to-Arrow worker (per worker CPU-s): "
         f"{one['per_worker_cpu_s'] / generic['per_worker_cpu_s']:.2f}x; "
         f"2 workers / 1 worker (published tuples/s): "
-        f"{two['published_per_s'] / one['published_per_s']:.2f}x on {os.cpu_count()} cores "
+        f"{two['published_per_s'] / one['published_per_s']:.2f}x on {cpus} cores "
         f"shared with the generator"
     )
+
+
+def host_report(console: Console, results: dict[str, Any]) -> None:
+    console.print(
+        f"host: {results['host_cpus']} CPUs, load average {results['load_avg'][0]:.1f} at start, "
+        f"{results['load_avg_end'][0]:.1f} at end (figures are depressed accordingly)"
+    )
+
+
+def show(results: dict[str, Any]) -> None:
+    """The report of a result file, as the run printed it."""
+    console = Console(width=110)
+    report_generator(console, results["generator"])
+    report_generator_max(console, results["generator_max_on_schedule"], results["generator_max_sustained"])
+    report_parsers(console, results["deserialize_per_core"])
+    report_factory(console, results["factory"])
+    report_gains(console, results["deserialize_per_core"], results["factory"], results["host_cpus"])
+    host_report(console, results)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="shorter runs")
+    add_show(ap)
     a = ap.parse_args(argv)
+    if shown(a.show, show):
+        return 0
     secs = 0.5 if a.quick else 2.0
     console = Console(width=110)
     results: dict[str, Any] = {"host_cpus": os.cpu_count(), "load_avg": os.getloadavg()}
@@ -333,13 +362,10 @@ def main(argv: list[str] | None = None) -> int:
     parsers = results["deserialize_per_core"] = bench_parsers(1000, secs)
     report_parsers(console, parsers)
     fac = results["factory"] = factory_runs(console, secs)
-    report_gains(console, parsers, fac)
+    report_gains(console, parsers, fac, os.cpu_count() or 1)
 
     results["load_avg_end"] = os.getloadavg()
-    console.print(
-        f"host: {os.cpu_count()} CPUs, load average {results['load_avg'][0]:.1f} at start, "
-        f"{results['load_avg_end'][0]:.1f} at end (figures are depressed accordingly)"
-    )
+    host_report(console, results)
     write_json(RESULTS, results)
     return 0
 

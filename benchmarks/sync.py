@@ -22,7 +22,7 @@ from functools import partial
 import numpy as np
 import orjson
 import pyarrow as pa
-from bench_common import arg_parser, make_table, print_goals, result_head, write_json
+from bench_common import add_show, arg_parser, make_table, print_goals, result_head, shown, write_json
 from rich.console import Console
 
 import native_tsc
@@ -334,6 +334,7 @@ PARTS = ("probes", "translation", "phases", "bounds", "continuous")
 
 def parse_args() -> argparse.Namespace:
     ap = arg_parser(__doc__, "sync")
+    add_show(ap)
     ap.add_argument("--probes", type=int, default=5000, help="probes per variant in the round-trip table")
     ap.add_argument("--records", type=int, default=5_000_000, help="records per translation timing")
     ap.add_argument("--rounds", type=int, default=100, help="probes per ordered pair and sync phase")
@@ -468,8 +469,28 @@ def run_parts(args: argparse.Namespace, hz: float, console: Console) -> tuple[di
     return r, loads
 
 
+def show(doc: dict) -> None:
+    """The report of a result file: each part's table as the run printed it, then the goals."""
+    console = Console(width=120)
+    # a file written before "records" was kept comes from a run at the default record count
+    records = doc.get("records", 5_000_000)
+    if "probes" in doc:
+        report_probes(console, doc["probes"], next(iter(doc["probes"].values()))["probes"])
+    if "translation_records_per_s" in doc:
+        report_translation(console, doc["translation_records_per_s"], records)
+    if "translation_records_per_s_by_phases" in doc:
+        report_phases(console, doc["translation_records_per_s_by_phases"], records)
+    if "bounds" in doc:
+        report_bounds(console, doc["bounds"])
+    if "continuous_sync_load" in doc:
+        report_continuous(console, doc["continuous_sync_load"])
+    print_goals(doc["goals"])
+
+
 def main() -> None:
     args = parse_args()
+    if shown(args.show, show):
+        return
     hz = native_tsc.clock.real_hz()
     console = Console(width=120)
     print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
@@ -483,7 +504,7 @@ def main() -> None:
         "bounds": "bounds",
         "continuous": "continuous_sync_load",
     }
-    out = {**result_head("sync"), "cpu_hz": hz, "load": os.getloadavg()[0]}
+    out = {**result_head("sync"), "cpu_hz": hz, "load": os.getloadavg()[0], "records": args.records}
     if len(args.only) < len(PARTS) and os.path.exists(args.json):
         # A partial run replaces its own parts in the existing results and keeps the others.
         with open(args.json, "rb") as f:
