@@ -302,10 +302,12 @@ def mark_batches(ax: Any, bounds_s: Sequence[float] | None) -> None:
     if not bounds_s or len(bounds_s) > MAX_BATCH_LINES:
         return
     for i, x in enumerate(bounds_s):
-        ax.axvline(x, color=BATCH_COLOR, lw=0.5, zorder=0.5, gid="batch", label=BATCH_LABEL if i == 0 else None)
+        ax.axvline(
+            x, color=BATCH_COLOR, lw=0.5, zorder=0.5, gid="batch", label=BATCH_LABEL if i == 0 else None
+        )
 
 
-def svg_text(fig: Any) -> str:
+def svg_text(fig: Any, close: bool = True) -> str:
     """``fig`` as inline SVG for an HTML page (freed): no XML prolog, no DOCTYPE, no metadata and no
     namespace declarations, so the page names no outside address; dense markers are rasterized into
     the SVG by the plot that draws them (``rasterized=True``), so the page stays small."""
@@ -317,7 +319,8 @@ def svg_text(fig: Any) -> str:
     try:
         fig.savefig(buf, format="svg", dpi=110)
     finally:
-        plt.close(fig)
+        if close:
+            plt.close(fig)
     text = buf.getvalue()
     text = re.sub(r"<\?xml[^>]*\?>|<!DOCTYPE[^>]*>|<metadata>.*?</metadata>", "", text, flags=re.S)
     return re.sub(r'\s+xmlns(:\w+)?="[^"]*"', "", text).strip()

@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "factory": ("cp_source.factory.cli", "deserialize buckets into an Arrow spool"),
     "sync": ("cp_sync.cli", "MinRTT probes between TSC domains (serve | agent | run)"),
     "translate": ("cp_sync.translate.cli", "turn records and sync tables into latencies with bounds"),
+    "report": ("cloudprofiler.report.cli", "write a run directory's self-contained HTML report"),
     "progress": ("cloudprofiler.progress.cli", "window output latency, SWM prediction, watermark advice"),
     "maxrate": ("cloudprofiler.jobs.maxrate", "find the maximum rate a pipeline sustains without loss"),
     "config-server": ("cp_sink.channels.config_server", "serve channel handler settings over ZeroMQ"),

@@ -61,7 +61,11 @@ latency.parquet (one row per record and pair of points), latency.png (the table'
 records: latency and error-bound distributions, whiskers at min and max),
 latency_error.png (latency with its error bound per record) and timeline.png
 (end-to-end and windowed-output latency over the run), the last two over seconds
-since the queries started with the warm-up shaded, beside the output.
+since the queries started with the warm-up shaded and the micro-batch ends marked,
+and report.html (one self-contained page: ledger, verdicts, tables and plots, sync
+quality, machine; cloudprofiler report DIR rebuilds it from run.json) into --out
+(default: ./cloudprofiler-demo-DATE-TIME, named when it starts). Spools and
+checkpoints are removed at the end.
 
 examples:
   cloudprofiler demo
@@ -115,9 +119,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--out",
-        help="directory for spools, checkpoints, records and plots (default: a temp dir); a URI "
-        "(s3://, s3a://, gs://, hdfs://, abfs://) takes latency.parquet and the plots, the rest "
-        "stays in a local temp dir",
+        help="directory for records, plots and report.html (default: ./cloudprofiler-demo-DATE-TIME); "
+        "a URI (s3://, s3a://, gs://, hdfs://, abfs://) takes latency.parquet, the plots and the "
+        "report, the work files go to a local temp dir removed at the end",
     )
     p.add_argument("--summary", help="also write the totals as JSON to this file (a path or URI)")
     p.add_argument("--timeout", type=float, default=300.0, help="give up after N seconds (default 300)")
@@ -467,14 +471,31 @@ def _prepare_out(args: argparse.Namespace) -> tuple[Path, Location]:
         _check_results(results)
     if results is not None and results.is_local:
         out = Path(results.path)
+    elif results is not None:
+        out = Path(tempfile.mkdtemp(prefix="cloudprofiler-demo-"))  # removed at the end (_clean_up)
     else:
-        out = Path(tempfile.mkdtemp(prefix="cloudprofiler-demo-"))
+        out = Path(time.strftime("cloudprofiler-demo-%Y%m%d-%H%M%S")).absolute()
     out.mkdir(parents=True, exist_ok=True)
     for name in ("spool", "spool-latency"):
         spool = out / name
         if spool.exists() and any(spool.iterdir()):
             raise CommandError(f"{spool} already holds a spool: give an empty --out directory")
     return out, results or resolve(out)
+
+
+WORK_DIRS = ("spool", "spool-latency", "checkpoint", "checkpoint-latency")
+
+
+def _clean_up(out: Path, results: Location) -> None:
+    """Remove the work files the run no longer needs: the spools and checkpoints (tens of MB), and the
+    whole local work directory when the results went to a URI."""
+    import shutil
+
+    if not results.is_local:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for name in WORK_DIRS:
+        shutil.rmtree(out / name, ignore_errors=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -489,6 +510,8 @@ def run(args: argparse.Namespace) -> int:
     out, results = _prepare_out(args)
     if not results.is_local:
         console.print(f"work files (spools, checkpoints, records) in {out}; results to {results.uri}")
+    elif args.out is None:
+        console.print(f"output directory (records, plots, report): {out}", soft_wrap=True)
     started = time.monotonic()
     with ExitStack() as stack, console.status("starting Spark (local[2])") as status:
         from cloudprofiler.spark_local import local_session
@@ -519,7 +542,8 @@ def run(args: argparse.Namespace) -> int:
         )
     totals["seconds"] = round(time.monotonic() - started, 1)
     totals["out"] = results.uri
-    report(console, totals, lat, series, results)
+    _clean_up(out, results)
     if summary is not None:
         summary.write_bytes(json.dumps(totals, indent=2, default=str).encode())
+    report(console, totals, lat, series, results)  # its last line: where the HTML report is
     return 0 if totals["consistent"] else 1

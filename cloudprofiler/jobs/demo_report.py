@@ -166,6 +166,19 @@ def _warmup_totals(warm: dict[str, Any], series: list[LatencySeries], clock: Run
     }
 
 
+def batch_ends(records: Path, clock: RunClock) -> list[float]:
+    """When each of the latency query's micro-batches ended (its last sink stamp, seconds since the
+    start, rounded to the microsecond), in order: the boundaries every plot over the run marks."""
+    from cp_sink.records import read_counts
+
+    c = read_counts(records)
+    if not c.num_rows:
+        return []
+    g = c.group_by(["batch_id"]).aggregate([("last_tsc_sink", "max")])
+    tsc = np.sort(g["last_tsc_sink_max"].to_numpy())
+    return [round(float(x), 6) for x in clock.seconds(tsc[tsc > 0])]
+
+
 def collect(
     spark: Any,
     demo: DemoLayout,
@@ -207,6 +220,7 @@ def collect(
     lat = with_run_time(lat, [r for s in warm["summaries"].values() for r in id_ranges(s)], clock)
     series = demo_series(lat)
     totals: dict[str, Any] = {
+        "batch_ends_s": batch_ends(demo.records, clock),
         **{k: sw[k] for k in ("target_rate", "achieved_rate", "generator_bound", "offered", "emitted")},
         "dropped": sw["dropped"],
         "lost_in_transit": stats.lost_in_transit_total,
@@ -246,62 +260,112 @@ def collect(
     return totals, lat, series
 
 
-def timeline_figure(series: list[LatencySeries], unit: str, warmup: tuple[float, float] | None) -> Any:
-    """End-to-end and windowed-output latency of every record over the run's time (``XLABEL``), the
-    warm-up shaded as in every plot; each series' markers carry the gid ``from->to``."""
+def timeline_figure(
+    series: list[LatencySeries],
+    unit: str,
+    warmup: tuple[float, float] | None,
+    batches: list[float] | None = None,
+) -> Any:
+    """End-to-end latency (top) and windowed-output latency (its own panel, below) of every record over
+    the run's time (``XLABEL``), the warm-up shaded and the latency query's micro-batch ends marked as
+    in every plot; each series' markers carry the gid ``from->to``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from cp_sync.report import axis_unit, latency_axis, shade_warmup
+    from cp_sync.report import axis_unit, latency_axis, mark_batches, shade_warmup
 
     _, ns = axis_unit(unit, np.zeros(0))
-    fig, ax = plt.subplots(figsize=(9, 4))
-    shade_warmup(ax, warmup)
-    drawn = []
-    for s in series:
-        a, b = s.key["from_point"], s.key["to_point"]
-        f = s.figured()
-        if (a, b) not in (("gen", "sink"), ("gen", "window")) or f.t_s is None:
-            continue
-        drawn.append(f.duration_ns / ns)
-        ax.plot(f.t_s, f.duration_ns / ns, ".", ms=2, gid=f"{a}->{b}",
-                label=f"{s.path}, {s.key['scenario']}")  # fmt: skip
-    ax.set_xlabel(XLABEL, fontsize=9)
-    ax.set_title("end-to-end and windowed-output latency over the run", fontsize=10)
-    latency_axis(ax, np.concatenate(drawn) if drawn else np.zeros(0), unit)
-    ax.legend(fontsize=8, markerscale=4)
-    ax.grid(alpha=0.3)
+    fig, axes = plt.subplots(2, 1, figsize=(9, 5.6), sharex=True)
+    for ax, end, title in zip(axes, ("sink", "window"), TIMELINE_TITLES, strict=True):
+        shade_warmup(ax, warmup)
+        if end == "sink":
+            mark_batches(ax, batches)
+        drawn = [np.zeros(0)]
+        for s in series:
+            f = s.figured()
+            if (s.key["from_point"], s.key["to_point"]) != ("gen", end) or f.t_s is None:
+                continue
+            drawn.append(f.duration_ns / ns)
+            ax.plot(f.t_s, f.duration_ns / ns, ".", ms=2 if end == "sink" else 4, gid=f"gen->{end}",
+                    rasterized=True, label=f"{s.path}, {s.key['scenario']}")  # fmt: skip
+        ax.set_title(title, fontsize=10)
+        latency_axis(ax, np.concatenate(drawn), unit)
+        ax.legend(fontsize=8, markerscale=3, loc="upper right")
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel(XLABEL, fontsize=9)
     fig.tight_layout()
     return fig
 
 
+TIMELINE_TITLES = ("end-to-end latency of every record", "windowed-output latency of every window row")
+CAPTIONS = {
+    "latency.png": "the steady state the table shows: box p25 to p75, line p50, whiskers min to max, "
+    "markers p90 and p99 (the table's own figures)",
+    "latency_error.png": "every record at the time it was done, its error bound as the orange band: the "
+    "bound is far below the latency, so the figures are the pipeline's, not the clocks'",
+    "timeline.png": "the sawtooth is the micro-batch cadence (grey lines: batch ends); the warm-up's "
+    "backlog drains in the shaded band; a trend rising after it is a query falling behind",
+}
+
+
 PLOTS = ("latency.png", "latency_error.png", "timeline.png")
-LATENCY_FILE = "latency.parquet"
 
 
-def figures(series: list[LatencySeries], warmup: tuple[float, float], unit: str = "ms") -> dict[str, Any]:
+def figures(
+    series: list[LatencySeries],
+    warmup: tuple[float, float],
+    unit: str = "ms",
+    batches: list[float] | None = None,
+) -> dict[str, Any]:
     """The demo's plots, by file name, drawn from ``series`` (the table's source) in the table's unit:
     the box plot of the table's records alone, the per-record views over the run with the warm-up
-    shaded (``warmup``: seconds since the start)."""
+    shaded (``warmup``: seconds since the start) and the micro-batch ends ``batches`` marked."""
     from cp_sync.report import box_figure, error_figure
 
     steady = [s.steady() for s in series]
     return {
         "latency.png": box_figure(steady, unit, "steady-state latency: the table's records"),
-        "latency_error.png": error_figure(series, unit, warmup, XLABEL),
-        "timeline.png": timeline_figure(series, unit, warmup),
+        "latency_error.png": error_figure(series, unit, warmup, XLABEL, batches),
+        "timeline.png": timeline_figure(series, unit, warmup, batches),
     }
 
 
-def _ingest_table(t: dict[str, Any]) -> Any:
-    from rich.table import Table
+def page_plots(
+    series: list[LatencySeries], lat: dict[str, Any], figs: dict[str, Any] | None = None
+) -> list[Any]:
+    """The demo's plots for its HTML page (cp_sync.run_page.build's ``plots_for``): ``figs`` (default:
+    figures() of ``series`` as ``lat`` says), as SVG, each with its caption; the box plot's drawn
+    figures as its values."""
+    from cp_sync.report import box_values, svg_text
+    from cp_sync.run_page import Plot
 
-    table = Table(title="cloudprofiler demo: YSB ingest (windows query)")
-    table.add_column("what")
-    table.add_column("value", justify="right")
-    rows = [
+    if figs is None:
+        warm = lat.get("warmup_s")
+        figs = figures(
+            series, (0.0, 0.0) if warm is None else tuple(warm), lat.get("unit", "ms"), lat.get("batches_s")
+        )
+    steady = [s for s in series if len(s.steady().duration_ns)]
+    values = {
+        s.path + f" [{s.key['method']}, {s.key['scenario']}]": v
+        for s, v in zip(steady, box_values(figs["latency.png"]), strict=False)
+    }
+    return [
+        Plot(
+            name.removesuffix(".png"),
+            svg_text(fig, close=False),
+            CAPTIONS[name],
+            values if name == "latency.png" else {},
+        )
+        for name, fig in figs.items()
+    ]
+
+
+def ledger_rows(t: dict[str, Any]) -> list[tuple[str, str]]:
+    """The ingest ledger of the windows query (and the latency query's drops and records), as printed
+    and as the HTML page shows it."""
+    return [
         ("target rate (tuples/s)", f"{t['target_rate']:,.0f}"),
         ("achieved rate (tuples/s)", f"{t['achieved_rate']:,.0f}"),
         ("generator-bound", "yes (invalid run)" if t["generator_bound"] else "no"),
@@ -318,7 +382,18 @@ def _ingest_table(t: dict[str, Any]) -> Any:
         ("latency query: tuple records in the sink (warm-up included)", f"{t['latency_query']['records']:,}"),
         ("every emitted tuple read once", "yes" if t["consistent"] else "NO"),
     ]
-    for k, v in rows:
+
+
+LEDGER_TITLE = "cloudprofiler demo: YSB ingest (windows query)"
+
+
+def _ingest_table(t: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=LEDGER_TITLE)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    for k, v in ledger_rows(t):
         table.add_row(k, v)
     return table
 
@@ -345,18 +420,80 @@ def rate_line(t: dict[str, Any]) -> str:
     return f"did NOT sustain {rate:,.0f} tuples/s{bound}: {drops}"
 
 
+def sync_facts(t: dict[str, Any], series: list[LatencySeries]) -> dict[str, Any]:
+    """The sync quality on the page: the reference, its frequency, the phases, each pair's probes,
+    losses and best round trip, and how many records have a guaranteed bound."""
+    hz = float(t["frequency_hz"])
+    facts: dict[str, Any] = {
+        "reference TSC domain": t["reference_domain"],
+        "reference frequency (MHz)": round(hz / 1e6, 3),
+        "simulated nodes": ", ".join(t["simulated_domains"]) or "none (one TSC domain)",
+        "sync phases": len(t["sync_pairs"]),
+    }
+    pairs: dict[str, list[dict[str, Any]]] = {}
+    for phase in t["sync_pairs"].values():
+        for p in phase:
+            pairs.setdefault(f"{p['initiator']} -> {p['responder']}", []).append(p)
+    for name, ps in sorted(pairs.items()):
+        rtt = [p["min_rtt_cycles"] for p in ps if p.get("min_rtt_cycles") is not None]
+        best = f", best round trip {min(rtt) / hz * 1e6:,.2f} us" if rtt else ""
+        facts[f"probes {name}"] = f"{sum(p['probes'] for p in ps):,} in {len(ps)} phases, " + (
+            f"{sum(int(p.get('lost') or 0) for p in ps):,} lost{best}"
+        )
+    for s in series:
+        facts[f"status ok: {s.path}"] = f"{int(s.ok.sum()):,} of {len(s.ok):,} records"
+    return facts
+
+
+def run_doc(t: dict[str, Any], series: list[LatencySeries]) -> dict[str, Any]:
+    """The demo's run.json: its ledger, verdicts, how its latencies are drawn, its sync quality."""
+    from cp_sync.latency_report import DEFAULT_PAIRS
+    from cp_sync.run_page import new_doc
+
+    doc = new_doc("demo", f"cloudprofiler demo: YSB at {t['target_rate']:,.0f} tuples/s into each query")
+    doc["verdicts"] = [
+        {"text": rate_line(t), "good": bool(t["sustained"])},
+        {"text": "every emitted tuple read once" if t["consistent"] else "NOT every emitted tuple read "
+         "once (see the ledger)", "good": bool(t["consistent"])},
+        {"text": warmup_line(t)},
+    ]  # fmt: skip
+    doc["ledger"] = {"title": LEDGER_TITLE, "rows": ledger_rows(t)}
+    doc["latency"] = {
+        "title": f"steady-state latency (after the warm-up), reference TSC domain {t['reference_domain']}",
+        "unit": "ms",
+        "pairs": [list(p) for p in (*DEFAULT_PAIRS, WINDOW_PAIR)],
+        "warmup_s": [0.0, t["warmup"]["measured_start_s"]],
+        "batches_s": t.get("batch_ends_s") or None,
+        "xlabel": XLABEL,
+    }
+    doc["sync"] = sync_facts(t, series)
+    doc["totals"] = {k: v for k, v in t.items() if k not in ("latency", "sync_pairs", "batch_ends_s")}
+    return doc
+
+
 def write_results(
-    out: Location, lat: pa.Table, series: list[LatencySeries], warmup: tuple[float, float]
+    out: Location,
+    lat: pa.Table,
+    series: list[LatencySeries],
+    warmup: tuple[float, float],
+    doc: dict[str, Any] | None = None,
 ) -> list[Location]:
-    """Write latency.parquet and the plots under ``out`` (a directory or URI), each whole or not at
-    all; returns where they went."""
+    """Write latency.parquet and the plots (PNG) under ``out`` (a directory or URI), each whole or not
+    at all, and with ``doc`` (run_doc) run.json and report.html; where they went, the report last."""
     from cp_store.tables import write_figure, write_parquet
+    from cp_sync.run_page import LATENCY_FILE, build, write_doc
 
     written = [out.join(LATENCY_FILE)]
     write_parquet(written[0], lat)
-    for name, fig in figures(series, warmup).items():
+    batches = None if doc is None else doc["latency"]["batches_s"]
+    figs = figures(series, warmup, batches=batches)
+    plots = [] if doc is None else page_plots(series, doc["latency"], figs)  # drawn once: SVG, then PNG
+    for name, fig in figs.items():
         written.append(out.join(name))
         write_figure(written[-1], fig)
+    if doc is not None:
+        written.append(write_doc(out, doc))
+        written.append(build(out, lambda _series, _lat: plots))
     return written
 
 
@@ -377,6 +514,8 @@ def report(
     ref = totals["reference_domain"]
     title = f"steady-state latency (after the warm-up), reference TSC domain {ref} ({where})"
     print_latency_table(table_rows(series), title, unit="ms")
-    written = write_results(out, lat, series, (0.0, totals["warmup"]["measured_start_s"]))
-    console.print("plots: " + ", ".join(w.uri for w in written[1:]), soft_wrap=True)
+    warmup = (0.0, totals["warmup"]["measured_start_s"])
+    written = write_results(out, lat, series, warmup, run_doc(totals, series))
+    console.print("plots: " + ", ".join(w.uri for w in written[1:-2]), soft_wrap=True)
     console.print(f"output in {out.uri}  ({totals['seconds']} s)")
+    console.print(f"report: {written[-1].uri}", soft_wrap=True)

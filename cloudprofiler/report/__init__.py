@@ -1,0 +1,1 @@
+"""``cloudprofiler report``: one self-contained HTML page per run directory (cp_sync.run_page)."""

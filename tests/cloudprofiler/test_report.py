@@ -1,0 +1,153 @@
+"""The HTML report of a run: self-contained, its tables and plots from the same records, rendered."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from cloudprofiler.cli import main
+from tests.helpers.demo_run import HZ, MEASURED, START, WARM_IDS, write_run
+
+
+class _Page(HTMLParser):
+    """The parts of a report a reader sees: the latency table's cells, each figure and its caption."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cells: dict[str, dict[str, str]] = {}
+        self.figures: list[dict[str, Any]] = []
+        self.svgs = 0
+        self._row: str | None = None
+        self._q: str | None = None
+        self._caption = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "tr" and a.get("data-path"):
+            self._row = str(a["data-path"])
+            self.cells[self._row] = {}
+        elif tag == "td" and self._row and a.get("data-q"):
+            self._q = str(a["data-q"])
+        elif tag == "figure":
+            self.figures.append({"name": a["data-plot"], "values": json.loads(a["data-values"] or "{}")})
+        elif tag == "svg":
+            self.svgs += 1
+        elif tag == "figcaption":
+            self._caption = True
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "tr":
+            self._row = None
+        elif tag == "td":
+            self._q = None
+        elif tag == "figcaption":
+            self._caption = False
+
+    def handle_data(self, data: str) -> None:
+        if self._row and self._q:
+            self.cells[self._row][self._q] = data
+        elif self._caption:
+            self.figures[-1]["caption"] = data
+
+
+def demo_run_dir(tmp_path: Path) -> tuple[Path, list[Any]]:
+    """A demo-shaped run directory (synthetic stamps, real translation) with run.json and report.html."""
+    from cloudprofiler.jobs.demo_report import RunClock, demo_series, latencies, with_run_time, write_results
+    from cp_store.location import resolve
+    from cp_sync.latency_report import DEFAULT_PAIRS
+    from cp_sync.run_page import new_doc
+
+    records, windows, sync, ref, _ = write_run(tmp_path)
+    lat, _ = latencies(records, windows, sync, ref.domain)
+    clock = RunClock(ref.apply(START), HZ, (MEASURED - START) / HZ)
+    lat = with_run_time(lat, [WARM_IDS], clock)
+    series = demo_series(lat)
+    doc = new_doc("demo", "a demo-shaped run")
+    doc["verdicts"] = [{"text": "sustained 1 tuples/s", "good": True}]
+    doc["ledger"] = {"title": "ledger", "rows": [["emitted", "700"]]}
+    doc["latency"] = {
+        "unit": "ms",
+        "pairs": [list(p) for p in (*DEFAULT_PAIRS, ("gen", "window", "windowed output"))],
+        "warmup_s": list(clock.warmup),
+        "batches_s": [34.0, 35.0, 36.0],
+    }
+    doc["sync"] = {"reference TSC domain": ref.domain}
+    out = tmp_path / "run"
+    written = write_results(resolve(out), lat, series, clock.warmup, doc)
+    assert written[-1].uri.endswith("/run/report.html")
+    return out, series
+
+
+def check_page(text: str, series: list[Any]) -> _Page:
+    """No outside address; at least 3 pictures, each captioned; the box plot drew the table's figures."""
+    assert not re.search(r"https?:|<link|<script|src=|@import|url\((?!#)", text, re.I)
+    page = _Page()
+    page.feed(text)
+    assert page.svgs >= 3 and len(page.figures) == page.svgs
+    assert all(f.get("caption") for f in page.figures)
+    box = next(f for f in page.figures if f["name"] == "latency")
+    steady = [s for s in series if len(s.steady().duration_ns)]
+    assert list(page.cells) == [s.path for s in steady] and len(box["values"]) == len(steady) == 4
+    for (path, cells), drawn in zip(page.cells.items(), box["values"].values(), strict=True):
+        assert [cells[q] for q in ("p50", "p90", "p99", "max")] == [
+            f"{drawn[q]:,.3f}" for q in ("p50", "p90", "p99", "max")
+        ], path
+    # ... and both are the steady-state records' own percentiles
+    e2e = next(s for s in steady if s.key["to_point"] == "sink" and s.key["from_point"] == "gen")
+    ms = e2e.steady().figured().duration_ns / 1e6
+    assert page.cells[e2e.path]["p99"] == f"{np.percentile(ms, 99):,.3f}"
+    assert page.cells[e2e.path]["count"] == "500"
+    return page
+
+
+def test_the_demo_report_is_one_page_whose_plots_drew_its_table(tmp_path: Path, capsys: Any) -> None:
+    out, series = demo_run_dir(tmp_path)
+    check_page((out / "report.html").read_text(), series)
+    # cloudprofiler report RUN rebuilds it from run.json and latency.parquet alone
+    (out / "report.html").unlink()
+    assert main(["report", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"report: {out / 'report.html'}"
+    page = check_page((out / "report.html").read_text(), series)
+    assert [f["name"] for f in page.figures] == ["latency", "latency_error", "timeline"]
+
+
+def test_report_refuses_a_directory_without_run_json(tmp_path: Path, capsys: Any) -> None:
+    assert main(["report", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"cloudprofiler report: error: {tmp_path}: not a run directory (no run.json)"
+    )
+
+
+def _chromium() -> str | None:
+    return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+
+
+def test_the_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no chromium, chromium-browser or google-chrome on PATH (.ci/run installs chromium)")
+    import matplotlib.image as mpimg
+
+    out, _ = demo_run_dir(tmp_path)
+    shot = tmp_path / "shot.png"
+    run = subprocess.run(
+        [browser, "--headless", "--disable-gpu", "--no-sandbox", "--hide-scrollbars",
+         "--enable-logging=stderr", "--v=0", f"--user-data-dir={tmp_path / 'profile'}",
+         f"--screenshot={shot}", "--window-size=1200,2000", (out / "report.html").as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    console = [ln for ln in run.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
+    assert not console, console
+    img = mpimg.imread(shot)
+    assert img.shape[:2] == (2000, 1200)
+    colours = np.unique((img[..., :3] * 255).astype(np.uint8).reshape(-1, 3), axis=0)
+    assert len(colours) > 50, len(colours)  # text, tables and plots, not a blank page
