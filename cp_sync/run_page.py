@@ -151,7 +151,8 @@ def table_html(rows: Sequence[Sequence[Any]], heads: Sequence[str] = (), title: 
 
 def latency_table_html(rows: Sequence[Mapping[str, Any]], unit: str = "ms") -> str:
     """The latency table (LatencySeries.row() rows): every figure cell carries ``data-q`` and its row
-    ``data-path``, so a reader or a test can put the table beside the plot's ``data-values``."""
+    ``data-path`` (``path [method, scenario]``), so a reader or a test can put the table beside the
+    box plot's ``data-values``."""
     scale = {"us": 1.0, "ms": 1e-3}[unit]
     heads = [
         "path",
@@ -171,7 +172,8 @@ def latency_table_html(rows: Sequence[Mapping[str, Any]], unit: str = "ms") -> s
         for k in _LAT_KEYS:
             text = f"{r[k]:,}" if k in ("count", "ok") else f"{r[k] * scale:,.3f}"
             cells.append(f"<td data-q='{k.removesuffix('_us')}'>{text}</td>")
-        out.append(f"<tr data-path='{_e(path)}'>{''.join(cells)}</tr>")
+        key = f"{path} [{r['method']}, {r['scenario']}]"  # as the box plot's values name it
+        out.append(f"<tr data-path='{_e(key)}'>{''.join(cells)}</tr>")
     return "".join(out) + "</table>"
 
 

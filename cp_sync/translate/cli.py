@@ -59,6 +59,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="output Parquet file: a path or URI")
     p.add_argument("--plot", help="write a latency and error-bound plot (PNG) here: a path or URI")
     p.add_argument(
+        "--report",
+        metavar="DIR",
+        help="also make DIR a run directory: run.json, latency.parquet and report.html (one "
+        "self-contained page: table, plots, statuses, sync, machine); a path or URI",
+    )
+    p.add_argument(
         "--method", help="comma list of minrtt, hull, naive (default: all three; with sync tables only)"
     )
     p.add_argument("--by", help="comma list of record columns (the sink's keepColumns) to summarise by")
@@ -109,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--hz is for records without sync tables: with them the frequency is measured")
     out_loc = output_file("--out", args.out)
     plot_loc = output_file("--plot", args.plot) if args.plot else None
+    report_loc = _report_dir(args.report) if args.report else None
     out, facts = translate_records(
         records, sync, args.from_point, args.to_point, args.reference, methods, args.stamp_margin, by, args.hz
     )
@@ -136,9 +143,77 @@ def run(args: argparse.Namespace) -> int:
         write_figure(plot_loc, box_figure(latency_series(out)))
         print(f"plot written to {plot_loc.uri}")
     print(f"{out.num_rows:,} rows written to {out_loc.uri}")
+    if report_loc is not None:
+        print(f"report: {_write_report(report_loc, args, out, facts, sync).uri}")
     if args.strict:
         return _strict(facts["status_counts"])
     return 0
+
+
+def _report_dir(given: str) -> Location:
+    """The --report directory, created and checked writable before any work."""
+    from cp_store.location import check_writable
+    from cp_store.tables import resolve_option
+
+    loc = resolve_option("--report", given)
+    try:
+        check_writable(loc)
+    except OSError as e:
+        raise ValueError(f"--report {e}") from None
+    return loc
+
+
+def _write_report(
+    run: Location, args: argparse.Namespace, out: Any, facts: dict[str, Any], sync: Location | None
+) -> Location:
+    """Make ``run`` a run directory (cp_sync.run_page): latency.parquet, run.json, report.html."""
+    from cp_store.tables import write_parquet
+    from cp_sync.run_page import LATENCY_FILE, build, new_doc, write_doc
+
+    write_parquet(run.join(LATENCY_FILE), out)
+    doc = new_doc(
+        "translate", f"translate: {args.from_point} -> {args.to_point}, reference {facts['reference']}"
+    )
+    not_ok = {
+        st: n for counts in facts["status_counts"].values() for st, n in counts.items() if st != "ok" and n
+    }
+    verdicts = (
+        [{"text": f"every record's status is ok ({out.num_rows:,} rows)", "good": True}]
+        if not not_ok
+        else [
+            {
+                "text": f"rows not ok: {', '.join(f'{st} {n:,}' for st, n in sorted(not_ok.items()))}",
+                "good": False,
+            }
+        ]
+    )
+    verdicts += [
+        {"text": f"relation {pair} refused: {why}", "good": False} for pair, why in facts["refused"].items()
+    ]
+    doc["verdicts"] = verdicts
+    doc["ledger"] = {
+        "title": "records per method and status",
+        "rows": [
+            [f"{m}: {st}", n]
+            for m, counts in sorted(facts["status_counts"].items())
+            for st, n in counts.items()
+        ],
+    }
+    doc["latency"] = {
+        "title": f"latency: {args.from_point} -> {args.to_point}",
+        "unit": "ms",
+        "xlabel": "record",
+    }
+    doc["sync"] = {
+        "sync tables": "none (one TSC domain)" if sync is None else sync.uri,
+        "reference TSC domain": facts["reference"],
+        "frequency (MHz)": round(float(facts["frequency_hz"]) / 1e6, 3),
+        "frequency source": facts["frequency_source"],
+        "frequency error": f"{facts['frequency_error']:.2e}",
+        **{f"drift {pair}": "; ".join(notes) for pair, notes in facts["drift"].items()},
+    }
+    write_doc(run, doc)
+    return build(run)
 
 
 def _methods(given: str | None) -> tuple[str, ...]:
