@@ -21,14 +21,20 @@ from rich.table import Table
 
 @dataclass
 class Series:
-    """Numbers one chart plotted, and where they are on the page: the table (by title), its column,
-    and the row of each value (one row, and all of its cell's numbers, for a per-interval cell)."""
+    """Numbers one chart plotted, and where each is on the page: the table (by title), then for
+    each value its row, its column and which number of the cell it is (a per-interval cell holds
+    several); ``texts`` are the cells it took its labels from."""
 
     table: str
-    column: str
-    rows: list[int]
-    values: list[float]
-    labels: dict[str, list[str]] = field(default_factory=dict)  # other columns' cells, row for row
+    points: list[tuple[int, str, int, float]]
+    texts: list[tuple[int, str, str]] = field(default_factory=list)
+
+    @property
+    def values(self) -> list[float]:
+        return [p[3] for p in self.points]
+
+    def text(self, column: str) -> list[str]:
+        return [t[2] for t in self.texts if t[1] == column]
 
 
 def number(cell: str) -> float:
@@ -63,17 +69,12 @@ def cells(table: Table) -> tuple[list[str], list[list[str]]]:
     return table_cells(table)
 
 
-def series(title: str, table: Table, col: str, rows: list[int], **labels: str) -> Series:
-    """The figures of column ``col`` in ``rows``, with the cells of the columns named in ``labels``."""
+def series(title: str, table: Table, col: str, rows: list[int], labels: tuple[str, ...] = ()) -> Series:
+    """The figures of column ``col`` in ``rows``, with the cells of the columns in ``labels``."""
     headers, body = cells(table)
     i = headers.index(col)
-    return Series(
-        title,
-        col,
-        rows,
-        [number(body[r][i]) for r in rows],
-        {k: [body[r][headers.index(h)] for r in rows] for k, h in labels.items()},
-    )
+    points = [(r, col, 0, number(body[r][i])) for r in rows]
+    return Series(title, points, [(r, h, body[r][headers.index(h)]) for h in labels for r in rows])
 
 
 def plot_trials(fig: Any, tables: dict[str, Table]) -> list[Series]:
@@ -88,7 +89,7 @@ def plot_trials(fig: Any, tables: dict[str, Table]) -> list[Series]:
             rows = [i for i, r in enumerate(body) if r[1] == verdict]
             if not rows:
                 continue
-            s = series(title, tables[title], "offered/s", rows, verdict="verdict")
+            s = series(title, tables[title], "offered/s", rows, ("verdict",))
             out.append(s)
             label = None if verdict in labelled else verdict
             labelled.add(verdict)
@@ -107,8 +108,8 @@ def plot_ingest(fig: Any, tables: dict[str, Table]) -> list[Series]:
     left, right = fig.subplots(2, 1)
     title = find(tables, r"^YSB deserialization per core")[0]
     _, body = cells(tables[title])
-    s = series(title, tables[title], "tuples/s", list(range(len(body))), label="path")
-    left.barh(s.labels["label"], s.values, color="tab:blue")
+    s = series(title, tables[title], "tuples/s", list(range(len(body))), ("path",))
+    left.barh(s.text("path"), s.values, color="tab:blue")
     left.set_title("YSB parsers, buckets of 1000", fontsize=10)
     out = [s]
     title = find(tables, r"^Tuples per CPU-second, the same")[0]
@@ -117,10 +118,10 @@ def plot_ingest(fig: Any, tables: dict[str, Table]) -> list[Series]:
     for k, (col, color) in enumerate(
         (("file: (NDJSON)", "tab:gray"), ("parquet: (Arrow IPC)", "tab:purple"))
     ):
-        s = series(title, tables[title], col, rows, label="")
+        s = series(title, tables[title], col, rows, ("",))
         right.barh([r + 0.4 * k for r in rows], s.values, height=0.4, color=color, label=col)
         out.append(s)
-    right.set_yticks([r + 0.2 for r in rows], out[-1].labels["label"])
+    right.set_yticks([r + 0.2 for r in rows], out[-1].text(""))
     right.set_title("file: against parquet: in the factory", fontsize=10)
     right.legend(fontsize=8)
     left.set_xlabel("M tuples per CPU-second")
@@ -142,7 +143,7 @@ def plot_latency(fig: Any, tables: dict[str, Table]) -> list[Series]:
     out = []
     for r, row in enumerate(body):
         values = [float(v) for v in row[headers.index(col)].split()]
-        s = Series(title, col, [r], values, {"rate": [row[0]]})
+        s = Series(title, [(r, col, k, v) for k, v in enumerate(values)], [(r, headers[0], row[0])])
         ax.plot([5 * k + 2.5 for k in range(len(values))], values, marker="o", label=f"{row[0]} tuples/s")
         out.append(s)
     ax.set_ylim(bottom=0)
@@ -164,7 +165,7 @@ def plot_bounds(fig: Any, tables: dict[str, Table]) -> list[Series]:
         rows = [p for p in pairs if re.fullmatch(r"[\d.]+", row[headers.index(p)])]
         if not rows:
             continue
-        s = Series(title, "", [k] * len(rows), [float(row[headers.index(p)]) for p in rows], {"column": rows})
+        s = Series(title, [(k, p, 0, float(row[headers.index(p)])) for p in rows], [(k, headers[0], row[0])])
         ax.bar([pairs.index(p) + 0.18 * k for p in rows], s.values, width=0.18, label=row[0])
         out.append(s)
     ax.set_xticks([i + 0.36 for i in range(len(pairs))], pairs)
@@ -183,8 +184,8 @@ def plot_hellos(fig: Any, tables: dict[str, Table]) -> list[Series]:
     rows = list(range(len(body)))
     out = []
     for col in (h for h in headers if h.endswith("us/hello")):
-        s = series(title, tables[title], col, rows, block=headers[0])
-        ax.plot(s.labels["block"], s.values, marker="o", label=" ".join(col.split()))
+        s = series(title, tables[title], col, rows, (headers[0],))
+        ax.plot(s.text(headers[0]), s.values, marker="o", label=" ".join(col.split()))
         out.append(s)
     ax.set_yscale("log")
     ax.set_xlabel(" ".join(headers[0].split()))

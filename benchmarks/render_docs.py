@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     IMG.mkdir(parents=True, exist_ok=True)
     for n, b in svgs.items():
         (IMG / n).write_bytes(b)
-    print(f"rewrote {DOC.relative_to(ROOT)} and {len(svgs)} charts; changed: {', '.join(stale) or 'nothing'}")
+    print(f"rewrote {DOC} and {len(svgs)} charts; changed: {', '.join(stale) or 'nothing'}")
     return 0
 
 
