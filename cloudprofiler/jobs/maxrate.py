@@ -129,6 +129,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", help="write the result (every step) as JSON here (a path or URI)")
     p.add_argument("--plot", help="write the ingestion rate over time (PNG) here (a path or URI)")
+    p.add_argument(
+        "--report",
+        metavar="DIR",
+        help="write the run directory (run.json, report.html: verdict, every trial as a table and a "
+        "chart, machine) here, a path or URI (default: the built-in query's work directory; with "
+        "--sink, none)",
+    )
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -151,6 +158,8 @@ def _check(args: argparse.Namespace) -> None:
     if args.sink and args.query:
         raise CommandError("--query shapes the built-in query: not with --sink (your query has its own)")
     check_workload(args.workload, args.schema)
+    if args.report:
+        resolve_option("--report", args.report)  # a typo in the scheme fails now, not after the search
     if args.out and not resolve_option("--out", args.out).is_local:
         raise CommandError(
             f"--out {redact(args.out)}: the built-in query's work directory holds its spool, which "
@@ -348,6 +357,7 @@ def _report(
     args: argparse.Namespace,
     console: Any,
     outputs: tuple[Location | None, Location | None] | None = None,
+    workdir: Path | None = None,
 ) -> None:
     ref = trial.reference_landing()
     if trial.grace is not None:
@@ -384,6 +394,13 @@ def _report(
     if plot_loc is not None:
         source = plot_ingestion(trial.target.sink, trial.history, plot_loc)
         console.print(f"ingestion-rate plot ({source}): {plot_loc.uri}")
+    where = args.report or workdir
+    if where is not None:  # the HTML report's path: the last line
+        from cloudprofiler.report.runs import write_maxrate_run
+
+        label = _built_in_label(args) if workdir is not None else f"the query writing {redact(args.sink)}"
+        page = write_maxrate_run(resolve_option("--report", where), result, attempts, args, label)
+        console.print(f"report: {page.uri}", soft_wrap=True)
 
 
 def result_doc(
@@ -395,7 +412,7 @@ def result_doc(
     doc["attempts"] = [s.__dict__ for s in attempts]
     doc["trials"] = trial.history
     settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
-    for k in ("sink", "spool", "out"):
+    for k in ("sink", "spool", "out", "report"):
         if isinstance(settings.get(k), str):
             settings[k] = redact(settings[k])
     doc["settings"] = settings
@@ -488,7 +505,7 @@ def _run_built_in(
         )
         console.print(f"built-in query: {_built_in_label(args)} -> sink ({args.handler}) in {out}")
         result, trial, attempts = find_max_rate(target, **opts)
-        _report(result, attempts, trial, args, console, outputs)
+        _report(result, attempts, trial, args, console, outputs, out)
     finally:
         if query is not None and query.isActive:
             query.stop()

@@ -173,3 +173,28 @@ def test_translate_report_writes_a_run_directory(tmp_path: Path, capsys: Any) ->
     page = check_page((run / "report.html").read_text(), series)
     assert [f["name"] for f in page.figures] == ["latency", "latency_error"]
     assert [c["count"] for c in page.cells.values()] == ["700", "700"]  # minrtt and naive, every record
+
+
+def test_maxrate_report_charts_the_trials_its_table_lists(tmp_path: Path) -> None:
+    import argparse
+
+    from cloudprofiler.jobs.rate_search import SearchResult, Step
+    from cloudprofiler.report.runs import write_maxrate_run
+    from cp_store.location import resolve
+
+    steps = [Step(10_000.0, 50_000, 0, 0, 50_000, False, 9_990.0, duration=5.0),
+             Step(20_000.0, 100_000, 7, 0, 99_000, False, 19_990.0, duration=5.0,
+                  verdict="drop")]  # fmt: skip
+    result = SearchResult(10_000.0, "bisect", steps, "the next rate dropped")
+    page_loc = write_maxrate_run(
+        resolve(tmp_path / "m"), result, steps, argparse.Namespace(duration=5.0), "q"
+    )
+    text = Path(page_loc.path).read_text()
+    assert not re.search(r"https?:|<link|<script|src=|@import|url\((?!#)", text, re.I)
+    page = _Page()
+    page.feed(text)
+    (chart,) = page.figures
+    assert chart["values"] == {"trial": [1.0, 2.0], "offered (tuples/s)": [10_000.0, 20_000.0],
+                               "achieved (tuples/s)": [9_990.0, 19_990.0],
+                               "landed (tuples/s)": [10_000.0, 19_800.0]}  # fmt: skip
+    assert "<td class=''>19,800.000</td>" in text and "maximum sustainable rate: 10,000 tuples/s" in text
