@@ -18,6 +18,7 @@ import argparse
 import importlib
 import re
 import sys
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "benchmarks.md"
 IMG = ROOT / "docs" / "img" / "bench"
 RESULTS = ROOT / "benchmarks" / "results"
+TEXT_WIDTH = 100  # printed lines wrap here
 BLOCK = re.compile(r"(<!-- generated: (\S+) -->\n)(.*?)(<!-- end generated -->)", re.S)
 
 
@@ -107,7 +109,9 @@ def items_markdown(items: list[Table | str]) -> str:
                 lines.append(it)
             continue
         if lines:
-            parts.append("```text\n" + "\n".join(lines).rstrip("\n") + "\n```")
+            # wrapped as a terminal would, so the page needs no sideways scroll
+            wrapped = [w for line in lines for w in textwrap.wrap(line, TEXT_WIDTH, subsequent_indent="  ")]
+            parts.append("```text\n" + "\n".join(wrapped) + "\n```")
             lines = []
         if isinstance(it, Table):
             parts.append(markdown_table(it))
