@@ -244,8 +244,9 @@ def draw(chart: Chart, tables: dict[str, Table]) -> tuple[list[Series], bytes]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    style = {"svg.hashsalt": "cloudprofiler-benchmarks", "svg.fonttype": "none", "font.size": 9}
-    with matplotlib.rc_context(style):
+    with matplotlib.rc_context(
+        {"svg.hashsalt": "cloudprofiler-benchmarks", "svg.fonttype": "none", "font.size": 9}
+    ):
         fig = plt.figure(figsize=SIZES.get(chart.name, (9, 4.2)))
         plotted = chart.plot(fig, tables)
         fig.tight_layout()

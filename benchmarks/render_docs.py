@@ -59,6 +59,7 @@ _E2E_CPU = r": CPU by role during each trial"
 BLOCKS: dict[str, Block] = {
     "tsc_read": Block("tsc_read", "tsc_read.json", lambda m, d: m.report(d["ns_per_call"], d["ratios"])),
     "ingest": Block("ingest", "ingest.json", _show("show")),
+    "soak": Block("soak", "soak.json", lambda m, d: m.report(d["series"], d)),
     "parquet_factory": Block("parquet_factory", "parquet_factory.json", _show("report")),
     "endtoend.rates": Block("endtoend", "endtoend.json", _show("show"), "^load average at start", "^Steady"),
     "endtoend.trials": Block("endtoend", "endtoend.json", _show("show"), _E2E_CPU, "^load average at start"),
