@@ -64,6 +64,8 @@ BLOCKS: dict[str, Block] = {
     "endtoend.rates": Block("endtoend", "endtoend.json", _show("show"), "^load average at start", "^Steady"),
     "endtoend.trials": Block("endtoend", "endtoend.json", _show("show"), _E2E_CPU, "^load average at start"),
     "endtoend.latency": Block("endtoend", "endtoend.json", _show("show"), "^Steady-state latency"),
+    "readpath.throughput": Block("readpath", "readpath.json", _show("print_report"), "^read path,", "^start"),
+    "readpath.floor": Block("readpath", "readpath.json", _show("print_report"), "^per-batch floor"),
     "sync": Block("sync", "sync.json", _show("show")),
     "viper": Block("viper", "viper.json", _show("print_report")),
     "klink": Block("klink", "klink.json", _show("print_report")),
