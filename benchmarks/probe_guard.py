@@ -11,7 +11,7 @@ Ratios are to the plain case of the same run.
 from __future__ import annotations
 
 import numpy as np
-from bench_common import arg_parser, make_table, result_head, write_json
+from bench_common import add_show, arg_parser, make_table, result_head, shown, write_json
 from rich.console import Console
 
 import native_tsc
@@ -41,29 +41,38 @@ def measure(rounds: int, probes: int) -> dict[str, np.ndarray]:
     return {name: np.concatenate(parts) for name, parts in rtts.items()}
 
 
+def report(doc: dict) -> None:
+    """The table of a result file: each case's round trips, its minimum against the plain case's."""
+    base = doc["cases"]["plain"]["min_ns"]
+    rows = [
+        [
+            name,
+            f"{fig['min_ns'] / 1e3:.1f}",
+            f"{fig['p10_ns'] / 1e3:.1f}",
+            f"{fig['median_ns'] / 1e3:.1f}",
+            f"{fig['min_ns'] / base:.2f}",
+        ]
+        for name, fig in doc["cases"].items()
+    ]
+    cols = ["case", "min RTT us", "p10 us", "median us", "min / plain"]
+    Console().print(make_table("MinRTT probes on loopback, C loops", cols, rows))
+
+
 def main() -> None:
     ap = arg_parser(__doc__, "probe_guard")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--probes", type=int, default=3000)
+    add_show(ap)
     args = ap.parse_args()
+    if shown(args.show, report):
+        return
     rtts = measure(args.rounds, args.probes)
-    base = rtts["plain"]
-    rows, doc = [], result_head("probe_guard") | {"rounds": args.rounds, "probes": args.probes, "cases": {}}
+    doc = result_head("probe_guard") | {"rounds": args.rounds, "probes": args.probes, "cases": {}}
     for name, a in rtts.items():
         fig = {"min_ns": float(a.min()), "p10_ns": float(np.percentile(a, 10))}
         fig["median_ns"] = float(np.median(a))
         doc["cases"][name] = fig
-        rows.append(
-            [
-                name,
-                f"{fig['min_ns'] / 1e3:.1f}",
-                f"{fig['p10_ns'] / 1e3:.1f}",
-                f"{fig['median_ns'] / 1e3:.1f}",
-                f"{fig['min_ns'] / base.min():.2f}",
-            ]
-        )
-    cols = ["case", "min RTT us", "p10 us", "median us", "min / plain"]
-    Console().print(make_table("MinRTT probes on loopback, C loops", cols, rows))
+    report(doc)
     write_json(args.json, doc, announce=True)
 
 

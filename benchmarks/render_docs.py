@@ -67,6 +67,7 @@ BLOCKS: dict[str, Block] = {
     "readpath.throughput": Block("readpath", "readpath.json", _show("print_report"), "^read path,", "^start"),
     "readpath.floor": Block("readpath", "readpath.json", _show("print_report"), "^per-batch floor"),
     "sync": Block("sync", "sync.json", _show("show")),
+    "probe_guard": Block("probe_guard", "probe_guard.json", _show("report")),
     "viper": Block("viper", "viper.json", _show("print_report")),
     "klink": Block("klink", "klink.json", _show("print_report")),
     "skew": Block("skew", "skew.json", _show("print_report")),
