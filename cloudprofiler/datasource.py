@@ -9,10 +9,13 @@ Register it once per SparkSession with ``cloudprofiler.register(spark)`` (``regi
 
 from __future__ import annotations
 
+import os
 from typing import Any, ClassVar
 
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
+
+from cp_store.location import first_line
 
 
 class CloudprofilerDataSource(DataSource):
@@ -29,11 +32,15 @@ class CloudprofilerDataSource(DataSource):
         """Workload columns, ids, event time and the gen/factory/source stamp columns.
 
         Spark calls this at ``load()`` (never for a write, nor when the user gives ``.schema()``):
-        the reader's options are checked here, strictly, so a typo fails before the query starts.
+        the reader's options are checked here, strictly, so a typo fails before the query starts,
+        in one line on the first line of Spark's error.
         """
         from cp_source.reader.options import ReaderOptions, source_schema
 
-        return source_schema(ReaderOptions.parse(self.options, strict=True))
+        try:
+            return source_schema(ReaderOptions.parse(self.options, strict=True))
+        except (ValueError, OSError) as e:
+            raise _refused(e) from None
 
     def streamReader(self, schema: StructType) -> Any:
         """The reader of one query; a bad option or schema found now fails Spark's first call to it."""
@@ -45,10 +52,27 @@ class CloudprofilerDataSource(DataSource):
             return RefusedStreamReader(str(e))
 
     def streamWriter(self, schema: Any, overwrite: bool) -> Any:
-        """The sink's writer, built on the driver host; with ``sync=auto`` it also starts sync."""
+        """The sink's writer, built on the driver host; with ``sync=auto`` it also starts sync.
+
+        Spark calls no Python at ``writeStream...start()``: this, when it plans the first batch
+        and before any data is read, is the first call, and it checks every sink option. A bad one
+        fails the query with one line, the Python message on the first line of Spark's error."""
         from cloudprofiler.sync_sink import sink_writer
 
-        return sink_writer(schema, dict(self.options), overwrite, self.driver)
+        try:
+            return sink_writer(schema, dict(self.options), overwrite, self.driver)
+        except (ValueError, OSError) as e:  # a bad option; a store that cannot be written (StoreError)
+            raise _refused(e) from None
+
+
+def _refused(e: Exception) -> Exception:
+    """``e`` as the one line Spark shows: without this Python worker's traceback.
+
+    Spark's worker formats a failure as a traceback unless SPARK_HIDE_TRACEBACK is set, then
+    exits (pyspark.util.handle_worker_exception): set here, it changes only this failure's
+    report, and the message lands on the first line of the query's error, after Spark's prefix."""
+    os.environ["SPARK_HIDE_TRACEBACK"] = "1"
+    return type(e)(first_line(e))
 
 
 def register_source(spark: Any) -> None:

@@ -89,7 +89,11 @@ def parse_handler(name: str, params: Mapping[str, Any] | None = None) -> Handler
     key = str(name).strip().lower()
     key = ALIASES.get(key, key)
     if key not in _REQUIRED:
-        raise ValueError(f"unknown handler {name!r}: expected one of {', '.join(HANDLERS)}")
+        from native_tsc.option_names import suggestion
+
+        near = suggestion(str(name).strip(), HANDLERS)
+        hint = f", did you mean {near!r}?" if near else ""
+        raise ValueError(f"unknown handler {name!r}{hint} (expected one of {', '.join(HANDLERS)})")
     given = {str(k).lower(): v for k, v in (params or {}).items()}
     out: dict[str, int] = {}
     for p in _REQUIRED[key]:

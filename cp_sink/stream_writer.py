@@ -114,22 +114,23 @@ def _options(options: dict[str, str]) -> dict[str, str]:
 
 
 def check_sink_options(options: dict[str, str]) -> None:
-    """Refuse option names the sink does not know, in one line naming them and listing the valid ones."""
-    known = {o.lower() for o in SINK_OPTIONS} | set(_SPARK_OPTIONS)
-    unknown = sorted(str(k) for k in options if str(k).lower() not in known)
-    if unknown:
-        raise ValueError(
-            f"unknown option(s) for the cloudprofiler sink: {', '.join(unknown)} "
-            f"(valid: {', '.join(SINK_OPTIONS)})"
-        )
+    """Refuse option names the sink does not know, in one line naming each (with the nearest valid
+    name) and listing the valid ones; Spark's own (checkpointLocation, queryName) pass."""
+    from native_tsc.option_names import unknown_options_error
+
+    given = [k for k in options if str(k).lower() not in _SPARK_OPTIONS]
+    message = unknown_options_error(given, SINK_OPTIONS, "the cloudprofiler sink")
+    if message is not None:
+        raise ValueError(message)
 
 
 def _durable(opts: dict[str, str]) -> bool:
     """The ``durability`` option as "fsync or not"; a bad value raises one line naming it."""
-    raw = opts.get("durability", "process").strip().lower()
-    if raw not in DURABILITY_LEVELS:
-        raise ValueError(f"option durability={raw!r}: expected one of {', '.join(DURABILITY_LEVELS)}")
-    return raw == "strict"
+    given = opts.get("durability", "process")
+    level = given.strip().lower()
+    if level not in DURABILITY_LEVELS:
+        raise ValueError(f"option durability={given!r}: expected one of {', '.join(DURABILITY_LEVELS)}")
+    return level == "strict"
 
 
 def _task_identity() -> tuple[int, int, str]:
@@ -259,8 +260,8 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, schema: Any, options: dict[str, str], overwrite: bool) -> None:
         from cp_sink.handlers import parse_handler
 
+        check_sink_options(options)  # the names as given: Spark's are lower-cased, a caller's may not be
         opts = _options(options)
-        check_sink_options(opts)
         if not opts.get("path"):
             raise ValueError("the cloudprofiler sink needs option 'path'")
         loc = resolve(opts["path"])  # an unknown scheme: one line naming the path

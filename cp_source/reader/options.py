@@ -16,6 +16,7 @@ from pyspark.sql.types import StructType
 from cp_source.hosts.host_options import HOST_OPTIONS, hosts_options
 from cp_source.klink.admission import KLINK_OPTIONS, KlinkConfig, parse_klink_options
 from cp_source.spool.durability import DURABILITY_LEVELS
+from native_tsc.option_names import unknown_options_error
 from native_tsc.stamp_columns import SOURCE, node_column, tsc_column
 
 FETCH_MODES = ("auto", "local", "network")
@@ -53,7 +54,6 @@ OPTION_NAMES = (
     *HOST_OPTIONS,
     "path",
 )
-KNOWN_OPTIONS = {name.lower() for name in OPTION_NAMES}
 
 
 def _int_option(opts: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
@@ -106,10 +106,11 @@ def _progress_log_option(opts: Mapping[str, str]) -> str | None:
 
 
 def _choice_option(opts: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
-    raw = str(opts.get(name.lower(), choices[0])).strip().lower()
-    if raw not in choices:
-        raise ValueError(f"option {name}={raw!r}: expected one of {', '.join(choices)}")
-    return raw
+    given = str(opts.get(name.lower(), choices[0]))
+    value = given.strip().lower()
+    if value not in choices:  # the value as the user wrote it, the option as the docs spell it
+        raise ValueError(f"option {name}={given!r}: expected one of {', '.join(choices)}")
+    return value
 
 
 def default_spool(endpoint: str) -> str:
@@ -169,13 +170,10 @@ class ReaderOptions:
         ``strict`` also rejects unknown option names (typos). Spark calls the data source's
         schema() only for a read, so it parses strictly there and a typo fails at ``load()``.
         """
+        unknown = unknown_options_error(dict(options), OPTION_NAMES, "the cloudprofiler source")
+        if unknown is not None and strict:
+            raise ValueError(unknown)
         opts = {str(k).lower(): str(v) for k, v in dict(options).items()}
-        unknown = sorted(set(opts) - KNOWN_OPTIONS)
-        if unknown and strict:
-            raise ValueError(
-                f"unknown option(s) for the cloudprofiler source: {', '.join(unknown)} "
-                f"(valid: {', '.join(OPTION_NAMES)})"
-            )
         hosts = hosts_options(opts)  # factories=...: refuses the options of a query's own factory
         endpoint = opts.get("endpoint", DEFAULT_ENDPOINT).strip()
         if not endpoint.startswith(("tcp://", "ipc://")):

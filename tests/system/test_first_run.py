@@ -16,9 +16,9 @@ from cp_sink.records import published_batches, read_records
 from cp_sink.stream_writer import CloudprofilerStreamWriter
 
 SINK_TYPO = (
-    "unknown option(s) for the cloudprofiler sink: handlr "
-    "(valid: path, handler, n, x, y, periodMs, tupleIdColumn, keepColumns, windowColumn, durability, "
-    "sync, syncEvery, curveKeys, syncPort)"
+    "unknown option for the cloudprofiler sink: 'handlr', did you mean 'handler'? "
+    "(names as Spark passes them, lower-cased; valid: path, handler, n, x, y, periodMs, tupleIdColumn, "
+    "keepColumns, windowColumn, durability, sync, syncEvery, curveKeys, syncPort)"
 )
 
 
@@ -57,7 +57,12 @@ def test_query_with_a_misspelled_sink_option_fails_naming_it(spark, tmp_path: Pa
     )
     with pytest.raises(Exception) as e:  # awaitTermination raises the query's failure
         q.awaitTermination(180)
-    assert f"ValueError: {SINK_TYPO}" in str(e.value).splitlines()
+    # the first line of Spark's error ends with the sink's own, whole (no Python traceback before it)
+    assert (
+        str(e.value)
+        .splitlines()[0]
+        .endswith(f"Failed to initialize Python data source writer: ValueError: {SINK_TYPO}")
+    )
     assert published_batches(tmp_path / "out") == {}
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("batch=*"))
 
@@ -70,7 +75,8 @@ def test_identity_is_the_one_handler_name_and_id_its_alias() -> None:
     with pytest.raises(ValueError) as e:
         parse_handler("ident")
     assert str(e.value) == (
-        "unknown handler 'ident': expected one of identity, downsample, xoy, firstlast, pc, null"
+        "unknown handler 'ident', did you mean 'identity'? "
+        "(expected one of identity, downsample, xoy, firstlast, pc, null)"
     )
 
 

@@ -18,7 +18,10 @@ VALID = (
     "slide, watermarkDelay, klinkDir, maxDeferMs, klinkHistory, klinkMinSlackMs, factories, factoriesDir, "
     "factoryTimeout, statusDir, path"
 )
-TYPO = f"unknown option(s) for the cloudprofiler source: endpont (valid: {VALID})"
+TYPO = (
+    "unknown option for the cloudprofiler source: 'endpont', did you mean 'endpoint'? "
+    f"(names as Spark passes them, lower-cased; valid: {VALID})"
+)
 
 
 def _lines(e: BaseException) -> list[str]:
@@ -28,7 +31,7 @@ def _lines(e: BaseException) -> list[str]:
 def test_options_parse_refuses_a_typo_naming_it_and_the_valid_ones() -> None:
     assert ", ".join(OPTION_NAMES) == VALID
     with pytest.raises(ValueError) as e:
-        ReaderOptions.parse({"ENDPONT": "tcp://127.0.0.1:1"})
+        ReaderOptions.parse({"endpont": "tcp://127.0.0.1:1"})  # as Spark passes it
     assert str(e.value) == TYPO
     assert ReaderOptions.parse({"endpont": "x"}, strict=False).endpoint == "tcp://127.0.0.1:5555"
 
@@ -40,7 +43,8 @@ def test_a_misspelled_option_fails_at_load_in_one_line(spark) -> None:
     reader = spark.readStream.format("cloudprofiler").option("endpont", "tcp://127.0.0.1:5999")
     with pytest.raises(Exception) as e:
         reader.load()
-    assert f"ValueError: {TYPO}" in _lines(e.value)
+    # the first line of Spark's error ends with the reader's own, whole (no Python traceback before it)
+    assert _lines(e.value)[0].endswith(f"Failed to create Python data source instance: ValueError: {TYPO}")
     # the same options, spelled right, load
     df = spark.readStream.format("cloudprofiler").option("Endpoint", "tcp://127.0.0.1:5999").load()
     assert "tuple_id" in df.columns
