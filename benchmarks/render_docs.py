@@ -67,6 +67,12 @@ BLOCKS: dict[str, Block] = {
     "readpath.throughput": Block("readpath", "readpath.json", _show("print_report"), "^read path,", "^start"),
     "readpath.floor": Block("readpath", "readpath.json", _show("print_report"), "^per-batch floor"),
     "sync": Block("sync", "sync.json", _show("show")),
+    "sink_overhead": Block(
+        "sink_overhead", "sink_overhead.json", lambda m, d: m.report(d["seconds"], d, d["rows"], d["repeat"])
+    ),
+    "channels": Block(
+        "channels", "channels.json", lambda m, d: m.print_table(d["baseline_ns"], d["handlers"])
+    ),
     "probe_guard": Block("probe_guard", "probe_guard.json", _show("report")),
     "viper": Block("viper", "viper.json", _show("print_report")),
     "klink": Block("klink", "klink.json", _show("print_report")),
