@@ -59,6 +59,7 @@ def test_demo_prints_consistent_totals(tmp_path: Path) -> None:
         line = next(ln for ln in run.stdout.splitlines() if ln.lstrip("│┃ ").startswith(label))
         assert f"{value:,}" in line
     assert "every emitted tuple read once" in run.stdout
+    _check_report(run.stdout, out)
     _check_latencies_against_truth(out, t)
     _check_table_against_parquet(run.stdout, out, t)
 
@@ -90,6 +91,20 @@ def test_default_demo_warms_up_then_shows_the_steady_state_with_no_drop(tmp_path
     assert "500,000" in end_to_end
     assert (out / "latency_error.png").stat().st_size > 0
     _check_table_against_parquet(run.stdout, out, t)
+
+
+def _check_report(stdout: str, out: Path) -> None:
+    """The last line names the HTML report: one page, at least 3 pictures, no outside address; the
+    spools and checkpoints are gone."""
+    import re
+
+    assert stdout.strip().splitlines()[-1] == f"report: {out / 'report.html'}"
+    page = (out / "report.html").read_text()
+    assert page.count("<svg") >= 3 and page.count("<figcaption>") == page.count("<svg")
+    assert not re.search(r"https?:|<link|<script|src=|@import|url\((?!#)", page, re.I)
+    assert not [
+        p for p in ("spool", "spool-latency", "checkpoint", "checkpoint-latency") if (out / p).exists()
+    ]
 
 
 def _real_tsc(values: np.ndarray, nodes: np.ndarray, virtual: dict[str, VirtualDomain]) -> np.ndarray:

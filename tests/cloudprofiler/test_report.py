@@ -110,8 +110,15 @@ def check_page(text: str, series: list[Any]) -> _Page:
     return page
 
 
-def test_the_demo_report_is_one_page_whose_plots_drew_its_table(tmp_path: Path, capsys: Any) -> None:
-    out, series = demo_run_dir(tmp_path)
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Any]]:
+    """One demo-shaped run directory for the tests of this module (its drawing is the cost)."""
+    return demo_run_dir(tmp_path_factory.mktemp("demo-run"))
+
+
+@pytest.mark.long  # drawing the demo's three figures twice: ~15 s on a busy 2-core machine
+def test_the_demo_report_is_one_page_whose_plots_drew_its_table(demo_run: Any, capsys: Any) -> None:
+    out, series = demo_run
     check_page((out / "report.html").read_text(), series)
     # cloudprofiler report RUN rebuilds it from run.json and latency.parquet alone
     (out / "report.html").unlink()
@@ -133,27 +140,39 @@ def _chromium() -> str | None:
     return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 
 
-def test_the_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+def _open(browser: str, page: Path, shot: Path, size: str) -> list[str]:
+    """Open ``page`` in headless Chromium, screenshot it to ``shot``; the console's lines."""
+    run = subprocess.run(
+        [browser, "--headless", "--disable-gpu", "--no-sandbox", "--hide-scrollbars",
+         "--enable-logging=stderr", "--v=0", f"--user-data-dir={shot.parent / 'profile'}",
+         f"--screenshot={shot}", f"--window-size={size}", page.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0 and shot.exists(), run.stderr[-2000:]
+    return [ln for ln in run.stderr.splitlines() if ":CONSOLE" in ln or "Uncaught" in ln]
+
+
+@pytest.mark.long  # the demo's figures and two Chromium starts
+def test_the_report_renders_in_headless_chromium(demo_run: Any, tmp_path: Path) -> None:
     browser = _chromium()
     if browser is None:
         pytest.skip("no chromium, chromium-browser or google-chrome on PATH (.ci/run installs chromium)")
     import matplotlib.image as mpimg
 
-    out, _ = demo_run_dir(tmp_path)
+    # the console check sees an error where there is one
+    bad = tmp_path / "bad.html"
+    bad.write_text("<html><body>x<script>console.error('boom')</script></body></html>")
+    assert any("boom" in ln for ln in _open(browser, bad, tmp_path / "bad.png", "300,200"))
+    out, _ = demo_run
     shot = tmp_path / "shot.png"
-    run = subprocess.run(
-        [browser, "--headless", "--disable-gpu", "--no-sandbox", "--hide-scrollbars",
-         "--enable-logging=stderr", "--v=0", f"--user-data-dir={tmp_path / 'profile'}",
-         f"--screenshot={shot}", "--window-size=1200,2000", (out / "report.html").as_uri()],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr[-2000:]
-    console = [ln for ln in run.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
+    console = _open(browser, out / "report.html", shot, "1200,2000")
     assert not console, console
     img = mpimg.imread(shot)
     assert img.shape[:2] == (2000, 1200)
     colours = np.unique((img[..., :3] * 255).astype(np.uint8).reshape(-1, 3), axis=0)
     assert len(colours) > 50, len(colours)  # text, tables and plots, not a blank page
+    blank = mpimg.imread(tmp_path / "bad.png")  # a page with one letter: few colours
+    assert len(np.unique((blank[..., :3] * 255).astype(np.uint8).reshape(-1, 3), axis=0)) < 50
 
 
 def test_translate_report_writes_a_run_directory(tmp_path: Path, capsys: Any) -> None:
