@@ -67,6 +67,15 @@ BLOCKS: dict[str, Block] = {
     "readpath.throughput": Block("readpath", "readpath.json", _show("print_report"), "^read path,", "^start"),
     "readpath.floor": Block("readpath", "readpath.json", _show("print_report"), "^per-batch floor"),
     "sync": Block("sync", "sync.json", _show("show")),
+    "sink_store": Block(
+        "sink_store", "sink_store.json", lambda m, d: m.report(d, d["runs"], argparse.Namespace(**d["args"]))
+    ),
+    "durability.sink": Block(
+        "durability",
+        "durability.json",
+        lambda m, d: m.report(d, argparse.Namespace(**d["args"]), d["filesystem"]),
+        "^Sink micro-batch",
+    ),
     "sink_overhead": Block(
         "sink_overhead", "sink_overhead.json", lambda m, d: m.report(d["seconds"], d, d["rows"], d["repeat"])
     ),

@@ -253,8 +253,10 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 
 def report(summary: dict[str, Any], runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> None:
+    # a saved result names the filesystem it ran on; a run looks at its own
+    fs = summary.get("filesystem") or fs_type(args.dir)
     names = {
-        "local": "local dir (ext4)" if fs_type(args.dir) == "ext4" else "local dir",
+        "local": "local dir (ext4)" if fs == "ext4" else "local dir",
         "s3": "S3 (moto, loopback)",
     }
     cells = []
