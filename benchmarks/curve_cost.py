@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_common import arg_parser, make_table, result_head, write_json
+from bench_common import add_show, arg_parser, make_table, result_head, shown, write_json
 from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -129,13 +129,30 @@ def bench_fetch(keys: str | None, seconds: float) -> float:
             server.stop()
 
 
+def report(doc: dict[str, Any]) -> None:
+    """The table of a result file: each path's best figure with keys off and on."""
+    best = doc["best"]
+    labels = {
+        "transport_mb_s": "transport, 64 KiB messages (MB/s)",
+        "fetch_mb_s": "segment fetch, 3 MB (MB/s)",
+        "ingest_per_s": f"ingest, offered {doc['rate']:,.0f}/s (tuples/s published)",
+    }
+    rows = [
+        (label, f"{best['off'][k]:,.0f}", f"{best['on'][k]:,.0f}", f"{best['on'][k] / best['off'][k]:.2f}")
+        for k, label in labels.items()
+    ]
+    Console().print(make_table("CurveZMQ: keys off vs on", ["run", "keys off", "keys on", "on / off"], rows))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = arg_parser(__doc__, "curve_cost")
     ap.add_argument("--quick", action="store_true", help="shorter runs, one pair each")
     ap.add_argument("--rate", type=float, default=3e6, help="ingest offer rate, tuples/s (default 3e6)")
+    add_show(ap)
     args = ap.parse_args(argv)
+    if shown(args.show, report):
+        return 0
     secs, pairs = (1.0, 1) if args.quick else (2.0, 2)
-    console = Console()
     with tempfile.TemporaryDirectory() as kd:
         keys = str(Path(kd) / "keys")
         curve_keys.generate(keys)
@@ -154,18 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         }
         for side, r in sides.items()
     }
-    labels = {
-        "transport_mb_s": "transport, 64 KiB messages (MB/s)",
-        "fetch_mb_s": "segment fetch, 3 MB (MB/s)",
-        "ingest_per_s": f"ingest, offered {args.rate:,.0f}/s (tuples/s published)",
-    }
-    rows = [
-        (label, f"{best['off'][k]:,.0f}", f"{best['on'][k]:,.0f}", f"{best['on'][k] / best['off'][k]:.2f}")
-        for k, label in labels.items()
-    ]
-    console.print(make_table("CurveZMQ: keys off vs on", ["run", "keys off", "keys on", "on / off"], rows))
     doc = {**result_head("curve_cost"), "rate": args.rate, "seconds": secs, "best": best, "runs": sides}
-    doc["ratio_on_off"] = {k: best["on"][k] / best["off"][k] for k in labels}
+    doc["ratio_on_off"] = {k: best["on"][k] / best["off"][k] for k in best["on"]}
+    report(doc)
     write_json(args.json, doc, announce=True)
     return 0
 

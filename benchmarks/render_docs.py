@@ -67,6 +67,7 @@ BLOCKS: dict[str, Block] = {
     "readpath.throughput": Block("readpath", "readpath.json", _show("print_report"), "^read path,", "^start"),
     "readpath.floor": Block("readpath", "readpath.json", _show("print_report"), "^per-batch floor"),
     "sync": Block("sync", "sync.json", _show("show")),
+    "curve_cost": Block("curve_cost", "curve_cost.json", _show("report")),
     "sink_store": Block(
         "sink_store", "sink_store.json", lambda m, d: m.report(d, d["runs"], argparse.Namespace(**d["args"]))
     ),
