@@ -1,19 +1,22 @@
 """Run a docs page's code blocks as a user would: in order, Python in one namespace, bash in one shell.
 
-The convention (docs/index.md, "Code blocks in these pages"):
+The convention (docs/contributing.md, "Code blocks in the docs"):
 
 * ```` ```python ```` blocks run, in page order, in one namespace per page that holds
-  ``spark`` (a SparkSession, as in the ``pyspark`` shell);
+  ``spark`` (a SparkSession, as in the ``pyspark`` shell), started in a scratch working
+  directory (a page that needs a directory of its own takes the current one);
 * ```` ```bash ```` blocks run, in page order, in one bash session per page, started in the
   working directory with ``set -e``; a command ending in ``&`` is a background job (a
   server), stopped with SIGTERM when the page ends unless the page stops it itself;
 * ```` ```text ````, ```` ```console ```` and ```` ```json ```` blocks are outputs, file
   layouts, synopses and data samples: never run;
-* a ``python`` or ``bash`` block that must not run as written carries a visible title that
-  says why: ```` ```bash title="not run: installs the package" ````.
+* a ``python`` or ``bash`` block that must not run as written has, on the line before its
+  fence (blank lines between allowed), an HTML comment that says why:
+  ``<!-- not run: installs the package -->``. Markdown passes the comment through to the
+  HTML, where no browser shows it: the reader sees the code, the tests see the mark.
 
-Any other fence (no language, another language) is an error naming the page and line, so
-a block is never skipped without a mark in the page.
+Any other fence (no language, another language, a ``title=``) is an error naming the page and
+line, so a block is never skipped without a mark in the page.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from typing import Any
 FENCE = re.compile(r"^([ \t]*)```([^\n]*)\n(.*?)^\1```[ \t]*$", re.S | re.M)
 RUN = ("python", "bash")
 SAMPLES = ("text", "console", "json")
-NOT_RUN = re.compile(r'^(python|bash) +title="not run: [^"]+"$')
+# the mark of a block not run: the last non-blank line before its fence, at any indent
+NOT_RUN = re.compile(r"^[ \t]*<!-- not run: \S[^\n]*? -->[ \t]*$")
 DONE = "__cp_doc_block_done__"
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,15 +60,22 @@ def page_blocks(path: Path) -> list[Block]:
         info, line = m.group(2).strip(), text.count("\n", 0, m.start()) + 1
         code = textwrap.dedent(m.group(3)) if m.group(1) else m.group(3)
         if info in RUN:
-            out.append(Block(info, code, line))
-        elif info in SAMPLES or NOT_RUN.match(info):
+            out.append(Block("" if not_run_mark(text, m.start()) else info, code, line))
+        elif info in SAMPLES:
             out.append(Block("", code, line))
         else:
             raise AssertionError(
                 f"{path.name}:{line}: a block with info string {info!r} is neither run (python, bash) "
-                f'nor marked (text, console, json, or python/bash title="not run: why")'
+                "nor marked (text, console, json, or python/bash after a line <!-- not run: why -->)"
             )
     return out
+
+
+def not_run_mark(text: str, fence: int) -> str | None:
+    """The ``<!-- not run: why -->`` line before the fence at offset ``fence`` (blank lines skipped)."""
+    head = text[:fence].rstrip()
+    last = head[head.rfind("\n") + 1 :]
+    return last.strip() if NOT_RUN.match(last) else None
 
 
 def python_code(path: Path) -> str:

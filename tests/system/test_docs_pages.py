@@ -1,8 +1,9 @@
 """Every docs page's code runs as written, in order, twice in a row in one working directory.
 
-The blocks' convention is in tests/helpers/doc_blocks.py and on docs/index.md: python and bash blocks
-run (bash in one shell per page, its background servers stopped when the page ends); text,
-console and json blocks and blocks titled "not run: why" are not; any other block fails the page.
+The blocks' convention is in tests/helpers/doc_blocks.py and on docs/contributing.md: python and bash
+blocks run (bash in one shell per page, its background servers stopped when the page ends); text,
+console and json blocks and blocks after a line ``<!-- not run: why -->`` are not; any other block
+fails the page.
 """
 
 from __future__ import annotations
@@ -58,6 +59,22 @@ def test_an_unmarked_block_fails_naming_page_and_line(tmp_path: Path) -> None:
     with pytest.raises(AssertionError) as e:
         page_blocks(page)
     assert str(e.value).startswith("page.md:7: a block with info string '' is neither run")
+    page.write_text('# t\n\n```bash title="not run: the old mark, shown on the page"\nfalse\n```\n')
+    with pytest.raises(AssertionError) as e:
+        page_blocks(page)
+    assert str(e.value).startswith("page.md:3: a block with info string 'bash title=")
+
+
+def test_a_not_run_mark_is_the_comment_line_before_the_fence(tmp_path: Path) -> None:
+    """The mark skips only the fence it precedes (blank lines between allowed, indented in a list)."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- not run: needs a cluster -->\n```bash\nfalse\n```\n\n"
+        "1. step\n\n    <!-- not run: installs packages -->\n\n"
+        "    ```python\n    raise SystemExit\n    ```\n\n"
+        "<!-- not run: a comment before prose, not before a fence -->\ntext\n\n```bash\necho run\n```\n"
+    )
+    assert [(b.lang, b.line) for b in page_blocks(page)] == [("", 2), ("", 10), ("bash", 17)]
 
 
 def test_blocks_run_in_order_and_a_failing_command_fails_the_page(tmp_path: Path) -> None:
@@ -67,7 +84,7 @@ def test_blocks_run_in_order_and_a_failing_command_fails_the_page(tmp_path: Path
         "```bash\nX=4\necho $X > a.txt\nsleep 600 &\n```\n\n"
         "```python\nn = int(open('a.txt').read())\nopen('b.txt', 'w').write(str(n + 1))\n```\n\n"
         "```text\nnot run\n```\n\n"
-        '```bash title="not run: an example"\nfalse\n```\n\n'
+        "<!-- not run: an example -->\n\n```bash\nfalse\n```\n\n"
         '```bash\ntest "$(cat b.txt)" = 5 && echo $X > c.txt\n```\n'
     )
     ns = run_page(page, tmp_path, {})

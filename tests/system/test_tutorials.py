@@ -15,7 +15,6 @@ TUTORIALS = ROOT / "docs" / "tutorials"
 
 
 NAMES = [
-    "quickstart.md",
     "latency-across-nodes.md",
     "maxrate.md",
     "instrumenting.md",
@@ -31,12 +30,19 @@ def _run(path: Path, ns: dict[str, Any]) -> dict[str, Any]:
     return ns
 
 
+def test_every_tutorial_is_run() -> None:
+    assert set(NAMES) == {p.name for p in TUTORIALS.glob("*.md")}
+
+
 @pytest.mark.long  # each tutorial twice: 20-50 s apiece
 @pytest.mark.parametrize("name", NAMES)
 def test_tutorial_runs_twice_in_a_row(name: str, spark: Any, tmp_path: Path) -> None:
+    """A tutorial is self-contained: it makes its own ``spark`` (getOrCreate: the running session)
+    and its ``workdir``, the directory it starts in, where its shell commands run too."""
     for run in (1, 2):
-        ns: dict[str, Any] = {"spark": spark, "workdir": str(tmp_path), "__name__": f"tutorial_{name}_{run}"}
-        run_page(TUTORIALS / name, tmp_path, ns)  # every block, bash too, by the docs' convention
+        ns = run_page(TUTORIALS / name, tmp_path, {"__name__": f"tutorial_{name}_{run}"})
+        assert ns["workdir"] == str(tmp_path)
+        assert ns.get("spark", spark) is spark  # latency-across-nodes starts no session
 
 
 @pytest.mark.long  # the README's generator and query twice: 14 s
