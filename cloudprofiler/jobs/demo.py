@@ -45,6 +45,7 @@ import native_tsc
 from cloudprofiler.cli.process import cli_argv, stop_processes
 from cloudprofiler.errors import CommandError
 from cloudprofiler.jobs.demo_report import DemoLayout
+from cloudprofiler.jobs.demo_verdict import DEFAULT_SLOPE_LIMIT
 from cp_source.generate.cli import add_bucket_option
 from cp_store.location import Location, resolve
 
@@ -55,7 +56,9 @@ processes, the YSB query (filter views, join the campaigns table on ad_id,
 into the cloudprofiler sink, MinRTT sync phases every few seconds throughout.
 Warms up first (the queries, their factories and a --warmup load, reported on
 one line), then measures. Prints what was offered, dropped (per query), lost and
-ingested, the rate sustained, and the steady-state latency table (generator to
+ingested, whether the rate was sustained (no drop, no loss, and end-to-end latency
+not climbing faster than --latency-slope; otherwise which of them failed), and the
+steady-state latency table (generator to
 source, source to sink, end to end, windowed output) with error bounds; writes
 latency.parquet (one row per record and pair of points), latency.png (the table's
 records: latency and error-bound distributions, whiskers at min and max),
@@ -123,6 +126,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "a URI (s3://, s3a://, gs://, hdfs://, abfs://) takes latency.parquet, the plots and the "
         "report, the work files go to a local temp dir removed at the end",
     )
+    p.add_argument(
+        "--latency-slope",
+        type=float,
+        default=DEFAULT_SLOPE_LIMIT,
+        metavar="X",
+        help="the rate counts as sustained only if end-to-end latency climbs by at most X seconds per "
+        f"second over the measured run (as maxrate --latency-slope; default {DEFAULT_SLOPE_LIMIT:g})",
+    )
     p.add_argument("--summary", help="also write the totals as JSON to this file (a path or URI)")
     p.add_argument("--timeout", type=float, default=300.0, help="give up after N seconds (default 300)")
 
@@ -142,6 +153,8 @@ def _check(args: argparse.Namespace) -> None:
         raise CommandError(f"--simulate-nodes {args.simulate_nodes}: expected 0..{len(SIM_CLOCKS)}")
     if not 2 <= args.rounds <= 10_000:
         raise CommandError(f"--rounds {args.rounds}: expected 2..10000")
+    if not 0 < args.latency_slope <= 100:
+        raise CommandError(f"--latency-slope {args.latency_slope}: expected 0 < seconds per second <= 100")
     if not 0.1 <= args.sync_every <= 3600:
         raise CommandError(f"--sync-every {args.sync_every}: expected 0.1 to 3600 seconds")
 
@@ -502,6 +515,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the demo."""
     _check(args)
     from cloudprofiler.jobs.demo_report import collect, report
+    from cloudprofiler.jobs.demo_verdict import judge
     from cp_store.tables import output_file
     from native_tsc.console import cli_console
 
@@ -540,6 +554,7 @@ def run(args: argparse.Namespace) -> int:
         totals, lat, series = collect(
             spark, demo.layout, demo.summaries, demo.nodes.virtual, demo.sync_pairs, rows_read, demo.warm
         )
+    judge(totals, args.latency_slope)
     totals["seconds"] = round(time.monotonic() - started, 1)
     totals["out"] = results.uri
     _clean_up(out, results)

@@ -8,12 +8,39 @@ used; records across domains need cp_sync's translation first.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from cp_source.wire.bucket import SEQ_BITS
 from native_tsc.stamp_columns import GEN, SINK, node_column, tsc_column
+
+MIN_SAMPLES = 10  # fewer records than this say nothing about a trend
+
+
+@dataclass(frozen=True)
+class LatencyTrend:
+    """The least-squares line of latency over a run's time: how fast it climbs, and where it goes."""
+
+    slope: float  # seconds of latency gained per second of run
+    first_s: float  # the line's latency at the first record, seconds
+    last_s: float  # the line's latency at the last record, seconds
+    span_s: float  # seconds from the first record to the last
+    samples: int
+
+
+def latency_trend(t_s: np.ndarray, latency_s: np.ndarray) -> LatencyTrend | None:
+    """The line through (``t_s``, ``latency_s``), both in seconds; None with fewer than
+    ``MIN_SAMPLES`` finite points or no time between the first and the last."""
+    t, lat = np.asarray(t_s, dtype=np.float64), np.asarray(latency_s, dtype=np.float64)
+    ok = np.isfinite(t) & np.isfinite(lat)
+    t, lat = t[ok], lat[ok]
+    if len(t) < MIN_SAMPLES or np.ptp(t) == 0:
+        return None
+    lo, hi = float(t.min()), float(t.max())
+    slope, intercept = np.polyfit(t - lo, lat, 1)  # least squares, from the first record's time
+    return LatencyTrend(float(slope), float(intercept), float(intercept + slope * (hi - lo)), hi - lo, len(t))
 
 
 def latency_slope(sink: str | Path, senders: set[int]) -> tuple[float | None, int]:
@@ -37,10 +64,6 @@ def latency_slope(sink: str | Path, senders: set[int]) -> tuple[float | None, in
     same = gen_node == sink_node
     gen = rec[tsc_column(GEN)].to_numpy()[mine][same].astype(np.float64)
     snk = rec[tsc_column(SINK)].to_numpy()[mine][same].astype(np.float64)
-    if len(gen) < 10 or np.ptp(gen) == 0:
-        return None, len(gen)
-    from scipy.stats import linregress
-
     hz = native_tsc.frequency_hz()
-    fit = linregress((gen - gen.min()) / hz, (snk - gen) / hz)
-    return float(fit.slope), len(gen)
+    trend = latency_trend((gen - gen.min()) / hz if len(gen) else gen, (snk - gen) / hz)
+    return (None if trend is None else trend.slope), len(gen)

@@ -79,11 +79,20 @@ def test_default_demo_warms_up_then_shows_the_steady_state_with_no_drop(tmp_path
     assert t["dropped_per_query"] == {"windows": 0, "latency": 0}
     assert t["warmup"]["dropped"] == {"windows": 0, "latency": 0}
     assert t["offered"] == t["emitted"] == 500_000 and t["latency_query"]["emitted"] == 500_000
-    assert t["sustained"] is True and t["consistent"] is True
+    assert t["consistent"] is True
     lines = run.stdout.splitlines()
     warm = [i for i, ln in enumerate(lines) if ln.startswith("warm-up: factories ready ")]
     assert len(warm) == 1 and "(dropped: windows 0, latency 0" in lines[warm[0]]
-    assert "sustained 50,000 tuples/s into each query (windows, latency) with no drop" in lines
+    # the verdict weighs the latency's trend too (on 2 shared cores 50,000 tuples/s may build a backlog
+    # with no drop): it is printed as judged, and says why when the rate was not sustained
+    trend, limit = t["latency_trend"], t["latency_slope_limit"]
+    assert limit == 0.05 and trend["samples"] == 500_000 and t["verdict"] in lines
+    assert t["sustained"] is (trend["slope"] <= limit)
+    rate = "50,000 tuples/s into each query (windows, latency)"
+    verdict = "sustained" if t["sustained"] else "not sustained"
+    assert t["verdict"].startswith(
+        f"{verdict} {rate}: " if t["sustained"] else f"{verdict}: {rate}: latency climbs"
+    )
     table = [i for i, ln in enumerate(lines) if "steady-state latency (after the warm-up)" in ln]
     assert len(table) == 1 and warm[0] < table[0]
     # the steady-state table counts the measured run's records only (the warm-up's are apart)

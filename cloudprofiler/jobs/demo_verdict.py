@@ -1,0 +1,76 @@
+"""Whether the demo's measured run sustained its rate, in the terms a reader checks on the page.
+
+"Sustained" means three things at once: no generator dropped a tuple, nothing was lost in
+transit, and the end-to-end latency did not climb over the measured run (Karimov et al.'s
+criterion, as ``cloudprofiler maxrate --latency-slope``): a pipeline that falls behind builds
+a backlog, so each tuple waits longer than the one before even when nothing is dropped. When
+the run is not sustained, the verdict names every criterion that failed, with its figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from cloudprofiler.jobs.latency_slope import LatencyTrend, latency_trend
+
+if TYPE_CHECKING:
+    from cp_sync.report import LatencySeries
+
+DEFAULT_SLOPE_LIMIT = 0.05  # s of latency gained per s of run: 0.5 s over the default 10 s run
+QUERIES = ("windows", "latency")
+
+
+def end_to_end_trend(series: list[LatencySeries]) -> dict[str, Any] | None:
+    """The trend of end-to-end (gen -> sink) latency over the measured run: the table's records,
+    on the plots' time axis; None when there are too few records to tell."""
+    for s in series:
+        if (s.key["from_point"], s.key["to_point"]) != ("gen", "sink"):
+            continue
+        f = s.steady().figured()
+        if f.t_s is None:
+            return None
+        trend = latency_trend(f.t_s, f.duration_ns / 1e9)
+        return None if trend is None else asdict(trend)
+    return None
+
+
+def failures(t: dict[str, Any], limit: float) -> list[str]:
+    """Every criterion the run failed, each as a phrase with its figures (empty: sustained).
+
+    ``t``: the demo's totals (``generator_bound``, ``dropped_per_query``, ``lost_per_query``,
+    ``latency_trend``); ``limit``: the largest latency slope (s/s) still counted as flat."""
+    out = []
+    if t["generator_bound"]:
+        out.append("the generator could not offer the rate (generator-bound run)")
+    out += [f"the {q} query's generator dropped {n:,}" for q, n in t["dropped_per_query"].items() if n]
+    out += [f"the {q} query lost {n:,} in transit" for q, n in t["lost_per_query"].items() if n]
+    trend = t["latency_trend"]
+    if trend is not None and trend["slope"] > limit:
+        out.append(f"latency climbs {climb(LatencyTrend(**trend))} (limit {limit:g} s/s)")
+    return out
+
+
+def climb(tr: LatencyTrend) -> str:
+    """How the end-to-end latency moves over the run, e.g. ``+0.34 s/s, 5.50 s -> 7.20 s in 5.0 s``."""
+    return f"{tr.slope:+.2g} s/s, {_seconds(tr.first_s)} -> {_seconds(tr.last_s)} in {tr.span_s:.1f} s"
+
+
+def _seconds(s: float) -> str:
+    return f"{s:.2f} s" if abs(s) >= 1 else f"{s * 1e3:,.0f} ms"
+
+
+def judge(t: dict[str, Any], limit: float = DEFAULT_SLOPE_LIMIT) -> str:
+    """Set ``t["sustained"]``, ``t["failed"]`` and ``t["verdict"]`` (the line printed); return the line."""
+    failed = failures(t, limit)
+    rate = f"{t['target_rate']:,.0f} tuples/s into each query ({', '.join(QUERIES)})"
+    trend = t["latency_trend"]
+    if failed:
+        line = f"not sustained: {rate}: {'; '.join(failed)}"
+    elif trend is None:
+        line = f"sustained {rate}: no drop, no loss (too few records to tell the latency trend)"
+    else:
+        flat = climb(LatencyTrend(**trend))
+        line = f"sustained {rate}: no drop, no loss, latency flat: {flat} (limit {limit:g} s/s)"
+    t.update(sustained=not failed, failed=failed, verdict=line, latency_slope_limit=limit)
+    return line
