@@ -372,8 +372,8 @@ def page_plots(
     ]
 
 
-WINDOWS_TITLE = "windows query: YSB, 10 s event-time windowed view counts per campaign"
-LATENCY_TITLE = "latency query: one record per tuple into the cloudprofiler sink"
+WINDOWS_TITLE = "windows query: YSB views per campaign, 10 s windows"
+LATENCY_TITLE = "latency query: one record per tuple in the sink"
 LEDGER_TITLE = "cloudprofiler demo: ingest of the windows query and the latency query"
 
 
