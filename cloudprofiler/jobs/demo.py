@@ -530,6 +530,8 @@ def run(args: argparse.Namespace) -> int:
     with ExitStack() as stack, console.status("starting Spark (local[2])") as status:
         from cloudprofiler.spark_local import local_session
 
+        if not results.is_local:  # the local work directory goes, also when the run fails (run last)
+            stack.callback(_clean_up, out, results)
         demo = _Demo(args, out, stack, status, started + args.timeout, _Nodes(args.simulate_nodes))
         stack.callback(demo.procs.close)
         spark = local_session(
