@@ -10,6 +10,7 @@ Register it once per SparkSession with ``cloudprofiler.register(spark)`` (``regi
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, ClassVar
 
 from pyspark.sql.datasource import DataSource
@@ -70,8 +71,12 @@ def _refused(e: Exception) -> Exception:
 
     Spark's worker formats a failure as a traceback unless SPARK_HIDE_TRACEBACK is set, then
     exits (pyspark.util.handle_worker_exception): set here, it changes only this failure's
-    report, and the message lands on the first line of the query's error, after Spark's prefix."""
-    os.environ["SPARK_HIDE_TRACEBACK"] = "1"
+    report, and the message lands on the first line of the query's error, after Spark's prefix.
+    Anywhere else (a driver calling this itself) the environment is left alone: a JVM started
+    later would hand it to every worker."""
+    main = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if main is not None and str(main.name).startswith("pyspark."):  # a Spark Python worker
+        os.environ["SPARK_HIDE_TRACEBACK"] = "1"
     return type(e)(first_line(e))
 
 
