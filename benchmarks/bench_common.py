@@ -11,9 +11,11 @@ import argparse
 import os
 import platform
 import sys
+import threading
 import time
 import timeit
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -177,3 +179,38 @@ def markdown_table(table: Table) -> str:
     lines.append("|" + "|".join(align) + "|")
     lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def proc_cpu_s(pids: Iterable[int]) -> float:
+    """User + system CPU seconds these live processes have used so far (``/proc/<pid>/stat``, Linux)."""
+    ticks = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def committed_factory(spool: str, **factory_options: Any) -> Iterator[Any]:
+    """A factory on a free loopback port whose published segments are committed every 0.1 s, as the
+    stream reader commits them, so a long run does not fill the disk; stopped on exit."""
+    from cp_source.factory.supervisor import start_factory
+    from cp_source.spool.segments import Spool
+
+    factory = start_factory("tcp://127.0.0.1:0", spool, max_spool_bytes=64 << 30, **factory_options)
+    done = threading.Event()
+
+    def consume() -> None:
+        sp = Spool(spool)
+        while not done.wait(0.1):
+            sp.commit(sp.latest())
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    try:
+        yield factory
+    finally:
+        done.set()
+        consumer.join()
+        factory.stop()

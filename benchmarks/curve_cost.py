@@ -23,14 +23,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_common import add_show, arg_parser, make_table, result_head, shown, write_json
+from bench_common import add_show, arg_parser, committed_factory, make_table, result_head, shown, write_json
 from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import zmq
 
-from cp_source.factory.supervisor import start_factory
 from cp_source.generate.generator import run_generator
 from cp_source.generate.settings import GeneratorSettings
 from cp_source.hosts.segment_server import SegmentRef, SegmentServer, fetch_segment
@@ -80,27 +79,12 @@ def bench_transport(keys: str | None, seconds: float) -> float:
 
 def bench_ingest(keys: str | None, rate: float, seconds: float) -> dict[str, Any]:
     """Tuples/s a 2-worker factory publishes when offered ``rate`` for ``seconds``."""
-    with tempfile.TemporaryDirectory() as d:
-        f = start_factory("tcp://127.0.0.1:0", d, workers=2, max_spool_bytes=64 << 30, curve_keys=keys)
-        done = threading.Event()
-
-        def consume() -> None:  # commit what is published, as the reader does
-            sp = Spool(d)
-            while not done.wait(0.1):
-                sp.commit(sp.latest())
-
-        consumer = threading.Thread(target=consume, daemon=True)
-        consumer.start()
-        try:
-            s = run_generator(
-                f.endpoint, GeneratorSettings(rate=rate, duration=seconds, bucket=1000, curve_keys=keys)
-            )
-            f.wait_drained(60)
-            st = Spool(d).stats()
-        finally:
-            done.set()
-            consumer.join()
-            f.stop()
+    with tempfile.TemporaryDirectory() as d, committed_factory(d, workers=2, curve_keys=keys) as f:
+        s = run_generator(
+            f.endpoint, GeneratorSettings(rate=rate, duration=seconds, bucket=1000, curve_keys=keys)
+        )
+        f.wait_drained(60)
+        st = Spool(d).stats()
     return {
         "offered": s["offered"],
         "dropped": s["dropped"],

@@ -25,19 +25,17 @@ import multiprocessing as mp
 import os
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from bench_common import add_show, make_table, shown, write_json
+from bench_common import add_show, committed_factory, make_table, proc_cpu_s, shown, write_json
 from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cp_source.factory.parse_json import parse_arrow_json, parse_naive_rows, parse_orjson
 from cp_source.factory.parse_ysb import StringRowParser
-from cp_source.factory.supervisor import start_factory
 from cp_source.factory.workers import FactoryWorker, WorkerConfig
 from cp_source.generate.generator import run_generator
 from cp_source.generate.payloads import build_payloads
@@ -154,39 +152,17 @@ def bench_parsers(bucket: int, seconds: float) -> dict[str, float]:
     return out
 
 
-def _proc_cpu(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        parts = f.read().rsplit(")", 1)[1].split()
-    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def bench_factory(
     workers: int, rate: float, duration: float, bucket: int, parser: str = "auto"
 ) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as d:
-        f = start_factory("tcp://127.0.0.1:0", d, workers=workers, max_spool_bytes=64 << 30, parser=parser)
-        done = threading.Event()
-
-        def consume() -> None:
-            """Commit what is published, as the stream reader does, so segments do not pile up on disk."""
-            sp = Spool(d)
-            while not done.wait(0.1):
-                sp.commit(sp.latest())
-
-        consumer = threading.Thread(target=consume, daemon=True)
-        consumer.start()
-        try:
-            cpu0 = [_proc_cpu(p) for p in f.worker_pids()]
-            s = run_generator(
-                f.endpoint, GeneratorSettings(rate=rate, duration=duration, bucket=bucket, sender_base=2)
-            )
-            f.wait_drained(60)
-            cpu = sum(_proc_cpu(p) - c for p, c in zip(f.worker_pids(), cpu0, strict=True))
-            st = Spool(d).stats()
-        finally:
-            done.set()
-            consumer.join()
-            f.stop()
+    with tempfile.TemporaryDirectory() as d, committed_factory(d, workers=workers, parser=parser) as f:
+        cpu0 = proc_cpu_s(f.worker_pids())
+        s = run_generator(
+            f.endpoint, GeneratorSettings(rate=rate, duration=duration, bucket=bucket, sender_base=2)
+        )
+        f.wait_drained(60)
+        cpu = proc_cpu_s(f.worker_pids()) - cpu0
+        st = Spool(d).stats()
     rows = st.rows
     return {
         "workers": workers,

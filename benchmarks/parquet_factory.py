@@ -21,10 +21,8 @@ Writes benchmarks/results/parquet_factory.json.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,12 +32,21 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
-from bench_common import add_show, arg_parser, finish, make_table, print_load, run_head, shown
+from bench_common import (
+    add_show,
+    arg_parser,
+    committed_factory,
+    finish,
+    make_table,
+    print_load,
+    proc_cpu_s,
+    run_head,
+    shown,
+)
 from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cp_source.factory.supervisor import start_factory
 from cp_source.factory.workers import FactoryWorker, WorkerConfig, make_accumulator
 from cp_source.generate.generator import run_generator
 from cp_source.generate.settings import GeneratorSettings
@@ -130,40 +137,20 @@ def worker_rate(workload: str, payloads: list[bytes], bucket: int, seconds: floa
             w.close()
 
 
-def _proc_cpu(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        parts = f.read().rsplit(")", 1)[1].split()
-    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def factory_rate(workload: str, rate: float, duration: float, bucket: int) -> dict[str, Any]:
     """A real factory (1 worker) fed by the generator over ZeroMQ; rows published per worker CPU-second."""
     schema = DDL if workload.startswith("file:") else None
-    with tempfile.TemporaryDirectory() as d:
-        f = start_factory(
-            "tcp://127.0.0.1:0", d, workers=1, workload=workload, schema=schema, max_spool_bytes=64 << 30
+    with (
+        tempfile.TemporaryDirectory() as d,
+        committed_factory(d, workers=1, workload=workload, schema=schema) as f,
+    ):
+        cpu0 = proc_cpu_s(f.worker_pids())
+        s = run_generator(
+            f.endpoint, GeneratorSettings(rate=rate, duration=duration, bucket=bucket, workload=workload)
         )
-        done = threading.Event()
-
-        def consume() -> None:  # commit what is published, as the reader does
-            sp = Spool(d)
-            while not done.wait(0.1):
-                sp.commit(sp.latest())
-
-        consumer = threading.Thread(target=consume, daemon=True)
-        consumer.start()
-        try:
-            cpu0 = [_proc_cpu(p) for p in f.worker_pids()]
-            s = run_generator(
-                f.endpoint, GeneratorSettings(rate=rate, duration=duration, bucket=bucket, workload=workload)
-            )
-            f.wait_drained(120)
-            cpu = sum(_proc_cpu(p) - c for p, c in zip(f.worker_pids(), cpu0, strict=True))
-            st = Spool(d).stats()
-        finally:
-            done.set()
-            consumer.join()
-            f.stop()
+        f.wait_drained(120)
+        cpu = proc_cpu_s(f.worker_pids()) - cpu0
+        st = Spool(d).stats()
     return {
         "offered": s["offered"],
         "dropped": s["dropped"],

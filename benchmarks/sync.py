@@ -22,7 +22,16 @@ from functools import partial
 import numpy as np
 import orjson
 import pyarrow as pa
-from bench_common import add_show, arg_parser, make_table, print_goals, result_head, shown, write_json
+from bench_common import (
+    add_show,
+    arg_parser,
+    make_table,
+    print_goals,
+    proc_cpu_s,
+    result_head,
+    shown,
+    write_json,
+)
 from rich.console import Console
 
 import native_tsc
@@ -254,17 +263,6 @@ def bounds_side_by_side(rounds: int, gap_s: float) -> dict:
     }
 
 
-def _proc_cpu_s(pids: list[int]) -> float:
-    """User + system CPU seconds of these processes so far (from /proc, Linux)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-    return total / tick
-
-
 def continuous_overhead(every: float, duration: float, rounds: int) -> dict:
     """``sync run --every``'s probing load: a coordinator here, three agent processes on loopback.
 
@@ -286,12 +284,12 @@ def continuous_overhead(every: float, duration: float, rounds: int) -> dict:
         try:
             # The agents' start-up (imports, registration) is not probing: sample once all are there.
             wait_agents(coord.address, len(virt), 60.0)
-            t0, agents0, here0 = time.monotonic(), _proc_cpu_s([p.pid for p in procs]), time.process_time()
+            t0, agents0, here0 = time.monotonic(), proc_cpu_s([p.pid for p in procs]), time.process_time()
             load = run_periodic(
                 coord.address, tmp, Schedule(every, duration), rounds=rounds, expect=3, wait_s=60.0
             )
             span = time.monotonic() - t0
-            agents_cpu = _proc_cpu_s([p.pid for p in procs]) - agents0
+            agents_cpu = proc_cpu_s([p.pid for p in procs]) - agents0
             here_cpu = time.process_time() - here0
         finally:
             for p in procs:
