@@ -49,6 +49,8 @@ def test_a_parquet_file_streams_through_the_reader_with_exact_values(spark, tmp_
         wait_for(lambda: spool_drained(spool, summary), 60, "the factory to publish everything")
         latest = Spool(spool).latest()
         wait_for(lambda: source_end_offset(query) == latest, 120, f"the query to reach {latest}")
+        # the file sink's listing can trail the query's progress: read until it holds every row
+        wait_for(lambda: spark.read.parquet(str(out)).count() >= N, 60, f"the sink to hold {N} rows")
         assert query.exception() is None
     finally:
         query.stop()

@@ -40,7 +40,7 @@ from tests.helpers.filled_spool import fill_spool, spool_source
         ({"workload": "file:/tmp/x.ndjson"}, "schema"),
         ({"schema": "a INT"}, "schema"),
         ({"fetchTimeout": "soon"}, "fetchTimeout"),
-        ({"maxRecordPerTrigger": "10"}, "maxrecordpertrigger"),
+        ({"maxRecordPerTrigger": "10"}, "'maxRecordPerTrigger', did you mean 'maxRecordsPerTrigger'"),
         ({"startingOffsets": "newest"}, "startingOffsets"),
     ],
 )
