@@ -1,5 +1,8 @@
 """The tutorials' and the README's Python code blocks run as written, in order, one namespace per
-page, and each page twice in a row in the same working directory (as a user who runs it again)."""
+page. The README's snippet runs twice in a row, as a user who runs it again (a second run once read
+the first run's factory endpoint); the quickstart's page does too (tests/system/test_docs_pages.py).
+Each tutorial runs once: every run works in fresh directories under its scratch directory, and
+running each a second time cost four minutes of the suite's budget."""
 
 from __future__ import annotations
 
@@ -34,15 +37,14 @@ def test_every_tutorial_is_run() -> None:
     assert set(NAMES) == {p.name for p in TUTORIALS.glob("*.md")}
 
 
-@pytest.mark.long  # each tutorial twice: 20-50 s apiece
+@pytest.mark.long  # 20-60 s apiece
 @pytest.mark.parametrize("name", NAMES)
-def test_tutorial_runs_twice_in_a_row(name: str, spark: Any, tmp_path: Path) -> None:
+def test_tutorial_runs_as_written(name: str, spark: Any, tmp_path: Path) -> None:
     """A tutorial is self-contained: it makes its own ``spark`` (getOrCreate: the running session)
     and its ``workdir``, the directory it starts in, where its shell commands run too."""
-    for run in (1, 2):
-        ns = run_page(TUTORIALS / name, tmp_path, {"__name__": f"tutorial_{name}_{run}"})
-        assert ns["workdir"] == str(tmp_path)
-        assert ns.get("spark", spark) is spark  # latency-across-nodes starts no session
+    ns = run_page(TUTORIALS / name, tmp_path, {"__name__": f"tutorial_{name}"})
+    assert ns["workdir"] == str(tmp_path)
+    assert ns.get("spark", spark) is spark  # latency-across-nodes starts no session
 
 
 @pytest.mark.long  # the README's generator and query twice: 14 s
