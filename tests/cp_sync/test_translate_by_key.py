@@ -41,6 +41,7 @@ def _translate(records: Path, out: Path, *extra: str) -> int:
     )
 
 
+@pytest.mark.long  # a real streaming query: moved to keep the fast tier inside its 10 minutes
 def test_keep_columns_through_a_query_then_translate_by_key_without_sync(
     spark: Any, tmp_path: Path, capsys: Any
 ) -> None:

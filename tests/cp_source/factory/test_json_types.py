@@ -130,6 +130,7 @@ def test_spark_from_json_reads_the_rows_as_the_factory_does(spark: Any) -> None:
 BAD_LINE = b'{"id": 4, "p": "x"}'
 
 
+@pytest.mark.long  # a real streaming query: moved to keep the fast tier inside its 10 minutes
 def test_a_file_workload_with_nested_and_decimal_columns_reaches_a_streaming_query(
     spark: Any, tmp_path: Path
 ) -> None:

@@ -213,6 +213,7 @@ def test_the_command_line_refuses_a_bad_line_before_connecting(tmp_path: Path) -
     assert r.stdout == "" and not (tmp_path / "s").exists()
 
 
+@pytest.mark.long  # a real factory and generator: moved to keep the fast tier inside its 10 minutes
 def test_skip_bad_lines_against_a_real_factory_publishes_exactly_the_good_lines_cycled(
     factories: Callable[..., FactoryHandle], tmp_path: Path
 ) -> None:
