@@ -267,27 +267,11 @@ def _timestamps(values: Sequence[Any], f: pa.Field) -> pa.Array:
     return timestamps_from_micros(pa.array(micros, pa.int64()))
 
 
-def _converter(t: pa.DataType) -> Callable[[Sequence[Any], pa.Field], pa.Array]:
-    if pa.types.is_decimal(t):
-        return _decimals
-    if pa.types.is_struct(t):
-        return _structs
-    if pa.types.is_list(t):
-        return _lists
-    if pa.types.is_map(t):
-        return _maps
-    if pa.types.is_string(t):
-        return _strings
-    if pa.types.is_boolean(t):
-        return _booleans
-    if pa.types.is_integer(t):
-        return _integers
-    if pa.types.is_floating(t):
-        return _floats
-    if pa.types.is_date32(t):
-        return _dates
-    if t == TIMESTAMP:
-        return _timestamps
+def _converter(t: pa.DataType) -> Converter:
+    """The conversion of JSON values into Arrow type ``t`` (``_CONVERTERS``, in order)."""
+    for is_type, convert in _CONVERTERS:
+        if is_type(t):
+            return convert
     raise ValueError(f"no JSON conversion for {t}")
 
 
@@ -373,14 +357,22 @@ def _flatten(values: Sequence[Any], kind: type, expected: str) -> tuple[list[Any
     return flat, offsets, pa.array([v is None for v in values], pa.bool_())
 
 
+def _items(
+    flat: list[Any], offsets: np.ndarray, item: pa.Field, member: Callable[[int, int], str]
+) -> pa.Array:
+    """The flattened members of lists or maps converted; a refusal names its row and
+    ``member(index, row)`` (``[2]`` in a list, ``["key"]`` in a map)."""
+    try:
+        return _converter(item.type)(flat, item)
+    except BadValue as e:
+        row = int(np.searchsorted(offsets, e.index, side="right")) - 1
+        raise _member(e, member(e.index, row), item.type, flat, row) from None
+
+
 def _lists(values: Sequence[Any], f: pa.Field) -> pa.Array:
     flat, offsets, mask = _flatten(values, list, "an array")
     item = pa.field("item", f.type.value_type)
-    try:
-        items = _converter(item.type)(flat, item)
-    except BadValue as e:
-        row = int(np.searchsorted(offsets, e.index, side="right")) - 1
-        raise _member(e, f"[{e.index - offsets[row]}]", item.type, flat, row) from None
+    items = _items(flat, offsets, item, lambda i, row: f"[{i - offsets[row]}]")
     return pa.ListArray.from_arrays(pa.array(offsets), items, mask=mask)
 
 
@@ -388,9 +380,22 @@ def _maps(values: Sequence[Any], f: pa.Field) -> pa.Array:
     keys, offsets, mask = _flatten(values, dict, "an object")
     flat = [v[k] for v in values if v is not None for k in v]
     item = pa.field("value", f.type.item_type)
-    try:
-        items = _converter(item.type)(flat, item)
-    except BadValue as e:
-        row = int(np.searchsorted(offsets, e.index, side="right")) - 1
-        raise _member(e, f"[{_shown(keys[e.index])}]", item.type, flat, row) from None
+    items = _items(flat, offsets, item, lambda i, _row: f"[{_shown(keys[i])}]")
     return pa.MapArray.from_arrays(pa.array(offsets), pa.array(keys, pa.string()), items, mask=mask)
+
+
+Converter = Callable[[Sequence[Any], pa.Field], pa.Array]
+
+# Arrow type -> its conversion from JSON values; the first predicate that holds wins.
+_CONVERTERS: tuple[tuple[Callable[[pa.DataType], bool], Converter], ...] = (
+    (pa.types.is_decimal, _decimals),
+    (pa.types.is_struct, _structs),
+    (pa.types.is_list, _lists),
+    (pa.types.is_map, _maps),
+    (pa.types.is_string, _strings),
+    (pa.types.is_boolean, _booleans),
+    (pa.types.is_integer, _integers),
+    (pa.types.is_floating, _floats),
+    (pa.types.is_date32, _dates),
+    (lambda t: t == TIMESTAMP, _timestamps),
+)
