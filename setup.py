@@ -6,8 +6,8 @@ setup(
     ext_modules=[
         Extension(
             "native_tsc._tsc",
-            ["native_tsc/_tsc.c"],
-            depends=["native_tsc/tsc_counter.h"],
+            ["native_tsc/_tsc.c", "native_tsc/_ring.c"],  # _ring.c: the channels' Ring type
+            depends=["native_tsc/tsc_counter.h", "native_tsc/tsc_ring.h"],
             extra_compile_args=["-O2"],
         ),
         Extension(

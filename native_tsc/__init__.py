@@ -22,7 +22,7 @@ import warnings
 from decimal import Decimal
 from typing import Any
 
-from native_tsc.backend_api import ClockBackend
+from native_tsc.backend_api import ChannelRing, ClockBackend
 from native_tsc.clock import Clock, apply_env
 from native_tsc.domain import ENV_VIRTUAL, VirtualDomain, host_domain_id, parse_virtual
 
@@ -67,6 +67,18 @@ def info() -> dict[str, Any]:
     return clock.info()
 
 
+def new_ring(capacity: int) -> ChannelRing:
+    """A profiling channel's ring, stamping as ``now()`` does: the C ``_tsc.Ring`` (one C call
+    per ``log``), or its pure-Python twin ``ring_python.Ring`` on the fallback clock."""
+    make = getattr(clock.backend, "Ring", None)
+    if make is None:
+        from native_tsc import ring_python
+
+        make = ring_python.Ring
+    ring: ChannelRing = make(capacity)
+    return ring
+
+
 def domain_id() -> str:
     """The TSC domain id of this process's readings."""
     return clock.domain_id()
@@ -91,6 +103,7 @@ __all__ = [
     "BACKEND",
     "ENV_VIRTUAL",
     "Clock",
+    "ChannelRing",
     "ClockBackend",
     "VirtualDomain",
     "clear_virtual",
@@ -100,6 +113,7 @@ __all__ = [
     "frequency_hz",
     "host_domain_id",
     "info",
+    "new_ring",
     "now",
     "now_cpu",
     "parse_virtual",

@@ -4,6 +4,7 @@
  * The counter read and the transform live in tsc_counter.h. A process may
  * carry a virtual TSC domain (a known affine transform of the real counter):
  * it exists to test cross-node translation on one machine against ground truth.
+ * The Ring type (profiling channels' log() in one C call) lives in _ring.c.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -12,10 +13,10 @@
 #include <sched.h>
 
 #include "tsc_counter.h"
+#include "tsc_ring.h"
 
-static int virtual_on = 0;
-static int64_t virtual_offset = 0;
-static int64_t virtual_skew_e12 = 0;
+/* The virtual domain; _ring.c reads it too (one extension, two files). */
+cp_virtual_domain cp_virtual = {0, 0, 0};
 
 
 static inline uint64_t raw_read_cpu(unsigned int *cpu) {
@@ -34,7 +35,7 @@ static inline uint64_t raw_read_cpu(unsigned int *cpu) {
 }
 
 static inline int64_t transform(uint64_t raw) {
-    return cp_transform(raw, virtual_on, virtual_skew_e12, virtual_offset);
+    return cp_transform(raw, cp_virtual.on, cp_virtual.skew_e12, cp_virtual.offset);
 }
 
 static PyObject *tsc_now(PyObject *self, PyObject *unused) {
@@ -78,16 +79,16 @@ static PyObject *tsc_set_transform(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "skew must be above -1e6 ppm");
         return NULL;
     }
-    virtual_skew_e12 = skew_e12;
-    virtual_offset = offset;
-    virtual_on = 1;
+    cp_virtual.skew_e12 = skew_e12;
+    cp_virtual.offset = offset;
+    cp_virtual.on = 1;
     Py_RETURN_NONE;
 }
 
 static PyObject *tsc_clear_transform(PyObject *self, PyObject *unused) {
-    virtual_on = 0;
-    virtual_skew_e12 = 0;
-    virtual_offset = 0;
+    cp_virtual.on = 0;
+    cp_virtual.skew_e12 = 0;
+    cp_virtual.offset = 0;
     Py_RETURN_NONE;
 }
 
@@ -150,6 +151,10 @@ PyMODINIT_FUNC PyInit__tsc(void) {
         return NULL;
     }
     cp_detect_rdtscp();
+    if (cp_ring_add_type(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
 #ifdef CP_X86
     PyModule_AddStringConstant(m, "BACKEND", cp_have_rdtscp ? "rdtscp" : "lfence-rdtsc");
 #else

@@ -1,5 +1,7 @@
 """Type stub for the C extension native_tsc._tsc."""
 
+from collections.abc import Callable
+
 BACKEND: str
 
 def now() -> int:
@@ -28,3 +30,38 @@ def cpuid_invariant() -> bool:
 
 def cpuid_hz() -> int:
     """TSC frequency from CPUID 0x15, 0 when the CPU does not give it."""
+
+RING_MAX_RECORDS: int
+
+class Ring:
+    """A bounded ring of (TSC, id) pairs that profiling channels log into with one C call.
+
+    All methods hold the GIL and never release it: writers from several threads are ordered by
+    it. A full ring calls ``on_full`` (up to 3 times) and otherwise drops the pair, counting it.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        """Room for ``capacity`` records, 1 to RING_MAX_RECORDS (16 bytes each, allocated now)."""
+
+    @property
+    def capacity(self) -> int: ...
+    def log(self, t: int, /) -> None:
+        """Store (TSC now, t); an id outside int64 is counted in ``not_int64`` instead."""
+
+    def count(self, t: int, /) -> None:
+        """Count one call and store nothing (the null handler)."""
+
+    def add(self, n: int, /) -> None:
+        """Count ``n`` calls (the null handler's batch form)."""
+
+    def take(self, most: int = -1, /) -> bytes:
+        """The oldest records (all, or at most ``most``) as little-endian (tsc, id) int64 pairs."""
+
+    def counts(self) -> tuple[int, int, int, int, int]:
+        """(stored, held, dropped_full, not_int64, counted), read together."""
+
+    def set_on_full(self, f: Callable[[], object] | None, /) -> None:
+        """What ``log`` calls when the ring is full (None: drop and count)."""
+
+    def refuse(self, f: Callable[[], object] | None, /) -> None:
+        """Make ``log`` return ``f()`` (which raises) instead of storing; None stores again."""

@@ -7,6 +7,7 @@ module that satisfies it (checked by mypy for both twins, and at run time by
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 
@@ -51,3 +52,33 @@ class ClockBackend(Protocol):
     def cpuid_hz(self) -> int:
         """The counter frequency the CPU declares, 0 when it declares none."""
         ...
+
+
+class ChannelRing(Protocol):
+    """A bounded ring of (counter, id) pairs: the C ``_tsc.Ring`` and its twin ``ring_python.Ring``.
+
+    ``log`` stores (counter now, id); a full ring calls the ``set_on_full`` callable (up to
+    3 times) and otherwise drops the pair, counting it; an id outside int64 is counted, not
+    stored; after ``refuse(f)``, ``log`` returns ``f()`` (which raises) instead.
+    """
+
+    @property
+    def capacity(self) -> int: ...
+
+    def log(self, t: int, /) -> None: ...
+
+    def count(self, t: int, /) -> None: ...
+
+    def add(self, n: int, /) -> None: ...
+
+    def take(self, most: int = -1, /) -> bytes:
+        """The oldest records (all, or at most ``most``) as little-endian (counter, id) int64 pairs."""
+        ...
+
+    def counts(self) -> tuple[int, int, int, int, int]:
+        """(stored, held, dropped_full, not_int64, counted), read together."""
+        ...
+
+    def set_on_full(self, f: Callable[[], object] | None, /) -> None: ...
+
+    def refuse(self, f: Callable[[], object] | None, /) -> None: ...

@@ -1,13 +1,16 @@
 """The buffered handlers: ``buffered`` keeps every pair, ``downsample`` and ``xoy`` keep a subset by id.
 
-``log()`` appends to two lists (list.append is the cheapest store CPython has: the TSC
-is already an int object, and lists grow with little copying); a drain thread moves
-what was logged into int64 arrays and hands full blocks to the compression threads
-of a ``BlockWriter``. Ids go first, so ``len(tscs)`` pairs are always complete.
+``buffered``'s ``log()`` is one C call (``native_tsc.new_ring``): it reads the TSC and
+stores the pair in a bounded ring. A drain thread takes what the ring holds every
+``DRAIN_INTERVAL_S`` as int64 columns and hands full blocks to the compression threads
+of a ``BlockWriter``. A ring that fills between two drains is drained by the call that
+found it full, in the caller's thread (``_spill``): nothing is dropped, and memory stays
+bounded by the ring plus the writer's queue. ``downsample``/``xoy`` test the id in Python
+and log the kept ones into the same ring.
 
-Once the file fails, ``log`` raises on its next call (a variable it reads is rebound,
-see ``channel.Refusal``) and ``log_batch`` tests the file's error once per batch; what
-was already logged is still drained and counted lost.
+Once the file fails, ``log`` raises on its next call (the ring is told to refuse, or a
+variable the closure reads is rebound, see ``channel.Refusal``) and ``log_batch`` tests
+the file's error once per batch; what was already logged is still drained and counted lost.
 """
 
 from __future__ import annotations
@@ -27,10 +30,7 @@ from cp_sink.handlers import HandlerSpec, parse_handler, selected_positions
 
 DRAIN_INTERVAL_S = 0.01
 MAX_BLOCK_AGE_S = 0.5  # a partly filled block goes to disk after this long
-
-
-def _is_int64(v: Any) -> bool:
-    return isinstance(v, int | np.integer) and -(1 << 63) <= int(v) < (1 << 63)
+RING_RECORDS = 1 << 16  # 1 MiB of pairs per channel; a fuller ring is drained by the call that finds it full
 
 
 class BufferedChannel(Channel):
@@ -39,34 +39,22 @@ class BufferedChannel(Channel):
     def _start(self) -> None:
         self._blocks = BlockWriter(self._out, self.fmt)
         self._writer = self._blocks
-        self._ids: list[int] = []
-        self._tscs: list[int] = []
+        self._ring = native_tsc.new_ring(RING_RECORDS)
+        self._ring.set_on_full(self._spill)
         self._chunks: list[Chunk] = []
         self._chunk_rows = 0
-        self._taken = 0  # pairs moved out of the lists, refused ids included
         self._batch_seen = 0  # ids given to log_batch
         self._batch_kept = 0  # of those, the ids the handler keeps
-        self._not_int64 = 0  # ids refused for not being int64
         self._block_lock = threading.Lock()
         self._stop = threading.Event()
-        self.log = self._make_log(self._ids, self._tscs)
+        self.log = self._make_log()
         self.log_batch = self._log_batch
         self._drainer = threading.Thread(target=self._drain_loop, name="cp-channel-drain", daemon=True)
         self._drainer.start()
 
-    def _make_log(self, ids: list[int] | Refusal, tscs: list[int]) -> Callable[[int], None]:
-        now = native_tsc.now
-
-        def log(t: int) -> None:
-            ids.append(t)
-            tscs.append(now())
-
-        def refuse() -> None:
-            nonlocal ids
-            ids = self._refusal  # the next log() raises before storing anything
-
-        self._on_failure(refuse)
-        return log
+    def _make_log(self) -> Callable[[int], None]:
+        self._on_failure(lambda: self._ring.refuse(self._refusal))  # the next log() raises, stores nothing
+        return self._ring.log
 
     def _select(self, ids: np.ndarray) -> np.ndarray:
         """The ids of a batch this handler keeps (a copy: the caller may reuse its array)."""
@@ -76,18 +64,22 @@ class BufferedChannel(Channel):
         return logged  # every id is kept
 
     def _ledger(self) -> Ledger:
-        with self._block_lock:  # nothing moves between the lists, the chunks and the writer meanwhile
+        with self._block_lock:  # nothing moves between the ring, the chunks and the writer meanwhile
             queued, written, lost = self._blocks.counts()
-            listed = len(self._tscs)  # complete pairs (ids go first)
-            logged = self._taken + self._batch_kept + listed
+            stored, held, dropped, not_int64, _ = self._ring.counts()
+            logged = stored + dropped + not_int64 + self._batch_kept
             return Ledger(
                 seen=self._seen(logged),
                 logged=logged,
                 written=written,
-                buffered=listed + self._chunk_rows + queued,
+                buffered=held + self._chunk_rows + queued,
                 lost_write_error=lost,
-                lost_not_int64=self._not_int64,
+                lost_not_int64=not_int64,
+                lost_ring_full=dropped,
             )
+
+    def _extra_counts(self) -> dict[str, Any]:
+        return {"ring_records": self._ring.capacity}
 
     def _log_batch(self, ids: Any) -> None:
         if self._out.error is not None:  # one test per batch, not per id
@@ -119,25 +111,24 @@ class BufferedChannel(Channel):
                     last_submit = time.monotonic()
 
     def _take_buffer(self) -> None:
-        # Copy then delete the first n items: log() may append meanwhile, only at the end.
-        ids, tscs = self._ids, self._tscs
-        n = len(tscs)
-        if not n:
+        # One C call empties the ring; the columns are views of its bytes (encoding copies them).
+        data = self._ring.take()
+        if not data:
             return
-        head_ids, head_tscs = ids[:n], tscs[:n]
-        del ids[:n], tscs[:n]
-        self._taken += n
+        pairs = np.frombuffer(data, np.int64).reshape(-1, 2)
+        self._chunks.append((pairs[:, 0], pairs[:, 1]))
+        self._chunk_rows += pairs.shape[0]
+
+    def _spill(self) -> None:
+        """The ring is full: drain it in the calling thread (``log`` stores its pair after this)."""
+        enter_critical()  # SIGTERM's close waits: it takes the same lock
         try:
-            chunk = (np.fromiter(head_tscs, np.int64, n), np.fromiter(head_ids, np.int64, n))
-        except (OverflowError, TypeError, ValueError) as e:
-            # An id that is not an int64: close() raises it; the other pairs stay logged.
-            self._error = f"tuple ids must be int64 integers: {e}"
-            keep = [(t, i) for t, i in zip(head_tscs, head_ids, strict=True) if _is_int64(i)]
-            self._not_int64 += n - len(keep)
-            n = len(keep)
-            chunk = (np.array([t for t, _ in keep], np.int64), np.array([i for _, i in keep], np.int64))
-        self._chunks.append(chunk)
-        self._chunk_rows += n
+            with self._block_lock:
+                self._take_buffer()
+                if self._chunk_rows >= self.params["block"]:
+                    self._submit()
+        finally:
+            leave_critical()
 
     def _submit(self) -> None:
         if self._chunks:
@@ -148,8 +139,13 @@ class BufferedChannel(Channel):
         self._stop.set()
         self._drainer.join()
         with self._block_lock:
+            self._ring.refuse(self._closed)  # a later log() raises rather than filling a ring no one drains
+            self._ring.set_on_full(None)
             self._take_buffer()
             self._submit()
+        not_int64 = self._ring.counts()[3]
+        if not_int64:
+            self._error = f"tuple ids must be int64 integers: {not_int64} refused"
 
 
 class _SelectingChannel(BufferedChannel):
@@ -172,8 +168,8 @@ class ModuloChannel(_SelectingChannel):
     """downsample(n) and xoy(x, y): pairs with ``t mod m < below`` (``HandlerSpec.modulo``), as the
     sink's handler keeps them."""
 
-    def _make_log(self, ids: list[int] | Refusal, tscs: list[int]) -> Callable[[int], None]:
-        now = native_tsc.now
+    def _make_log(self) -> Callable[[int], None]:
+        store = self._ring.log
         m, below = self._spec.modulo
         modulus: int | Refusal = m
         seen = 0
@@ -181,8 +177,7 @@ class ModuloChannel(_SelectingChannel):
         def log(t: int) -> None:
             nonlocal seen
             if t % modulus < below:
-                ids.append(t)
-                tscs.append(now())
+                store(t)
             seen += 1  # after the test, which raises once the file failed: that id is not seen
 
         def refuse() -> None:

@@ -29,7 +29,8 @@ from cp_sink.channels.frame_file import ChannelWriteError, FrameFile
 
 @dataclass
 class Ledger:
-    """Where every record is: ``logged == written + buffered + lost_write_error + lost_not_int64``."""
+    """Where every record is: ``logged == written + buffered + lost_write_error + lost_not_int64 +
+    lost_ring_full``."""
 
     seen: int = 0  # ids given to log/log_batch by calls that returned
     logged: int = 0  # records the handler keeps for the file (downsample/xoy: fewer than seen)
@@ -37,6 +38,7 @@ class Ledger:
     buffered: int = 0  # records in memory or queued for the file
     lost_write_error: int = 0  # records that could not be put in the file (see stats()["error"])
     lost_not_int64: int = 0  # ids that are not int64 integers (refused; close() raises)
+    lost_ring_full: int = 0  # pairs a full ring could not take (only if draining it in the call failed)
 
 
 class Refusal:
@@ -141,6 +143,9 @@ class Channel:
         self._reported = True
         raise ChannelWriteError.of(self.name, self.path, err) from err
 
+    def _closed(self) -> NoReturn:
+        raise ValueError(f"channel {self.name} is closed")
+
     def _raise_unreported(self) -> None:
         if self._out.error is not None and not self._reported:
             self._raise_failure()
@@ -169,9 +174,10 @@ class Channel:
             "logged": led.logged,
             "written": led.written,
             "buffered": led.buffered,
-            "lost": led.lost_write_error + led.lost_not_int64,
+            "lost": led.lost_write_error + led.lost_not_int64 + led.lost_ring_full,
             "lost_write_error": led.lost_write_error,
             "lost_not_int64": led.lost_not_int64,
+            "lost_ring_full": led.lost_ring_full,
             "error": str(ChannelWriteError.of(self.name, self.path, err)) if err is not None else None,
             **self._extra_counts(),
         }
