@@ -50,6 +50,7 @@ OPTION_NAMES = (
     "senderTimeout",
     "progressLog",
     "scheduling",
+    "columns",
     *KLINK_OPTIONS,
     *HOST_OPTIONS,
     "path",
@@ -105,6 +106,21 @@ def _progress_log_option(opts: Mapping[str, str]) -> str | None:
     return path
 
 
+def _columns_option(opts: Mapping[str, str]) -> tuple[str, ...]:
+    """columns=a,b: names separated by commas, none empty or twice (whether the source has them is
+    checked against its schema, ``project``)."""
+    raw = opts.get("columns")
+    if raw is None:
+        return ()
+    names = tuple(n.strip() for n in raw.split(","))
+    if not all(names):
+        raise ValueError(f"option columns={raw!r}: expected column names separated by commas")
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice is not None:
+        raise ValueError(f"option columns={raw!r}: column {twice} is named twice")
+    return names
+
+
 def _choice_option(opts: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
     given = str(opts.get(name.lower(), choices[0]))
     value = given.strip().lower()
@@ -157,6 +173,7 @@ class ReaderOptions:
     factories_dir: str | None = None  # where factory hosts register (--register DIR)
     factory_timeout: float = 0.0  # seconds a factory host may be silent before the query fails; 0: wait
     status_dir: str | None = None  # where the reader writes _factories.json
+    columns: tuple[str, ...] = ()  # columns=a,b: only these, in this order (checked in source_schema)
 
     @property
     def over_hosts(self) -> bool:
@@ -217,6 +234,7 @@ class ReaderOptions:
             curve_keys=opts.get("curvekeys") or None,
             progress_log=_progress_log_option(opts),
             klink=parse_klink_options(opts),
+            columns=_columns_option(opts),
             **ready,
             **hosts,
         )
@@ -250,8 +268,8 @@ def _ready_options(opts: Mapping[str, str], has_limit: bool) -> dict[str, Any]:
 
 
 # ---- the ingest core (workloads, spool, factory) as this reader uses it ---------------------------
-def source_schema(opts: ReaderOptions) -> StructType:
-    """The reader's output: the workload's segment columns plus the ``source`` stamp columns."""
+def full_schema(opts: ReaderOptions) -> StructType:
+    """Every column the source can give: the workload's segment columns plus the ``source`` stamp."""
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import LongType, StringType, StructField
 
@@ -263,23 +281,45 @@ def source_schema(opts: ReaderOptions) -> StructType:
     return StructType(fields)
 
 
-def check_schema(given: StructType, opts: ReaderOptions) -> None:
-    """Refuse a user schema (``.schema(...)``) that is not the source's: one line naming the columns.
+def source_schema(opts: ReaderOptions) -> StructType:
+    """The reader's output: every column (``full_schema``), or those ``columns=`` names, in its order."""
+    full = full_schema(opts)
+    return project(full, opts.columns) if opts.columns else full
 
-    Spark does not call the data source's schema() when the user gives one, so this runs when the
-    query starts, before anything is read (otherwise a missing column fails in an executor).
+
+def project(full: StructType, names: tuple[str, ...]) -> StructType:
+    """``full``'s fields named by ``names``, in that order; an unknown name fails in one line."""
+    have = {f.name: f for f in full.fields}
+    unknown = [n for n in names if n not in have]
+    if unknown:
+        raise ValueError(
+            f"option columns: the source has no column {unknown[0]!r}; it provides: {', '.join(have)}"
+        )
+    return StructType([have[n] for n in names])
+
+
+def check_schema(given: StructType, opts: ReaderOptions) -> None:
+    """Refuse a user schema (``.schema(...)``) that is not a projection of the source's columns.
+
+    Any subset of the source's columns, in any order, with their types, is a projection: the reader
+    then reads and hands Spark only those. Spark does not call the data source's schema() when the
+    user gives one, so this runs when the query starts, before anything is read (otherwise a
+    missing column fails in an executor). With ``columns=`` too, both must name the same columns
+    in the same order.
     """
-    have = source_schema(opts)
-    want = {f.name: f.dataType.simpleString() for f in have.fields}
+    want = {f.name: f.dataType.simpleString() for f in full_schema(opts).fields}
+    names = [f.name for f in given.fields]
     got = {f.name: f.dataType.simpleString() for f in given.fields}
     problems = []
     extra = [n for n in got if n not in want]
-    missing = [n for n in want if n not in got]
+    twice = sorted({n for n in names if names.count(n) > 1})
     retyped = [f"{n} {got[n]} (it is {want[n]})" for n in got if n in want and got[n] != want[n]]
+    if not names:
+        problems.append("it has no column")
     if extra:
         problems.append(f"columns it does not provide: {', '.join(extra)}")
-    if missing:
-        problems.append(f"columns left out: {', '.join(missing)}")
+    if twice:
+        problems.append(f"columns named twice: {', '.join(twice)}")
     if retyped:
         problems.append(f"other types: {', '.join(retyped)}")
     if problems:
@@ -287,5 +327,11 @@ def check_schema(given: StructType, opts: ReaderOptions) -> None:
         raise ValueError(
             f"the schema given with .schema() does not match the cloudprofiler source "
             f"(workload {opts.workload}): {'; '.join(problems)}; the source provides: {provides}; "
-            f"leave .schema() out (the source knows its schema)"
+            f"give some of these columns, or leave .schema() out (the source knows its schema)"
+        )
+    if opts.columns and tuple(names) != opts.columns:
+        raise ValueError(
+            f"option columns={','.join(opts.columns)} and the schema given with .schema() "
+            f"({', '.join(names)}) name other columns: give one of them, "
+            "or both with the same columns in the same order"
         )

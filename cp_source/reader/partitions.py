@@ -83,13 +83,19 @@ def segment_mismatch(table: Any, part: SegmentRange, number: int, rows: int, fir
 
 
 class SegmentLoader:
-    """Loads the segments of one partition on an executor, each checked against the plan."""
+    """Loads the segments of one partition on an executor, each checked against the plan, and keeps
+    only ``columns`` of each (all when None) before anything else touches them."""
 
-    def __init__(self, part: SegmentRange) -> None:
+    def __init__(self, part: SegmentRange, columns: list[str] | None = None) -> None:
         self.part = part
+        self.columns = columns
         self.ctx: Any = None
 
     def load(self, number: int, path: str, rows: int, first_id: int) -> Any:
+        table = self._checked(number, path, rows, first_id)
+        return table if self.columns is None else table.select(self.columns)
+
+    def _checked(self, number: int, path: str, rows: int, first_id: int) -> Any:
         import pyarrow as pa
 
         p = self.part
@@ -152,30 +158,42 @@ def pack_segments(segs: list[Any], max_segments: int, max_rows: int) -> list[lis
     return chunks
 
 
+def segment_columns(target: Any, ready: bool, logged: bool) -> list[str] | None:
+    """The segment columns an executor reads for ``target``: its own but the ``source`` stamp (made
+    here), the sort keys too for a ready slice, and every column (None) for the ingest log."""
+    from cp_source.ready.batch_plan import SORT_KEYS
+
+    if logged:
+        return None
+    names = [n for n in target.names if n not in (tsc_column(SOURCE), node_column(SOURCE))]
+    if ready:
+        names += [k for k, _ in SORT_KEYS if k not in names]
+    return names
+
+
 def stamped(tables: Iterator[Any], target: Any, log: Any = None) -> Iterator[Any]:
-    """The tables' batches with the ``source`` stamp, one per batch: the moment these rows are
-    handed to Spark on this executor."""
+    """The tables' rows joined into large batches (``coalesce``), each with the ``source`` stamp:
+    the moment these rows are handed to Spark on this executor."""
     import pyarrow as pa
 
     import native_tsc
+    from cp_source.reader.coalesce import coalesced
 
     node = pa.scalar(native_tsc.domain_id(), pa.string())
-    for table in tables:
-        for batch in table.to_batches():
-            if batch.num_rows == 0:
-                continue
-            n = batch.num_rows
-            tsc = pa.repeat(pa.scalar(native_tsc.now(), pa.int64()), n)
-            cols = [*batch.columns, tsc, pa.repeat(node, n)]
-            names = [*batch.schema.names, tsc_column(SOURCE), node_column(SOURCE)]
-            out = pa.RecordBatch.from_arrays(cols, names=names)
-            if log is not None:
-                log.observe(out)
-            yield out.select(target.names).cast(target)
+    for batch in coalesced(tables):
+        n = batch.num_rows
+        tsc = pa.repeat(pa.scalar(native_tsc.now(), pa.int64()), n)
+        cols = [*batch.columns, tsc, pa.repeat(node, n)]
+        names = [*batch.schema.names, tsc_column(SOURCE), node_column(SOURCE)]
+        out = pa.RecordBatch.from_arrays(cols, names=names)
+        if log is not None:
+            log.observe(out)
+        yield out.select(target.names).cast(target)
 
 
-def read_slice(part: ReadySlice) -> Iterator[Any]:
-    """A ready slice: its rows of every segment, each segment checked against the plan, merged."""
+def read_slice(part: ReadySlice, columns: list[str] | None = None) -> Iterator[Any]:
+    """A ready slice: its rows of every segment (``columns`` of them), each segment checked against
+    the plan, merged."""
     from cp_source.ready.batch_plan import merge_sorted, select_rows
 
     loaders: dict[tuple[str | None, str, str], SegmentLoader] = {}
@@ -190,7 +208,7 @@ def read_slice(part: ReadySlice) -> Iterator[Any]:
                 ref = SegmentRange(
                     worker, [], server, part.fetch, part.fetch_timeout, spool_id, part.curve_keys
                 )
-                loader = loaders[(server, spool_id, worker)] = SegmentLoader(ref)
+                loader = loaders[(server, spool_id, worker)] = SegmentLoader(ref, columns)
             tables.append(select_rows(loader.load(number, path, rows, first_id), part.lo, part.hi))
         merged = merge_sorted(tables)
         if merged is not None:
@@ -202,11 +220,13 @@ def read_slice(part: ReadySlice) -> Iterator[Any]:
 
 def read_partition(partition: SegmentRange | ReadySlice, target: Any, log: Any = None) -> Iterator[Any]:
     """A planned partition's rows as Arrow batches of ``target``'s schema, stamped (``log``: the
-    ingest log observing them)."""
+    ingest log observing them). Only the columns ``target`` needs are kept from each segment."""
+    ready = isinstance(partition, ReadySlice)
+    columns = segment_columns(target, ready, log is not None)
     if isinstance(partition, ReadySlice):
-        yield from stamped(read_slice(partition), target, log)
+        yield from stamped(read_slice(partition, columns), target, log)
         return
-    loader = SegmentLoader(partition)
+    loader = SegmentLoader(partition, columns)
     try:
         yield from stamped((loader.load(*seg) for seg in partition.segments), target, log)
     finally:
