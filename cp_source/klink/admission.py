@@ -14,8 +14,9 @@ What one reader sees and records (its own clock, ``time.time_ns``, at ``latestOf
   clock, so a constant offset between the two clocks is absorbed in the mean SWM delay;
 * from the last ``h`` SWM delays ``w_n - A_n``, cp_source.klink.progress_model's normal model of the next
   SWM (``predict_next_swm``) and its slack (``slack_ns``), with the cycle ``r`` the observed time
-  between two ``latestOffset`` calls and the cost taken as 0 (the reader does not see how long
-  Spark takes to run a batch). Identical delays give a standard deviation of 0: it is floored.
+  between two ``latestOffset`` calls and the cost the mean of this query's measured batch costs
+  (cp_source.klink.costs: the time from an offered batch's call to the next call). Identical delays
+  give a standard deviation of 0: it is floored.
 
 The decision at ``latestOffset`` (``KlinkEvaluator.decide``), in this order:
 
@@ -49,6 +50,7 @@ from typing import Any, cast
 
 import orjson
 
+from cp_source.klink.costs import BatchCosts
 from cp_source.klink.reports import KlinkDecision, KlinkReport, KlinkState
 
 NS_PER_MS = 1_000_000
@@ -353,6 +355,7 @@ class KlinkEvaluator:
         self.ignored: dict[str, str] = {}
         self.peers_seen: dict[str, float | None] = {}
         self.last_swm_ns: int | None = None
+        self.costs = BatchCosts(config.h)
         self._cached: tuple[int, Any] | None = None  # the prediction, per SWMs seen
 
     # -- the model ---------------------------------------------------------------------------------
@@ -422,7 +425,8 @@ class KlinkEvaluator:
         p = self.prediction()
         if p is None:
             return None
-        return slack_at(p.mean_ns, p.sd_ns, p.t_min_ns, p.t_max_ns, now_ns, self.cycle_ns, 0.0)
+        cost = self.costs.cost_ns()
+        return slack_at(p.mean_ns, p.sd_ns, p.t_min_ns, p.t_max_ns, now_ns, self.cycle_ns, cost)
 
     # -- the decision ------------------------------------------------------------------------------
     def decide(self, now_ns: int, newest_ms: int | None) -> Decision:
@@ -431,7 +435,8 @@ class KlinkEvaluator:
         self._read_peers(now_ns)  # every call, so the report shows them whatever the decision
         d = self._decide(now_ns, newest_ms)
         self._account(now_ns, d)
-        if not d.defer:
+        if not d.defer and newest_ms is not None:
+            self.costs.offered(now_ns)
             self._record_offer(now_ns, newest_ms)
         self.last = d
         self.publish(now_ns)
@@ -443,6 +448,7 @@ class KlinkEvaluator:
             self.cycle_ns = max((1 - CYCLE_WEIGHT) * self.cycle_ns + CYCLE_WEIGHT * gap, float(MIN_CYCLE_NS))
         self.last_call_ns = now_ns
         self.counters.calls += 1
+        self.costs.called(now_ns)
 
     def _decide(self, now_ns: int, newest_ms: int | None) -> Decision:
         c = self.config
@@ -511,7 +517,7 @@ class KlinkEvaluator:
             "t_max_ns": None if p is None else p.t_max_ns,
             "period_ns": None if p is None else p.period_ns,
             "cycle_ns": self.cycle_ns,
-            "cost_ns": 0.0,
+            "cost_ns": self.costs.cost_ns(),
             "slack_ns": self.slack(now_ns),
             "next_deadline_ms": self._next_deadline(),
             "deferred_since_ns": self.deferred_since_ns,

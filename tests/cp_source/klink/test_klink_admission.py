@@ -30,7 +30,9 @@ T0 = 1_700_000_000_000  # ms, a multiple of every window below
 
 
 def _cfg(window: int = 1000, slide: int | None = None, **kw: Any) -> KlinkConfig:
-    base = {"delay_ms": 0, "h": 4, "max_defer_ms": 500, "min_slack_ms": 100}
+    # every offered batch measures a 100 ms cost (a call every 100 ms), which takes 100 ms off every
+    # slack: min_slack_ms 0 draws the urgent line where 100 ms did with no cost term
+    base = {"delay_ms": 0, "h": 4, "max_defer_ms": 500, "min_slack_ms": 0}
     return KlinkConfig(window_ms=window, slide_ms=slide or window, **{**base, **kw})
 
 
@@ -119,8 +121,9 @@ def test_exact_decisions_of_two_queries(tmp_path: Path) -> None:
     assert [db.reason for _, db in got[62:72]] == reasons
     assert [db.reason for _, db in got[81:92]] == ["swm", *reasons]
     assert all(db.competitor == "/q/a" for _, db in got[62:67])
-    # k=62 (t = T0 + 6200): a's next SWM is due at T0 + 7100, b's at T0 + 8100, on a cycle boundary
-    assert (got[62][0].slack_ns, got[62][1].slack_ns) == (950 * MS, 1950 * MS)
+    # k=62 (t = T0 + 6200): a's next SWM is due at T0 + 7100, b's at T0 + 8100, on a cycle boundary;
+    # each offered batch measured 100 ms (the next call came one step later): the cost term
+    assert (got[62][0].slack_ns, got[62][1].slack_ns) == (850 * MS, 1850 * MS)
     # from k=72 their next SWMs coincide: equal slack, neither defers
     assert {db.reason for _, db in got[72:81]} == {"least slack"}
     assert not any(da.defer for da, _ in got)  # a always has the least slack
@@ -128,7 +131,7 @@ def test_exact_decisions_of_two_queries(tmp_path: Path) -> None:
     assert_keys(rep, KlinkReport, "_klink.json")  # the documented JSON form, section by section
     assert rep["deferred_batches"] == 16 and rep["bound_hits"] == 2 and rep["epochs_seen"] == 5
     assert rep["deferred_ms_total"] == 2 * (500 + 300)
-    assert rep["peers"] == {"/q/a": pytest.approx(250.0)}
+    assert rep["peers"] == {"/q/a": pytest.approx(150.0)}  # a's published cost is 100 ms too
 
 
 def test_swm_batch_is_never_deferred(tmp_path: Path) -> None:
@@ -139,7 +142,8 @@ def test_swm_batch_is_never_deferred(tmp_path: Path) -> None:
     reasons = []
     for k in range(32, 52):
         now = (T0 + k * 100) * MS
-        _write_peer(tmp_path, _peer_doc("/q/urgent", now, mean_ns=now + 10 * MS))  # always less slack
+        # always less slack: its SWM is 10 ms away and its batches cost 100 ms, as ours do
+        _write_peer(tmp_path, _peer_doc("/q/urgent", now, mean_ns=now + 10 * MS, cost_ns=1e8))
         reasons.append(_step([ev], k)[0].reason)
     # the batch at k=41 is the first whose newest event time (T0 + 4050) reaches the deadline T0 + 4000
     assert reasons == ["deferred"] * 9 + ["swm"] + ["deferred"] * 9 + ["swm"]
@@ -239,8 +243,10 @@ def test_identical_delays_floor_the_spread(tmp_path: Path) -> None:
     assert p.sd_ns == SD_FLOOR_NS and p.t_min_ns < p.mean_ns < p.t_max_ns
     # every SWM came 100 ms after its anchor (the first batch past the deadline, a cycle later)
     assert p.mu_ns == 100 * MS and p.mean_ns == (T0 + 5100) * MS
-    # 600 ms away, exactly on a cycle boundary: half the mass counts 600 ms, half 700 ms
-    assert ev.slack((T0 + 4500) * MS) == pytest.approx(650 * MS, rel=1e-9)
+    # 600 ms away, exactly on a cycle boundary: half the mass counts 600 ms, half 700 ms, less the
+    # measured 100 ms batch cost
+    assert ev.costs.cost_ns() == 100 * MS
+    assert ev.slack((T0 + 4500) * MS) == pytest.approx(550 * MS, rel=1e-9)
 
 
 def test_sliding_windows_record_an_swm_per_slide() -> None:
