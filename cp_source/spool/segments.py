@@ -61,6 +61,7 @@ from cp_source.spool.compact import (
     folded_targets,
 )
 from cp_source.spool.durability import check_durability
+from cp_source.spool.front_records import FRONT_DIR, LEDGER_FILE
 from cp_source.spool.ledger import (
     LedgerTails,
     SpoolStats,
@@ -80,6 +81,8 @@ SEG_RE = re.compile(r"^seg-(\d{12})\.arrow$")
 META_KEY = b"cp_segment"
 SPOOL_FILE = "spool.json"
 SKIPPED_FILE = "skipped.ndjson"
+# how long after the end-of-streams a bucket the front end accepted may still be on its way to a worker
+IN_FACTORY_SETTLE_S = 2.0
 
 
 class SpoolMismatchError(ValueError):
@@ -451,4 +454,26 @@ class Spool:
             eos = read_end_of_stream(self.root, states)
             if any(int(s) not in eos for s in senders):
                 return False
-        return workers_drained(states.values(), quiet_s, since_wall)
+        if not workers_drained(states.values(), quiet_s, since_wall):
+            return False
+        return senders is None or self._accepted_landed({int(s) for s in senders}, states)
+
+    def _accepted_landed(self, senders: set[int], states: dict[str, WorkerState]) -> bool:
+        """Every tuple of ``senders`` the front end accepted is published or rejected, or has been
+        missing through ``IN_FACTORY_SETTLE_S`` of worker reports after the end-of-streams.
+
+        A settled worker report does not prove that no bucket is on its way to that worker: on a
+        loaded machine the front end forwards a bucket, the sender's end-of-stream is recorded, and
+        the worker's last report (still fresh) predates the bucket. Counting then would call the
+        bucket lost. The front end's record is exact: its accepted ranges (on file before the
+        end-of-stream is) must all be at a worker. One still missing once every worker reported well
+        after the end-of-streams was lost with a worker (``in_factory``), and waiting longer would
+        not bring it back.
+        """
+        stats = self.stats()
+        if not any(stats.lost_reasons.get(s, {}).get("in_factory") for s in senders):
+            return True
+        with contextlib.suppress(OSError):
+            recorded = (self.root / FRONT_DIR / LEDGER_FILE).stat().st_mtime
+            return all(w.updated_wall >= recorded + IN_FACTORY_SETTLE_S for w in states.values())
+        return False

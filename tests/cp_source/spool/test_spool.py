@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -297,3 +299,61 @@ def orjson_roundtrip(d: dict) -> dict:
     import orjson
 
     return orjson.loads(orjson.dumps(d))
+
+
+def _settled_report(w: SegmentWriter, updated_wall: float) -> None:
+    """A worker report saying it holds nothing and has been quiet for a second."""
+    w.write_stats(
+        {"pid": 1, "ready": True, "pending_rows": 0, "paused": False}
+        | {"last_recv_wall": updated_wall - 1.0, "updated_wall": updated_wall}
+    )
+
+
+def test_drained_waits_for_every_bucket_the_front_end_accepted(tmp_path: Path) -> None:
+    # The front end accepted seq 0 and 1 and recorded the end-of-stream; the worker's fresh, settled
+    # report predates seq 1, still on its way. Counting now would call seq 1 lost.
+    from cp_source.spool.front_records import FrontLedger
+
+    led = FrontLedger(tmp_path)
+    for seq in (0, 1):
+        led.accept(bk.Header(bk.KIND_DATA, S, seq, FIRST + 10 * seq, 10, 0, 0, 0, "d"))
+    eos = bk.EndOfStream(S, FIRST, FIRST + 20, 2, 20, 0, [])
+    assert led.end_of_stream(bk.Header(bk.KIND_EOS, S, 2, 0, 0, 0, 0, 0, "d"), eos)
+    w = SegmentWriter(tmp_path, "w0")
+    _publish(w, [_bucket(0)])
+    _settled_report(w, time.time())
+    sp = Spool(tmp_path)
+    assert not sp.drained({S})
+    assert sp.drained()  # without senders: the workers alone, as before
+    _publish(w, [_bucket(1)])
+    assert sp.drained({S})
+    assert sp.stats().lost_of({S}) == 0
+    led.close()
+    w.close()
+
+
+def test_drained_gives_up_on_a_bucket_lost_with_its_worker(tmp_path: Path) -> None:
+    # seq 1 was accepted and died with a worker: once every worker has reported IN_FACTORY_SETTLE_S
+    # after the end-of-stream, the spool is drained and the bucket is counted lost inside the factory.
+    from cp_source.spool.front_records import FRONT_DIR, LEDGER_FILE, FrontLedger
+    from cp_source.spool.segments import IN_FACTORY_SETTLE_S
+
+    led = FrontLedger(tmp_path)
+    for seq in (0, 1):
+        led.accept(bk.Header(bk.KIND_DATA, S, seq, FIRST + 10 * seq, 10, 0, 0, 0, "d"))
+    eos = bk.EndOfStream(S, FIRST, FIRST + 20, 2, 20, 0, [])
+    assert led.end_of_stream(bk.Header(bk.KIND_EOS, S, 2, 0, 0, 0, 0, 0, "d"), eos)
+    # the end-of-stream recorded 2.5 s ago (the file's time is what the spool reads)
+    recorded = time.time() - 2.5
+    os.utime(tmp_path / FRONT_DIR / LEDGER_FILE, (recorded, recorded))
+    w = SegmentWriter(tmp_path, "w0")
+    _publish(w, [_bucket(0)])
+    sp = Spool(tmp_path)
+    # a fresh report written inside the settle window does not count yet; one past it does
+    _settled_report(w, recorded + IN_FACTORY_SETTLE_S - 0.1)
+    assert not sp.drained({S})
+    _settled_report(w, time.time())
+    assert sp.drained({S})
+    assert sp.stats().lost_reasons[S]["in_factory"] == [[FIRST + 10, 10]]
+    led.close()
+    w.close()
