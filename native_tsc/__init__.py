@@ -28,6 +28,11 @@ from native_tsc.domain import ENV_VIRTUAL, VirtualDomain, host_domain_id, parse_
 
 ENV_BACKEND = "CP_TSC_BACKEND"
 
+try:  # the channels' block encoder in C (GIL released); None where the extension is missing
+    from native_tsc._tsc import narrow_deltas as narrow_deltas_c
+except ImportError:
+    narrow_deltas_c = None
+
 
 def _load_backend() -> ClockBackend:
     choice = os.environ.get(ENV_BACKEND, "auto")
@@ -113,6 +118,7 @@ __all__ = [
     "frequency_hz",
     "host_domain_id",
     "info",
+    "narrow_deltas_c",
     "new_ring",
     "now",
     "now_cpu",

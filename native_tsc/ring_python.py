@@ -54,6 +54,9 @@ class Ring:
             if len(self._pairs) < self._cap or self._on_full is None:
                 break
             self._on_full()
+        if self._refusal is not None:  # refused while on_full ran
+            self._refusal()
+            return
         if len(self._pairs) >= self._cap:
             self._dropped += 1
             return

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from cp_sink.channels.files import encode_columns, narrow_runs
+from cp_sink.channels.files import DELTA, encode_columns, encode_frame, narrow_runs
 from cp_sink.channels.frame_file import FrameFile
 
 MAX_QUEUED_BLOCKS = 64
@@ -25,10 +25,11 @@ Chunk = tuple[Any, np.ndarray]
 class _Slot:
     """One block on its way: filled by a compression thread, written in order by the I/O thread."""
 
-    __slots__ = ("chunks", "data", "done", "rows")
+    __slots__ = ("chunks", "data", "done", "raw", "rows")
 
-    def __init__(self, chunks: list[Chunk], rows: int) -> None:
+    def __init__(self, chunks: list[Chunk], rows: int, raw: bytes | None = None) -> None:
         self.chunks: list[Chunk] | None = chunks
+        self.raw = raw  # the columns already encoded by the caller: only zstd is left
         self.rows = rows
         self.data: bytes | None = None  # None once done: not encoded (the file had failed, or encoding did)
         self.done = threading.Event()
@@ -63,10 +64,14 @@ class BlockWriter:
         while (slot := self.work.get()) is not None:
             if self.out.error is None:  # a failed file writes nothing more: skip the work
                 try:
-                    slot.data = encode_records(slot.chunks or [], self.fmt)
+                    slot.data = (
+                        encode_records(slot.chunks or [], self.fmt)
+                        if slot.raw is None
+                        else encode_frame(b"R", slot.rows, slot.raw, True, DELTA)
+                    )
                 except Exception as e:  # a bug, but its rows must still be counted lost, not dropped
                     self.out.fail(e)
-            slot.chunks = None
+            slot.chunks = slot.raw = None
             slot.done.set()
 
     def _io_loop(self) -> None:
@@ -81,8 +86,9 @@ class BlockWriter:
                 else:
                     self.lost += slot.rows
 
-    def submit_records(self, chunks: list[Chunk], rows: int) -> None:
-        slot = _Slot(chunks, rows)
+    def submit_records(self, chunks: list[Chunk], rows: int, raw: bytes | None = None) -> None:
+        """Queue a block: ``chunks`` to encode, or its ``raw`` columns already encoded (binary)."""
+        slot = _Slot(chunks, rows, raw)
         with self.lock:
             self.queued += rows
         self.ordered.put(slot)  # blocks when the disk falls behind: bounded memory

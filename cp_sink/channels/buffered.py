@@ -26,6 +26,7 @@ import native_tsc
 from cp_sink.channels.block_writer import BlockWriter, Chunk
 from cp_sink.channels.channel import Channel, Ledger, Refusal
 from cp_sink.channels.exit_flush import enter_critical, leave_critical
+from cp_sink.channels.files import narrow_deltas, narrow_runs
 from cp_sink.handlers import HandlerSpec, parse_handler, selected_positions
 
 DRAIN_INTERVAL_S = 0.01
@@ -57,8 +58,8 @@ class BufferedChannel(Channel):
         return self._ring.log
 
     def _select(self, ids: np.ndarray) -> np.ndarray:
-        """The ids of a batch this handler keeps (a copy: the caller may reuse its array)."""
-        return ids.copy()
+        """The ids of a batch this handler keeps (a view of the caller's array, or a new array)."""
+        return ids
 
     def _seen(self, logged: int) -> int:
         return logged  # every id is kept
@@ -93,12 +94,23 @@ class BufferedChannel(Channel):
                 self._batch_seen += ids.shape[0]
                 self._batch_kept += kept.shape[0]
                 self._take_buffer()  # pairs logged before this batch go first
-                self._chunks.append((tsc, kept))
+                if self.fmt == "bin" and kept.shape[0] >= self.params["block"]:
+                    self._submit()
+                    self._submit_batch(tsc, kept)
+                    return
+                self._chunks.append((tsc, kept.copy() if kept is ids else kept))  # the caller may reuse ids
                 self._chunk_rows += kept.shape[0]
                 if self._chunk_rows >= self.params["block"]:
                     self._submit()
         finally:
             leave_critical()
+
+    def _submit_batch(self, tsc: int, kept: np.ndarray) -> None:
+        """A batch of a block or more is its own block, encoded here: no copy of the caller's array
+        (it may be reused once we return), and the compression threads have only zstd left."""
+        n = kept.shape[0]
+        raw = narrow_runs([tsc], [n]) + narrow_deltas(np.ascontiguousarray(kept))
+        self._blocks.submit_records([], n, raw)
 
     def _drain_loop(self) -> None:
         last_submit = time.monotonic()
@@ -158,7 +170,7 @@ class _SelectingChannel(BufferedChannel):
 
     def _select(self, ids: np.ndarray) -> np.ndarray:
         pos = selected_positions(self._spec, ids)
-        return ids.copy() if pos is None else ids[pos]
+        return ids if pos is None else ids[pos]
 
     def _seen(self, logged: int) -> int:
         return self._log_seen() + self._batch_seen
