@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cp_source.factory.credit import parse_max_lead
 from cp_source.factory.workers import PARSERS
 from cp_source.spool.durability import DURABILITY_LEVELS
 from native_tsc.cli_options import options_of
@@ -121,6 +122,15 @@ def parse_serve(text: str) -> str:
     return f"tcp://{host}:{int(port)}"
 
 
+def _max_lead(text: str) -> str:
+    """--max-lead-buckets checked when parsed (one-line error), kept as given."""
+    try:
+        parse_max_lead(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--endpoint",
@@ -141,6 +151,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=parse_size,
         default="2G",
         help="spool bound; when full the factory stops receiving (default 2G)",
+    )
+    parser.add_argument(
+        "--max-lead-buckets",
+        type=_max_lead,
+        default="auto",
+        metavar="auto|0|N",
+        help="flow control: a sender may run at most N buckets ahead of the frontier (the slowest "
+        "live sender's event time), then waits for credit; auto (default): half of --max-spool-bytes "
+        "shared by the live senders; 0: off",
+    )
+    parser.add_argument(
+        "--sender-timeout",
+        type=float,
+        default=10.0,
+        help="seconds after which a silent sender stops holding the others back (default 10)",
     )
     parser.add_argument("--flush-rows", type=int, default=50_000, help="publish a segment every N rows")
     parser.add_argument("--flush-ms", type=int, default=200, help="... or every N milliseconds")
@@ -202,6 +227,8 @@ def _start(args: argparse.Namespace, workload: str) -> Any:
             "max_frame_bytes",
             "parser",
             "curve_keys",
+            "max_lead_buckets",
+            "sender_timeout",
         ),
     )
 

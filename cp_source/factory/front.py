@@ -17,6 +17,10 @@ names with its own in one line: ``cp_source.wire.workload_id``), and an end of
 stream's answer carries the tuples and buckets of that sender it accepted, so
 a generator whose connection dropped knows whether its buckets arrived.
 
+Flow control (``cp_source.factory.credit``). A sender whose hello asks for credit may run at most
+``max_lead_buckets`` buckets ahead of the frontier the front end sees; its credit rides on the
+hello's answer and on acknowledgements of its data (``sender_link.credit_frames``).
+
 Frames over the cap. The socket's ``MAXMSGSIZE`` is well above the cap
 (``zmq_bounds.frame_hard_cap``): ZeroMQ answers a frame past ``MAXMSGSIZE``
 only by dropping the peer's connection, saying nothing to anyone. A message
@@ -29,15 +33,17 @@ never receives more than the cap and a byte per frame.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
 import zmq
 
+from cp_source.factory.credit import AUTO, DEFAULT_TIMEOUT_S, CreditBook
 from cp_source.spool.front_records import MAX_GREETED, FrontLedger, FrontProgress
 from cp_source.wire import bucket as bk
-from cp_source.wire.sender_link import REFUSED_SENDER_IN_USE, AckInfo, answer_control
-from cp_source.wire.workload_id import WorkloadId, hello_fingerprint
+from cp_source.wire.sender_link import REFUSED_SENDER_IN_USE, AckInfo, answer_control, credit_frames
+from cp_source.wire.workload_id import WorkloadId, hello_fingerprint, hello_wants_credit
 from cp_source.wire.workload_id import refusal as workload_refusal
 from native_tsc.zmq_bounds import cut_frames, recv_bounded
 
@@ -58,8 +64,12 @@ class FrontEnd:
         max_frame_bytes: int,
         durability: str = "process",
         workload: WorkloadId | None = None,
+        max_lead_buckets: int = AUTO,
+        max_spool_bytes: int = 2 << 30,
+        sender_timeout: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         self.front, self.back = front, back
+        self.credit = CreditBook(max_lead_buckets, max_spool_bytes, sender_timeout)
         self.workload = workload  # a hello naming another one is refused (cp_source.wire.workload_id)
         self.ledger = FrontLedger(spool, durability)
         self.progress = FrontProgress(self.ledger.dir, self.ledger.durable)
@@ -86,7 +96,7 @@ class FrontEnd:
         # hellos are answered once every worker is ready: a generator acknowledged earlier would run
         # its schedule into workers still starting, and its queue would fill into counted drops
         self.workers_ready = threading.Event()
-        self._pending_hellos: dict[bytes, bk.Header] = {}
+        self._pending_hellos: dict[bytes, tuple[bk.Header, bool]] = {}  # and whether it asks for credit
         self._greeted: dict[int, bytes] = {}  # sender id -> the connection that said hello as it
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cp-factory-front", daemon=True)
@@ -123,6 +133,7 @@ class FrontEnd:
             self._held = frames
         elif h.kind == bk.KIND_DATA:
             self.ledger.accept(h)
+            self.credit.data(h)
             self.counters["accepted"] += 1
             self._held = frames
         elif h.kind == bk.KIND_HELLO:
@@ -138,10 +149,11 @@ class FrontEnd:
                 # on file before the acknowledgement: a reader knows a sender before its first bucket
                 if self.progress.hello(h.sender_id):
                     self.progress.maybe_write(force=True)  # one line appended, whatever the senders known
-                self._reply(ident, h)
+                self.counters["senders_unrecorded"] = self.progress.unrecorded  # counted before the answer
+                self._reply(ident, h, credit=hello_wants_credit(frames[1]))
             elif ident in self._pending_hellos or len(self._pending_hellos) < MAX_PENDING_HELLOS:
                 self.progress.hello(h.sender_id)
-                self._pending_hellos[ident] = h
+                self._pending_hellos[ident] = (h, hello_wants_credit(frames[1]))
             self.counters["senders_unrecorded"] = self.progress.unrecorded
         elif h.kind == bk.KIND_EOS:
             try:
@@ -150,12 +162,14 @@ class FrontEnd:
                 self._held = frames  # a worker dead-letters it as bad_control
                 return
             if self.ledger.end_of_stream(h, eos):
+                self.credit.ended(h.sender_id)
                 self.counters["eos"] += 1
                 self._reply(ident, h, self._accepted(eos))
         elif h.kind == bk.KIND_HEARTBEAT:
             self.counters["heartbeats"] += 1  # recorded as progress, never forwarded to the workers
             if self.ledger.in_window(h):  # one forged seq far ahead would pin the sender's progress
                 self.progress.heartbeat(h)
+                self.credit.heartbeat(h)
             else:
                 self.progress.ignored += 1
         else:
@@ -195,11 +209,20 @@ class FrontEnd:
             self.counters["long_messages"] += 1
         return msg
 
-    def _reply(self, ident: bytes, h: bk.Header, info: AckInfo | None = None) -> None:
-        """Acknowledge a hello (with the frame cap) or an end of stream (``info``: what was accepted)."""
+    def _reply(self, ident: bytes, h: bk.Header, info: AckInfo | None = None, credit: bool = False) -> None:
+        """Acknowledge a hello (with the frame cap, and the sender's first credit when it asks for
+        one) or an end of stream (``info``: what was accepted)."""
         if h.kind == bk.KIND_HELLO:
-            info = AckInfo(max_frame_bytes=self.max_frame_bytes)
+            first = self.credit.hello(h.sender_id, ident, credit)
+            info = AckInfo(max_frame_bytes=self.max_frame_bytes, credit_seq=first)
         answer_control(self.front, ident, h, info=info)
+
+    def _send_credits(self) -> None:
+        """The credits that grew, and a keep-alive for each live sender (``cp_source.factory.credit``)."""
+        for ident, sender_id, seq_next, credit in self.credit.due():
+            # a gone peer, or its queue is full: the next keep-alive says as much or more
+            with contextlib.suppress(zmq.ZMQError):
+                self.front.send_multipart([ident, *credit_frames(sender_id, seq_next, credit)], zmq.NOBLOCK)
 
     def _accepted(self, eos: bk.EndOfStream) -> AckInfo:
         """What the front end accepted of a sender: its tuples inside the ids its totals name (so
@@ -240,9 +263,10 @@ class FrontEnd:
                             break
                 if self._pending_hellos and self.workers_ready.is_set():
                     self.progress.maybe_write(force=True)  # the senders on file before their acks
-                    for ident, h in self._pending_hellos.items():
-                        self._reply(ident, h)
+                    for ident, (h, credit) in self._pending_hellos.items():
+                        self._reply(ident, h, credit=credit)
                     self._pending_hellos.clear()
+                self._send_credits()
                 self.ledger.maybe_write()
                 self.progress.maybe_write()
         except zmq.ContextTerminated:

@@ -29,6 +29,7 @@ import orjson
 import pyarrow as pa
 import zmq
 
+from cp_source.factory.credit import AUTO, DEFAULT_TIMEOUT_S, parse_max_lead
 from cp_source.factory.front import FrontEnd
 from cp_source.factory.workers import DEFAULT_FLUSH_MS, DEFAULT_FLUSH_ROWS, HWM, PARSERS, free_bytes
 from cp_source.spool.durability import check_durability
@@ -102,6 +103,8 @@ class FactoryHandle:
         durability: str = "process",
         curve_keys: str | None = None,
         workload: WorkloadId | None = None,
+        max_lead_buckets: int = AUTO,
+        sender_timeout: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         if workers < 1 or workers > 256:
             raise ValueError(f"workers must be 1..256, got {workers}")
@@ -124,7 +127,16 @@ class FactoryHandle:
             raise
         try:
             self._front_end = FrontEnd(
-                self._ctx, front, back, self.spool, max_frame_bytes, self.durability, workload
+                self._ctx,
+                front,
+                back,
+                self.spool,
+                max_frame_bytes,
+                self.durability,
+                workload,
+                max_lead_buckets,
+                max_spool_bytes,
+                sender_timeout,
             )
         except BaseException:
             front.close(0)
@@ -225,8 +237,9 @@ class FactoryHandle:
         self._procs[i] = self._spawn(i)
 
     def front_counters(self) -> dict[str, int]:
-        """The front end's message counters (hellos, hellos refused, data accepted, ...), a copy."""
-        return dict(self._front_end.counters)
+        """The front end's message counters (hellos, hellos refused, data accepted, ...) and its flow
+        control's (``cp_source.factory.credit``), a copy."""
+        return {**self._front_end.counters, **self._front_end.credit.counters}
 
     def worker_pids(self) -> list[int]:
         return [p.pid for p in self._procs]
@@ -357,14 +370,21 @@ def start_factory(
     parser: str = "auto",
     durability: str = "process",
     curve_keys: str | None = None,
+    max_lead_buckets: int | str = "auto",
+    sender_timeout: float = DEFAULT_TIMEOUT_S,
 ) -> FactoryHandle:
     """Start a factory bound at ``endpoint`` (``tcp://127.0.0.1:0`` or ``:*`` picks a free port).
 
     ``durability``: ``process`` (default) or ``strict`` (see cp_source.spool.durability); ``fsync=True``
     is the older name for ``strict``. ``curve_keys``: a keys directory (``cloudprofiler keys
-    generate``): generators must then hold an authorized client key.
+    generate``): generators must then hold an authorized client key. ``max_lead_buckets``: flow
+    control, ``auto``, 0 (off) or buckets a sender may run ahead of the frontier; ``sender_timeout``:
+    seconds after which a silent sender stops holding the others back (``cp_source.factory.credit``).
     """
     level = "strict" if fsync else check_durability(durability)
+    lead = parse_max_lead(max_lead_buckets)
+    if not 0 < sender_timeout <= 86400:
+        raise ValueError(f"sender timeout {sender_timeout!r}: expected seconds in (0, 86400]")
     w = resolve(workload, schema)  # fail early on a bad workload, schema or parser
     if (
         parser not in PARSERS
@@ -404,6 +424,8 @@ def start_factory(
         level,
         curve_keys,
         workload_id(w, workload),  # a generator's hello of another workload is refused
+        lead,
+        sender_timeout,
     )
     if wait:
         try:

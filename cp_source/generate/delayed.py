@@ -7,7 +7,9 @@ of the next deadline and the next send. Delayed buckets overtake each other: seq
 seq order. Lateness (``generator_bound``) is measured against each deadline and each send time, and
 the rate against the generation span, so the delay itself is not mistaken for a slow generator.
 While anything is held, a heartbeat's bound is the smallest event time still held (an older one than
-any to be generated), so it stays a lower bound on every tuple not yet sent. Without a delay the
+any to be generated), so it stays a lower bound on every tuple not yet sent. The factory's credit
+(``cp_source.generate.credit``) is checked at each send; a wait for it moves the schedule and every
+held bucket's send time on by the time waited. Without a delay the
 sender runs ``cp_source.generate.pacing.emit``, which does no heap work at all.
 """
 
@@ -18,11 +20,13 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
+from functools import partial as bind
 from typing import Any
 
 import zmq
 
 import native_tsc
+from cp_source.generate.credit import POLL_MS, CreditGate
 from cp_source.generate.delay import MAX_HELD_BUCKETS, DelaySampler
 from cp_source.generate.events import EventSettings, event_clock
 from cp_source.generate.hot_keys import Payloads
@@ -48,6 +52,11 @@ class Held:
     def push(self, send_at: int, k: int, item: tuple[int, int, int, int]) -> None:
         heapq.heappush(self.heap, send_at * self.n + k)
         self.items[k] = item
+
+    def shift(self, ns: int) -> None:
+        """Move every held bucket's send time ``ns`` later (the heap's order stays)."""
+        add = ns * self.n
+        self.heap[:] = [x + add for x in self.heap]
 
     def next_send(self) -> int:
         return self.heap[0] // self.n
@@ -93,6 +102,7 @@ class DelayedEmitter:
     delay_sum: float = 0.0
     delay_max: float = 0.0
     ranges: list[list[int]] = field(default_factory=list)
+    gate: CreditGate | None = None  # the factory's credit (None: never held back)
 
     def __post_init__(self) -> None:
         self.n_buckets, self.last_rows, self.partial = bucket_shape(self.payloads, self.bucket, self.tuples)
@@ -105,6 +115,7 @@ class DelayedEmitter:
         lag_ns, jit_ns = self.clock[4], self.clock[5]
         hb_ms = self.ev.heartbeat_ms
         self.hb = Heartbeats(self.sock, self.packer, hb_ms, lag_ns, jit_ns) if hb_ms else None
+        self.beat = (self.hb or Heartbeats(self.sock, self.packer, POLL_MS, lag_ns, jit_ns)).beat
 
     def _sched_event(self, k: int) -> int:
         """Bucket k's event time on the schedule clock, drawn once (its jitter) however often asked."""
@@ -172,6 +183,16 @@ class DelayedEmitter:
             self.emitted += count
             self.seq += 1
 
+    def _await_credit(self, k: int) -> int:
+        """Wait for the factory's credit when the next send is at it; the ns waited, by which the
+        schedule and the held buckets' send times move on."""
+        if self.gate is None or not self.gate.blocks(k, self.seq):
+            return 0
+        held = self.held.min_event()
+        waited, self.prev = self.gate.wait(self.seq, bind(self.beat, self.seq, None, held=held), self.prev)
+        self.held.shift(waited)
+        return waited
+
     def run(self, barrier: Any) -> Emission:
         period, n, held = self.bucket / self.rate * 1e9, self.n_buckets, self.held
         heap, next_id, k, aborted = held.heap, self.first, 0, False
@@ -184,6 +205,8 @@ class DelayedEmitter:
             due = t0 + int(k * period) if k < n and not aborted else None
             if heap and (due is None or held.next_send() <= due or len(heap) >= MAX_HELD_BUCKETS):
                 self._wait(held.next_send(), k)
+                waited = self._await_credit(k)
+                t0, give_up = t0 + waited, give_up + waited
                 self._send()
             elif due is not None and time.perf_counter_ns() > give_up:
                 aborted = True  # hopelessly behind: stop generating, still send what is held
@@ -214,4 +237,5 @@ class DelayedEmitter:
         em.heartbeats = self.hb.sent if self.hb is not None else 0
         em.delay_seed = self.seed
         em.delay_ms_mean, em.delay_ms_max = (self.delay_sum / k if k else 0.0), self.delay_max
+        em.credit = self.gate
         return em

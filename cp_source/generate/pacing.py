@@ -22,12 +22,15 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial as bind
 from typing import Any
 
 import zmq
 
 import native_tsc
+from cp_source.generate.credit import POLL_MS, CreditGate
 from cp_source.generate.events import EventSettings, event_clock
 from cp_source.generate.hot_keys import Payloads
 from cp_source.generate.payloads import bucket_shape
@@ -66,6 +69,7 @@ class Emission:
     delay_seed: int | None = None  # with an injected delay: the seed, the drawn delays' mean and max
     delay_ms_mean: float | None = None
     delay_ms_max: float | None = None
+    credit: CreditGate | None = None  # the factory's flow control, as the loop saw it
 
 
 class Heartbeats:
@@ -95,20 +99,24 @@ class Heartbeats:
             now = clock()
             if deadline - now <= self.reach:
                 break
-            if held is not None:
-                bound = held  # at most floor: generated earlier than any bucket still to come
-            else:
-                bound = exact if exact is not None else (time.time_ns() - self.behind_ns) // 1_000_000
-                bound = max(bound, floor)
-            hdr = self.packer.pack(bk.KIND_HEARTBEAT, seq, 0, 0, 0, native_tsc.now(), bound * 1_000_000)
-            try:
-                self.sock.send(hdr, zmq.NOBLOCK | zmq.SNDMORE)
-            except zmq.Again:
-                continue  # the queue is full: skipped, the next heartbeat says as much or more
-            self.sock.send(b"", zmq.NOBLOCK)
-            self.sent += 1
-            floor = max(floor, bound)
+            floor = self.beat(seq, exact, floor, held)
         return floor
+
+    def beat(self, seq: int, exact: int | None, floor: int, held: int | None = None) -> int:
+        """Send one heartbeat (``wait``'s arguments); the floor, lifted to its bound when it was sent."""
+        if held is not None:
+            bound = held  # at most floor: generated earlier than any bucket still to come
+        else:
+            bound = exact if exact is not None else (time.time_ns() - self.behind_ns) // 1_000_000
+            bound = max(bound, floor)
+        hdr = self.packer.pack(bk.KIND_HEARTBEAT, seq, 0, 0, 0, native_tsc.now(), bound * 1_000_000)
+        try:
+            self.sock.send(hdr, zmq.NOBLOCK | zmq.SNDMORE)
+        except zmq.Again:
+            return floor  # the queue is full: skipped, the next heartbeat says as much or more
+        self.sock.send(b"", zmq.NOBLOCK)
+        self.sent += 1
+        return max(floor, bound)
 
 
 def emit(
@@ -122,22 +130,21 @@ def emit(
     barrier: Any,
     ev: EventSettings,
     sender_index: int,
+    gate: CreditGate | None = None,
 ) -> Emission:
-    """The timed loop: bucket k leaves at t0 + k * budget (see the module docstring)."""
+    """The timed loop: bucket k leaves at t0 + k * budget, shifted by any wait for ``gate``'s credit."""
     n_buckets, last_rows, partial = bucket_shape(payloads, bucket, tuples)
     period = bucket / rate * 1e9
-    pool = payloads.pools[0]
-    n_pool = len(pool)  # every pool of a sender has the same length
+    pool, n_pool = payloads.pools[0], len(payloads.pools[0])  # every pool of a sender has the same length
     switches = iter(payloads.switches)  # hot-key epochs: the pool changes at these buckets
     switch_k, switch_to = next(switches, (-1, 0))
     emitted = dropped = seq = max_lag = 0
-    next_id, aborted = first, False
-    ranges: list[list[int]] = []
+    next_id, aborted, ranges = first, False, list[list[int]]()
     now_tsc, clock, wall, send = native_tsc.now, time.perf_counter_ns, time.time_ns, sock.send
     flags_more = zmq.NOBLOCK | zmq.SNDMORE
     sched, start, lag_f, jit_f, lag_ns, jit_ns = event_clock(ev, sender_index)
     rnd = random.Random(packer.sender_id).random
-    hb = Heartbeats(sock, packer, ev.heartbeat_ms, lag_ns, jit_ns) if ev.heartbeat_ms else None
+    hb, gate, beat = _beats(sock, packer, ev.heartbeat_ms, lag_ns + jit_ns, gate)
     prev = e = -(1 << 62)
     first_ev: int | None = None
     if barrier is not None:
@@ -154,6 +161,9 @@ def emit(
             base = start + math.floor(k * bucket / rate * 1000)
             e = math.floor(base - lag_f - (rnd() * jit_f if jit_f else 0.0))
             e = e if e > prev else prev
+        if gate.blocks(k, seq):
+            waited, prev = gate.wait(seq, bind(beat, seq, e if sched else None), prev)
+            t0, give_up, deadline, now = t0 + waited, give_up + waited, deadline + waited, clock()
         if now < deadline:
             if hb is not None and deadline - now > hb.reach:
                 prev = hb.wait(deadline, seq, e if sched else None, prev)
@@ -169,11 +179,9 @@ def emit(
             e = (wall() - off) // 1_000_000
             e = e if e > prev else prev
         prev = e
-        if not k:
-            first_ev = e
+        first_ev = e if first_ev is None else first_ev
         if k == switch_k:
-            pool = payloads.pools[switch_to]
-            switch_k, switch_to = next(switches, (-1, 0))
+            pool, (switch_k, switch_to) = payloads.pools[switch_to], next(switches, (-1, 0))
         count = bucket if k < n_buckets - 1 or not partial else last_rows
         payload = pool[k % n_pool] if count == bucket else partial
         hdr = packer.pack(bk.KIND_DATA, seq, next_id, count, len(payload), now_tsc(), e * 1_000_000)
@@ -189,5 +197,19 @@ def emit(
         next_id += count
     em = Emission(next_id, emitted, dropped, ranges, seq, max_lag, aborted, t0, clock(), wall() / 1e9)
     em.event_first, em.event_last = first_ev, (prev if first_ev is not None else None)
-    em.heartbeats = hb.sent if hb is not None else 0
+    em.heartbeats, em.credit = (hb.sent if hb is not None else 0), gate
     return em
+
+
+def _beats(
+    sock: zmq.Socket[Any],
+    packer: bk.HeaderPacker,
+    heartbeat_ms: float,
+    behind_ns: int,
+    gate: CreditGate | None,
+) -> tuple[Heartbeats | None, CreditGate, Callable[..., int]]:
+    """The loop's heartbeats (None: off), its credit gate (a gate that never holds when none is
+    given) and the heartbeat it sends while it waits for credit, heartbeats on or off."""
+    hb = Heartbeats(sock, packer, heartbeat_ms, behind_ns, 0) if heartbeat_ms else None
+    gate = gate or CreditGate(sock, packer.sender_id, None)
+    return hb, gate, (hb or Heartbeats(sock, packer, POLL_MS, behind_ns, 0)).beat

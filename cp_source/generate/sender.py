@@ -6,6 +6,10 @@ closes its stream with nothing sent. The answer to its end of stream names the t
 received (``factory_accepted``), and a monitor counts the connections that dropped
 (``disconnects``): a sender is ``acknowledged`` only when every tuple it emitted arrived (see
 ``cp_source.wire.sender_link``).
+
+Flow control. The sender's hello asks for the factory's credit; it then sends only below it and
+waits, heartbeating, for more (``cp_source.generate.credit``): ``credit_waits``, ``credit_wait_s``
+and ``credit_lapsed`` in its counters.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 import zmq
 
 import native_tsc
+from cp_source.generate.credit import POLL_MS, CreditGate
 from cp_source.generate.delayed import DelayedEmitter
 from cp_source.generate.events import EventSettings
 from cp_source.generate.file_check import FileLines, read_workload_file
@@ -24,7 +29,7 @@ from cp_source.generate.file_pool import bucket_bytes, check_file_fits
 from cp_source.generate.hot_keys import Payloads
 from cp_source.generate.pacing import Emission, emit
 from cp_source.generate.payloads import BucketTooLarge, check_fits, file_payloads, sender_payloads
-from cp_source.generate.settings import SenderCounters, SenderSettings
+from cp_source.generate.settings import CreditCounters, SenderCounters, SenderSettings
 from cp_source.wire import bucket as bk
 from cp_source.wire.sender_link import AckInfo, DisconnectWatch, close_stream_info, open_link
 from cp_source.wire.workload_id import identify
@@ -53,7 +58,9 @@ def _open_link(
     ctx: zmq.Context[Any] = zmq.Context()
     try:
         workload = identify(s.workload, s.schema)  # named in the hello: a factory of another refuses it
-        return ctx, *open_link(ctx, endpoint, packer, hwm, s.ready_timeout, s.curve_keys, workload)
+        return ctx, *open_link(
+            ctx, endpoint, packer, hwm, s.ready_timeout, s.curve_keys, workload, credit=True
+        )
     except BaseException:
         ctx.term()
         raise
@@ -115,7 +122,16 @@ def _end_of_stream(
         "delay_seed": e.delay_seed,
         "delay_ms_mean": e.delay_ms_mean,
         "delay_ms_max": e.delay_ms_max,
+        **_credit_report(e.credit),
     }
+
+
+def _credit_report(gate: CreditGate | None) -> CreditCounters:
+    """The sender's flow-control counters: how often and how long it waited for the factory's credit,
+    and whether the factory went silent during a wait (``cp_source.generate.credit``)."""
+    if gate is None:
+        return {"credit_waits": 0, "credit_wait_s": 0.0, "credit_lapsed": False}
+    return {"credit_waits": gate.waits, "credit_wait_s": gate.wait_ns / 1e9, "credit_lapsed": gate.lapsed}
 
 
 def run_sender(endpoint: str, settings: SenderSettings, barrier: Any = None) -> SenderCounters:
@@ -146,7 +162,8 @@ def run_checked_sender(
     try:
         try:
             pays = _fitting(pays, lines, s, hello.max_frame_bytes)
-            emission = _run_loop(sock, packer, pays, s, first, barrier, events)
+            gate = CreditGate(sock, s.sender_id, hello.credit_seq, events.heartbeat_ms or POLL_MS)
+            emission = _run_loop(sock, packer, pays, s, first, barrier, events, gate)
         except (BucketTooLarge, threading.BrokenBarrierError):
             _close_empty(sock, packer, s.sender_id, first)  # before any bucket: nothing was sent
             raise
@@ -190,11 +207,16 @@ def _run_loop(
     first: int,
     barrier: Any,
     events: EventSettings,
+    gate: CreditGate,
 ) -> Emission:
-    """The emission loop: the plain one, or the one that holds buckets back for an injected delay."""
+    """The emission loop: the plain one, or the one that holds buckets back for an injected delay;
+    either sends only below the factory's credit (``gate``)."""
     if events.delay is None:
-        return emit(sock, packer, pays, s.bucket, s.rate, s.tuples, first, barrier, events, s.sender_index)
+        return emit(
+            sock, packer, pays, s.bucket, s.rate, s.tuples, first, barrier, events, s.sender_index, gate
+        )
     loop = DelayedEmitter(sock, packer, pays, s.bucket, s.rate, s.tuples, first, events, s.sender_index)
+    loop.gate = gate
     return loop.run(barrier)
 
 

@@ -106,7 +106,17 @@ class GeneratorSettings(OfferSettings):
         return SenderSettings(sender_id, rate, tuples, sender_index=index, **self.offer())
 
 
-class SenderCounters(TypedDict):
+class CreditCounters(TypedDict):
+    """A sender's flow-control counters (``cp_source.generate.credit``): waits for the factory's
+    credit, their total seconds (left out of ``elapsed_s``), and whether the factory went silent
+    during one (the sender then sent on unthrottled)."""
+
+    credit_waits: int
+    credit_wait_s: float
+    credit_lapsed: bool
+
+
+class SenderCounters(CreditCounters):
     """One sender's counters, an entry of the summary's ``senders`` (JSON: an object of these keys).
 
     ``id``, ``first_tuple_id``, ``next_tuple_id``: its sender id and the tuple ids it numbered
@@ -118,7 +128,8 @@ class SenderCounters(TypedDict):
     ``acknowledged``: every emitted tuple reached the factory; ``aborted``: it stopped early;
     ``end_wall_s``: wall time (s) of its last emission; ``heartbeats`` sent; ``event_ms_first``,
     ``event_ms_last``: event times of its first and last bucket (null: none); ``delay_seed``,
-    ``delay_ms_mean``, ``delay_ms_max``: with an injected delay, its seed and the drawn delays (else null).
+    ``delay_ms_mean``, ``delay_ms_max``: with an injected delay, its seed and the drawn delays (else null);
+    and its ``CreditCounters``.
     """
 
     id: int

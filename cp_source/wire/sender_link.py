@@ -19,6 +19,15 @@ sender whose buckets did not all arrive (a dropped connection) knows it. An
 empty payload (an older factory, the naive source) or one that does not parse
 says nothing more; the acknowledgement still counts.
 
+Credit (flow control, ``cp_source.factory.credit``). A hello that says ``"credit": 1``
+asks for it; the answer then carries ``credit_seq``, the seq the sender may send
+up to (exclusive), and the factory raises it later with an acknowledgement of
+data (:func:`credit_frames`: ``first_id`` = the data kind, ``seq`` = one past the
+highest data seq it accepted, payload ``{"v": 1, "credit_seq": N}``), which the
+sender reads with :func:`read_credit`. Both ends stay compatible: an older
+factory says no ``credit_seq`` (the sender is then never held back), and an
+older generator's hello does not ask (the factory then sends it no credit).
+
 After the hello the sender watches its socket for dropped connections
 (:class:`DisconnectWatch`): a connection ZeroMQ drops and reconnects takes the
 messages in flight with it, without an error on the sending side.
@@ -67,19 +76,21 @@ class AckInfo:
 
     ``max_frame_bytes``: the largest payload the factory accepts (a hello's answer).
     ``accepted_tuples``, ``accepted_buckets``: what the factory's front end accepted of this sender
-    (an end of stream's answer).
+    (an end of stream's answer). ``credit_seq``: the seq the sender may send up to, exclusive (the
+    answer to a hello that asked for credit, and a credit acknowledgement).
     """
 
     max_frame_bytes: int | None = None
     accepted_tuples: int | None = None
     accepted_buckets: int | None = None
+    credit_seq: int | None = None
 
     def to_json(self) -> bytes:
         fields = {k: getattr(self, k) for k in _ACK_FIELDS if getattr(self, k) is not None}
         return orjson.dumps({"v": ACK_INFO_VERSION, **fields})
 
 
-_ACK_FIELDS = ("max_frame_bytes", "accepted_tuples", "accepted_buckets")
+_ACK_FIELDS = ("max_frame_bytes", "accepted_tuples", "accepted_buckets", "credit_seq")
 _ACK_FIELD_MAX = 1 << 62
 
 
@@ -128,6 +139,38 @@ def answer_control(
         sock.send_multipart([ident, *ack_frames(h, refusal, info)], zmq.NOBLOCK)
 
 
+def credit_frames(sender_id: int, seq_next: int, credit_seq: int) -> list[bytes]:
+    """A credit: an acknowledgement of ``sender_id``'s data up to ``seq_next`` (exclusive) that lets
+    it send up to ``credit_seq`` (exclusive)."""
+    h = bk.Header(bk.KIND_DATA, sender_id, seq_next, 0, 0, 0, 0, 0, "")
+    return ack_frames(h, info=AckInfo(credit_seq=credit_seq))
+
+
+def read_credit(sock: zmq.Socket, sender_id: int, timeout_ms: int = 0) -> int | None:
+    """The largest credit among the acknowledgements waiting on ``sock`` (waiting up to ``timeout_ms``
+    for the first); None when none came. Other messages are dropped: a sender reads its socket
+    only here, for a hello's answer and for its end of stream's."""
+    best: int | None = None
+    while sock.poll(timeout_ms, zmq.POLLIN):
+        timeout_ms = 0
+        frames = sock.recv_multipart()
+        try:
+            h = bk.parse_header(frames[0])
+        except bk.BucketError:
+            continue
+        if (
+            h.kind != bk.KIND_ACK
+            or h.sender_id != sender_id
+            or h.first_id != bk.KIND_DATA
+            or len(frames) != 2
+        ):
+            continue
+        c = parse_ack_info(bytes(frames[1])).credit_seq
+        if c is not None and (best is None or c > best):
+            best = c
+    return best
+
+
 def _control(packer: bk.HeaderPacker, kind: int, seq: int, payload: bytes) -> list[Any]:
     hdr = packer.pack(kind, seq, 0, 0, len(payload), native_tsc.now(), time.time_ns())
     return [bytes(hdr), payload]
@@ -171,9 +214,11 @@ def open_link(
     timeout_s: float,
     curve_keys: str | None = None,
     workload: WorkloadId | None = None,
+    credit: bool = False,
 ) -> tuple[zmq.Socket, AckInfo]:
     """A DEALER connected to ``endpoint`` whose hello a factory acknowledged within ``timeout_s``,
-    and what the factory's answer to the hello said (its frame cap).
+    and what the factory's answer to the hello said (its frame cap, and with ``credit`` the
+    sender's first credit when the factory does flow control).
 
     ``workload``: the sender's, named in its hello; a factory of another workload refuses it
     (``WorkloadMismatch``, one line naming both).
@@ -194,7 +239,8 @@ def open_link(
         raise
     watch = ck.HandshakeWatch(sock)
     try:
-        return _hello(sock, watch, endpoint, packer, timeout_s, bool(curve_keys), workload)
+        hello = hello_payload(workload, credit)
+        return _hello(sock, watch, endpoint, packer, timeout_s, bool(curve_keys), hello, workload)
     finally:
         watch.close()
 
@@ -206,6 +252,7 @@ def _hello(
     packer: bk.HeaderPacker,
     timeout_s: float,
     keyed: bool,
+    hello: bytes,
     workload: WorkloadId | None = None,
 ) -> tuple[zmq.Socket, AckInfo]:
     """Connect, say hello and wait for its acknowledgement; the socket is closed on failure."""
@@ -216,7 +263,7 @@ def _hello(
         raise ValueError(
             f"invalid endpoint {endpoint!r}: {e.strerror} (expected e.g. tcp://127.0.0.1:5555)"
         ) from None
-    sock.send_multipart(_control(packer, bk.KIND_HELLO, 0, hello_payload(workload)))
+    sock.send_multipart(_control(packer, bk.KIND_HELLO, 0, hello))
     mark(f"sender {packer.sender_id}: hello sent")
     try:
         info = await_ack_info(sock, packer.sender_id, bk.KIND_HELLO, 0, timeout_s)

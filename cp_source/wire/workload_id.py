@@ -92,11 +92,26 @@ def parse_id(value: Any) -> WorkloadId:
     return WorkloadId(name, fields)
 
 
-def hello_payload(w: WorkloadId | None) -> bytes:
-    """What a generator's hello carries: its workload's name and fingerprint (empty: not said)."""
-    if w is None:
-        return b""
-    return orjson.dumps({"v": HELLO_VERSION, "workload": w.name, "fingerprint": w.fingerprint()})
+def hello_payload(w: WorkloadId | None, credit: bool = False) -> bytes:
+    """What a generator's hello carries: its workload's name and fingerprint, and ``"credit": 1``
+    when it follows the factory's flow control (empty: nothing said)."""
+    doc: dict[str, object] = {"v": HELLO_VERSION}
+    if w is not None:
+        doc.update(workload=w.name, fingerprint=w.fingerprint())
+    if credit:
+        doc["credit"] = 1
+    return orjson.dumps(doc) if len(doc) > 1 else b""
+
+
+def hello_wants_credit(payload: bytes | memoryview) -> bool:
+    """True when a hello asks for the factory's credit (an older sender's never does)."""
+    if not payload or len(payload) > 512:
+        return False
+    try:
+        doc = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(doc, dict) and doc.get("v") == HELLO_VERSION and doc.get("credit") == 1
 
 
 def hello_fingerprint(payload: bytes | memoryview) -> str | None:
