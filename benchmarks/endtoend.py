@@ -21,6 +21,7 @@ is generator-bound. Writes benchmarks/results/endtoend.json.
 
     python benchmarks/endtoend.py [--duration 5] [--only cloudprofiler,naive]
     python benchmarks/endtoend.py --only keys     # the two fetch=network rows, keys off and on
+    python benchmarks/endtoend.py --only projection   # the source with and without columns=
     python benchmarks/endtoend.py --show benchmarks/results/endtoend.json   # re-print a saved run
 """
 
@@ -64,9 +65,12 @@ from cp_source.wire.workloads import YSB_FIELDS, ysb_rows  # noqa: E402
 BUCKET = 1000
 OLD_BEST = 400_000  # the cloudprofiler source's maximum before issue 13 (docs/benchmarks.md)
 KEYS_OFF, KEYS_ON = "cloudprofiler, fetch network, keys off", "cloudprofiler, fetch network, keys on"
+# The same query with the source reading only the columns it uses (the reader's columns= option).
+PROJECTED = "cloudprofiler source, columns="
 # The systems searched, each with the rate its search starts from (tuples/s).
 SYSTEMS = [
     ("cloudprofiler source", 40_000),
+    (PROJECTED, 40_000),
     ("cloudprofiler, fetch network, keys off", 40_000),
     ("cloudprofiler, fetch network, keys on", 40_000),
     ("naive Python source", 5_000),
@@ -289,12 +293,25 @@ def with_rounds(systems: list[tuple[str, int]], rounds: int) -> list[tuple[str, 
     return rest + pair + more
 
 
+def ysb_columns() -> list[str]:
+    """What the YSB query (``ysb_stateless``) and the sink read of the source: its join key, the
+    columns it keeps and every stamp column."""
+    from cp_source.reader.options import ReaderOptions, full_schema
+    from native_tsc.stamp_columns import is_stamp_column
+
+    stamps = [n for n in full_schema(ReaderOptions.parse({})).fieldNames() if is_stamp_column(n)]
+    return ["ad_id", "event_type", "event_time", "tuple_id", *stamps]
+
+
 def build(name: str, spark: Any, work: Path) -> tuple[Target, Any, Any]:
     """Start system ``name``'s query; return its target, the query and a cleanup function."""
     work.mkdir(parents=True)
     name = name.split(" #")[0]  # a later round of the keys pair
-    if name == "cloudprofiler source":
-        target, q = start_source_query(spark, work, max_spool_bytes=256 << 20, handler="null")
+    if name in ("cloudprofiler source", PROJECTED):
+        extra = {"columns": ",".join(ysb_columns())} if name == PROJECTED else None
+        target, q = start_source_query(
+            spark, work, max_spool_bytes=256 << 20, handler="null", source_options=extra
+        )
         return target, q, lambda: None
     if name in (KEYS_OFF, KEYS_ON):
         target, q = start_network_source(spark, work, make_keys(work) if name == KEYS_ON else None)
@@ -412,6 +429,13 @@ def report(
     for k, v in goals.items():
         need = 5 if "naive" in k else 2 if "issue 13" in k else 1.5
         console.print(f"{k}: {v:.2f}x -> {'met' if v >= need else 'NOT met'}")
+    projected = (results.get(PROJECTED) or {}).get("max_rate")
+    if ours and projected:
+        goals["projected / all columns"] = projected / ours
+        console.print(
+            f"projection ({PROJECTED}{','.join(ysb_columns())}): "
+            f"maximum rate with / without = {projected / ours:.2f}"
+        )
     rounds = {k: [r for n, r in results.items() if n.split(" #")[0] == k] for k in (KEYS_OFF, KEYS_ON)}
     off = max((r["max_rate"] or 0 for r in rounds[KEYS_OFF]), default=0)
     on = max((r["max_rate"] or 0 for r in rounds[KEYS_ON]), default=0)
@@ -493,9 +517,13 @@ def selected_systems(only: str | None) -> list[tuple[str, int]]:
     if not only:
         return SYSTEMS
     keep = {s.strip() for s in only.split(",")}
-    # "keys": the two fetch=network rows, keys off and on, side by side
+    # "keys": the two fetch=network rows, keys off and on, side by side; "projection": the source
+    # with and without columns=
+    pair = ("cloudprofiler source", PROJECTED) if "projection" in keep else ()
     return [
-        s for s in SYSTEMS if s[0] in keep or s[0].split()[0] in keep or ("keys" in keep and "keys" in s[0])
+        s
+        for s in SYSTEMS
+        if s[0] in keep or s[0].split()[0] in keep or ("keys" in keep and "keys" in s[0]) or s[0] in pair
     ]
 
 

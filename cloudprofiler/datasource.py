@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from pyspark.sql.datasource import DataSource
@@ -30,9 +33,11 @@ class CloudprofilerDataSource(DataSource):
         return "cloudprofiler"
 
     def schema(self) -> StructType | str:
-        """Workload columns, ids, event time and the gen/factory/source stamp columns.
+        """Workload columns, ids, event time and the gen/factory/source stamp columns (those the
+        ``columns`` option names, in its order, when it is given: a projection).
 
-        Spark calls this at ``load()`` (never for a write, nor when the user gives ``.schema()``):
+        Spark calls this at ``load()`` (never for a write, nor when the user gives ``.schema()``,
+        which may also be a projection, checked by the reader when the query starts):
         the reader's options are checked here, strictly, so a typo fails before the query starts,
         in one line on the first line of Spark's error.
         """
@@ -91,5 +96,46 @@ def register_source(spark: Any) -> None:
     from cp_sync.auto import driver_info, watch_queries
 
     attrs = {"driver": driver_info(spark), "__qualname__": "register_source.<locals>.CloudprofilerDataSource"}
-    spark.dataSource.register(type("CloudprofilerDataSource", (CloudprofilerDataSource,), attrs))
+    with _runner_keys_in_env(spark):
+        spark.dataSource.register(type("CloudprofilerDataSource", (CloudprofilerDataSource,), attrs))
     watch_queries(spark)
+
+
+# The keys Spark's streaming source runner (PythonStreamingSourceRunner.init, Spark 4) writes into
+# the environment map of the registered data source itself: a java.util.HashMap that every query of
+# this registration shares and that is serialized into each of their read tasks. Two queries
+# starting at once insert the same missing keys into it at the same time, without a lock; the map
+# can then count a node it lost, and every task serialized from it fails to deserialize
+# (java.io.OptionalDataException: the map announces one entry more than it writes), so the queries
+# fail. A map born with these keys only ever has values replaced in place: no entry is added, so
+# none can be lost. Every consumer sets these four keys itself (the source runner in this map; the
+# planner and executor runners in their copies), so the values seeded here never reach a worker.
+RUNNER_ENV_KEYS = (
+    "SPARK_LOCAL_DIRS",
+    "SPARK_AUTH_SOCKET_TIMEOUT",
+    "SPARK_BUFFER_SIZE",
+    "SPARK_PYTHON_RUNTIME",
+)
+_ENV_LOCK = threading.Lock()
+
+
+@contextmanager
+def _runner_keys_in_env(spark: Any) -> Iterator[None]:
+    """While registering: the session's Python environment (what Spark copies into the registered
+    data source's map) holds ``RUNNER_ENV_KEYS``. A copy stands in for it meanwhile, so a thread
+    reading the environment now never sees the dict change size under it."""
+    try:
+        sc = spark.sparkContext  # a Spark Connect session has none: no runner map either
+    except Exception:
+        sc = None
+    env = getattr(sc, "environment", None)
+    if not isinstance(env, dict):
+        yield
+        return
+    seeded = {k: "PYTHON_WORKER" if k == "SPARK_PYTHON_RUNTIME" else "" for k in RUNNER_ENV_KEYS}
+    with _ENV_LOCK:
+        sc.environment = {**seeded, **env}
+        try:
+            yield
+        finally:
+            sc.environment = env

@@ -256,6 +256,7 @@ def start_source_query(
     workload: str = "ysb",
     schema: str | None = None,
     may_filter: bool = False,
+    source_options: dict[str, str] | None = None,
 ) -> tuple[Target, Any]:
     """Start the cloudprofiler source (embedded factory) -> ``transform`` -> cloudprofiler sink.
 
@@ -264,7 +265,8 @@ def start_source_query(
     ``may_filter``: ``transform`` may drop tuples (a user's query), see :class:`Target`. The spool
     is bounded by ``max_spool_bytes`` (about a second of data is right): an overloaded query fills
     it, the factory stops receiving and the generator counts drops within the trial. Returns the
-    target and the running query (stop it when done).
+    target and the running query (stop it when done). ``source_options``: more reader options
+    (``columns=``: only the columns ``transform`` reads).
     """
     import cloudprofiler
     from cloudprofiler.spark_local import source_end_offset
@@ -272,7 +274,7 @@ def start_source_query(
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     spool, sink, ckpt = work / "spool", work / "records", work / "checkpoint"
-    options = _source_options(workload, schema, max_spool_bytes)
+    options = {**_source_options(workload, schema, max_spool_bytes), **(source_options or {})}
     events = embedded_source(spark, spool, workers, **options).load()
     out = (transform or (ysb_stateless if workload == "ysb" else identity))(events)
     writer = (

@@ -79,6 +79,21 @@ def test_schema_and_columns_that_disagree_fail_in_one_line() -> None:
         )
 
 
+def test_load_with_columns_gives_the_projection_or_names_the_unknown_column(spark) -> None:
+    import cloudprofiler
+
+    cloudprofiler.register(spark)
+    reader = spark.readStream.format("cloudprofiler").option("factory", "external")
+    assert reader.option("columns", ",".join(PICK)).load().columns == list(PICK)
+    with pytest.raises(Exception) as e:
+        reader.option("columns", "tuple_id,campaign_id").load()
+    first = str(e.value).splitlines()[0]
+    assert first.endswith(
+        "ValueError: option columns: the source has no column 'campaign_id'; it provides: "
+        + ", ".join(full_schema(ReaderOptions.parse({})).fieldNames())
+    )
+
+
 # ---- coalescing -------------------------------------------------------------------------------------
 
 
