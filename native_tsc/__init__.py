@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -28,9 +29,10 @@ from native_tsc.domain import ENV_VIRTUAL, VirtualDomain, host_domain_id, parse_
 
 ENV_BACKEND = "CP_TSC_BACKEND"
 
-try:  # the channels' block encoder in C (GIL released); None where the extension is missing
+narrow_deltas_c: Callable[[Any], bytes] | None  # the channels' block encoder in C (GIL released)
+try:
     from native_tsc._tsc import narrow_deltas as narrow_deltas_c
-except ImportError:
+except ImportError:  # the extension is missing: cp_sink.channels.files encodes with numpy
     narrow_deltas_c = None
 
 

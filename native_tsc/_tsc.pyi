@@ -1,6 +1,7 @@
 """Type stub for the C extension native_tsc._tsc."""
 
 from collections.abc import Callable
+from typing import Any
 
 BACKEND: str
 
@@ -65,3 +66,7 @@ class Ring:
 
     def refuse(self, f: Callable[[], object] | None, /) -> None:
         """Make ``log`` return ``f()`` (which raises) instead of storing; None stores again."""
+
+def narrow_deltas(values: Any, /) -> bytes:
+    """u8 width, int64 first value, then the deltas (wrapping) in the narrowest of int8/16/32/64
+    that holds them: the channels' block encoding, computed with the GIL released."""

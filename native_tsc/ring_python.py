@@ -1,16 +1,16 @@
 """The pure-Python twin of the C ``_tsc.Ring`` (``backend_api.ChannelRing``), for the fallback clock.
 
 It stamps with ``tsc_python.now`` so a channel's records carry the same counter as
-``native_tsc.now()`` on that backend. Calls are ordered by the GIL as in C: each
-method's state change is one step no other thread sees half done (``log`` checks
-room and appends in plain Python, so two threads may both pass the room check:
-the bound is then exceeded by at most one record per thread, never lost).
+``native_tsc.now()`` on that backend. Where the C ring relies on the GIL (no C call
+is interrupted), this twin takes a lock around each change of its state; never
+around ``on_full``, which may wait for a thread that is taking from the ring.
 """
 
 from __future__ import annotations
 
 import operator
 import struct
+import threading
 from collections import deque
 from collections.abc import Callable
 
@@ -33,6 +33,7 @@ class Ring:
         self._stored = self._dropped = self._not_int64 = self._counted = 0
         self._on_full: Callable[[], object] | None = None
         self._refusal: Callable[[], object] | None = None
+        self._lock = threading.Lock()
 
     @property
     def capacity(self) -> int:
@@ -47,37 +48,45 @@ class Ring:
         except TypeError:
             t = _HI  # not an integer: refused like one outside int64
         if not _LO <= t < _HI:
-            self._not_int64 += 1
+            with self._lock:
+                self._not_int64 += 1
             return
         tsc = tsc_python.now()
-        for _ in range(FULL_TRIES):
-            if len(self._pairs) < self._cap or self._on_full is None:
+        for attempt in range(FULL_TRIES + 1):
+            if self._refusal is not None:  # refused while on_full ran
+                self._refusal()
+                return
+            with self._lock:
+                if len(self._pairs) < self._cap:
+                    self._pairs.append((tsc, t))
+                    self._stored += 1
+                    return
+            on_full = self._on_full
+            if on_full is None or attempt == FULL_TRIES:
                 break
-            self._on_full()
-        if self._refusal is not None:  # refused while on_full ran
-            self._refusal()
-            return
-        if len(self._pairs) >= self._cap:
+            on_full()
+        with self._lock:
             self._dropped += 1
-            return
-        self._pairs.append((tsc, t))
-        self._stored += 1
 
     def count(self, t: int, /) -> None:
-        self._counted += 1
+        with self._lock:
+            self._counted += 1
 
     def add(self, n: int, /) -> None:
         if n < 0:
             raise ValueError("add(n): n must be at least 0")
-        self._counted += n
+        with self._lock:
+            self._counted += n
 
     def take(self, most: int = -1, /) -> bytes:
-        n = len(self._pairs) if most < 0 else min(most, len(self._pairs))
-        pop, pack = self._pairs.popleft, _PAIR.pack
-        return b"".join(pack(*pop()) for _ in range(n))
+        with self._lock:
+            n = len(self._pairs) if most < 0 else min(most, len(self._pairs))
+            pop, pack = self._pairs.popleft, _PAIR.pack
+            return b"".join(pack(*pop()) for _ in range(n))
 
     def counts(self) -> tuple[int, int, int, int, int]:
-        return self._stored, len(self._pairs), self._dropped, self._not_int64, self._counted
+        with self._lock:
+            return self._stored, len(self._pairs), self._dropped, self._not_int64, self._counted
 
     def set_on_full(self, f: Callable[[], object] | None, /) -> None:
         self._on_full = f

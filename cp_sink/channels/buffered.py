@@ -31,7 +31,6 @@ from cp_sink.handlers import HandlerSpec, parse_handler, selected_positions
 
 DRAIN_INTERVAL_S = 0.01
 MAX_BLOCK_AGE_S = 0.5  # a partly filled block goes to disk after this long
-RING_RECORDS = 1 << 16  # 1 MiB of pairs per channel; a fuller ring is drained by the call that finds it full
 
 
 class BufferedChannel(Channel):
@@ -40,7 +39,7 @@ class BufferedChannel(Channel):
     def _start(self) -> None:
         self._blocks = BlockWriter(self._out, self.fmt)
         self._writer = self._blocks
-        self._ring = native_tsc.new_ring(RING_RECORDS)
+        self._ring = native_tsc.new_ring(self.ring_records)
         self._ring.set_on_full(self._spill)
         self._chunks: list[Chunk] = []
         self._chunk_rows = 0
@@ -78,9 +77,6 @@ class BufferedChannel(Channel):
                 lost_not_int64=not_int64,
                 lost_ring_full=dropped,
             )
-
-    def _extra_counts(self) -> dict[str, Any]:
-        return {"ring_records": self._ring.capacity}
 
     def _log_batch(self, ids: Any) -> None:
         if self._out.error is not None:  # one test per batch, not per id

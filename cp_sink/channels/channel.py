@@ -68,6 +68,7 @@ class Channel:
     log: Callable[[int], None]
     log_batch: Callable[[Any], None]
     writes_counts = True  # a counts frame ends the file (all families but identity)
+    ring_records = 1 << 16  # the ring's bound for families that log into one (1 MiB of pairs)
 
     def __init__(self, name: str, handler: str, path: Path, fmt: str, params: dict[str, int]) -> None:
         self.name, self.handler, self.path, self.fmt, self.params = name, handler, path, fmt, params

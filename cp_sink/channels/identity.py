@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 import native_tsc
-from cp_sink.channels.buffered import DRAIN_INTERVAL_S, RING_RECORDS
+from cp_sink.channels.buffered import DRAIN_INTERVAL_S
 from cp_sink.channels.channel import Channel, Ledger
 from cp_sink.channels.exit_flush import enter_critical, leave_critical
 from cp_sink.channels.files import FRAME
@@ -72,7 +72,7 @@ class IdentityChannel(Channel):
         self._final: tuple[int, int] | None = None  # (records logged, written), fixed at close or failure
         self._batch_logged = 0  # ids of log_batch calls the buffer took
         self._io_lock = threading.Lock()  # one thread at a time moves records into the buffer
-        self._ring = native_tsc.new_ring(RING_RECORDS)
+        self._ring = native_tsc.new_ring(self.ring_records)
         self._ring.set_on_full(self._spill)
         self._on_failure(lambda: self._ring.refuse(self._refusal))  # the next log() raises, stores nothing
         self.log, self.log_batch = self._ring.log, self._log_batch
