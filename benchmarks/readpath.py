@@ -599,9 +599,12 @@ def main() -> int:
         files = export_rows(work / "spool", work, source_schema(ReaderOptions.parse({})))
         if "throughput" in sections:
             doc["python_side"] = python_side(work / "spool", files[0], info["rows"])
-        spark = local_session(
-            "readpath", conf={"spark.sql.streaming.forceDeleteTempCheckpointLocation": "true"}
-        )
+        conf = {
+            "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+            # a Python worker started on a busy machine may take more than the default 15 s to connect
+            "spark.python.authenticate.socketTimeout": "120s",
+        }
+        spark = local_session("readpath", conf=conf)
         spark.dataSource.register(BareArrowSource)
         try:
             if "throughput" in sections:

@@ -143,6 +143,31 @@ def test_a_partition_reads_only_the_projected_columns_joined(tmp_path: Path) -> 
     assert out[0].column("tuple_id").to_pylist() == sorted(ids)  # in segment order
 
 
+def test_a_ready_slice_projected_keeps_the_merged_order(tmp_path: Path) -> None:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from cp_source.reader.partitions import read_partition
+    from cp_source.ready.batch_plan import ReadySlice
+    from cp_source.spool.segments import Spool
+
+    spool = tmp_path / "spool"
+    fill_spool(spool, {"w0": [30, 20], "w1": [25]})  # event times restart in every segment
+    sp = Spool(spool)
+    segs = [
+        (w, s.number, s.path, s.rows, s.tuple_id_min) for w in ("w0", "w1") for s in sp.segments(w, -1, 9)
+    ]
+    hi = 1_700_000_000_000 + 24  # ms: rows 0..24 of each segment
+    part = ReadySlice(-(1 << 60), hi, segs, fetch="local", spool_id=sp.spool_id())
+    target = to_arrow_schema(source_schema(ReaderOptions.parse({"columns": "tuple_id"})), timezone="UTC")
+    out = pa.Table.from_batches(list(read_partition(part, target)))
+    assert out.column_names == ["tuple_id"]
+    # (event time, sender 0, tuple id): row i of every segment, ids ascending among equal times
+    firsts = [0, 30, 50]
+    assert out.column(0).to_pylist() == [
+        f + i for i in range(25) for f in firsts if i < [30, 20, 25][firsts.index(f)]
+    ]
+
+
 def test_a_query_with_a_schema_subset_gets_exactly_those_columns(spark, tmp_path: Path) -> None:
     import cloudprofiler
     from tests.helpers.streaming import await_query
