@@ -80,9 +80,7 @@ BLOCKS: dict[str, Block] = {
     "sink_overhead": Block(
         "sink_overhead", "sink_overhead.json", lambda m, d: m.report(d["seconds"], d, d["rows"], d["repeat"])
     ),
-    "channels": Block(
-        "channels", "channels.json", lambda m, d: m.print_table(d["baseline_ns"], d["handlers"])
-    ),
+    "channels": Block("channels", "channels.json", _show("report")),
     "probe_guard": Block("probe_guard", "probe_guard.json", _show("report")),
     "viper": Block("viper", "viper.json", _show("print_report")),
     "klink": Block("klink", "klink.json", _show("print_report")),

@@ -15,10 +15,13 @@ A file the OS refuses to extend (disk full, I/O error) raises ``ChannelWriteErro
 
 Handlers (``handler`` argument; parameters as keywords), each with its family's module:
 
-* ``identity`` (alias ``id``): every call writes its pair to the file (through
-  a 64 KiB buffer, flushed when full, by ``stats()`` and at close). Module ``identity``.
+* ``identity`` (alias ``id``): every pair goes to the file raw (a drain thread moves
+  the ring into a 64 KiB buffer, flushed when full, by ``stats()`` and at close). Module ``identity``.
 * ``buffered``: pairs collect in blocks of ``block`` rows; background threads
   compress full blocks with zstd, one I/O thread writes them in order. Module ``buffered``.
+
+identity's and buffered's ``log`` is one C call into a bounded ring
+(``native_tsc.new_ring``); null's and pc's is the ring's counter.
 * ``downsample`` (``n``): keeps ids with ``t mod n == 0``, buffered. Module ``buffered``.
 * ``xoy`` (``x``, ``y``): keeps ids with ``t mod y < x``, buffered. Module ``buffered``.
 * ``pc`` (``periodMs``): counts only; a sampling thread closes each period. Module ``periodic_counter``.
@@ -32,7 +35,8 @@ the write error), ``block_writer`` (compression and I/O threads), ``exit_flush``
 (closing at exit and on SIGTERM), ``files`` (file formats and the reader),
 ``config_client`` and ``config_server``.
 
-A channel belongs to one thread: open one per thread. When ``CP_CONFIG_SERVER``
+Several threads may log into one channel (the ring is ordered by the GIL); one
+channel per thread keeps each thread's pairs apart. When ``CP_CONFIG_SERVER``
 is set, the configuration server chooses the handler of each channel opened
 (see ``cp_sink.channels.config_server``).
 """
