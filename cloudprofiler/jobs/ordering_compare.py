@@ -11,6 +11,10 @@ stamps:
   tuple waited before Spark had it, which is where ``ordering=ready`` adds its wait for the
   slowest sender;
 * ``window output``: per window, its emission by the query minus the emission of its latest tuple.
+
+A :class:`Windowing` changes the window size and watermark delay (``ordering=ready`` needs no delay:
+the source hands out no tuple ahead of a slower sender) or counts in ``foreachBatch`` over each
+batch sorted by event time, what a Spark user would write to see the tuples in order.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +35,21 @@ if TYPE_CHECKING:
 
 WINDOW_S = 10
 WATERMARK_S = 1
+
+
+@dataclass(frozen=True)
+class Windowing:
+    """How a run counts: window size and watermark delay (ms), and where the count runs.
+
+    ``sort_batches``: Spark only hands over each micro-batch (``foreachBatch``), sorted there by
+    event time and counted in that order with the same windows and delay, the delay applied as
+    Spark does (the watermark moves at the end of a batch; a tuple whose window it closed is
+    dropped): a sort reorders a batch, never tuples that come in a later one.
+    """
+
+    window_ms: int = WINDOW_S * 1000
+    watermark_ms: int = WATERMARK_S * 1000
+    sort_batches: bool = False
 
 
 def truth_windows(summary: GeneratorSummary, window_ms: int) -> dict[int, int]:
@@ -76,16 +96,60 @@ class _Collector:
             self.last_batch = batch_id
 
 
-def _query(spark: Any, spool: Path, checkpoint: Path, ordering: str, senders: int, workers: int) -> Any:
+class _SortedBatches(_Collector):
+    """foreachBatch target counting the windows itself over each batch sorted by event time
+    (``Windowing.sort_batches``); the rows it emits are those the streaming aggregation emits."""
+
+    def __init__(self, windowing: Windowing) -> None:
+        super().__init__()
+        self.w = windowing
+        self.open: dict[int, list[int]] = {}  # window start -> [n, last gen, sum waited, max waited]
+        self.max_event = -(1 << 62)
+        self.watermark = -(1 << 62)
+        self.late = 0
+
+    def __call__(self, batch: Any, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        import native_tsc
+
+        cols = [F.unix_millis("event_time").alias("ev"), "cp_tsc_gen", "cp_tsc_source"]
+        for ev, gen, src in batch.select(*cols).sort("ev").collect():
+            start = ev - ev % self.w.window_ms
+            if start + self.w.window_ms <= self.watermark:
+                self.late += 1
+                continue
+            acc = self.open.setdefault(start, [0, 0, 0, 0])
+            acc[0] += 1
+            acc[1] = max(acc[1], gen)
+            acc[2] += src - gen
+            acc[3] = max(acc[3], src - gen)
+            self.max_event = max(self.max_event, ev)
+        self.watermark = max(self.watermark, self.max_event - self.w.watermark_ms)
+        now = native_tsc.now()
+        closed = sorted(s for s in self.open if s + self.w.window_ms <= self.watermark)
+        got = []
+        for start in closed:
+            n, last, total, most = self.open.pop(start)
+            got.append({"start_ms": start, "n": n, "last_gen": last, "ingest_avg": total / n})
+            got[-1].update(ingest_max=most, out_tsc=now)
+        with self.lock:
+            self.rows += got
+            self.last_batch = batch_id
+
+
+def _query(spark: Any, spool: Path, ordering: str, senders: int, workers: int, windowing: Windowing) -> Any:
     from pyspark.sql import functions as F
 
     ready = {"ordering": "ready", "senders": str(senders)} if ordering == "ready" else {}
     reader = embedded_source(spark, spool, workers, **ready)
+    if windowing.sort_batches:
+        return reader.load().select("event_time", "cp_tsc_gen", "cp_tsc_source")
     waited = F.col("cp_tsc_source") - F.col("cp_tsc_gen")
     return (
         reader.load()
-        .withWatermark("event_time", f"{WATERMARK_S} seconds")
-        .groupBy(F.window("event_time", f"{WINDOW_S} seconds"))
+        .withWatermark("event_time", f"{windowing.watermark_ms} milliseconds")
+        .groupBy(F.window("event_time", f"{windowing.window_ms} milliseconds"))
         .agg(
             F.count("*").alias("n"),
             F.max("cp_tsc_gen").alias("last_gen"),
@@ -102,7 +166,9 @@ def _query(spark: Any, spool: Path, checkpoint: Path, ordering: str, senders: in
     )
 
 
-def _dropped(query: Any) -> int:
+def _dropped(query: Any, sink: _Collector) -> int:
+    if isinstance(sink, _SortedBatches):
+        return sink.late
     return sum(
         int(op.get("numRowsDroppedByWatermark", 0))
         for p in query.recentProgress
@@ -123,6 +189,7 @@ def run_windowed(
     trigger_ms: int = 500,
     event_start_ms: int | None = None,
     timeout: float = 180.0,
+    windowing: Windowing | None = None,
 ) -> dict[str, Any]:
     """One run of the windowed count (see the module docstring); its figures as a dict."""
     from cloudprofiler import wait_for_factory
@@ -132,12 +199,12 @@ def run_windowed(
 
     if ordering not in ("arrival", "ready"):
         raise ValueError(f"ordering must be arrival or ready, got {ordering!r}")
+    win = windowing or Windowing()
     work = Path(workdir) / f"{ordering}-{senders}-{int(lag_ms)}"
-    window_ms = WINDOW_S * 1000
     if event_start_ms is None:  # a window boundary: the first window is whole
-        event_start_ms = (int(time.time() * 1000) // window_ms + 1) * window_ms
-    sink = _Collector()
-    df = _query(spark, work / "spool", work / "checkpoint", ordering, senders, workers)
+        event_start_ms = (int(time.time() * 1000) // win.window_ms + 1) * win.window_ms
+    sink = _SortedBatches(win) if win.sort_batches else _Collector()
+    df = _query(spark, work / "spool", ordering, senders, workers, win)
     query = (
         df.writeStream.outputMode("append")
         .foreachBatch(sink)
@@ -151,13 +218,23 @@ def run_windowed(
             rate, duration, senders=senders, bucket=bucket, event_lag_ms=lag_ms, event_start_ms=event_start_ms
         )
         summary = run_generator(state.factory_endpoint, settings)
-        truth = truth_windows(summary, window_ms)
+        truth = truth_windows(summary, win.window_ms)
         ids = {int(s["id"]) for s in summary["senders"]}
-        _settle(query, sink, Spool(work / "spool"), ids, truth, summary, timeout)
-        dropped = _dropped(query)
+        want = _closing(truth, summary, win)
+        _settle(query, sink, Spool(work / "spool"), ids, want, timeout)
+        dropped, busy = _dropped(query, sink), _busy_rate(query)
     finally:
         _stop_between_batches(query)
-    return _report(ordering, senders, lag_ms, summary, truth, sink.rows, dropped)
+    out = _report(ordering, senders, lag_ms, summary, truth, want, sink.rows, dropped)
+    return {**out, "busy_rows_per_s": busy, "window_ms": win.window_ms, "watermark_ms": win.watermark_ms}
+
+
+def _busy_rate(query: Any) -> float:
+    """Input rows per second of trigger execution over the batches that had input (Spark's progress
+    keeps the last 100): what the query costs per row, whatever rate it was fed at."""
+    progress = [p for p in query.recentProgress if p.get("numInputRows")]
+    busy_ms = sum(p["durationMs"].get("triggerExecution", 0) for p in progress)
+    return sum(p["numInputRows"] for p in progress) * 1000.0 / busy_ms if busy_ms else float("nan")
 
 
 def _stop_between_batches(query: Any, wait_s: float = 10.0) -> None:
@@ -169,11 +246,11 @@ def _stop_between_batches(query: Any, wait_s: float = 10.0) -> None:
     query.stop()
 
 
-def _closing(truth: dict[int, int], summary: GeneratorSummary) -> list[int]:
+def _closing(truth: dict[int, int], summary: GeneratorSummary, win: Windowing) -> list[int]:
     """Window starts the final watermark closes: every window ending at or before it."""
     last = max(s["event_ms_last"] for s in summary["senders"] if s["event_ms_last"] is not None)
-    watermark = last - WATERMARK_S * 1000
-    return sorted(w for w in truth if w + WINDOW_S * 1000 <= watermark)
+    watermark = last - win.watermark_ms
+    return sorted(w for w in truth if w + win.window_ms <= watermark)
 
 
 def _settle(
@@ -181,12 +258,11 @@ def _settle(
     sink: _Collector,
     spool: Any,
     ids: set[int],
-    truth: dict[int, int],
-    summary: GeneratorSummary,
+    closing: list[int],
     timeout: float,
 ) -> None:
     """Wait until the factory drained and every window the final watermark closes was emitted."""
-    want = set(_closing(truth, summary))
+    want = set(closing)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not query.isActive:
@@ -209,13 +285,13 @@ def _report(
     lag_ms: float,
     summary: GeneratorSummary,
     truth: dict[int, int],
+    closing: list[int],
     rows: list[dict[str, Any]],
     dropped: int,
 ) -> dict[str, Any]:
     import native_tsc
 
     to_ms = 1000.0 / native_tsc.frequency_hz()
-    closing = _closing(truth, summary)
     got = {int(r["start_ms"]): r for r in rows}
     windows = [
         {"start_ms": w, "count": int(got[w]["n"]) if w in got else 0, "truth": truth[w]} for w in closing
@@ -240,7 +316,9 @@ def _report(
         "ingest_latency_ms": {"avg": ingest_avg, "max": ingest_max},
         "window_output_latency_ms": {
             "p50": float(np.percentile(out_lat, 50)) if out_lat else float("nan"),
+            "p99": float(np.percentile(out_lat, 99)) if out_lat else float("nan"),
             "max": max(out_lat, default=float("nan")),
+            "all": out_lat,
         },
         "summary": summary,
     }

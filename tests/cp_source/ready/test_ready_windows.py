@@ -2,12 +2,14 @@
 
 Without ``ordering=ready`` Spark drops the lagging sender's tuples behind the watermark; with it,
 nothing is dropped and every closed window's count equals the generator's own; the same generated
-tuples give byte-identical windows whatever the worker count and trigger interval; and a driver
-killed mid-run replays exactly the batches its offsets name.
+tuples give byte-identical windows whatever the worker count and trigger interval (three queries
+starting together in one session); and a driver killed mid-run replays exactly the batches its
+offsets name.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -27,6 +29,23 @@ def _at_once(*runs: Callable[[], dict[str, Any]]) -> list[dict[str, Any]]:
     they check does not depend on their timing, and their generators' wall time overlaps."""
     with ThreadPoolExecutor(len(runs)) as pool:
         return [f.result() for f in [pool.submit(run) for run in runs]]
+
+
+def _staggered(runs: list[tuple[Callable[[], dict[str, Any]], Path]]) -> list[dict[str, Any]]:
+    """The runs side by side, each (a function and its query's spool) started once the one before
+    has its source running (its reader state published). Spark gives the Python process behind a
+    query's source a fixed 10 s to connect back; three started at once on a loaded 2-core machine,
+    each with its factory, can miss it ("Python worker failed to connect back")."""
+    from cp_source.reader.state import live_reader_state
+
+    with ThreadPoolExecutor(len(runs)) as pool:
+        futures = []
+        for run, spool in runs:
+            futures.append(pool.submit(run))
+            deadline = time.monotonic() + 180
+            while live_reader_state(spool) is None and not futures[-1].done() and time.monotonic() < deadline:
+                time.sleep(0.1)
+        return [f.result() for f in futures]
 
 
 def test_ready_ordering_drops_nothing_and_counts_every_window_exactly(spark: Any, tmp_path: Path) -> None:
@@ -58,27 +77,56 @@ def test_same_tuples_give_byte_identical_windows_whatever_workers_and_trigger(
     spark: Any, tmp_path: Path
 ) -> None:
     start = 1_700_000_000_000  # the schedule clock: every run generates the same tuples
-    runs = _at_once(
-        *(
-            partial(
-                run_windowed,
-                spark,
-                tmp_path / f"run{i}",
-                "ready",
-                senders=2,
-                lag_ms=2500,
-                rate=3000,
-                duration=12,
-                workers=workers,
-                trigger_ms=trigger,
-                event_start_ms=start,
+    configs = [(1, 200), (2, 700), (4, 1500)]
+    runs = _staggered(
+        [
+            (
+                partial(
+                    run_windowed,
+                    spark,
+                    tmp_path / f"run{i}",
+                    "ready",
+                    senders=2,
+                    lag_ms=2500,
+                    rate=3000,
+                    duration=12,
+                    workers=workers,
+                    trigger_ms=trigger,
+                    event_start_ms=start,
+                ),
+                tmp_path / f"run{i}" / "ready-2-2500" / "spool",
             )
-            for i, (workers, trigger) in enumerate([(1, 200), (2, 700), (4, 1500)])
-        )
+            for i, (workers, trigger) in enumerate(configs)
+        ]
     )
     assert all(r["rows_dropped_by_watermark"] == 0 and r["windows_match"] for r in runs)
     assert _windows(runs[0]) == _windows(runs[1]) == _windows(runs[2])
     assert sum(w["count"] for w in runs[0]["windows"]) > 0
+
+
+def test_the_source_runner_adds_no_key_to_the_registered_environment(
+    spark: Any, factory: Any, tmp_path: Path
+) -> None:
+    """Spark's streaming source runner writes its keys into the registered data source's own
+    environment map, which every query of the registration shares and serializes into its tasks;
+    inserted by queries starting together, the keys corrupt it (an OptionalDataException in every
+    task of those queries). ``register`` seeds them, so a query's start only replaces values."""
+    from cloudprofiler.datasource import RUNNER_ENV_KEYS, register_source
+    from tests.helpers.streaming import run_available_now
+
+    session_env = dict(spark.sparkContext.environment)
+    register_source(spark)
+    manager = spark._jsparkSession.sessionState().dataSourceManager()
+    env = manager.lookupDataSource("cloudprofiler").dataSourceCls().envVars()
+    seeded = dict(env)
+    assert set(RUNNER_ENV_KEYS) <= set(seeded)
+    assert spark.sparkContext.environment == session_env  # the session's own is left as it was
+    reader = spark.readStream.format("cloudprofiler").option("spool", str(factory.spool))
+    df = reader.option("factory", "external").load()
+    run_available_now(df, "noop", str(tmp_path / "ckpt"))
+    after = dict(env)
+    assert set(after) == set(seeded), "the runner added keys register does not seed"
+    assert after["SPARK_LOCAL_DIRS"]  # the runner did write (in place): the map is the one it uses
 
 
 def _batch_files(out: Path) -> dict[int, list[str]]:
@@ -119,7 +167,6 @@ def test_driver_killed_mid_batch_replays_the_same_batch(spark: Any, tmp_path: Pa
     import subprocess
     import sys
     import threading
-    import time
 
     import numpy as np
     import pyarrow.parquet as pq
