@@ -1,20 +1,27 @@
-"""Progress-aware admission (``scheduling=klink``) against Spark's default: 4 windowed queries on local[2].
+"""Klink on Spark under overload: 1, 2, 4 and 8 windowed queries on local[2], three schedulers, one run.
 
-Four windowed YSB counts run together in one SparkSession on ``local[2]``, each with its own generator,
-embedded factory and source: 5 s and 10 s tumbling, 10 s / 5 s and 15 s / 5 s sliding windows, a 500 ms
-watermark, a 100 ms processing-time trigger. One run measures both configurations, alternating which
-goes first from round to round: ``default`` (the sources offer everything at every trigger) and
-``klink`` (the same queries with ``scheduling=klink`` and a fresh ``klinkDir`` they share).
+Each query is a windowed YSB count with its own generator, embedded factory and source, a 200 ms
+watermark, a 100 ms processing-time trigger, append mode into foreachBatch; the windows cycle through
+1 s tumbling, 2 s / 1 s sliding, 2 s tumbling and 3 s / 1 s sliding, so every query closes a window
+every second or two. One SparkSession runs everything, in Spark's FAIR mode with the two klink pools
+(cp_source.klink.pools); per query count the configurations run one after the other, the order
+rotated from count to count:
 
-Window output latency, per emitted window: the wall time at which foreachBatch received it
-(``time.time_ns()`` on the driver) minus the window's end in event time. Event time is the generator's
-wall clock at send on the same host, so the two clocks are one; the figure includes the watermark
-delay (500 ms) and the wait for the next trigger, as Klink's SWM propagation delay does (Section 6.1.2).
-Windows ending in the first ``--skip`` seconds (start-up, the evaluator's warm-up) are left out.
-Throughput: each query's input rows (its progress reports) over the time from the generators' start to the
-end of its last batch with input; at or near the offered rate when the query keeps up.
+* ``default``: the sources offer everything at every trigger; no pool is set, so every job runs in
+  Spark's ``default`` pool, FIFO inside: Spark's default scheduling;
+* ``klink``: ``scheduling=klink`` (deferral of batches that close no window, least slack first);
+* ``klink+pools``: the same, and each batch placed by its slack in the urgent or the shared pool.
 
-    python benchmarks/klink.py [--rate 1000] [--duration 75] [--rounds 1]
+Window output latency, per window: the wall time foreachBatch received it minus the window's end in
+event time (the generator's wall clock on this host; it includes the watermark delay and the wait
+for a trigger, as Klink's SWM propagation delay does). Windows ending in the first ``--skip`` seconds
+are left out; a window due but not emitted when the run stops counts at the stop time (a lower bound,
+so an overloaded configuration is not flattered by the windows it never delivered). The spread is the
+95% interval of the mean over windows. Where the time goes: Spark's per-batch durations (addBatch is
+the part that runs tasks, the only part a pool can reorder) and the CPU seconds of the JVM and of the
+Python processes during the run.
+
+    python benchmarks/klink.py [--quick] [--counts 1,2,4,8] [--rate 1000] [--duration 30] [--rounds 1]
     python benchmarks/klink.py --show benchmarks/results/klink.json
 """
 
@@ -29,29 +36,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_common import (
-    add_show,
-    arg_parser,
-    finish,
-    make_table,
-    print_load,
-    run_head,
-    shown,
-)
+from bench_common import add_show, arg_parser, finish, make_table, print_load, run_head, shown
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-CONFIGS = ("default", "klink")
-DELAY_MS = 500
+CONFIGS = ("default", "klink", "klink+pools")
+DELAY_MS = 200
 TRIGGER = "100 milliseconds"
-# name, window ms, slide ms
-QUERIES = (
-    ("tumble5s", 5000, 5000),
-    ("tumble10s", 10_000, 10_000),
-    ("slide10s5s", 10_000, 5000),
-    ("slide15s5s", 15_000, 5000),
-)
-HISTORY = 3  # klinkHistory: the 10 s windows are warm after 30 s
+WINDOWS = ((1000, 1000), (2000, 1000), (2000, 2000), (3000, 1000))  # size, slide (ms), by query index
+HISTORY = 3  # klinkHistory: warm after 3 SWMs, 3 s at most
+DRAIN_S = 15.0  # after generation, how long the windows still due may take
+STAGES = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution")
+GOAL = 0.75  # klink+pools mean latency over default's at the largest count
 KLINK_NOTE = (
     "Klink (Flink, operator scheduling inside the engine, 20-80 YSB/LRB/NYT queries): up to 60% lower mean "
     "and tail output latency than Flink's default scheduler; a different system and mechanism"
@@ -62,48 +58,54 @@ class _Windows:
     """foreachBatch target: each emitted window's end (ms) and the wall time it arrived (ns)."""
 
     def __init__(self) -> None:
-        self.rows: list[tuple[int, int, int]] = []  # end_ms, count, out_ns
+        self.rows: list[tuple[int, int]] = []  # end_ms, out_ns
         self.lock = threading.Lock()
 
     def __call__(self, batch: Any, batch_id: int) -> None:
         got = batch.collect()
         now = time.time_ns()
         with self.lock:
-            self.rows += [(int(r["end_ms"]), int(r["n"]), now) for r in got]
+            self.rows += [(int(r["end_ms"]), now) for r in got]
 
 
-def _progress(query: Any, t_gen_wall: float) -> dict[str, Any]:
-    """From the query's progress: input rows, batches with input, the end of the last one (s after the
-    generators' start) and the rows Spark dropped behind the watermark."""
-    from datetime import datetime
+def _tree_cpu() -> dict[str, float]:
+    """CPU seconds so far of this process (generators, foreachBatch) and its descendants, JVM apart."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    stat: dict[int, tuple[str, float]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                head, rest = f.read().rsplit(")", 1)
+        except OSError:
+            continue
+        fields = rest.split()
+        parent[int(d)] = int(fields[1])
+        stat[int(d)] = (head.split("(", 1)[1], (int(fields[11]) + int(fields[12])) / tick)
+    me = os.getpid()
+    out = {"bench python": sum(os.times()[:2]), "jvm": 0.0, "other python": 0.0}
+    for pid, (comm, cpu) in stat.items():
+        p = parent.get(pid)
+        while p not in (None, 0, 1, me):
+            p = parent.get(p)
+        if p == me:
+            out["jvm" if comm == "java" else "other python"] += cpu
+    return out
 
-    rows = batches = dropped = 0
-    last_end = float("nan")
-    for p in query.recentProgress:
-        n = int(p.get("numInputRows", 0))
-        dropped += sum(int(op.get("numRowsDroppedByWatermark", 0)) for op in p.get("stateOperators", []))
-        if n:
-            rows, batches = rows + n, batches + 1
-            start = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
-            last_end = start + p["durationMs"].get("triggerExecution", 0) / 1000 - t_gen_wall
-    return {"rows": rows, "batches": batches, "last_end_s": last_end, "dropped": dropped}
 
-
-def _start(
-    spark: Any, work: Path, name: str, size: int, slide: int, klink_dir: Path | None, sink: Any
-) -> Any:
+def _start(spark: Any, work: Path, i: int, config: str, sink: Any) -> Any:
     from pyspark.sql import functions as F
 
-    opts = {"endpoint": "tcp://127.0.0.1:0", "spool": str(work / name / "spool"), "workers": "1"}
-    if klink_dir is not None:
-        opts |= {
-            "scheduling": "klink",
-            "window": f"{size} ms",
-            "slide": f"{slide} ms",
-            "watermarkDelay": f"{DELAY_MS} ms",
-            "klinkDir": str(klink_dir),
-            "klinkHistory": str(HISTORY),
-        }
+    from cp_source.klink.pools import KlinkPools
+
+    size, slide = WINDOWS[i % len(WINDOWS)]
+    spool, klink_dir = str(work / f"q{i}" / "spool"), str(work / "klink")
+    opts = {"endpoint": "tcp://127.0.0.1:0", "spool": spool, "workers": "1"}
+    if config != "default":
+        opts |= {"scheduling": "klink", "window": f"{size} ms", "slide": f"{slide} ms"}
+        opts |= {"watermarkDelay": f"{DELAY_MS} ms", "klinkDir": klink_dir, "klinkHistory": str(HISTORY)}
     reader = spark.readStream.format("cloudprofiler")
     for k, v in opts.items():
         reader = reader.option(k, v)
@@ -112,23 +114,17 @@ def _start(
         .withWatermark("event_time", f"{DELAY_MS} milliseconds")
         .groupBy(F.window("event_time", f"{size} milliseconds", f"{slide} milliseconds"))
         .count()
-        .select(F.unix_millis(F.col("window.end")).alias("end_ms"), F.col("count").alias("n"))
+        .select(F.unix_millis(F.col("window.end")).alias("end_ms"))
     )
+    target = KlinkPools(sink, spool, klink_dir) if config == "klink+pools" else sink
     return (
-        df.writeStream.queryName(name)
+        df.writeStream.queryName(f"q{i}")
         .outputMode("append")
-        .foreachBatch(sink)
+        .foreachBatch(target)
         .trigger(processingTime=TRIGGER)
-        .option("checkpointLocation", str(work / name / "ckpt"))
+        .option("checkpointLocation", str(work / f"q{i}" / "ckpt"))
         .start()
-    )
-
-
-def _stop(query: Any) -> None:
-    deadline = time.monotonic() + 10
-    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
-        time.sleep(0.02)
-    query.stop()
+    ), target
 
 
 def _generate(endpoints: list[str], rate: float, duration: float) -> list[dict[str, Any]]:
@@ -151,197 +147,264 @@ def _generate(endpoints: list[str], rate: float, duration: float) -> list[dict[s
     return [s for s in out if s is not None]
 
 
-def _latency(sink: _Windows, lo_ms: int, hi_ms: int) -> dict[str, Any]:
+def _due(i: int, lo_ms: int, hi_ms: int) -> list[int]:
+    """The ends of query i's windows that end in [lo, hi] (ends are k * slide + size)."""
+    size, slide = WINDOWS[i % len(WINDOWS)]
+    first = -(-(lo_ms - size) // slide) * slide + size
+    return list(range(first, hi_ms + 1, slide))
+
+
+def _latencies(sink: _Windows, due: list[int], stop_ns: int) -> tuple[list[float], int]:
+    """Per due window its latency in ms (the first emission; the stop time when never) and how many
+    were never emitted."""
     with sink.lock:
-        rows = [(e, n, o) for e, n, o in sink.rows if lo_ms <= e <= hi_ms]
-    lat = np.array([(o - e * 1_000_000) / 1e6 for e, _, o in rows], dtype=np.float64)
-    if not lat.size:
-        return {"windows": 0, "mean_ms": float("nan"), "p50_ms": float("nan"), "p99_ms": float("nan")}
-    return {
-        "windows": int(lat.size),
-        "mean_ms": float(lat.mean()),
-        "p50_ms": float(np.percentile(lat, 50)),
-        "p99_ms": float(np.percentile(lat, 99)),
-        "max_ms": float(lat.max()),
-    }
+        first: dict[int, int] = {}
+        for e, o in sink.rows:
+            first.setdefault(e, o)
+    lat = [((first.get(e, stop_ns)) - e * 1_000_000) / 1e6 for e in due]
+    return lat, sum(1 for e in due if e not in first)
+
+
+def _stages(queries: list[Any]) -> dict[str, float]:
+    """Spark's durations summed over every query's batches with input (ms), and the batch count."""
+    tot = dict.fromkeys(STAGES, 0.0) | {"batches": 0.0, "rows": 0.0}
+    for q in queries:
+        for p in q.recentProgress:
+            if int(p.get("numInputRows", 0)):
+                tot["batches"] += 1
+                tot["rows"] += int(p["numInputRows"])
+                for s in STAGES:
+                    tot[s] += float(p["durationMs"].get(s, 0))
+    return tot
 
 
 def run_config(
-    spark: Any, work: Path, config: str, rate: float, duration: float, skip: float
+    spark: Any, work: Path, config: str, n: int, rate: float, duration: float, skip: float
 ) -> dict[str, Any]:
-    """The four queries under one configuration; per query latency, throughput and klink's report."""
+    """n queries under one configuration: window latencies, Spark's stage times, CPU, pool placements."""
     from cloudprofiler import wait_for_factory
-    from cloudprofiler.source_watch import source_status
 
-    klink_dir = work / "klink" if config == "klink" else None
-    load = os.getloadavg()[0]
-    sinks = {name: _Windows() for name, _, _ in QUERIES}
-    queries = {}
+    load, cpu0 = os.getloadavg()[0], _tree_cpu()
+    sinks = [_Windows() for _ in range(n)]
+    started = [_start(spark, work, i, config, sinks[i]) for i in range(n)]
+    queries = [q for q, _ in started]
     try:
-        for name, size, slide in QUERIES:
-            queries[name] = _start(spark, work, name, size, slide, klink_dir, sinks[name])
         endpoints = [
-            wait_for_factory(str(work / n / "spool"), queries[n]).factory_endpoint for n, _, _ in QUERIES
+            wait_for_factory(str(work / f"q{i}" / "spool"), queries[i]).factory_endpoint for i in range(n)
         ]
         t_gen = time.time()
         summaries = _generate(endpoints, rate, duration)
         last_event = min(max(int(x["event_ms_last"]) for x in s["senders"]) for s in summaries)
         lo, hi = int((t_gen + skip) * 1000), last_event - DELAY_MS
-        deadline = time.monotonic() + 120
-        want = {name: _last_end(size, slide, hi) for name, size, slide in QUERIES}
-        while time.monotonic() < deadline and not all(_emitted(sinks[n], want[n]) for n in want):
-            time.sleep(0.2)
-        reports = {n: source_status(work / n / "spool")["klink"] for n, _, _ in QUERIES}
+        due = [_due(i, lo, hi) for i in range(n)]
+        deadline = time.monotonic() + DRAIN_S
+        while time.monotonic() < deadline and not all(_done(sinks[i], due[i]) for i in range(n)):
+            time.sleep(0.1)
+        stop_ns = time.time_ns()
     finally:
-        for q in queries.values():
-            _stop(q)
-    seen = {n: _progress(q, t_gen) for n, q in queries.items()}
-    out: dict[str, Any] = {"config": config, "load_average": load, "queries": {}}
-    for (name, size, slide), s in zip(QUERIES, summaries, strict=True):
-        p = seen[name]
-        out["queries"][name] = {
-            "window_ms": size,
-            "slide_ms": slide,
-            "latency": _latency(sinks[name], lo, hi),
-            "emitted": s["emitted"],
-            "dropped_by_generator": s["dropped"],
-            "input_rows": p["rows"],
-            "batches": p["batches"],
-            "last_batch_end_s": p["last_end_s"],
-            "rows_per_s": p["rows"] / p["last_end_s"] if p["last_end_s"] > 0 else float("nan"),
-            "rows_dropped_by_watermark": p["dropped"],
-            "klink": _klink_summary(reports[name]),
-        }
-    return out
+        _stop(queries)
+    cpu1 = _tree_cpu()
+    lat: list[float] = []
+    missing = 0
+    for i in range(n):
+        got, miss = _latencies(sinks[i], due[i], stop_ns)
+        lat += got
+        missing += miss
+    emitted = sum(int(s["emitted"]) for s in summaries)
+    pools = [t.placed for _, t in started if hasattr(t, "placed")]
+    return {
+        "config": config,
+        "queries": n,
+        "load_average": load,
+        "latency": _stats(lat) | {"missing": missing},
+        "latencies_ms": [round(x, 1) for x in lat],
+        "stages_ms": _stages(queries),
+        "emitted": emitted,
+        "cpu_s": {k: cpu1[k] - cpu0[k] for k in cpu0},
+        "pools": {k: sum(p[k] for p in pools) for k in pools[0]} if pools else None,
+    }
 
 
-def _last_end(size: int, slide: int, hi_ms: int) -> int:
-    """The end of the last window the final watermark closes (ends are k * slide + size)."""
-    return (hi_ms - size) // slide * slide + size
+def _stop(queries: list[Any]) -> None:
+    """Stop between batches where possible (a stop interrupting a batch logs Spark's errors), at most
+    5 s of waiting for all."""
+    deadline = time.monotonic() + 5
+    for q in queries:
+        while q.isActive and q.status.get("isTriggerActive") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        q.stop()
 
 
-def _emitted(sink: _Windows, end_ms: int) -> bool:
+def _done(sink: _Windows, due: list[int]) -> bool:
     with sink.lock:
-        return any(e >= end_ms for e, _, _ in sink.rows)
+        seen = {e for e, _ in sink.rows}
+    return all(e in seen for e in due)
 
 
-def _klink_summary(rep: dict[str, Any] | None) -> dict[str, Any] | None:
-    if rep is None:
-        return None
-    keys = ("warm", "epochs_seen", "offered_batches", "deferred_batches", "deferred_ms_total", "bound_hits")
-    return {k: rep.get(k) for k in keys} | {"decisions": rep.get("decisions")}
+def _stats(lat: list[float]) -> dict[str, Any]:
+    a = np.array(lat, dtype=np.float64)
+    if not a.size:
+        return {
+            "windows": 0,
+            "mean_ms": float("nan"),
+            "ci_ms": float("nan"),
+            "p50_ms": float("nan"),
+            "p99_ms": float("nan"),
+        }
+    ci = 1.96 * float(a.std(ddof=1)) / float(np.sqrt(a.size)) if a.size > 1 else float("nan")
+    return {
+        "windows": int(a.size),
+        "mean_ms": float(a.mean()),
+        "ci_ms": ci,
+        "p50_ms": float(np.percentile(a, 50)),
+        "p99_ms": float(np.percentile(a, 99)),
+    }
 
 
 # ---- the report --------------------------------------------------------------------------------------
-def _mean(runs: list[dict[str, Any]], name: str, key: str) -> float:
-    vals = [r["queries"][name]["latency"][key] for r in runs]
-    return float(np.nanmean(vals)) if vals else float("nan")
-
-
 def summarize(doc: dict[str, Any]) -> dict[str, Any]:
-    """Per query and configuration, latency and throughput averaged over the rounds; klink/default."""
+    """Per query count and configuration: the windows of every round pooled, stage times summed."""
     out: dict[str, Any] = {}
-    for name, _, _ in QUERIES:
+    for n in doc["counts"]:
         row: dict[str, Any] = {}
         for c in CONFIGS:
-            runs = [r for r in doc["runs"] if r["config"] == c]
-            row[c] = {
-                "mean_ms": _mean(runs, name, "mean_ms"),
-                "p99_ms": _mean(runs, name, "p99_ms"),
-                "rows_per_s": float(np.nanmean([r["queries"][name]["rows_per_s"] for r in runs])),
-                "deferred": sum(
-                    (r["queries"][name]["klink"] or {}).get("deferred_batches", 0) or 0 for r in runs
-                ),
+            runs = [r for r in doc["runs"] if r["queries"] == n and r["config"] == c]
+            if not runs:
+                continue
+            st = {k: sum(r["stages_ms"][k] for r in runs) for k in runs[0]["stages_ms"]}
+            row[c] = _stats([x for r in runs for x in r["latencies_ms"]]) | {
+                "missing": sum(r["latency"]["missing"] for r in runs),
+                "load_average": float(np.mean([r["load_average"] for r in runs])),
+                "stages_ms": st,
+                "cpu_s": {k: sum(r["cpu_s"][k] for r in runs) for k in runs[0]["cpu_s"]},
+                "urgent": sum((r["pools"] or {}).get("klink-urgent", 0) for r in runs),
+                "shared": sum((r["pools"] or {}).get("klink-shared", 0) for r in runs),
             }
-        row["mean_ratio"] = row["klink"]["mean_ms"] / row["default"]["mean_ms"]
-        row["p99_ratio"] = row["klink"]["p99_ms"] / row["default"]["p99_ms"]
-        out[name] = row
+        for c in CONFIGS[1:]:
+            if c in row and "default" in row:
+                row[c]["ratio"] = row[c]["mean_ms"] / row["default"]["mean_ms"]
+        out[str(n)] = row
     return out
+
+
+def _latency_rows(summary: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for n, row in summary.items():
+        for c, s in row.items():
+            b = s["stages_ms"]
+            per = b["triggerExecution"] / b["batches"] if b["batches"] else float("nan")
+            share = b["addBatch"] / b["triggerExecution"] if b["triggerExecution"] else float("nan")
+            rows.append(
+                [n, c, f"{s['load_average']:.1f}", f"{s['windows']} ({s['missing']})",
+                 f"{s['mean_ms']:.0f} ± {s['ci_ms']:.0f}", f"{s.get('ratio', 1.0):.2f}",
+                 f"{s['p50_ms']:.0f}", f"{s['p99_ms']:.0f}", f"{per:.0f}", f"{share:.2f}"]
+            )  # fmt: skip
+    return rows
+
+
+def _time_rows(summary: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for n, row in summary.items():
+        for c, s in row.items():
+            b, cpu = s["stages_ms"], s["cpu_s"]
+            k = b["batches"] or float("nan")
+            other = b["triggerExecution"] - sum(b[x] for x in STAGES[:-1])
+            stage = [f"{b[x] / k:.0f}" for x in STAGES[:-1]] + [f"{other / k:.0f}"]
+            placed = f"{s['urgent']} / {s['shared']}" if c == "klink+pools" else "-"
+            cpus = [f"{cpu['jvm']:.0f}", f"{cpu['other python']:.0f}", f"{cpu['bench python']:.0f}"]
+            rows.append([n, c, f"{int(b['batches'])}", *stage, *cpus, placed])
+    return rows
 
 
 def print_report(doc: dict[str, Any]) -> None:
     from rich.console import Console
 
-    console = Console(width=150)
+    console = Console(width=160)
     summary = doc["summary"]
-    cols = ["query", "window", "default mean", "klink mean", "ratio", "default p99", "klink p99", "ratio"]
-    cols += ["default rows/s", "klink rows/s", "klink deferred"]
-    rows = []
-    for name, size, slide in QUERIES:
-        s = summary[name]
-        d, k = s["default"], s["klink"]
-        rows.append(
-            [
-                name,
-                f"{size / 1000:g} s / {slide / 1000:g} s",
-                f"{d['mean_ms']:.0f}",
-                f"{k['mean_ms']:.0f}",
-                f"{s['mean_ratio']:.2f}",
-                f"{d['p99_ms']:.0f}",
-                f"{k['p99_ms']:.0f}",
-                f"{s['p99_ratio']:.2f}",
-                f"{d['rows_per_s']:.0f}",
-                f"{k['rows_per_s']:.0f}",
-                str(k["deferred"]),
-            ]
-        )
+    cols = ["queries", "config", "load avg", "windows (not out)", "mean ± 95%", "/ default", "p50", "p99"]
+    cols += ["batch ms", "addBatch share"]
     title = (
-        f"window output latency (ms, output wall time - window end) and throughput, 4 queries on local[2], "
-        f"{doc['rate']:.0f} tuples/s each, {doc['rounds']} round(s)"
+        f"window output latency (ms, output wall time - window end) on local[2], {doc['rate']:.0f} tuples/s "
+        f"per query, {doc['duration_s']:.0f} s per run, {doc['rounds']} round(s)"
     )
-    console.print(make_table(title, cols, rows))
-    cols = ["run", "config", "load avg"] + [name for name, _, _ in QUERIES]
-    rows = [
-        [str(i), r["config"], f"{r['load_average']:.1f}" if "load_average" in r else "-"]
-        + [f"{r['queries'][n]['latency']['mean_ms']:.0f}" for n, _, _ in QUERIES]
-        for i, r in enumerate(doc["runs"])
-    ]
-    console.print(make_table("mean window output latency per run, ms (in run order)", cols, rows))
-    total = {c: sum(summary[n][c]["rows_per_s"] for n, _, _ in QUERIES) for c in CONFIGS}
-    print(f"all four queries, rows/s: default {total['default']:.0f}, klink {total['klink']:.0f}")
+    console.print(make_table(title, cols, _latency_rows(summary)))
+    cols = ["queries", "config", "batches", "offset", "plan", "addBatch", "wal", "commit", "other"]
+    cols += ["JVM s", "workers s", "bench s", "urgent/shared"]
+    title = (
+        "where the time goes: Spark's durations per batch with input (ms: latestOffset, queryPlanning, "
+        "addBatch, walCommit, commitOffsets, the rest), CPU seconds of the JVM, the Python workers and "
+        "this process (generators, foreachBatch)"
+    )
+    console.print(make_table(title, cols, _time_rows(summary)))
+    top = summary[str(max(doc["counts"]))]
+    if "klink+pools" in top and "default" in top:
+        r = top["klink+pools"]["ratio"]
+        verdict = "met" if r <= GOAL else "not met"
+        print(
+            f"at {max(doc['counts'])} queries: klink+pools mean {r:.2f} of default "
+            f"(goal <= {GOAL}: {verdict}); klink alone {top.get('klink', {}).get('ratio', float('nan')):.2f}"
+        )
     print_load(doc)
     print(f"reference: {KLINK_NOTE}")
 
 
+def _run_retried(spark: Any, work: Path, config: str, n: int, args: Any) -> dict[str, Any]:
+    """One run; once more when a query failed to start (a Python worker that did not connect back in
+    time on a loaded host), the failure kept in the result."""
+    try:
+        return run_config(spark, work, config, n, args.rate, args.duration, args.skip)
+    except Exception as e:  # any start failure: the run is repeated once, then it fails
+        print(f"queries {n} {config}: {str(e).splitlines()[0][:200]}; once more", flush=True)
+        r = run_config(
+            spark, work.with_name(work.name + "-again"), config, n, args.rate, args.duration, args.skip
+        )
+        return r | {"retried_after": str(e).splitlines()[0][:500]}
+
+
 def main() -> int:
     ap = arg_parser(__doc__, "klink")
+    ap.add_argument("--counts", default="1,2,4,8", help="query counts to sweep (default 1,2,4,8)")
     ap.add_argument("--rate", type=float, default=1000.0, help="tuples/s per query (default 1000)")
-    ap.add_argument("--duration", type=float, default=75.0, help="seconds of generation per run (default 75)")
-    ap.add_argument("--skip", type=float, default=30.0, help="leave out windows ending in the first S s")
-    ap.add_argument("--rounds", type=int, default=1, help="default/klink pairs, order alternating")
-    ap.add_argument("--warmup", type=float, default=12.0, help="seconds of an unmeasured first run (0: none)")
+    ap.add_argument("--duration", type=float, default=30.0, help="seconds of generation per run (default 30)")
+    ap.add_argument("--skip", type=float, default=6.0, help="leave out windows ending in the first S s")
+    ap.add_argument("--rounds", type=int, default=1, help="passes over the counts, order rotated")
+    ap.add_argument("--quick", action="store_true", help="15 s per run, one round: about 5 minutes")
     add_show(ap)
     args = ap.parse_args()
     if shown(args.show, print_report):
         return 0
-    from cloudprofiler.spark_local import local_session
-
+    if args.quick:
+        args.duration, args.rounds = 15.0, 1
+    counts = [int(x) for x in args.counts.split(",")]
     doc = run_head(
-        "klink",
-        rate=args.rate,
-        duration_s=args.duration,
-        skip_s=args.skip,
-        rounds=args.rounds,
-        reference=KLINK_NOTE,
-        runs=[],
-    )
+        "klink", counts=counts, rate=args.rate, duration_s=args.duration, skip_s=args.skip,
+        rounds=args.rounds, reference=KLINK_NOTE, runs=[],
+    )  # fmt: skip
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="klink-") as tmp:
+        from cloudprofiler.spark_local import local_session
+        from cp_source.klink.pools import fair_conf
+
         conf = {
             "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
             "spark.sql.streaming.numRecentProgressUpdates": "10000",  # every batch's progress is kept
-        }
+            "spark.python.authenticate.socketTimeout": "120s",  # a worker's connect-back, on a loaded host
+        } | fair_conf(tmp, cores=2)
         spark = local_session("klink", conf=conf)
         try:
-            if args.warmup > 0:  # unmeasured: starts the JVM's JIT and the executors' Python workers
-                run_config(spark, Path(tmp) / "warm-up", "klink", args.rate, args.warmup, 0.0)
+            k = 0
             for i in range(args.rounds):
-                order = CONFIGS if i % 2 == 0 else CONFIGS[::-1]
-                for c in order:
-                    r = run_config(spark, Path(tmp) / f"r{i}-{c}", c, args.rate, args.duration, args.skip)
-                    doc["runs"].append(r)
-                    lat = {n: round(q["latency"]["mean_ms"]) for n, q in r["queries"].items()}
-                    print(f"round {i} {c}: mean window latency ms {lat}", flush=True)
+                for n in counts:
+                    for c in CONFIGS[k % 3 :] + CONFIGS[: k % 3]:
+                        r = _run_retried(spark, Path(tmp) / f"r{i}-n{n}-{c}", c, n, args)
+                        doc["runs"].append(r)
+                        lat = r["latency"]
+                        print(
+                            f"round {i} queries {n} {c}: mean {lat['mean_ms']:.0f} ms over {lat['windows']} "
+                            f"windows ({lat['missing']} never out), load {r['load_average']:.1f}",
+                            flush=True,
+                        )
+                    k += 1
         finally:
             spark.stop()
     doc["summary"] = summarize(doc)
