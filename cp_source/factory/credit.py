@@ -197,7 +197,7 @@ class CreditBook:
                 heapq.heappop(s.ahead)
 
     def due(self) -> Iterator[tuple[bytes, int, int, int]]:
-        """(connection, sender id, highest seq accepted, credit) of each credit to send now."""
+        """(connection, sender id, one past its highest seq accepted, credit) of each credit to send now."""
         now = self.now()
         if not self.on or now < self._next_tick:
             return
@@ -210,7 +210,7 @@ class CreditBook:
             if credit > s.granted or now - s.granted_at >= KEEPALIVE_S:
                 s.granted, s.granted_at = max(s.granted, credit), now
                 self.counters["credit_sent"] += 1
-                yield s.ident, sid, s.seq_next - 1, s.granted
+                yield s.ident, sid, s.seq_next, s.granted
 
     def ahead_of(self, sender_id: int) -> int:
         """A sender's buckets accepted above the frontier (for tests and status)."""
