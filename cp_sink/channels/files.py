@@ -93,6 +93,8 @@ def narrow_runs(values: list[int], lengths: list[int]) -> bytes:
 
     The log_batch path stamps a whole array with one TSC: its column is a few runs.
     """
+    if len(values) == 1 and lengths[0] > 0:  # one batch, one TSC: int8 zeros (log_batch's hot path)
+        return struct.pack("<Bq", 1, values[0]) + bytes(lengths[0] - 1)
     runs = [(v, n) for v, n in zip(values, lengths, strict=True) if n > 0]
     values, lengths = [v for v, _ in runs] or [0], [n for _, n in runs] or [0]
     rows = sum(lengths)
