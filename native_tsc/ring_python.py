@@ -13,8 +13,13 @@ import struct
 import threading
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from native_tsc import tsc_python
+
+if TYPE_CHECKING:
+    from native_tsc import _tsc
+    from native_tsc.backend_api import ChannelRing
 
 RING_MAX_RECORDS = 1 << 26
 FULL_TRIES = 3
@@ -93,3 +98,9 @@ class Ring:
 
     def refuse(self, f: Callable[[], object] | None, /) -> None:
         self._refusal = f
+
+
+if TYPE_CHECKING:  # mypy holds both twins to the Protocol
+
+    def _twins(c: _tsc.Ring, py: Ring) -> tuple[ChannelRing, ChannelRing]:
+        return c, py
