@@ -192,7 +192,6 @@ def run_windowed(
     windowing: Windowing | None = None,
 ) -> dict[str, Any]:
     """One run of the windowed count (see the module docstring); its figures as a dict."""
-    from cloudprofiler import wait_for_factory
     from cp_source.generate.generator import run_generator
     from cp_source.generate.settings import GeneratorSettings
     from cp_source.spool.segments import Spool
@@ -203,17 +202,8 @@ def run_windowed(
     work = Path(workdir) / f"{ordering}-{senders}-{int(lag_ms)}"
     if event_start_ms is None:  # a window boundary: the first window is whole
         event_start_ms = (int(time.time() * 1000) // win.window_ms + 1) * win.window_ms
-    sink = _SortedBatches(win) if win.sort_batches else _Collector()
-    df = _query(spark, work / "spool", ordering, senders, workers, win)
-    query = (
-        df.writeStream.outputMode("append")
-        .foreachBatch(sink)
-        .trigger(processingTime=f"{trigger_ms} milliseconds")
-        .option("checkpointLocation", str(work / "checkpoint"))
-        .start()
-    )
+    query, sink, state = _started(spark, work, ordering, senders, workers, win, trigger_ms)
     try:
-        state = wait_for_factory(str(work / "spool"), query)
         settings = GeneratorSettings(
             rate, duration, senders=senders, bucket=bucket, event_lag_ms=lag_ms, event_start_ms=event_start_ms
         )
@@ -227,6 +217,42 @@ def run_windowed(
         _stop_between_batches(query)
     out = _report(ordering, senders, lag_ms, summary, truth, want, sink.rows, dropped)
     return {**out, "busy_rows_per_s": busy, "window_ms": win.window_ms, "watermark_ms": win.watermark_ms}
+
+
+START_ATTEMPTS = 3
+
+
+def _started(
+    spark: Any, work: Path, ordering: str, senders: int, workers: int, win: Windowing, trigger_ms: int
+) -> tuple[Any, _Collector, Any]:
+    """The query running, its factory ready: (query, sink, reader state).
+
+    Spark gives each Python process it starts (the planner's, the source's) a fixed 10 s to
+    connect back; on a machine loaded far beyond its cores one can miss it, before anything was
+    read or planned. Such a start is tried again, up to ``START_ATTEMPTS`` times; any other failure
+    is raised at once.
+    """
+    from cloudprofiler import wait_for_factory
+
+    for attempt in range(1, START_ATTEMPTS + 1):
+        sink = _SortedBatches(win) if win.sort_batches else _Collector()
+        query = None
+        try:
+            query = (
+                _query(spark, work / "spool", ordering, senders, workers, win)
+                .writeStream.outputMode("append")
+                .foreachBatch(sink)
+                .trigger(processingTime=f"{trigger_ms} milliseconds")
+                .option("checkpointLocation", str(work / "checkpoint"))
+                .start()
+            )
+            return query, sink, wait_for_factory(str(work / "spool"), query)
+        except Exception as e:
+            if query is not None:
+                _stop_between_batches(query)
+            if attempt == START_ATTEMPTS or "failed to connect back" not in str(e):
+                raise
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def _busy_rate(query: Any) -> float:
