@@ -1,8 +1,10 @@
-"""Channels that log into the C ring: exact files from several writer threads and from a ring
-that fills between drains, a closed channel refusing, and the exit flush of identity."""
+"""Channels that log into the ring: exact files from several writer threads and from a ring that
+fills between drains, a closed channel refusing, the Python ring on the fallback clock, and the
+exit flush of identity."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -99,18 +101,39 @@ def test_null_counts_calls_and_batches(tmp_path) -> None:
     assert f.counts["seen"] == 1500 and f.records.num_rows == 0
 
 
-def test_exit_flushes_identitys_ring(tmp_path: Path) -> None:
+def test_fallback_clock_rings_and_the_exit_flush(tmp_path: Path) -> None:
+    # Without the C clock the ring is its Python twin, stamping with that clock's nanoseconds;
+    # an identity channel left open has its ring and buffer flushed at exit.
     script = textwrap.dedent(
         """
-        import sys
+        import sys, time
+        import numpy as np
+        import native_tsc
+        from native_tsc import ring_python
         from cp_sink.channels import open_channel
-        ch = open_channel("exit", "identity", path=sys.argv[1])
+        assert native_tsc.BACKEND == "fallback-monotonic-raw"
+        for h in ("identity", "buffered"):
+            ch = open_channel(h, h, path=f"{sys.argv[1]}/{h}.cpch")
+            assert isinstance(ch._ring, ring_python.Ring)
+            for t in range(1000):
+                ch.log(t)
+            ch.log_batch(np.arange(1000, 1500))
+            ch.close()
+        print(time.clock_gettime_ns(time.CLOCK_MONOTONIC_RAW))
+        ch = open_channel("exit", "identity", path=f"{sys.argv[1]}/exit.cpch")
         for t in range(30_000):
-            ch.log(t)
-        # no close(): the pairs in the ring and the buffer must reach the file at exit
+            ch.log(t)  # no close(): the exit hook must flush
         """
     )
-    path = tmp_path / "exit.cpch"
-    proc = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, timeout=60)
+    env = {**os.environ, "CP_TSC_BACKEND": "fallback"}
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, timeout=60, env=env
+    )
     assert proc.returncode == 0, proc.stderr.decode()
-    assert read_channel(path).records["tuple_id"].to_pylist() == list(range(30_000))
+    end_ns = int(proc.stdout.split()[-1])
+    for h in ("identity", "buffered"):
+        f = read_channel(tmp_path / f"{h}.cpch")
+        assert f.records["tuple_id"].to_pylist() == list(range(1500))
+        tsc = f.records["tsc"].to_numpy()
+        assert np.all(np.diff(tsc) >= 0) and 0 < tsc[0] <= tsc[-1] <= end_ns
+    assert read_channel(tmp_path / "exit.cpch").records["tuple_id"].to_pylist() == list(range(30_000))
