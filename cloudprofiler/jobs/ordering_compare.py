@@ -216,7 +216,7 @@ def run_windowed(
     finally:
         _stop_between_batches(query)
     out = _report(ordering, senders, lag_ms, summary, truth, want, sink.rows, dropped)
-    return {**out, "busy_rows_per_s": busy, "window_ms": win.window_ms, "watermark_ms": win.watermark_ms}
+    return {**out, **busy, "window_ms": win.window_ms, "watermark_ms": win.watermark_ms}
 
 
 START_ATTEMPTS = 3
@@ -255,12 +255,17 @@ def _started(
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-def _busy_rate(query: Any) -> float:
+def _busy_rate(query: Any) -> dict[str, Any]:
     """Input rows per second of trigger execution over the batches that had input (Spark's progress
-    keeps the last 100): what the query costs per row, whatever rate it was fed at."""
+    keeps the last 100): what the query costs per row, whatever rate it was fed at; and the mean of
+    each of Spark's per-batch durations (ms) over every batch kept, where a batch's time goes."""
     progress = [p for p in query.recentProgress if p.get("numInputRows")]
     busy_ms = sum(p["durationMs"].get("triggerExecution", 0) for p in progress)
-    return sum(p["numInputRows"] for p in progress) * 1000.0 / busy_ms if busy_ms else float("nan")
+    rate = sum(p["numInputRows"] for p in progress) * 1000.0 / busy_ms if busy_ms else float("nan")
+    every = query.recentProgress
+    keys = sorted({k for p in every for k in p["durationMs"]})
+    means = {k: sum(p["durationMs"].get(k, 0) for p in every) / len(every) for k in keys} if every else {}
+    return {"busy_rows_per_s": rate, "batches": len(every), "batch_ms": means}
 
 
 def _stop_between_batches(query: Any, wait_s: float = 10.0) -> None:
