@@ -18,6 +18,22 @@ def register(spark: Any) -> None:
     register_source(spark)
 
 
+def records(df: Any, keep: str | None = None, id_column: str = "tuple_id") -> Any:
+    """``df`` with only the columns the cloudprofiler sink reads: the tuple id, the columns ``keep``
+    names (a comma list, as the sink's option ``keepColumns``) and every ``cp_tsc_*``/``cp_node_*``.
+
+    Call it last, just before ``writeStream``: Spark converts every column of the query to Arrow
+    and sends it to the sink's Python worker, and the records hold only these, so the projection
+    costs nothing and spares the transfer of the rest (most of a source -> sink query's time when
+    the source has wide columns, such as the YSB UUIDs). Give the sink the same ``keepColumns``
+    (and ``tupleIdColumn`` if ``id_column`` is not ``tuple_id``). A missing id column or a bad
+    ``keep`` fails here in one line, as the sink would.
+    """
+    from cp_sink.records import sink_input_columns
+
+    return df.select(*sink_input_columns(df.schema, id_column, keep))
+
+
 def wait_for_factory(spool: str, query: Any = None, timeout: float = 120.0) -> ReaderState:
     """Wait until the factory of the query reading ``spool`` listens; its endpoint is ``.factory_endpoint``.
 
@@ -63,4 +79,4 @@ def source_status(spool: str | os.PathLike[str], query: Any = None) -> SourceSta
     return status(spool, query)
 
 
-__all__ = ["ReaderState", "register", "source_status", "wait_for_factory"]
+__all__ = ["ReaderState", "records", "register", "source_status", "wait_for_factory"]

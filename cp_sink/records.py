@@ -19,7 +19,7 @@ from the manifest.
 from __future__ import annotations
 
 import os
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -108,6 +108,30 @@ def keep_columns(raw: str, columns: dict[str, bool], id_column: str) -> list[str
             )
         out.append(actual)
     return out
+
+
+def sink_input_columns(schema: Any, id_column: str = TUPLE_ID, keep: str | None = None) -> list[str]:
+    """The columns of a query the sink reads in tuple mode, in order: the tuple id, the columns
+    ``keep`` names (the option ``keepColumns``, checked by ``keep_columns``) and every stamp column
+    but the sink's own. Spark hands the sink every column of the query (each converted to Arrow and
+    sent to the Python worker), so a query projected to these gives the same records for less.
+
+    ``schema``: the query's ``StructType``. A query without ``id_column`` is refused in one line.
+    """
+    from pyspark.sql.types import AtomicType
+
+    names = list(schema.fieldNames()) if schema is not None else []
+    if id_column not in names:
+        raise ValueError(
+            f"the cloudprofiler sink needs a tuple id column {id_column!r} (option tupleIdColumn); "
+            f"the query has {names}"
+        )
+    kept: list[str] = []
+    if keep is not None:
+        scalar = {f.name: isinstance(f.dataType, AtomicType) for f in schema.fields}
+        kept = keep_columns(keep, scalar, id_column)
+    stamps = [n for n in names if is_stamp_column(n) and n not in stamp_columns(SINK)]
+    return [id_column, *kept, *stamps]
 
 
 def published_batches(path: Where) -> dict[int, Manifest]:

@@ -59,7 +59,7 @@ from cp_sink.records import (
     RECORDS_PREFIX,
     TUPLE_ID,
     WINDOWS_PREFIX,
-    keep_columns,
+    sink_input_columns,
 )
 from cp_sink.window_records import parquet_options, window_columns, window_counts, window_rows
 from cp_store import batch_log
@@ -284,21 +284,11 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         _check_location(loc)
 
     def _tuple_mode(self, schema: Any, opts: dict[str, str]) -> list[str]:
-        """The tuple id column and the stamp columns to keep (the sink stamp is added per batch)."""
+        """The tuple id column, the kept columns and the stamp columns (the sink stamp is added per batch)."""
         self.id_column = opts.get("tupleidcolumn", TUPLE_ID)
-        names = list(schema.fieldNames()) if schema is not None else []
-        if self.id_column not in names:
-            raise ValueError(
-                f"the cloudprofiler sink needs a tuple id column {self.id_column!r} (option tupleIdColumn); "
-                f"the query has {names}"
-            )
-        if "keepcolumns" in opts:
-            from pyspark.sql.types import AtomicType
-
-            scalar = {f.name: isinstance(f.dataType, AtomicType) for f in schema.fields}
-            self.key_columns = keep_columns(opts["keepcolumns"], scalar, self.id_column)
-        stamps = [n for n in names if is_stamp_column(n) and n not in stamp_columns(SINK)]
-        return [self.id_column, *self.key_columns, *stamps]
+        keep = sink_input_columns(schema, self.id_column, opts.get("keepcolumns"))
+        self.key_columns = [c for c in keep[1:] if not is_stamp_column(c)]
+        return keep
 
     @property
     def location(self) -> Location:
