@@ -19,13 +19,13 @@ import pytest
 import zmq
 
 from cp_source.factory.supervisor import start_factory
-from cp_source.generate.sender import run_sender
 from cp_source.generate.settings import SenderSettings
 from cp_source.spool.front_records import read_front_ledger
 from cp_source.wire import bucket as bk
 from cp_source.wire.sender_link import await_ack, close_stream
 from cp_source.wire.workload_id import hello_payload, identify
 from tests.helpers.ingest_truth import published_ids
+from tests.helpers.sender_proc import start_sender
 
 START = 1_700_000_000_000  # event times on the schedule clock: a fast sender's bucket k is at START + 5k ms
 BOUND = 4
@@ -69,19 +69,11 @@ class SlowPeer:
         return self.acknowledged
 
 
-def _sender(q: Any, endpoint: str, settings: SenderSettings) -> None:
-    q.put(run_sender(endpoint, settings))
-
-
 def _start_sender(endpoint: str, sender_id: int, tuples: int) -> tuple[mp.Process, Any]:
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
     s = SenderSettings(
         sender_id, 20_000, tuples, bucket=BUCKET, event_start_ms=START, heartbeat_ms=50, ready_timeout=60
     )
-    p = ctx.Process(target=_sender, args=(q, endpoint, s))
-    p.start()
-    return p, q
+    return start_sender(endpoint, s)
 
 
 def _accepted(spool: Path, sender_id: int) -> int:
