@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from native_tsc import tsc_python
 
 if TYPE_CHECKING:
-    from native_tsc import _tsc
+    import native_tsc._tsc as _tsc  # the C twin (a compiled module: no import of the package)
     from native_tsc.backend_api import ChannelRing
 
 RING_MAX_RECORDS = 1 << 26
