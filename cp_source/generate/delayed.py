@@ -115,7 +115,9 @@ class DelayedEmitter:
         lag_ns, jit_ns = self.clock[4], self.clock[5]
         hb_ms = self.ev.heartbeat_ms
         self.hb = Heartbeats(self.sock, self.packer, hb_ms, lag_ns, jit_ns) if hb_ms else None
-        self.beat = (self.hb or Heartbeats(self.sock, self.packer, POLL_MS, lag_ns, jit_ns)).beat
+        self.beats = self.hb or Heartbeats(
+            self.sock, self.packer, POLL_MS, lag_ns, jit_ns
+        )  # also while it waits
 
     def _sched_event(self, k: int) -> int:
         """Bucket k's event time on the schedule clock, drawn once (its jitter) however often asked."""
@@ -189,7 +191,9 @@ class DelayedEmitter:
         if self.gate is None or not self.gate.blocks(k, self.seq):
             return 0
         held = self.held.min_event()
-        waited, self.prev = self.gate.wait(self.seq, bind(self.beat, self.seq, None, held=held), self.prev)
+        waited, self.prev = self.gate.wait(
+            self.seq, bind(self.beats.beat, self.seq, None, held=held), self.prev
+        )
         self.held.shift(waited)
         return waited
 
@@ -234,7 +238,7 @@ class DelayedEmitter:
         )
         if k:
             em.event_first, em.event_last = self.first_event, self.prev
-        em.heartbeats = self.hb.sent if self.hb is not None else 0
+        em.heartbeats = self.beats.sent
         em.delay_seed = self.seed
         em.delay_ms_mean, em.delay_ms_max = (self.delay_sum / k if k else 0.0), self.delay_max
         em.credit = self.gate

@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial as bind
 from typing import Any
@@ -144,7 +143,7 @@ def emit(
     flags_more = zmq.NOBLOCK | zmq.SNDMORE
     sched, start, lag_f, jit_f, lag_ns, jit_ns = event_clock(ev, sender_index)
     rnd = random.Random(packer.sender_id).random
-    hb, gate, beat = _beats(sock, packer, ev.heartbeat_ms, lag_ns + jit_ns, gate)
+    hb, gate, beats = _beats(sock, packer, ev.heartbeat_ms, lag_ns + jit_ns, gate)
     prev = e = -(1 << 62)
     first_ev: int | None = None
     if barrier is not None:
@@ -162,7 +161,7 @@ def emit(
             e = math.floor(base - lag_f - (rnd() * jit_f if jit_f else 0.0))
             e = e if e > prev else prev
         if gate.blocks(k, seq):
-            waited, prev = gate.wait(seq, bind(beat, seq, e if sched else None), prev)
+            waited, prev = gate.wait(seq, bind(beats.beat, seq, e if sched else None), prev)
             t0, give_up, deadline, now = t0 + waited, give_up + waited, deadline + waited, clock()
         if now < deadline:
             if hb is not None and deadline - now > hb.reach:
@@ -197,7 +196,7 @@ def emit(
         next_id += count
     em = Emission(next_id, emitted, dropped, ranges, seq, max_lag, aborted, t0, clock(), wall() / 1e9)
     em.event_first, em.event_last = first_ev, (prev if first_ev is not None else None)
-    em.heartbeats, em.credit = (hb.sent if hb is not None else 0), gate
+    em.heartbeats, em.credit = beats.sent, gate  # with those sent while it waited for credit
     return em
 
 
@@ -207,9 +206,10 @@ def _beats(
     heartbeat_ms: float,
     behind_ns: int,
     gate: CreditGate | None,
-) -> tuple[Heartbeats | None, CreditGate, Callable[..., int]]:
+) -> tuple[Heartbeats | None, CreditGate, Heartbeats]:
     """The loop's heartbeats (None: off), its credit gate (a gate that never holds when none is
-    given) and the heartbeat it sends while it waits for credit, heartbeats on or off."""
+    given) and the heartbeats it sends while it waits for credit, heartbeats on or off (the same
+    object when they are on, so its count is every heartbeat sent)."""
     hb = Heartbeats(sock, packer, heartbeat_ms, behind_ns, 0) if heartbeat_ms else None
     gate = gate or CreditGate(sock, packer.sender_id, None)
-    return hb, gate, (hb or Heartbeats(sock, packer, POLL_MS, behind_ns, 0)).beat
+    return hb, gate, hb or Heartbeats(sock, packer, POLL_MS, behind_ns, 0)
