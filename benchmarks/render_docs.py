@@ -64,6 +64,12 @@ BLOCKS: dict[str, Block] = {
     "endtoend.rates": Block("endtoend", "endtoend.json", _show("show"), "^load average at start", "^Steady"),
     "endtoend.trials": Block("endtoend", "endtoend.json", _show("show"), _E2E_CPU, "^load average at start"),
     "endtoend.latency": Block("endtoend", "endtoend.json", _show("show"), "^Steady-state latency"),
+    "endtoend.projection": Block(
+        "endtoend", "endtoend_projection.json", _show("show"), "^load average at start"
+    ),
+    "endtoend.projection_cpu": Block(
+        "endtoend", "endtoend_projection.json", _show("show"), _E2E_CPU, "^load average at start"
+    ),
     "readpath.throughput": Block("readpath", "readpath.json", _show("print_report"), "^read path,", "^start"),
     "readpath.floor": Block("readpath", "readpath.json", _show("print_report"), "^per-batch floor"),
     "sync": Block("sync", "sync.json", _show("show")),
@@ -77,12 +83,11 @@ BLOCKS: dict[str, Block] = {
         lambda m, d: m.report(d, argparse.Namespace(**d["args"]), d["filesystem"]),
         "^Sink micro-batch",
     ),
-    "sink_overhead": Block(
-        "sink_overhead", "sink_overhead.json", lambda m, d: m.report(d["seconds"], d, d["rows"], d["repeat"])
-    ),
+    "sink_overhead": Block("sink_overhead", "sink_overhead.json", _show("show")),
     "channels": Block("channels", "channels.json", _show("report")),
     "probe_guard": Block("probe_guard", "probe_guard.json", _show("report")),
     "viper": Block("viper", "viper.json", _show("print_report")),
+    "viper.baselines": Block("viper", "viper_baselines.json", _show("print_report")),
     "klink": Block("klink", "klink.json", _show("print_report")),
     "skew": Block("skew", "skew.json", _show("print_report")),
     "windows": Block("windows", "windows.json", _show("show")),
