@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_common import add_show, arg_parser, finish, make_table, print_load, run_head, shown
+from bench_common import add_show, arg_parser, finish, make_table, print_load, run_head, shown, write_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -186,12 +186,14 @@ def run_config(
 
     load, cpu0 = os.getloadavg()[0], _tree_cpu()
     sinks = [_Windows() for _ in range(n)]
-    started = [_start(spark, work, i, config, sinks[i]) for i in range(n)]
-    queries = [q for q, _ in started]
+    started: list[tuple[Any, Any]] = []
+    queries: list[Any] = []
+    endpoints: list[str] = []
     try:
-        endpoints = [
-            wait_for_factory(str(work / f"q{i}" / "spool"), queries[i]).factory_endpoint for i in range(n)
-        ]
+        for i in range(n):  # one by one: Spark gives a starting Python worker 10 s to connect back
+            started.append(_start(spark, work, i, config, sinks[i]))
+            queries.append(started[-1][0])
+            endpoints.append(wait_for_factory(str(work / f"q{i}" / "spool"), queries[-1]).factory_endpoint)
         t_gen = time.time()
         summaries = _generate(endpoints, rate, duration)
         last_event = min(max(int(x["event_ms_last"]) for x in s["senders"]) for s in summaries)
@@ -268,7 +270,7 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
     for n in doc["counts"]:
         row: dict[str, Any] = {}
         for c in CONFIGS:
-            runs = [r for r in doc["runs"] if r["queries"] == n and r["config"] == c]
+            runs = [r for r in doc["runs"] if r["queries"] == n and r["config"] == c and "failed" not in r]
             if not runs:
                 continue
             st = {k: sum(r["stages_ms"][k] for r in runs) for k in runs[0]["stages_ms"]}
@@ -336,6 +338,11 @@ def print_report(doc: dict[str, Any]) -> None:
         "this process (generators, foreachBatch)"
     )
     console.print(make_table(title, cols, _time_rows(summary)))
+    for r in doc["runs"]:
+        if "failed" in r or r.get("failed_attempts"):
+            why = r.get("failed") or r["failed_attempts"]
+            state = "failed" if "failed" in r else "ran after a failed start"
+            print(f"{r['queries']} queries, {r['config']}: {state} ({len(why)}x: {why[-1][:160]})")
     top = summary[str(max(doc["counts"]))]
     if "klink+pools" in top and "default" in top:
         r = top["klink+pools"]["ratio"]
@@ -349,16 +356,25 @@ def print_report(doc: dict[str, Any]) -> None:
 
 
 def _run_retried(spark: Any, work: Path, config: str, n: int, args: Any) -> dict[str, Any]:
-    """One run; once more when a query failed to start (a Python worker that did not connect back in
-    time on a loaded host), the failure kept in the result."""
-    try:
-        return run_config(spark, work, config, n, args.rate, args.duration, args.skip)
-    except Exception as e:  # any start failure: the run is repeated once, then it fails
-        print(f"queries {n} {config}: {str(e).splitlines()[0][:200]}; once more", flush=True)
-        r = run_config(
-            spark, work.with_name(work.name + "-again"), config, n, args.rate, args.duration, args.skip
-        )
-        return r | {"retried_after": str(e).splitlines()[0][:500]}
+    """One run, up to 3 attempts: on a loaded host a query's Python worker may not connect back within
+    Spark's fixed 10 s. A run that fails every time is kept as failed, with why, and the sweep goes on."""
+    why: list[str] = []
+    for attempt in range(3):
+        try:
+            r = run_config(
+                spark,
+                work.with_name(f"{work.name}-{attempt}"),
+                config,
+                n,
+                args.rate,
+                args.duration,
+                args.skip,
+            )
+            return r | {"failed_attempts": why}
+        except Exception as e:  # any start failure: tried again, then recorded
+            why.append(str(e).splitlines()[0][:300])
+            print(f"queries {n} {config}: {why[-1]}", flush=True)
+    return {"config": config, "queries": n, "failed": why, "load_average": os.getloadavg()[0]}
 
 
 def main() -> int:
@@ -398,6 +414,9 @@ def main() -> int:
                     for c in CONFIGS[k % 3 :] + CONFIGS[: k % 3]:
                         r = _run_retried(spark, Path(tmp) / f"r{i}-n{n}-{c}", c, n, args)
                         doc["runs"].append(r)
+                        write_json(args.json + ".partial", doc)  # a run that dies later keeps these
+                        if "failed" in r:
+                            continue
                         lat = r["latency"]
                         print(
                             f"round {i} queries {n} {c}: mean {lat['mean_ms']:.0f} ms over {lat['windows']} "
