@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -190,8 +191,13 @@ def run_windowed(
     event_start_ms: int | None = None,
     timeout: float = 180.0,
     windowing: Windowing | None = None,
+    before_sending: Callable[[], object] | None = None,
 ) -> dict[str, Any]:
-    """One run of the windowed count (see the module docstring); its figures as a dict."""
+    """One run of the windowed count (see the module docstring); its figures as a dict.
+
+    ``before_sending``: called once the query and its factory are up, before the generator starts
+    (runs side by side pass a barrier, so no query starts while another's tuples flow).
+    """
     from cp_source.generate.generator import run_generator
     from cp_source.generate.settings import GeneratorSettings
     from cp_source.spool.segments import Spool
@@ -204,6 +210,8 @@ def run_windowed(
         event_start_ms = (int(time.time() * 1000) // win.window_ms + 1) * win.window_ms
     query, sink, state = _started(spark, work, ordering, senders, workers, win, trigger_ms)
     try:
+        if before_sending is not None:
+            before_sending()
         settings = GeneratorSettings(
             rate, duration, senders=senders, bucket=bucket, event_lag_ms=lag_ms, event_start_ms=event_start_ms
         )
@@ -219,7 +227,7 @@ def run_windowed(
     return {**out, **busy, "window_ms": win.window_ms, "watermark_ms": win.watermark_ms}
 
 
-START_ATTEMPTS = 3
+START_ATTEMPTS = 6
 
 
 def _started(

@@ -9,6 +9,7 @@ offsets name.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -31,18 +32,28 @@ def _at_once(*runs: Callable[[], dict[str, Any]]) -> list[dict[str, Any]]:
         return [f.result() for f in [pool.submit(run) for run in runs]]
 
 
-def _staggered(runs: list[tuple[Callable[[], dict[str, Any]], Path]]) -> list[dict[str, Any]]:
-    """The runs side by side, each (a function and its query's spool) started once the one before
-    has its source running (its reader state published). Spark gives the Python process behind a
-    query's source a fixed 10 s to connect back; three started at once on a loaded 2-core machine,
-    each with its factory, can miss it ("Python worker failed to connect back")."""
+def _staggered(runs: list[tuple[Callable[..., dict[str, Any]], Path]]) -> list[dict[str, Any]]:
+    """The runs side by side, each (a function taking ``before_sending``, and its query's spool)
+    started once the one before has its source running (its reader state published), and no
+    generator sending before every query is up. Spark gives the Python process behind a query's
+    source a fixed 10 s to connect back; started at once, or while other runs' tuples flow, on a
+    loaded 2-core machine, one can miss it ("Python worker failed to connect back")."""
     from cp_source.reader.state import live_reader_state
+
+    barrier = threading.Barrier(len(runs))
+
+    def guarded(run: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+        try:
+            return run(before_sending=lambda: barrier.wait(600))
+        except BaseException:
+            barrier.abort()  # the other runs stop waiting for this one
+            raise
 
     with ThreadPoolExecutor(len(runs)) as pool:
         futures = []
         for run, spool in runs:
-            futures.append(pool.submit(run))
-            deadline = time.monotonic() + 180
+            futures.append(pool.submit(guarded, run))
+            deadline = time.monotonic() + 600
             while live_reader_state(spool) is None and not futures[-1].done() and time.monotonic() < deadline:
                 time.sleep(0.1)
         return [f.result() for f in futures]
@@ -166,7 +177,6 @@ def test_driver_killed_mid_batch_replays_the_same_batch(spark: Any, tmp_path: Pa
     import signal
     import subprocess
     import sys
-    import threading
 
     import numpy as np
     import pyarrow.parquet as pq
