@@ -194,7 +194,7 @@ def stamped(tables: Iterator[Any], target: Any, log: Any = None) -> Iterator[Any
 def read_slice(part: ReadySlice, columns: list[str] | None = None) -> Iterator[Any]:
     """A ready slice: its rows of every segment (``columns`` of them), each segment checked against
     the plan, merged."""
-    from cp_source.ready.batch_plan import merge_sorted, select_rows
+    from cp_source.ready import run_merge
 
     loaders: dict[tuple[str | None, str, str], SegmentLoader] = {}
     sources = part.sources or [(part.server, part.spool_id)] * len(part.segments)
@@ -209,8 +209,8 @@ def read_slice(part: ReadySlice, columns: list[str] | None = None) -> Iterator[A
                     worker, [], server, part.fetch, part.fetch_timeout, spool_id, part.curve_keys
                 )
                 loader = loaders[(server, spool_id, worker)] = SegmentLoader(ref, columns)
-            tables.append(select_rows(loader.load(number, path, rows, first_id), part.lo, part.hi))
-        merged = merge_sorted(tables)
+            tables.append(loader.load(number, path, rows, first_id))
+        merged = run_merge.merge_slice(tables, part.lo, part.hi)
         if merged is not None:
             yield merged
     finally:
