@@ -660,7 +660,9 @@ def measure_all(args: argparse.Namespace) -> dict[str, Any]:
     from cloudprofiler.spark_local import local_session
 
     console = Console(width=160)
-    spark = local_session("cloudprofiler-endtoend", conf={"spark.driver.memory": "2g"})
+    # a Python worker started on a busy machine may take more than the default 15 s to connect back
+    conf = {"spark.driver.memory": "2g", "spark.python.authenticate.socketTimeout": "120s"}
+    spark = local_session("cloudprofiler-endtoend", conf=conf)
     results: dict[str, Any] = {}
     work = Path(tempfile.mkdtemp(prefix="cp-endtoend-"))
     cpu = CpuByRole(1.0).__enter__()
