@@ -19,9 +19,11 @@ means are refused (their result types differ).
 
 A cost model (:func:`plan`) decides per query whether sharing pays; ``share=True``
 or ``False`` forces it. Every decision is logged on the ``cloudprofiler.windows``
-logger. In a stream, append mode chains two stateful aggregations (panes, then
-windows); Spark refuses that chain in update mode, so there the panes are kept per
-key in Spark's group state (:func:`state_agg`, ``cloudprofiler.windows.pane_state``).
+logger. In a stream the panes are made map-side (``cloudprofiler.windows.mapside``):
+each Arrow batch is reduced to partials per pane and key before Spark's own window
+aggregation, one stateful operator as in the native query, so it runs in append and
+update mode; where it cannot (a time column that is not a timestamp, a type Arrow's
+partials refuse), append mode chains two stateful aggregations (panes, then windows).
 Complete mode runs natively.
 """
 
@@ -52,12 +54,19 @@ US = {
     "day": 86_400_000_000,
 }
 _DURATION = re.compile(r"^\s*(\d+)\s*([a-z]+)\s*$")
-# Cost model constants, in units of "one row aggregated once" (E in Enorm's model).
-# The second aggregation per input row: in batch a shuffle and a hash aggregate; in a stream also a
-# second state store per micro-batch, a cost per batch that 100,000-row batches spread thinly but
-# not away (both measured by benchmarks/windows.py on YSB, docs/benchmarks.md).
+# Cost model constants, in units of "one row aggregated once" (E in Enorm's model), measured by
+# benchmarks/windows.py on YSB (docs/benchmarks.md, docs/windows.md). In batch the second
+# aggregation (a shuffle and a hash aggregate) costs STAGE_COST per input row. In a stream the
+# shared plan makes pane partials map-side (cloudprofiler.windows.mapside): every row crosses into
+# Python once (MAPSIDE_ROW_COST) and every micro-batch pays the Python workers' round trip
+# (MAPSIDE_BATCH_COST, spread over the micro-batch's rows); Spark's per-batch costs (planning,
+# the state store, the logs) are the native plan's too, so they cancel.
 STAGE_COST = 2.0
-STREAM_STAGE_COST = 25.0
+MAPSIDE_ROW_COST = 6.0
+MAPSIDE_BATCH_COST = 200_000.0
+# A stream whose micro-batch size is not given is costed as if its batches were this small, so
+# the model only shares where sharing pays even then (it never picks the slower plan by default).
+UNKNOWN_BATCH_ROWS = 10_000.0
 MIN_GAIN = 1.25  # share only when the native cost exceeds the shared one by this factor
 
 
@@ -80,6 +89,7 @@ class Decision:
     pane_us: int
     overlap: int  # windows a row falls in: the native copies per row
     rows_per_group: float  # rows per pane and key (estimated or given)
+    batch_rows: float  # rows per micro-batch (a stream), given or assumed; inf in batch
     native_cost: float
     shared_cost: float
     reason: str
@@ -134,10 +144,13 @@ def plan(
     share: bool | None = None,
     streaming: bool = False,
     output_mode: str = "append",
+    batch_rows: float | None = None,
 ) -> Decision:
-    """Whether to share: native costs ``overlap`` aggregations per row; shared costs one, the second
-    stage's overhead (``STAGE_COST``, in a stream ``STREAM_STAGE_COST``), and ``overlap`` merges per
-    pane partial (``overlap / rows_per_group`` per row).
+    """Whether to share: native costs ``overlap`` aggregations per row; shared costs one, the
+    second stage's overhead and ``overlap`` merges per pane partial (``overlap / rows_per_group``
+    per row). In batch the overhead is ``STAGE_COST``; in a stream it is the map-side partials'
+    Python pass, ``MAPSIDE_ROW_COST`` per row plus ``MAPSIDE_BATCH_COST`` per micro-batch spread
+    over ``batch_rows`` rows (unknown: ``UNKNOWN_BATCH_ROWS``, small, so the default errs native).
 
     ``rows_per_group`` is the expected number of rows per pane and key; unknown, it is taken as
     large (the merges are then negligible). ``share`` forces the choice.
@@ -147,13 +160,16 @@ def plan(
         raise ValueError(f"slide ({slide}) must not exceed size ({size}), as in Spark's window()")
     if output_mode not in ("append", "update", "complete"):
         raise ValueError(f"output_mode must be append, update or complete, got {output_mode!r}")
-    if rows_per_group is not None and not rows_per_group > 0:
-        raise ValueError(f"rows_per_group must be positive, got {rows_per_group}")
+    for name, value in (("rows_per_group", rows_per_group), ("batch_rows", batch_rows)):
+        if value is not None and not value > 0:
+            raise ValueError(f"{name} must be positive, got {value}")
     pane_us = math.gcd(size_us, slide_us)
     overlap = -(-size_us // slide_us)
     per_group = float("inf") if rows_per_group is None else float(rows_per_group)
+    per_batch = float("inf") if not streaming else float(batch_rows or UNKNOWN_BATCH_ROWS)
     native_cost = float(overlap)
-    shared_cost = 1.0 + (STREAM_STAGE_COST if streaming else STAGE_COST) + overlap / per_group
+    stage = MAPSIDE_ROW_COST + MAPSIDE_BATCH_COST / per_batch if streaming else STAGE_COST
+    shared_cost = 1.0 + stage + overlap / per_group
     pays = native_cost >= MIN_GAIN * shared_cost
     can = not streaming or output_mode != "complete"
     if share is True and not can:
@@ -168,7 +184,11 @@ def plan(
     else:
         verdict = "pays" if pays else "does not pay"
         shared, reason = pays, f"sharing {verdict} (native {native_cost:.2f} vs shared {shared_cost:.2f})"
-    return Decision(shared, size_us, slide_us, pane_us, overlap, per_group, native_cost, shared_cost, reason)
+        if streaming and batch_rows is None:
+            reason += f", micro-batches of {UNKNOWN_BATCH_ROWS:,.0f} rows assumed (give batch_rows)"
+    return Decision(
+        shared, size_us, slide_us, pane_us, overlap, per_group, per_batch, native_cost, shared_cost, reason
+    )
 
 
 def _spark_duration(us: int) -> str:
@@ -310,147 +330,76 @@ def sliding_agg(
     share: bool | None = None,
     output_mode: str = "append",
     rows_per_group: float | None = None,
+    batch_rows: float | None = None,
 ) -> Any:
     """``groupBy(window(time_col, size, slide), *by).agg(...)``, shared through panes when it pays.
 
     ``aggs``: ``(func, column[, alias])`` items (module docstring). ``watermark``: a delay such as
     ``"10 seconds"`` (units as for ``size``), applied with ``withWatermark(time_col, ...)``
     (streaming). ``output_mode`` is the mode the streaming query will be written in. ``share``
-    forces the plan; ``rows_per_group`` (rows per pane and key) refines the cost model. The
-    decision is logged; columns and types are those of :func:`native_agg`.
+    forces the plan; ``rows_per_group`` (rows per pane and key) and ``batch_rows`` (rows per
+    micro-batch) refine the cost model. The decision is logged; columns and types are those of
+    :func:`native_agg`.
     """
     parsed = parse_aggs(aggs)
     by = [str(b) for b in ([by] if isinstance(by, str) else by)]
     _check_columns(df, time_col, by, parsed)
-    decision = plan(size, slide, rows_per_group, share, bool(df.isStreaming), output_mode)
-    by_state = decision.shared and df.isStreaming and output_mode == "update"
-    if by_state:
-        problem = state_problem(df, time_col, decision.size_us, decision.slide_us, parsed)
+    streaming = bool(df.isStreaming)
+    decision = plan(size, slide, rows_per_group, share, streaming, output_mode, batch_rows)
+    delay_us = None if watermark is None else duration_us(watermark, "watermark", zero=True)
+    how = "batch"
+    if decision.shared and streaming:
+        how, problem = _stream_plan(df, time_col, by, parsed, output_mode, delay_us)
         if problem and share:
             raise ValueError(problem)
         if problem:
             decision = replace(decision, shared=False, reason=f"{decision.reason}, but {problem}")
-            by_state = False
     log.info(
-        "sliding_agg size=%dus slide=%dus pane=%dus overlap=%d: %s, %s",
+        "sliding_agg size=%dus slide=%dus pane=%dus overlap=%d: %s, %s%s",
         decision.size_us,
         decision.slide_us,
         decision.pane_us,
         decision.overlap,
         "shared" if decision.shared else "native",
         decision.reason,
+        f"; {how} plan" if decision.shared else "",
     )
-    if watermark is not None:
-        df = df.withWatermark(time_col, _spark_duration(duration_us(watermark, "watermark", zero=True)))
-    if by_state:
-        return state_agg(
-            df, time_col, decision.size_us, decision.slide_us, by, parsed, output_mode, watermark is not None
-        )
+    if decision.shared and how == "map-side":
+        from cloudprofiler.windows.mapside import mapside_agg
+
+        if delay_us is None:  # a watermark set before the call, carried over the Python pass
+            delay_us = int(df.schema[time_col].metadata.get(WATERMARK_KEY, -1)) * 1000
+        mark = None if delay_us < 0 else delay_us
+        return mapside_agg(df, time_col, decision.size_us, decision.slide_us, by, parsed, mark)
+    if delay_us is not None:
+        df = df.withWatermark(time_col, _spark_duration(delay_us))
     if decision.shared:
         return shared_agg(df, time_col, decision.size_us, decision.slide_us, by, parsed)
     return native_agg(df, time_col, size, slide, by, [(a.func, a.column, a.alias) for a in parsed])
 
 
-STATE_TYPES = ("tinyint", "smallint", "int", "bigint", "float", "double")
+WATERMARK_KEY = "spark.watermarkDelayMs"  # Spark's column metadata for a watermark's delay
 
 
-def state_problem(df: Any, time_col: str, size_us: int, slide_us: int, aggs: Sequence[Agg]) -> str | None:
-    """Why :func:`state_agg` cannot run this query, or None: it takes a timestamp time column,
-    whole-millisecond sizes (Spark's event-time timeouts are in ms) and numeric aggregate columns."""
+def _stream_plan(
+    df: Any, time_col: str, by: Sequence[str], aggs: Sequence[Agg], output_mode: str, delay_us: int | None
+) -> tuple[str, str | None]:
+    """How a stream shares: ``"map-side"`` (pane partials before the shuffle, one stateful
+    operator, any output mode) or ``"chained"`` (two stateful aggregations, append mode only),
+    with why neither can, or None."""
     from pyspark.sql.types import TimestampType
 
-    fields = {f.name: f.dataType for f in df.schema.fields}
-    if not isinstance(fields[time_col], TimestampType):
-        return (
-            f"shared windows in a stream need a timestamp time column; {time_col!r} is "
-            f"{fields[time_col].simpleString()}"
-        )
-    for what, us in (("size", size_us), ("slide", slide_us)):
-        if us % 1000:
-            return f"shared windows in a stream need a {what} in whole milliseconds, got {us} us"
-    for a in aggs:
-        if a.func != "count" and fields[a.column].simpleString() not in STATE_TYPES:
-            return (
-                f"{a.func}({a.column}) over {fields[a.column].simpleString()} cannot be shared in a stream "
-                f"(numeric columns only: {', '.join(STATE_TYPES)}); use share=False"
-            )
-    return None
+    from cloudprofiler.windows import mapside
 
-
-def state_agg(
-    df: Any,
-    time_col: str,
-    size_us: int,
-    slide_us: int,
-    by: Sequence[str],
-    aggs: Sequence[Agg],
-    output_mode: str,
-    watermarked: bool,
-) -> Any:
-    """The shared plan in a stream as one stateful operator: panes per key in Spark's group state
-    (``applyInPandasWithState``), windows made from them when due (``cloudprofiler.windows.pane_state``)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.streaming.state import GroupStateTimeout
-    from pyspark.sql.types import DoubleType, LongType, StructField, StructType
-
-    from cloudprofiler.windows.pane_state import PaneLayout, make_state_func
-
-    fields = {f.name: f.dataType for f in df.schema.fields}
-    problem = state_problem(df, time_col, size_us, slide_us, aggs)
-    if problem:
-        raise ValueError(problem)
-    if output_mode == "append" and not watermarked:
-        raise ValueError("a streaming append query needs a watermark to close its windows (pass watermark=)")
-    # a mean sums in double, as Spark's avg does; a sum, min or max keeps its column's kind
-    real = ("float", "double")
-    floats = tuple(
-        a.func in ("mean", "avg") or (a.func != "count" and fields[a.column].simpleString() in real)
-        for a in aggs
-    )
-    layout = PaneLayout(
-        size_us,
-        slide_us,
-        math.gcd(size_us, slide_us),
-        tuple("mean" if a.func in ("mean", "avg") else a.func for a in aggs),
-        floats,
-    )
-    keys = list(by) or ["_key"]
-    inputs = [a.column for a in aggs if a.column != "*" and a.column not in by]
-    src = df.where(F.col(time_col).isNotNull()).select(
-        *[F.col(c) for c in by],
-        *([] if by else [F.lit(0).alias("_key")]),
-        F.col(time_col),  # kept: Spark drops rows behind the watermark by this column
-        F.unix_micros(F.col(time_col)).alias("_t_us"),
-        *[F.col(c) for c in dict.fromkeys(inputs)],
-    )
-
-    def out_type(a: Agg, is_float: bool) -> Any:
-        if a.func == "count":
-            return LongType()
-        if a.func in ("mean", "avg", "sum"):
-            return DoubleType() if is_float else LongType()
-        return fields[a.column]
-
-    out_schema = StructType(
-        [
-            StructField("_ws", LongType()),
-            StructField("_we", LongType()),
-            *[StructField(k, src.schema[k].dataType) for k in keys],
-            *[StructField(a.alias, out_type(a, fl)) for a, fl in zip(aggs, floats, strict=True)],
-        ]
-    )
-    func = make_state_func(
-        layout,
-        keys,
-        "_t_us",
-        [None if a.column == "*" else a.column for a in aggs],
-        [a.alias for a in aggs],
-        output_mode,
-        watermarked,
-    )
-    timeout = GroupStateTimeout.EventTimeTimeout if watermarked else GroupStateTimeout.NoTimeout
-    out = src.groupBy(*keys).applyInPandasWithState(
-        func, out_schema, layout.state_ddl(), "Append" if output_mode == "append" else "Update", timeout
-    )
-    window = F.struct(F.timestamp_micros("_ws").alias("start"), F.timestamp_micros("_we").alias("end"))
-    return out.select(window.alias("window"), *by, *[a.alias for a in aggs])
+    marked = [f.name for f in df.schema.fields if WATERMARK_KEY in f.metadata]
+    problem = mapside.problem(df, by, aggs, time_col)
+    kind = df.schema[time_col].dataType
+    if not isinstance(kind, TimestampType):
+        problem = f"map-side panes need a timestamp time column; {time_col!r} is {kind.simpleString()}"
+    elif delay_us is None and marked and marked != [time_col]:
+        problem = f"the watermark is on {marked}, not on the time column {time_col!r}"
+    if problem is None:
+        return "map-side", None
+    if output_mode == "append":
+        return "chained", None
+    return "map-side", f"{problem} (Spark chains two aggregations in append mode only)"

@@ -10,6 +10,7 @@ micro-batches). Values are integers (also as doubles) so sums are exact whatever
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections import Counter
 from pathlib import Path
@@ -49,10 +50,33 @@ def test_plan_does_not_share_tumbling_or_small_ratios_and_shares_large_ones() ->
     # few rows per pane and key: each pane partial is merged into 60 windows, which costs more
     assert not W.plan("60 s", "1 s", rows_per_group=1).shared
     assert W.plan("60 s", "1 s", rows_per_group=100).shared
-    # a stream pays a second state store per micro-batch: sharing needs a larger ratio
+    # a stream pays the map-side partials' Python pass: sharing needs a larger ratio
     assert not W.plan("10 s", "1 s", streaming=True).shared
     assert W.plan("60 s", "1 s", streaming=True).shared
-    assert W.plan("60 s", "1 s", streaming=True).shared_cost == 1 + W.STREAM_STAGE_COST
+    per_batch = W.MAPSIDE_BATCH_COST / W.UNKNOWN_BATCH_ROWS
+    assert W.plan("60 s", "1 s", streaming=True).shared_cost == 1 + W.MAPSIDE_ROW_COST + per_batch
+
+
+def test_the_stream_model_knows_the_batch_size_and_assumes_small_batches_by_default() -> None:
+    """The per-batch cost is spread over the micro-batch's rows: the ratio from which sharing is
+    chosen falls as batches grow, and without a batch size the model takes the small
+    UNKNOWN_BATCH_ROWS, so it never shares where it would not for batches that small."""
+
+    def first_shared(batch_rows: float | None) -> int:
+        return next(r for r in range(1, 1000) if W.plan(r, 1, streaming=True, batch_rows=batch_rows).shared)
+
+    small, default, big = first_shared(1_000), first_shared(None), first_shared(1_000_000)
+    assert small > default > big
+    assert default == first_shared(W.UNKNOWN_BATCH_ROWS)
+    # the threshold is where native >= MIN_GAIN x shared, worked out from the constants
+    for rows in (1_000, W.UNKNOWN_BATCH_ROWS, 100_000, 1_000_000):
+        cost = 1 + W.MAPSIDE_ROW_COST + W.MAPSIDE_BATCH_COST / rows
+        assert first_shared(rows) == math.ceil(W.MIN_GAIN * cost)
+    assert "10,000 rows assumed (give batch_rows)" in W.plan(60, 1, streaming=True).reason
+    assert W.plan(60, 1, streaming=True, batch_rows=100_000).batch_rows == 100_000
+    assert W.plan(60, 1).batch_rows == math.inf  # batch: no micro-batches
+    with pytest.raises(ValueError, match="batch_rows must be positive"):
+        W.plan(60, 1, streaming=True, batch_rows=0)
 
 
 def test_plan_forced_either_way_and_complete_mode_never_shares() -> None:
@@ -66,26 +90,32 @@ def test_plan_forced_either_way_and_complete_mode_never_shares() -> None:
         W.plan("60 s", "1 s", share=True, streaming=True, output_mode="complete")
 
 
-def test_update_mode_falls_back_or_refuses_what_the_group_state_cannot_hold(
+def test_a_stream_falls_back_or_refuses_what_the_map_side_partials_cannot_take(
     spark: Any, tmp_path: Path
 ) -> None:
-    """The shared update plan keeps numeric partials per pane in Spark's group state: a string max, a
-    sub-millisecond slide or a missing watermark in append are named; left to the model, it falls back."""
+    """The map-side partials take numeric sums and a timestamp time column: a string sum is named
+    (with share=True) or falls back (left to the model: native in update, chained in append)."""
     src = tmp_path / "src"
     _write_batches(src, [[(0, 1, 100)]])
     df = spark.readStream.schema(SCHEMA + ", s string").parquet(str(src))
-    with pytest.raises(ValueError, match=r"max\(s\) over string cannot be shared in a stream"):
-        W.sliding_agg(df, "t", "60 s", "1 s", ["k"], [("max", "s")], "1 s", share=True, output_mode="update")
-    with pytest.raises(ValueError, match="slide in whole milliseconds, got 500 us"):
-        W.sliding_agg(
-            df, "t", "60 ms", "500 us", ["k"], [("sum", "v")], "1 s", share=True, output_mode="update"
-        )
-    natively = W.sliding_agg(df, "t", "60 s", "1 s", ["k"], [("max", "s")], "1 s", output_mode="update")
-    assert "FlatMapGroupsInPandasWithState" not in natively._jdf.queryExecution().logical().toString()
-    shared = W.sliding_agg(df, "t", "60 s", "1 s", ["k"], [("max", "v")], "1 s", output_mode="update")
-    assert "FlatMapGroupsInPandasWithState" in shared._jdf.queryExecution().logical().toString()
-    with pytest.raises(ValueError, match="needs a watermark"):
-        W.state_agg(df, "t", 60_000_000, 1_000_000, ["k"], W.parse_aggs([("count", "*")]), "append", False)
+    with pytest.raises(ValueError, match=r"sum of 's' \(string\) in a stream needs integers or floats"):
+        W.sliding_agg(df, "t", "60 s", "1 s", ["k"], [("sum", "s")], "1 s", share=True, output_mode="update")
+    ntz = df.selectExpr("k", "v", "cast(t as timestamp_ntz) as t")
+    with pytest.raises(ValueError, match="need a timestamp time column; 't' is timestamp_ntz"):
+        W.sliding_agg(ntz, "t", "60 s", "1 s", ["k"], [("sum", "v")], "1 s", share=True, output_mode="update")
+
+    def plan_of(out: Any) -> str:
+        return str(out._jdf.queryExecution().logical().toString())
+
+    natively = W.sliding_agg(df, "t", "60 s", "1 s", ["k"], [("sum", "s")], "1 s", output_mode="update")
+    assert "MapInArrow" not in plan_of(natively) and plan_of(natively).count("Aggregate") == 1
+    chained = W.sliding_agg(df, "t", "60 s", "1 s", ["k"], [("sum", "s")], "1 s")  # append
+    assert "MapInArrow" not in plan_of(chained) and plan_of(chained).count("Aggregate") == 2
+    mapped = W.sliding_agg(df, "t", "60 s", "1 s", ["k"], [("max", "s")], "1 s", output_mode="update")
+    assert "MapInArrow" in plan_of(mapped) and plan_of(mapped).count("Aggregate") == 1
+    # a watermark set before the call is carried over the Python pass
+    marked = W.sliding_agg(df.withWatermark("t", "2 seconds"), "t", "60 s", "1 s", ["k"], share=True)
+    assert "MapInArrow" in plan_of(marked) and "2 seconds" in plan_of(marked)
 
 
 @pytest.mark.parametrize(
@@ -296,7 +326,7 @@ def _late_batches(draw: Any) -> list[list[tuple[int, int, int]]]:
     """Batches of (key, value, ms): a clock that only moves on, each tuple less than 1 s (the
     watermark delay) behind it, so every tuple is after the watermark (max event time of earlier
     batches minus the delay, and at least the epoch, Spark's first watermark). A tuple exactly at
-    the watermark is late to Spark's group state (docs/windows.md), so none is drawn there."""
+    the watermark is dropped from the windows it closed, natively and shared alike."""
     clock = draw(st.integers(0, 5000))
     batches = []
     for _ in range(draw(st.integers(2, 5))):
@@ -378,7 +408,7 @@ def test_streaming_append_equals_native_with_late_tuples(spark: Any, tmp_path: P
 
 @pytest.mark.long  # 6-8 s: moved to keep the fast tier inside its 10 minutes
 def test_streaming_update_equals_native_with_late_tuples(spark: Any, tmp_path: Path) -> None:
-    """Update mode through the panes in group state: each micro-batch updates the same windows with
+    """Update mode through the map-side pane partials: each micro-batch updates the same windows with
     the same values as Spark's native update (late tuples within the watermark included)."""
     batches = [
         [(0, 1, 100), (1, 2, 900), (0, 3, 1500)],
@@ -430,40 +460,15 @@ def test_streaming_equals_native_on_random_data(
 
 
 @pytest.mark.long
-def test_in_update_mode_a_tuple_at_the_watermark_is_the_documented_difference(
-    spark: Any, tmp_path: Path
-) -> None:
-    """Pinned so docs/windows.md stays true: Spark drops a row whose event time equals the previous
-    batch's watermark before the group state, while the native query counts it in its open windows."""
-    batches = [
-        [(0, 1, 5000)],
-        [(0, 1, 5000)],
-        [(0, 1, 4000)],
-        [(0, 1, 20000)],
-    ]  # watermark 4 s from the third
+@pytest.mark.parametrize("mode", ["append", "update"])
+def test_tuples_at_and_behind_the_watermark_count_as_natively(spark: Any, tmp_path: Path, mode: str) -> None:
+    """Outside the watermark contract too: Spark drops late data per window, so a tuple at the
+    watermark (4 s, from the third batch on) and one behind it (3.5 s) still count natively in
+    their windows that are open, and the map-side plan counts them in the same windows."""
+    batches = [[(0, 1, 5000)], [(0, 1, 5000)], [(0, 1, 4000), (0, 1, 3500)], [(0, 1, 20000)]]
     _write_batches(tmp_path / "src", batches)
-    native = _stream(spark, tmp_path / "src", tmp_path / "ck-n", 4000, 1000, 1000, False, "update")
-    shared = _stream(spark, tmp_path / "src", tmp_path / "ck-s", 4000, 1000, 1000, True, "update")
-    last_n, last_s = _last_updates(native), _last_updates(shared)
-    counts_n = {r[0]["end"]: r[2] for r in last_n}
-    counts_s = {r[0]["end"]: r[2] for r in last_s}
-    # 4000 lies in the windows ending at 5, 6, 7 and 8 s, all still open natively
-    assert sum(counts_n.values()) == sum(counts_s.values()) + 4
-    assert Counter(r for _, r in shared if r[0]["end"].timestamp() > 20) == Counter(
-        r for _, r in native if r[0]["end"].timestamp() > 20
-    )
-
-
-@pytest.mark.long
-def test_a_tuple_behind_the_watermark_is_the_documented_difference(spark: Any, tmp_path: Path) -> None:
-    """Outside the contract, pinned so the docs stay true: a tuple older than the watermark still
-    counts natively in its windows that are open, while the shared plan drops it with its closed pane."""
-    # Spark drops late rows by the watermark of the batch before: 4 s (5 s - 1 s) from the third batch on
-    batches = [[(0, 1, 5000)], [(0, 1, 5000)], [(0, 1, 3500)], [(0, 1, 20000)]]
-    _write_batches(tmp_path / "src", batches)
-    native = _stream(spark, tmp_path / "src", tmp_path / "ck-n", 4000, 1000, 1000, share=False)
-    shared = _stream(spark, tmp_path / "src", tmp_path / "ck-s", 4000, 1000, 1000, share=True)
-    counts_n, counts_s = (sum(r[2] for _, r in rows) for rows in (native, shared))
-    # 3500 lies in the windows ending at 4 s (closed by the watermark), 5, 6 and 7 s (open)
-    assert counts_n == counts_s + 3
-    assert counts_s == 8  # 5000 twice in its four windows; 20000's windows are still open at the end
+    native = _stream(spark, tmp_path / "src", tmp_path / "ck-n", 4000, 1000, 1000, False, mode)
+    shared = _stream(spark, tmp_path / "src", tmp_path / "ck-s", 4000, 1000, 1000, True, mode)
+    assert Counter(shared) == Counter(native)
+    # the window [1 s, 5 s) was open when both came: it holds just them
+    assert [r[2] for _, r in shared if r[0]["end"].timestamp() == 5.0] == [2]
