@@ -312,10 +312,16 @@ def build(name: str, spark: Any, work: Path) -> tuple[Target, Any, Any]:
     name = name.split(" #")[0]  # a later round of the keys pair
     if name in ("cloudprofiler source", PROJECTED):
         extra = {"columns": ",".join(ysb_columns())} if name == PROJECTED else None
-        target, q = start_source_query(
-            spark, work, max_spool_bytes=256 << 20, handler="null", source_options=extra, timeout=600
-        )
-        return target, q, lambda: None
+        for k in range(10):  # Spark's runner of a Python source must connect back within 10 s
+            try:
+                target, q = start_source_query(
+                    spark, work / f"try{k}", max_spool_bytes=256 << 20, handler="null", source_options=extra
+                )
+                return target, q, lambda: None
+            except TrialError as e:
+                if "connect back" not in str(e) or k == 9:
+                    raise
+                time.sleep(5)
     if name in (KEYS_OFF, KEYS_ON):
         target, q = start_network_source(spark, work, make_keys(work) if name == KEYS_ON else None)
         return target, q, lambda: None

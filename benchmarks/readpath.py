@@ -202,7 +202,7 @@ def run_query(df: Any, work: Path, sink: Callable[[Any], Any] | None = None) -> 
     }
 
 
-def retried(once: Callable[[], dict[str, Any]], label: str, tries: int = 3) -> dict[str, Any]:
+def retried(once: Callable[[], dict[str, Any]], label: str, tries: int = 10) -> dict[str, Any]:
     """``once()``, run again when Spark could not start a Python worker (a machine so busy that one
     does not connect back in time): that run measured nothing; the retries are recorded."""
     for k in range(tries):
@@ -212,6 +212,7 @@ def retried(once: Callable[[], dict[str, Any]], label: str, tries: int = 3) -> d
             if "connect back" not in str(e) or k == tries - 1:
                 raise
             print(f"{label}: a Python worker did not connect back, run again")
+            time.sleep(5)
     raise AssertionError("unreachable")
 
 
