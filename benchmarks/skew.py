@@ -40,7 +40,24 @@ WORKLOADS: list[tuple[str, str | None, float | None]] = [
     ("zipf 1.5", "zipf:1.5", None),
     ("zipf 1.5, hot key every 2 s", "zipf:1.5", 2.0),
 ]
-MODES = ("plain", "compute/consolidate", "adaptive")
+MODES = ("plain", "compute/consolidate", "adaptive", "key groups")
+SHORT = {"plain": "plain", "compute/consolidate": "c/c", "adaptive": "adaptive", "key groups": "kg"}
+
+
+def key_group_assignment(spark: Any, skew: str | None, groups: int, partitions: int) -> list[int]:
+    """Enorm's placement: campaigns hashed into ``groups`` key groups, the groups assigned to the
+    partitions by their load in the first epoch (each campaign's share of the Zipf draw), as a
+    first run's report would measure it; no key is split."""
+    from cloudprofiler.windows.skew import assign_key_groups, group_loads
+    from cp_source.generate.hot_keys import parse_key_skew, rank_probabilities
+    from cp_source.wire.workloads import campaigns_table
+
+    probs = rank_probabilities(parse_key_skew(skew or "uniform"))  # epoch 0: rank r is campaign r
+    ids = campaigns_table().column("campaign_id").to_pylist()
+    weights = spark.createDataFrame(
+        [(c, float(p)) for c, p in zip(ids, probs, strict=True)], "campaign_id string, w double"
+    )
+    return assign_key_groups(group_loads(weights, ["campaign_id"], groups, "w"), partitions)
 
 
 def _calibrate(us_per_row: float) -> int:
@@ -72,7 +89,7 @@ def run_one(
     from cloudprofiler import register, wait_for_factory
     from cloudprofiler.jobs.partition_load import generator_keys, partition_load
     from cloudprofiler.spark_local import source_end_offset
-    from cloudprofiler.windows.skew import SALT, adaptive_salt, salt_column
+    from cloudprofiler.windows.skew import SALT, adaptive_salt, balanced_repartition, salt_column
     from cp_source.generate.generator import run_generator
     from cp_source.generate.hot_keys import hot_key, parse_key_skew
     from cp_source.generate.settings import GeneratorSettings
@@ -92,6 +109,9 @@ def run_one(
     df = events.join(F.broadcast(spark.createDataFrame(camps.to_pandas())), "ad_id")
     if mode == "plain":
         df = df.repartition(args.partitions, "campaign_id")
+    elif mode == "key groups":
+        assignment = key_group_assignment(spark, skew, args.key_groups, args.partitions)
+        df = balanced_repartition(df, ["campaign_id"], assignment, args.partitions)
     elif mode == "adaptive":
         df = adaptive_salt(df, ["campaign_id"], args.salts, args.min_share)
         df = df.repartition(args.partitions, "campaign_id", SALT)
@@ -192,7 +212,7 @@ def print_report(doc: dict[str, Any]) -> None:
     con.print(make_table(title, cols, rows, left={"workload", "mode"}))
     mean_cols = ["workload"]
     for what in ("p99 ms", "imbalance", "rate/s"):
-        mean_cols += [f"{what} {m}" for m in ("plain", "c/c", "adaptive")]
+        mean_cols += [f"{what} {SHORT[m]}" for m in MODES]
     mean_rows = []
     for w, _, _ in WORKLOADS:
         row = [w]
@@ -200,7 +220,10 @@ def print_report(doc: dict[str, Any]) -> None:
         for key, fmt in figures:
             row += [fmt.format(_mean_of(doc, w, m, key)) for m in MODES]
         mean_rows.append(row)
-    title = "means over rounds (c/c: compute/consolidate with the first epoch's hot key)"
+    title = (
+        "means over rounds (c/c: compute/consolidate with the first epoch's hot key; kg: key groups "
+        "placed by the first epoch's load)"
+    )
     con.print(make_table(title, mean_cols, mean_rows))
     print_load(doc)
 
@@ -215,10 +238,14 @@ def main() -> int:
     ap.add_argument("--us-per-row", type=float, default=50.0, help="CPU cost per row after the shuffle")
     ap.add_argument("--rounds", type=int, default=2, help="rounds over all runs, mode order alternating")
     ap.add_argument("--warmup", type=float, default=3.0, help="seconds of an unmeasured first run (0: none)")
+    ap.add_argument("--key-groups", type=int, default=32, help="key groups placed by load (default 32)")
+    ap.add_argument("--quick", action="store_true", help="one round of 5 s runs")
     add_show(ap)
     args = ap.parse_args()
     if shown(args.show, print_report):
         return 0
+    if args.quick:
+        args.rounds, args.duration = 1, 5.0
     from cloudprofiler.spark_local import local_session
 
     elems = _calibrate(args.us_per_row)
@@ -231,6 +258,7 @@ def main() -> int:
         min_share=args.min_share,
         rounds=args.rounds,
         us_per_row=args.us_per_row,
+        key_groups=args.key_groups,
         runs=[],
     )
     t0 = time.monotonic()

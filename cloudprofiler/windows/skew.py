@@ -35,6 +35,12 @@ output mode needs:
 
 The state is Spark's, in the checkpoint: a query restarted from it keeps exact totals, even with
 other hot keys or salts (the state is per key, not per salt).
+
+**Key groups placed by load** (the end of this module) are Enorm's own answer to skew: keys
+hashed into many key groups, each group whole on one partition, the groups assigned to
+partitions from their measured load (:func:`assign_key_groups`, :func:`balanced_repartition`).
+No key is split, so nothing is merged after; a single key hotter than a partition's fair share
+stays on one partition.
 """
 
 from __future__ import annotations
@@ -458,3 +464,98 @@ def plain_aggregate(df: Any, keys: Sequence[str], aggs: Sequence[Agg | tuple[str
         else:
             out.append(getattr(F, a.func)(a.column).alias(a.alias))
     return df.groupBy(*_check_keys(df, keys)).agg(*out)
+
+
+# ---- key groups placed by measured load (Enorm's key groups, section 4.4.2) ----------------------
+# Enorm does not split a key: keys are hashed into many key groups, each group lives on one node,
+# and an adaptation step (Flux) moves whole groups from the most to the least loaded nodes. In
+# Spark the placement is a partition column: each row carries the partition its key group is
+# assigned to, as a value Spark's hash partitioning sends to exactly that partition.
+KEY_GROUP = "_cp_key_group"
+PARTITION = "_cp_partition"
+MAX_KEY_GROUPS = 65_536
+
+
+def assign_key_groups(loads: Sequence[float], partitions: int) -> list[int]:
+    """The partition of each key group: the heaviest group first, each to the partition with the
+    least load so far (ties: fewer groups, then the lowest partition), the greedy
+    longest-processing-time rule."""
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+        raise ValueError(f"partitions must be a positive integer, got {partitions!r}")
+    if not 1 <= len(loads) <= MAX_KEY_GROUPS or any(not x >= 0 for x in loads):
+        raise ValueError(f"give 1 to {MAX_KEY_GROUPS} key-group loads, each >= 0")
+    total = [0.0] * partitions
+    count = [0] * partitions  # groups of equal load (none measured) spread one by one
+    out = [0] * len(loads)
+    for g in sorted(range(len(loads)), key=lambda g: (-loads[g], g)):
+        p = min(range(partitions), key=lambda p: (total[p], count[p], p))
+        out[g] = p
+        total[p] += loads[g]
+        count[p] += 1
+    return out
+
+
+def _murmur3_int(value: int, seed: int = 42) -> int:
+    """Spark's ``Murmur3_x86_32.hashInt``: the hash its hash partitioning takes of an int column."""
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+    k1 = rotl((value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF, 15) * 0x1B873593 & 0xFFFFFFFF
+    h1 = (rotl(seed ^ k1, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & 0xFFFFFFFF
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & 0xFFFFFFFF
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
+
+
+def partition_values(partitions: int) -> list[int]:
+    """For each partition ``p``, the least int that Spark's ``repartition(partitions, col)`` sends
+    to ``p`` (``pmod(murmur3(v, 42), partitions)``)."""
+    out: dict[int, int] = {}
+    v = 0
+    while len(out) < partitions:
+        out.setdefault(_murmur3_int(v) % partitions, v)  # Python's % is Spark's pmod for n > 0
+        v += 1
+    return [out[p] for p in range(partitions)]
+
+
+def key_group_column(keys: Sequence[str], groups: int) -> Any:
+    """The key group of each row: a hash of its keys mod ``groups`` (a key is in exactly one group)."""
+    from pyspark.sql import functions as F
+
+    if isinstance(groups, bool) or not isinstance(groups, int) or not 1 <= groups <= MAX_KEY_GROUPS:
+        raise ValueError(f"key groups must be an integer in 1..{MAX_KEY_GROUPS}, got {groups!r}")
+    return F.pmod(F.xxhash64(*[F.col(k) for k in keys]), F.lit(groups)).cast("int")
+
+
+def group_loads(df: Any, keys: Sequence[str], groups: int, weight: str | None = None) -> list[float]:
+    """The measured load of each key group in ``df`` (a batch DataFrame, such as a sample or a
+    first run's records): its rows, or the sum of ``weight``."""
+    from pyspark.sql import functions as F
+
+    keys = _check_keys(df, keys)
+    load = F.sum(F.col(weight)) if weight is not None else F.count(F.lit(1))
+    rows = df.groupBy(key_group_column(keys, groups).alias(KEY_GROUP)).agg(load.alias("_load")).collect()
+    out = [0.0] * groups
+    for r in rows:
+        out[r[KEY_GROUP]] = float(r["_load"] or 0)
+    return out
+
+
+def balanced_repartition(df: Any, keys: Sequence[str], assignment: Sequence[int], partitions: int) -> Any:
+    """``df`` shuffled so that every row of key group ``g`` lands in partition ``assignment[g]``
+    (:func:`assign_key_groups`): each key stays whole in one partition, as with ``repartition(keys)``,
+    but the groups are placed by load instead of by hash. Works on a stream (a stateless shuffle)."""
+    from pyspark.sql import functions as F
+
+    keys = _check_keys(df, keys)
+    if any(not 0 <= p < partitions for p in assignment):
+        raise ValueError(f"an assignment names partitions 0..{partitions - 1}, got {sorted(set(assignment))}")
+    values = partition_values(partitions)
+    group = key_group_column(keys, len(assignment))
+    target = F.element_at(F.array(*[F.lit(values[p]) for p in assignment]), group + 1)
+    return df.withColumn(PARTITION, target.cast("int")).repartition(partitions, PARTITION).drop(PARTITION)
