@@ -20,7 +20,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from cp_source.factory.parse_json import numbered_lines, parse_orjson
 from cp_source.wire.bucket import BucketError, Header
 
 _FIRST_LINE = re.compile(r"\bline 1\b")
@@ -64,6 +63,9 @@ def find_bad_rows(payload: bytes | memoryview, fields: pa.Schema, count: int) ->
 
     Raises ``BucketError("count_mismatch")`` when the payload's rows are not the header's ``count``.
     """
+    # imported here: a worker whose payloads are all good (the usual case) never loads the JSON rules
+    from cp_source.factory.parse_json import numbered_lines, parse_orjson
+
     lines, numbers = numbered_lines(bytes(payload))
     if len(lines) != count:
         raise BucketError("count_mismatch", f"header says {count} tuples, payload has {len(lines)} lines")

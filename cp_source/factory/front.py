@@ -49,7 +49,7 @@ from native_tsc.zmq_bounds import cut_frames, recv_bounded
 
 POLL_MS = 50
 MAX_PENDING_HELLOS = 1024  # senders waiting for the workers: bounded, a hello is a few bytes
-MAX_FRAMES = 4  # identity + header + payload + one: a longer message is read, cut here and dead-lettered
+MAX_FRAMES = bk.MAX_FRAMES  # identity + header + payload + one: cp_source.wire.bucket
 
 
 class FrontEnd:

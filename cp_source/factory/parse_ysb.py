@@ -20,7 +20,6 @@ import pyarrow as pa
 from numba import njit
 from numba.core import config as numba_config
 
-from cp_source.factory.parse_json import parse_orjson
 from cp_source.wire.bucket import BucketError
 
 
@@ -186,6 +185,17 @@ def _parse(buf, keys, key_off, max_rows, offsets, data, start, r0):
         offsets[k, r0 + row] = pos[k]
         start[k] = pos[k]
     return row
+
+
+def parse_orjson(payload: bytes | memoryview, fields: pa.Schema, count: int) -> pa.RecordBatch:
+    """The generic parser (``cp_source.factory.parse_json``), for what the fast path does not take.
+
+    Imported on first use: its imports (``pyarrow.compute``, ``pyarrow.json``) are a fifth of a
+    factory worker's start, and a YSB stream of good rows never needs it.
+    """
+    from cp_source.factory.parse_json import parse_orjson as generic
+
+    return generic(payload, fields, count)
 
 
 class StringRowParser:

@@ -33,7 +33,6 @@ import zmq
 import native_tsc
 from cp_source.factory.bad_rows import BadRows, parse_bucket
 from cp_source.factory.deadletter import DeadLetterWriter, read_dead_letters
-from cp_source.factory.front import MAX_FRAMES
 from cp_source.spool.front_records import read_front_ledger
 from cp_source.spool.segment_writer import SegmentWriter
 from cp_source.spool.segments import spool_bytes
@@ -77,8 +76,6 @@ def make_accumulator(workload: Workload, parser: str = "auto") -> Any:
     reader otherwise. The others exist to compare them (benchmarks/ingest.py). Every one gives the
     same values, or the same refusal, for the same payload (``cp_source.factory.parse_json``'s rules).
     """
-    from cp_source.factory import parse_json
-
     fields = workload.fields
     if workload.arrow_payload:  # Arrow IPC payloads: checked, not parsed (cp_source.factory.parse_ipc)
         if parser != "auto":
@@ -95,6 +92,8 @@ def make_accumulator(workload: Workload, parser: str = "auto") -> Any:
         from cp_source.factory.parse_ysb import StringRowAccumulator
 
         return StringRowAccumulator(fields)
+    from cp_source.factory import parse_json  # here: the numba path above needs none of it
+
     if parser == "orjson":
         return BatchAccumulator(lambda p, c: parse_json.parse_orjson(p, fields, c), fields)
     if parser == "naive":
@@ -110,20 +109,19 @@ def _np_array(a: np.ndarray) -> pa.Array:
 
 
 def _repeat_strings(values: list[str], counts: np.ndarray) -> pa.Array:
-    if len(set(values)) == 1:
+    """``values[i]`` repeated ``counts[i]`` times, as one string array: built from the runs with
+    numpy (no ``take``, whose ``pyarrow.compute`` import was a tenth of a worker's start)."""
+    if len(set(values)) == 1:  # one value (``values`` may then be shorter than ``counts``)
         enc = values[0].encode()
         n = int(counts.sum())
         offsets = np.arange(n + 1, dtype=np.int32) * len(enc)
         return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(enc * n))
-    uniq = sorted(set(values))
-    idx = np.repeat(np.array([uniq.index(v) for v in values], dtype=np.int32), counts)
-    encoded = [v.encode() for v in uniq]
-    ends = np.zeros(len(encoded) + 1, np.int32)
-    np.cumsum([len(e) for e in encoded], out=ends[1:])
-    dictionary = pa.StringArray.from_buffers(
-        len(encoded), pa.py_buffer(ends), pa.py_buffer(b"".join(encoded))
-    )
-    return dictionary.take(_np_array(idx))
+    encoded = [v.encode() for v in values]
+    lengths = np.repeat(np.array([len(e) for e in encoded], np.int32), counts)
+    offsets = np.zeros(len(lengths) + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    data = b"".join(e * int(c) for e, c in zip(encoded, counts, strict=True))
+    return pa.StringArray.from_buffers(len(lengths), pa.py_buffer(offsets), pa.py_buffer(data))
 
 
 @dataclass
@@ -408,7 +406,7 @@ class FactoryWorker:
                         while self.pending_rows < self.cfg.flush_rows:
                             try:
                                 # no identity frame on the workers' socket
-                                frames, _ = recv_bounded(sock, MAX_FRAMES - 1, copy=False)
+                                frames, _ = recv_bounded(sock, bk.MAX_FRAMES - 1, copy=False)
                             except zmq.Again:
                                 break
                             self.last_recv_wall = time.time()

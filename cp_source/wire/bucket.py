@@ -35,6 +35,10 @@ MAGIC = b"CPBK"
 VERSION = 1
 CODEC_NDJSON = 1
 KIND_DATA = 1
+# Frames of a message at the factory's front end: identity + header + payload + one (a longer message
+# is read, cut here and dead-lettered); a worker gets it without the identity. Here rather than in
+# the front end so a worker need not import the front end (and its sender-link imports) to know it.
+MAX_FRAMES = 4
 KIND_HEARTBEAT = 2
 KIND_EOS = 3
 KIND_HELLO = 4  # generator -> factory before its schedule starts
