@@ -184,7 +184,7 @@ def run_config(
     """n queries under one configuration: window latencies, Spark's stage times, CPU, pool placements."""
     from cloudprofiler import wait_for_factory
 
-    load, cpu0 = os.getloadavg()[0], _tree_cpu()
+    load, cpu0, wall0 = os.getloadavg()[0], _tree_cpu(), time.monotonic()
     sinks = [_Windows() for _ in range(n)]
     started: list[tuple[Any, Any]] = []
     queries: list[Any] = []
@@ -223,6 +223,7 @@ def run_config(
         "stages_ms": _stages(queries),
         "emitted": emitted,
         "cpu_s": {k: cpu1[k] - cpu0[k] for k in cpu0},
+        "wall_s": time.monotonic() - wall0,
         "pools": {k: sum(p[k] for p in pools) for k in pools[0]} if pools else None,
     }
 
@@ -279,6 +280,7 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
                 "load_average": float(np.mean([r["load_average"] for r in runs])),
                 "stages_ms": st,
                 "cpu_s": {k: sum(r["cpu_s"][k] for r in runs) for k in runs[0]["cpu_s"]},
+                "wall_s": sum(r["wall_s"] for r in runs),
                 "urgent": sum((r["pools"] or {}).get("klink-urgent", 0) for r in runs),
                 "shared": sum((r["pools"] or {}).get("klink-shared", 0) for r in runs),
             }
@@ -314,6 +316,7 @@ def _time_rows(summary: dict[str, Any]) -> list[list[str]]:
             stage = [f"{b[x] / k:.0f}" for x in STAGES[:-1]] + [f"{other / k:.0f}"]
             placed = f"{s['urgent']} / {s['shared']}" if c == "klink+pools" else "-"
             cpus = [f"{cpu['jvm']:.0f}", f"{cpu['other python']:.0f}", f"{cpu['bench python']:.0f}"]
+            cpus.append(f"{sum(cpu.values()) / s['wall_s']:.2f}")  # cores this benchmark got, of 2
             rows.append([n, c, f"{int(b['batches'])}", *stage, *cpus, placed])
     return rows
 
@@ -322,7 +325,7 @@ def print_report(doc: dict[str, Any]) -> None:
     from rich.console import Console
 
     console = Console(width=160)
-    summary = doc["summary"]
+    summary = summarize(doc)  # from the runs, so a result file shows with the current columns
     cols = ["queries", "config", "load avg", "windows (not out)", "mean ± 95%", "/ default", "p50", "p99"]
     cols += ["batch ms", "addBatch share"]
     title = (
@@ -331,11 +334,11 @@ def print_report(doc: dict[str, Any]) -> None:
     )
     console.print(make_table(title, cols, _latency_rows(summary)))
     cols = ["queries", "config", "batches", "offset", "plan", "addBatch", "wal", "commit", "other"]
-    cols += ["JVM s", "workers s", "bench s", "urgent/shared"]
+    cols += ["JVM s", "workers s", "bench s", "cores used", "urgent/shared"]
     title = (
         "where the time goes: Spark's durations per batch with input (ms: latestOffset, queryPlanning, "
         "addBatch, walCommit, commitOffsets, the rest), CPU seconds of the JVM, the Python workers and "
-        "this process (generators, foreachBatch)"
+        "this process (generators, foreachBatch); cores used: all three over the run's wall time"
     )
     console.print(make_table(title, cols, _time_rows(summary)))
     for r in doc["runs"]:

@@ -26,9 +26,10 @@ The decision at ``latestOffset`` (``KlinkEvaluator.decide``), in this order:
 4. deferring since ``maxDeferMs`` or longer: offer (``bound``); a run of deferrals ends at the first
    call at or after that bound, so no query starves;
 5. this query's slack at most ``klinkMinSlackMs``: offer (``urgent``);
-6. another live query (its state updated within ``STALE_NS``) has a smaller slack, recomputed now
-   from its published prediction: defer, return the start offset so Spark runs no batch and the
-   cores go to the other query (``deferred``); otherwise offer (``least slack``).
+6. another live query (its state updated within ``STALE_NS``, or 3 of its cycles when longer) has
+   a smaller slack, recomputed now from its published prediction: defer, return the start offset so
+   Spark runs no batch and the cores go to the other query (``deferred``); otherwise offer
+   (``least slack``).
 
 A deferral only postpones a batch: the next offer covers everything the deferred one would have,
 from the same start offset, so nothing is dropped or reordered. A peer's file that is not valid
@@ -57,7 +58,8 @@ NS_PER_MS = 1_000_000
 SCHEDULING = ("default", "klink")
 STATE_VERSION = 1
 REPORT_FILE = "_klink.json"
-STALE_NS = 5_000_000_000  # a peer whose state is older is not competing (stopped or stuck)
+STALE_NS = 5_000_000_000  # a peer whose state is older is not competing (stopped or stuck)...
+STALE_CYCLES = 3  # ...unless its own cycle is long (overload: a call per batch): 3 of its cycles
 FUTURE_NS = 5_000_000_000  # a peer's update time this far ahead of our clock is not trusted
 SD_FLOOR_NS = 1_000_000  # identical SWM delays: a 1 ms spread keeps the normal model defined
 DEFAULT_CYCLE_NS = 100_000_000  # r before two latestOffset calls were seen
@@ -237,7 +239,7 @@ def read_peer(path: Path, now_ns: int, stale_ns: int = STALE_NS) -> tuple[PeerSt
     updated = int(doc["updated_ns"])
     if updated > now_ns + FUTURE_NS:
         return None, f"updated {(updated - now_ns) / 1e9:.1f} s in the future"
-    if now_ns - updated > stale_ns:
+    if now_ns - updated > max(stale_ns, STALE_CYCLES * float(doc["cycle_ns"])):
         return None, f"stale (updated {(now_ns - updated) / 1e9:.1f} s ago)"
     warm = doc.get("mean_ns") is not None
     return (

@@ -154,3 +154,24 @@ def test_pool_reaches_the_batch_jobs(spark: Any, tmp_path: Path) -> None:
     assert {p for p, _ in seen} == {URGENT_POOL} and sum(n for _, n in seen) == 200
     assert pools.placed == {URGENT_POOL: 1, SHARED_POOL: 0}
     assert spark.sparkContext.getLocalProperty(POOL_PROPERTY) is None  # the stream thread's, not ours
+
+
+def test_a_peer_with_a_long_cycle_stays_live(tmp_path: Path) -> None:
+    """Under overload a query calls once per batch: its state is live for 3 of its cycles, not 5 s."""
+    from cp_source.klink.admission import read_peer
+
+    now = T0 * MS
+    for cycle_s, live in ((4, True), (0.1, False)):
+        mean = now + 1e9
+        band = {"mean_ns": mean, "sd_ns": 1e6, "t_min_ns": mean - 2e6, "t_max_ns": mean + 2e6}
+        doc = {
+            "version": 1,
+            "query": "/q/slow",
+            "updated_ns": now - 8 * 10**9,
+            "cycle_ns": cycle_s * 1e9,
+        } | band
+        doc["cost_ns"] = 0.0
+        (tmp_path / "slow.json").write_bytes(orjson.dumps(doc))
+        state, why = read_peer(tmp_path / "slow.json", now)
+        assert (state is not None) == live, why
+        assert live or why == "stale (updated 8.0 s ago)"
