@@ -1,11 +1,20 @@
-"""Spark throughput into the cloudprofiler sink: id handler (every tuple written) against null.
+"""Spark throughput into the cloudprofiler sink, two sections in one local[2] session.
 
-Run: python benchmarks/sink_overhead.py [--rows 8000000] [--repeat 3]
+Run: python benchmarks/sink_overhead.py [--rows 8000000] [--repeat 3] [--sections handlers,source]
+     [--quick] [--show JSON]
 
-One local[2] SparkSession; the same Parquet input (tuple ids, one file per micro-batch)
-is streamed with Trigger.AvailableNow through a stamp point into the sink, alternating
-id and null runs so both see the same machine load. Throughput = rows / wall time of
-the query. The design's bar: id at most 10% below null.
+``handlers``: the same Parquet input (tuple ids, one file per micro-batch) is streamed with
+Trigger.AvailableNow through a stamp point into the sink, alternating id and null runs so both
+see the same machine load. Throughput = rows / wall time of the query. The design's bar: id at
+most 10% below null.
+
+``source``: a spool filled once by the real factory (YSB, 15 columns) is read by the cloudprofiler
+source (a fresh copy per run) into Spark's ``noop`` sink, into the cloudprofiler sink (handler
+null) with every column, and into the same sink through ``cloudprofiler.records(df)`` (only the
+tuple id and the stamp columns cross to the sink's Python worker); and, projected, with handler
+id. The configurations alternate round by round; each row prints the load average. Throughput =
+rows over the micro-batches' trigger time. The goal: source -> sink (null) at least 0.8 of
+source -> noop.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_common import arg_parser, make_table, print_goals, result_head, write_json
+from bench_common import add_show, arg_parser, make_table, print_goals, run_head, shown, write_json
 from rich.console import Console
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -27,10 +36,18 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 def parse_args() -> argparse.Namespace:
     ap = arg_parser(__doc__, "sink_overhead")
-    ap.add_argument("--rows", type=int, default=8_000_000)
+    add_show(ap)
+    ap.add_argument("--rows", type=int, default=8_000_000, help="handlers: tuple ids")
     ap.add_argument("--files", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
-    return ap.parse_args()
+    ap.add_argument("--source-rows", type=int, default=2_000_000, help="source: YSB rows in the spool")
+    ap.add_argument("--rate", type=float, default=250_000, help="source: the spool's fill rate")
+    ap.add_argument("--sections", default="handlers,source")
+    ap.add_argument("--quick", action="store_true", help="500,000 rows each, 2 runs")
+    args = ap.parse_args()
+    if args.quick:
+        args.rows, args.source_rows, args.repeat = 500_000, 500_000, 2
+    return args
 
 
 def write_input(spark: Any, d: Path, files: int, per_file: int) -> None:
@@ -83,11 +100,8 @@ def timed_run(spark: Any, d: Path, rows: int, handler: str, tag: str) -> float:
     return elapsed
 
 
-def measure(files: int, per_file: int, repeat: int) -> dict[str, list[float]]:
+def measure(spark: Any, files: int, per_file: int, repeat: int) -> dict[str, list[float]]:
     """Seconds per run of each handler, id and null alternating so both see the same load."""
-    from cloudprofiler.spark_local import local_session
-
-    spark = local_session("sink-overhead", conf={"spark.driver.memory": "2g"})
     rows = per_file * files
     times: dict[str, list[float]] = {"id": [], "null": []}
     with tempfile.TemporaryDirectory(prefix="cp-bench-sink-") as tmp:
@@ -97,8 +111,105 @@ def measure(files: int, per_file: int, repeat: int) -> dict[str, list[float]]:
         for r in range(repeat):
             for h in ("id", "null") if r % 2 == 0 else ("null", "id"):
                 times[h].append(timed_run(spark, d, rows, h, f"{h}-{r}"))
-    spark.stop()
     return times
+
+
+# ---- source -> sink against source -> noop ---------------------------------------------------------
+SOURCE_CASES = ("noop", "sink null, every column", "sink null, records(df)", "sink id, records(df)")
+
+
+def prefill(spool: Path, rows: int, rate: float) -> int:
+    """Fill ``spool`` through the real factory (2 workers) with about ``rows`` YSB tuples; rows held."""
+    from cp_source.factory.supervisor import start_factory
+    from cp_source.generate.generator import run_generator
+    from cp_source.generate.settings import GeneratorSettings
+    from cp_source.spool.segments import Spool
+
+    with start_factory("tcp://127.0.0.1:0", spool, workers=2, max_spool_bytes=8 << 30) as f:
+        summary = run_generator(f.endpoint, GeneratorSettings(rate, rows / rate, senders=2))
+        if not f.wait_drained(timeout=120, senders=[int(s["id"]) for s in summary["senders"]]):
+            raise SystemExit("the factory did not publish everything it received")
+    return Spool(spool).stats().rows
+
+
+def source_run(spark: Any, work: Path, spool: Path, case: str, rows: int) -> dict[str, Any]:
+    """One AvailableNow query of the source over a fresh copy of ``spool`` into ``case``'s sink."""
+    import shutil
+
+    import cloudprofiler
+
+    copy = Path(tempfile.mkdtemp(prefix="spool-", dir=work)) / "spool"
+    shutil.copytree(spool, copy, ignore=shutil.ignore_patterns("*.lock", "_reader.json"))  # a commit deletes
+    df = spark.readStream.format("cloudprofiler").option("spool", str(copy)).option("factory", "external")
+    df = df.load()
+    if "records(df)" in case:
+        df = cloudprofiler.records(df)
+    w = df.writeStream.trigger(availableNow=True).option("checkpointLocation", str(copy) + "-ck")
+    if case == "noop":
+        w = w.format("noop")
+    else:
+        w = (
+            w.format("cloudprofiler")
+            .option("handler", case.split()[1].rstrip(","))
+            .option("path", str(copy) + "-out")
+        )
+    q = w.start()
+    q.awaitTermination()
+    if q.exception() is not None:
+        raise SystemExit(f"{case}: query failed: {q.exception()}")
+    progress = [p for p in q.recentProgress if int(p["numInputRows"]) > 0]
+    got = sum(int(p["numInputRows"]) for p in progress)
+    if got != rows or (case != "noop" and _seen(str(copy) + "-out") != rows):
+        raise SystemExit(f"{case}: read {got} rows, the spool holds {rows}")
+    trigger_s = sum(int(p["durationMs"].get("triggerExecution", 0)) for p in progress) / 1000
+    return {"case": case, "rows_per_s": rows / trigger_s, "load_average": os.getloadavg()[0]}
+
+
+def _seen(path: str) -> int:
+    from cp_sink import total_seen
+
+    return total_seen(path)
+
+
+def measure_source(spark: Any, rows: int, rate: float, repeat: int) -> dict[str, Any]:
+    """Every case of SOURCE_CASES ``repeat`` times, round by round (the order turned each round)."""
+    with tempfile.TemporaryDirectory(prefix="cp-bench-sink-src-") as tmp:
+        work = Path(tmp)
+        held = prefill(work / "spool", rows, rate)
+        source_run(spark, work, work / "spool", SOURCE_CASES[1], held)  # warm-up: workers started
+        runs = []
+        for r in range(repeat):
+            order = SOURCE_CASES if r % 2 == 0 else SOURCE_CASES[::-1]
+            for case in order:
+                runs.append({"round": r + 1, **source_run(spark, work, work / "spool", case, held)})
+                print(f"round {r + 1} {case}: {runs[-1]['rows_per_s']:,.0f} rows/s", flush=True)
+    return {"rows": held, "runs": runs}
+
+
+def source_report(doc: dict[str, Any]) -> bool:
+    """The source section's table (every run, with its load) and the goal; whether it is met."""
+    src = doc["source"]
+    runs = src["runs"]
+    best = {c: max(r["rows_per_s"] for r in runs if r["case"] == c) for c in SOURCE_CASES}
+    noop_by_round = {r["round"]: r["rows_per_s"] for r in runs if r["case"] == "noop"}
+    cells = [
+        (
+            str(r["round"]),
+            r["case"],
+            f"{r['load_average']:.1f}",
+            f"{r['rows_per_s']:,.0f}",
+            f"{r['rows_per_s'] / noop_by_round[r['round']]:.2f}",
+        )
+        for r in runs
+    ]
+    title = f"cloudprofiler source ({src['rows']:,} YSB rows, 15 columns) into each sink, local[2]"
+    cols = ("round", "sink", "load", "rows/s", "of noop (same round)")
+    Console(width=120).print(make_table(title, cols, cells, left={"sink"}))
+    for c in SOURCE_CASES[1:]:
+        print(f"{c} / noop (best of each): {best[c] / best['noop']:.2f}")
+    goal = best["sink null, records(df)"] / best["noop"] >= 0.8
+    print_goals({"source -> sink (null) through records(df) at least 0.8 of source -> noop": goal})
+    return goal
 
 
 def summarize(times: dict[str, list[float]], rows: int) -> dict[str, Any]:
@@ -115,7 +226,7 @@ def summarize(times: dict[str, list[float]], rows: int) -> dict[str, Any]:
 
 
 def report(times: dict[str, list[float]], summary: dict[str, Any], rows: int, repeat: int) -> bool:
-    """Print the table and the goal; return whether the goal is met."""
+    """Print the handlers table and the goal; return whether the goal is met."""
     med, best = summary["rows_per_s_median"], summary["rows_per_s_best"]
     cells = [
         (h, f"{med[h]:,.0f}", f"{best[h]:,.0f}", " ".join(f"{t:.1f}" for t in times[h]))
@@ -132,23 +243,39 @@ def report(times: dict[str, list[float]], summary: dict[str, Any], rows: int, re
     return goal
 
 
+def show(doc: dict[str, Any]) -> None:
+    """Print the report of a result file: each section it holds."""
+    if "seconds" in doc:
+        report(doc["seconds"], doc, doc["rows"], doc["repeat"])
+    if "source" in doc:
+        source_report(doc)
+
+
 def main() -> None:
     args = parse_args()
+    if shown(args.show, show):
+        return
+    from cloudprofiler.spark_local import local_session
+
+    sections = set(args.sections.split(","))
     per_file = args.rows // args.files
     rows = per_file * args.files
-    times = measure(args.files, per_file, args.repeat)
-    summary = summarize(times, rows)
-    goal = report(times, summary, rows, args.repeat)
-    out = {
-        **result_head("sink_overhead"),
-        "rows": rows,
-        "files": args.files,
-        "repeat": args.repeat,
-        "seconds": times,
-        **summary,
-        "goal_met": goal,
-    }
-    write_json(args.json, out, announce=True)
+    doc: dict[str, Any] = run_head("sink_overhead", rows=rows, files=args.files, repeat=args.repeat)
+    spark = local_session(
+        "sink-overhead",
+        conf={"spark.driver.memory": "2g", "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true"},
+    )
+    try:
+        if "handlers" in sections:
+            doc["seconds"] = measure(spark, args.files, per_file, args.repeat)
+            doc.update(summarize(doc["seconds"], rows))
+        if "source" in sections:
+            doc["source"] = measure_source(spark, args.source_rows, args.rate, args.repeat)
+    finally:
+        spark.stop()
+    doc["load_average_end"] = os.getloadavg()[0]
+    show(doc)
+    write_json(args.json, doc, announce=True)
 
 
 if __name__ == "__main__":

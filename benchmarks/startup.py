@@ -1,0 +1,276 @@
+"""Start-up of the demo's two queries, split by stage: from the first ``load()`` to factories ready.
+
+Run: python benchmarks/startup.py [--rounds 3] [--before COMMIT] [--show JSON]
+
+Each round is a new process (a cold JVM and cold Python workers, as a demo has): it builds the
+local[2] session, then does what ``cloudprofiler demo`` does to start (two "cloudprofiler"
+sources with an embedded factory of 2 workers each, the latency query into the sink and the
+windowed YSB query), and waits for each factory (``_reader.json`` written: every worker parses
+at full speed) and for each query's first micro-batch (``cloudprofiler.wait_for_factory``).
+``CLOUDPROFILER_STARTUP_TRACE`` is on: the reader, the factory, its workers and this script
+append timestamped events, and the stages below are spans between them (seconds):
+
+* ``runner``: the first ``load()`` to the first reader constructed in Spark's Python runner
+  (Spark starts the runner, the runner imports pyspark and our reader);
+* ``factory spawn``: the reader's first offset call to the worker processes spawned;
+* ``worker imports``: a worker process started to its module imported (interpreter, numpy,
+  pyarrow, zmq, ours), mean over the run's workers;
+* ``parser``: module imported to the parser loaded (numba's import and its cached machine code);
+* ``warm-up``: the parser loaded to one warm-up parse done; ``connect``: to the worker ready;
+* ``factories ready``: the first ``load()`` to the last factory ready; ``first batches``: to the
+  last query's first micro-batch. The goal: factories ready within 5 s.
+
+``worker CPU``: a factory worker's own start, alone and timed in CPU seconds (what four of them
+and Spark's start share 2 cores with): a new interpreter that builds a worker as
+``python -m cp_source.factory.workers`` does (imports, the cached parser loaded, the warm-up parse)
+and exits, ``--worker-runs`` times after one untimed start (which, on a fresh copy of the code,
+compiles the numba parser into its cache: 1.6 CPU s more). CPU time, unlike wall time, hardly
+moves with the load.
+
+``--before COMMIT`` runs every round twice, alternating: on ``COMMIT``'s packages (``git archive``
+into a temporary directory put first on ``PYTHONPATH``, the compiled C extension taken from
+this tree) and on this tree, so both see the same load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench_common import (
+    add_show,
+    arg_parser,
+    make_table,
+    print_goals,
+    print_load,
+    run_head,
+    shown,
+    write_json,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+GOAL_S = 5.0
+PACKAGES = ("cp_source", "cp_sink", "cp_store", "cp_sync", "cloudprofiler")
+STAGES = (
+    "runner",
+    "factory spawn",
+    "worker imports",
+    "parser",
+    "warm-up",
+    "connect",
+    "factories ready",
+    "first batches",
+)
+
+
+def parse_args() -> argparse.Namespace:
+    ap = arg_parser(__doc__, "startup")
+    add_show(ap)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--before", metavar="COMMIT", help="also start on this commit's packages")
+    ap.add_argument("--worker-runs", type=int, default=5, help="worker CPU: starts per code")
+    ap.add_argument("--quick", action="store_true", help="1 round, 3 worker starts")
+    ap.add_argument("--child", metavar="DIR", help=argparse.SUPPRESS)  # one round, in its own process
+    args = ap.parse_args()
+    if args.quick:
+        args.rounds, args.worker_runs = 1, 3
+    return args
+
+
+# ---- one round, in a child process ---------------------------------------------------------------
+def child(work: Path) -> None:
+    """Start the demo's two queries on a cold session; the trace file is under ``work``."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from native_tsc.process_times import TRACE_ENV, mark
+
+    os.environ[TRACE_ENV] = str(work / "trace.txt")  # before the session: its workers inherit it
+    import cloudprofiler
+    from cloudprofiler.jobs.queries import campaigns_frame, start_latency_query, start_windows_query
+    from cloudprofiler.spark_local import local_session
+    from cp_source.reader.state import wait_reader_state
+
+    conf = {"spark.sql.streaming.noDataMicroBatches.enabled": "false"}
+    spark = local_session("startup", conf=conf)
+    spools = {name: str(work / f"spool-{name}") for name in ("latency", "windows")}
+    mark("bench: load()")
+    src = {
+        name: spark.readStream.format("cloudprofiler")
+        .option("spool", spool)
+        .option("workers", "2")
+        .option("endpoint", "tcp://127.0.0.1:0")
+        .load()
+        for name, spool in spools.items()
+    }
+    campaigns = campaigns_frame(spark)
+    mark("bench: start()")
+    queries = {
+        "latency": start_latency_query(src["latency"], campaigns, work / "records", work / "ck-l"),
+        "windows": start_windows_query(src["windows"], campaigns, work / "windows", work / "ck-w"),
+    }
+    try:
+        for name, spool in spools.items():
+            wait_reader_state(spool, 600.0)
+            mark(f"bench: factory ready {name}")
+        for name, spool in spools.items():
+            cloudprofiler.wait_for_factory(spool, queries[name], 600.0)
+            mark(f"bench: first batch {name}")
+    finally:
+        for q in queries.values():
+            q.stop()
+        spark.stop()
+
+
+# ---- the stages from the trace -------------------------------------------------------------------
+def stages(events: list[tuple[float, int, str]]) -> dict[str, float]:
+    """Seconds per stage (see the module docstring) from a round's trace."""
+
+    def first(prefix: str) -> float:
+        return min(t for t, _, ev in events if ev.startswith(prefix))
+
+    def last(prefix: str) -> float:
+        return max(t for t, _, ev in events if ev.startswith(prefix))
+
+    def per_worker(start: str, end: str) -> float:
+        """Mean span from a worker's ``start`` event to its ``end`` event (matched by pid)."""
+        begin = {pid: t for t, pid, ev in events if ev.startswith("worker") and ev.endswith(start)}
+        spans = [t - begin[pid] for t, pid, ev in events if ev.endswith(end) and pid in begin]
+        return sum(spans) / len(spans) if spans else float("nan")
+
+    t0 = first("bench: load()")
+    return {
+        "runner": first("reader: constructed") - t0,
+        "factory spawn": first("factory: spawning workers") - first("reader: initialOffset"),
+        "worker imports": per_worker("process started", "module imported"),
+        "parser": per_worker("module imported", "parser imported"),
+        "warm-up": per_worker("parser imported", "warm-up parse done"),
+        "connect": per_worker("warm-up parse done", ": ready"),
+        "factories ready": last("bench: factory ready") - t0,
+        "first batches": last("bench: first batch") - t0,
+    }
+
+
+def one_round(code: Path | None) -> dict[str, Any]:
+    """A round in a new process on this tree (``code`` None) or on the packages under ``code``."""
+    from native_tsc.process_times import read_trace
+
+    env = dict(os.environ)
+    if code is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(code), str(ROOT)])
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="cp-bench-startup-") as tmp:
+        argv = [sys.executable, __file__, "--child", tmp]
+        out = subprocess.run(argv, env=env, cwd=code or ROOT, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise SystemExit(f"a start-up round failed: {out.stderr.strip().splitlines()[-3:]}")
+        events = read_trace(Path(tmp) / "trace.txt")
+    return {"load_average": load, **stages(events)}
+
+
+WORKER_START = """
+import tempfile
+from cp_source.factory import workers as w
+w.skip_scipy()
+w.FactoryWorker(w.WorkerConfig(backend="ipc:///nonexistent", spool=tempfile.mkdtemp(), worker="w0"))
+"""
+
+
+def worker_cpu(code: Path | None) -> dict[str, float]:
+    """CPU and wall seconds of one factory worker's start, in a new interpreter."""
+    env = {**os.environ, "NUMBA_NUM_THREADS": "1"}
+    if code is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(code), str(ROOT)])
+    load = os.getloadavg()[0]
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", WORKER_START], env=env, cwd=code or ROOT)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"a worker start failed with status {proc.returncode}")
+    cpu = usage.ru_utime + usage.ru_stime
+    return {"load_average": load, "cpu_s": cpu, "wall_s": time.monotonic() - t0}
+
+
+def archive(commit: str, into: Path) -> Path:
+    """``commit``'s packages under ``into`` (the C extension's build taken from this tree)."""
+    tar = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", commit, *PACKAGES], capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(into)], input=tar.stdout, check=True)
+    return into
+
+
+def report(doc: dict[str, Any]) -> None:
+    cols = ("code", "round", "load", *STAGES)
+    rows = [
+        (r["code"], str(r["round"]), f"{r['load_average']:.1f}", *(f"{r[s]:.2f}" for s in STAGES))
+        for r in doc["runs"]
+    ]
+    title = "demo start-up by stage: seconds (two queries, 2 factory workers each, cold local[2])"
+    from rich.console import Console
+
+    Console(width=150).print(make_table(title, cols, rows, left={"code"}))
+    goals = {}
+    for code in dict.fromkeys(r["code"] for r in doc["runs"]):
+        ready = sorted(r["factories ready"] for r in doc["runs"] if r["code"] == code)
+        median = ready[len(ready) // 2]
+        print(f"{code}: factories ready after {median:.2f} s (median of {len(ready)} rounds)")
+        goals[f"{code}: factories ready within {GOAL_S:g} s of the first load() (median)"] = median <= GOAL_S
+    print_goals(goals)
+    worker_report(doc)
+    print_load(doc)
+
+
+def worker_report(doc: dict[str, Any]) -> None:
+    """The worker CPU table: every start with its load, then the median CPU per code."""
+    from rich.console import Console
+
+    starts = doc.get("worker_starts", [])
+    rows = [
+        (w["code"], f"{w['load_average']:.1f}", f"{w['cpu_s']:.2f}", f"{w['wall_s']:.2f}") for w in starts
+    ]
+    title = "one factory worker's start (imports, cached parser, warm-up), alone"
+    Console(width=150).print(make_table(title, ("code", "load", "CPU s", "wall s"), rows, left={"code"}))
+    for code in dict.fromkeys(w["code"] for w in starts):
+        cpu = sorted(w["cpu_s"] for w in starts if w["code"] == code)
+        print(f"{code}: a worker's start takes {cpu[len(cpu) // 2]:.2f} CPU s (median of {len(cpu)})")
+
+
+def main() -> int:
+    args = parse_args()
+    if args.child:
+        child(Path(args.child))
+        return 0
+    if shown(args.show, report):
+        return 0
+    doc = run_head("startup", rounds=args.rounds, before_commit=args.before)
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="cp-bench-startup-old-") as old:
+        codes: list[tuple[str, Path | None]] = [("now", None)]
+        if args.before:
+            codes = [(f"before {args.before[:10]}", archive(args.before, Path(old))), ("after", None)]
+        for _, code in codes:  # not timed: a fresh copy's first start compiles the numba parser
+            worker_cpu(code)
+        starts = []
+        for i in range(args.worker_runs):
+            for label, code in codes if i % 2 == 0 else codes[::-1]:
+                starts.append({"code": label, **worker_cpu(code)})
+                print(f"{label} worker start: {starts[-1]['cpu_s']:.2f} CPU s", flush=True)
+        for i in range(args.rounds):
+            for label, code in codes if i % 2 == 0 else codes[::-1]:
+                runs.append({"code": label, "round": i + 1, **one_round(code)})
+                print(f"{label} round {i + 1}: ready {runs[-1]['factories ready']:.2f} s", flush=True)
+    doc["runs"], doc["worker_starts"] = runs, starts
+    doc["load_average_end"] = os.getloadavg()[0]
+    report(doc)
+    write_json(args.json, doc, announce=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
