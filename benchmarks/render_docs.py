@@ -87,8 +87,6 @@ BLOCKS: dict[str, Block] = {
     "klink": Block("klink", "klink.json", _show("print_report")),
     "skew": Block("skew", "skew.json", _show("print_report")),
     "windows": Block("windows", "windows.json", _show("show")),
-    "windows_bigbatch": Block("windows", "windows_bigbatch.json", _show("show")),
-    "windows_bigbatch_run2": Block("windows", "windows_bigbatch_run2.json", _show("show")),
     "scaleout": Block("scaleout", "scaleout.json", _show("print_report")),
     "hellos": Block("hellos", "hellos.json", _show("report")),
 }

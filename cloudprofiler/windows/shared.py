@@ -62,8 +62,8 @@ _DURATION = re.compile(r"^\s*(\d+)\s*([a-z]+)\s*$")
 # (MAPSIDE_BATCH_COST, spread over the micro-batch's rows); Spark's per-batch costs (planning,
 # the state store, the logs) are the native plan's too, so they cancel.
 STAGE_COST = 2.0
-MAPSIDE_ROW_COST = 6.0
-MAPSIDE_BATCH_COST = 200_000.0
+MAPSIDE_ROW_COST = 30.0
+MAPSIDE_BATCH_COST = 500_000.0
 # A stream whose micro-batch size is not given is costed as if its batches were this small, so
 # the model only shares where sharing pays even then (it never picks the slower plan by default).
 UNKNOWN_BATCH_ROWS = 10_000.0

@@ -52,7 +52,9 @@ def test_plan_does_not_share_tumbling_or_small_ratios_and_shares_large_ones() ->
     assert W.plan("60 s", "1 s", rows_per_group=100).shared
     # a stream pays the map-side partials' Python pass: sharing needs a larger ratio
     assert not W.plan("10 s", "1 s", streaming=True).shared
-    assert W.plan("60 s", "1 s", streaming=True).shared
+    assert not W.plan("60 s", "1 s", streaming=True).shared  # unknown batches are taken as small
+    assert W.plan("60 s", "1 s", streaming=True, batch_rows=100_000).shared
+    assert W.plan("300 s", "1 s", streaming=True).shared
     per_batch = W.MAPSIDE_BATCH_COST / W.UNKNOWN_BATCH_ROWS
     assert W.plan("60 s", "1 s", streaming=True).shared_cost == 1 + W.MAPSIDE_ROW_COST + per_batch
 
@@ -82,7 +84,7 @@ def test_the_stream_model_knows_the_batch_size_and_assumes_small_batches_by_defa
 def test_plan_forced_either_way_and_complete_mode_never_shares() -> None:
     assert W.plan("10 s", "10 s", share=True).shared
     assert not W.plan("60 s", "1 s", share=False).shared
-    assert W.plan("60 s", "1 s", streaming=True, output_mode="update").shared
+    assert W.plan("300 s", "1 s", streaming=True, output_mode="update").shared
     complete = W.plan("60 s", "1 s", streaming=True, output_mode="complete")
     assert not complete.shared and "complete" in complete.reason
     assert W.plan("60 s", "1 s", streaming=False, output_mode="complete").shared  # batch has no mode
@@ -107,11 +109,11 @@ def test_a_stream_falls_back_or_refuses_what_the_map_side_partials_cannot_take(
     def plan_of(out: Any) -> str:
         return str(out._jdf.queryExecution().logical().toString())
 
-    natively = W.sliding_agg(df, "t", "60 s", "1 s", ["k"], [("sum", "s")], "1 s", output_mode="update")
+    natively = W.sliding_agg(df, "t", "300 s", "1 s", ["k"], [("sum", "s")], "1 s", output_mode="update")
     assert "MapInArrow" not in plan_of(natively) and plan_of(natively).count("Aggregate") == 1
-    chained = W.sliding_agg(df, "t", "60 s", "1 s", ["k"], [("sum", "s")], "1 s")  # append
+    chained = W.sliding_agg(df, "t", "300 s", "1 s", ["k"], [("sum", "s")], "1 s")  # append
     assert "MapInArrow" not in plan_of(chained) and plan_of(chained).count("Aggregate") == 2
-    mapped = W.sliding_agg(df, "t", "60 s", "1 s", ["k"], [("max", "s")], "1 s", output_mode="update")
+    mapped = W.sliding_agg(df, "t", "300 s", "1 s", ["k"], [("max", "s")], "1 s", output_mode="update")
     assert "MapInArrow" in plan_of(mapped) and plan_of(mapped).count("Aggregate") == 1
     # a watermark set before the call is carried over the Python pass
     marked = W.sliding_agg(df.withWatermark("t", "2 seconds"), "t", "60 s", "1 s", ["k"], share=True)
