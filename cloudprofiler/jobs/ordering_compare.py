@@ -139,10 +139,20 @@ class _SortedBatches(_Collector):
             self.last_batch = batch_id
 
 
-def _query(spark: Any, spool: Path, ordering: str, senders: int, workers: int, windowing: Windowing) -> Any:
+def _query(
+    spark: Any,
+    spool: Path,
+    ordering: str,
+    senders: int,
+    workers: int,
+    windowing: Windowing,
+    timeout_s: float | None,
+) -> Any:
     from pyspark.sql import functions as F
 
     ready = {"ordering": "ready", "senders": str(senders)} if ordering == "ready" else {}
+    if ready and timeout_s is not None:
+        ready["senderTimeout"] = f"{timeout_s:g}"
     reader = embedded_source(spark, spool, workers, **ready)
     if windowing.sort_batches:
         return reader.load().select("event_time", "cp_tsc_gen", "cp_tsc_source")
@@ -192,11 +202,14 @@ def run_windowed(
     timeout: float = 180.0,
     windowing: Windowing | None = None,
     before_sending: Callable[[], object] | None = None,
+    sender_timeout_s: float | None = None,
 ) -> dict[str, Any]:
     """One run of the windowed count (see the module docstring); its figures as a dict.
 
     ``before_sending``: called once the query and its factory are up, before the generator starts
     (runs side by side pass a barrier, so no query starts while another's tuples flow).
+    ``sender_timeout_s``: the ready source's ``senderTimeout`` (its default when None), how long a
+    declared sender may take to appear or stay silent before the frontier goes on without it.
     """
     from cp_source.generate.generator import run_generator
     from cp_source.generate.settings import GeneratorSettings
@@ -208,7 +221,8 @@ def run_windowed(
     work = Path(workdir) / f"{ordering}-{senders}-{int(lag_ms)}"
     if event_start_ms is None:  # a window boundary: the first window is whole
         event_start_ms = (int(time.time() * 1000) // win.window_ms + 1) * win.window_ms
-    query, sink, state = _started(spark, work, ordering, senders, workers, win, trigger_ms)
+    source = (ordering, senders, workers, sender_timeout_s)
+    query, sink, state = _started(spark, work, source, win, trigger_ms)
     try:
         if before_sending is not None:
             before_sending()
@@ -231,9 +245,10 @@ START_ATTEMPTS = 6
 
 
 def _started(
-    spark: Any, work: Path, ordering: str, senders: int, workers: int, win: Windowing, trigger_ms: int
+    spark: Any, work: Path, source: tuple[str, int, int, float | None], win: Windowing, trigger_ms: int
 ) -> tuple[Any, _Collector, Any]:
-    """The query running, its factory ready: (query, sink, reader state).
+    """The query running, its factory ready: (query, sink, reader state); ``source``: ordering,
+    senders, factory workers and sender timeout.
 
     Spark gives each Python process it starts (the planner's, the source's) a fixed 10 s to
     connect back; on a machine loaded far beyond its cores one can miss it, before anything was
@@ -247,7 +262,7 @@ def _started(
         query = None
         try:
             query = (
-                _query(spark, work / "spool", ordering, senders, workers, win)
+                _query(spark, work / "spool", *source[:3], win, source[3])
                 .writeStream.outputMode("append")
                 .foreachBatch(sink)
                 .trigger(processingTime=f"{trigger_ms} milliseconds")
