@@ -64,6 +64,12 @@ BLOCKS: dict[str, Block] = {
     "endtoend.rates": Block("endtoend", "endtoend.json", _show("show"), "^load average at start", "^Steady"),
     "endtoend.trials": Block("endtoend", "endtoend.json", _show("show"), _E2E_CPU, "^load average at start"),
     "endtoend.latency": Block("endtoend", "endtoend.json", _show("show"), "^Steady-state latency"),
+    "endtoend.projection": Block(
+        "endtoend", "endtoend_projection.json", _show("show"), "^load average at start"
+    ),
+    "endtoend.projection_cpu": Block(
+        "endtoend", "endtoend_projection.json", _show("show"), _E2E_CPU, "^load average at start"
+    ),
     "readpath.throughput": Block("readpath", "readpath.json", _show("print_report"), "^read path,", "^start"),
     "readpath.floor": Block("readpath", "readpath.json", _show("print_report"), "^per-batch floor"),
     "sync": Block("sync", "sync.json", _show("show")),
