@@ -15,7 +15,9 @@ Spark runs this class in three kinds of Python processes:
 So the constructor only parses options and picks the query's plan source
 (``cp_source.reader.plan_sources``: its own spool or factory hosts, arrival or
 ready order); what that starts is created lazily and dropped when the reader is
-pickled. Executors read through ``cp_source.reader.partitions``.
+pickled. Executors read through ``cp_source.reader.partitions``: only the columns of
+the query's schema (a projection: ``.schema()`` with some of the source's columns, or
+``columns=``, checked here), small segments joined into large batches (``coalesce``).
 
 An offset names its spool: ``{"spool": "<id>", "w0": 12, "w1": 9}``
 (``cp_source.ready.offsets`` has every form). An offset
