@@ -67,9 +67,6 @@ BLOCKS: dict[str, Block] = {
     "endtoend.projection": Block(
         "endtoend", "endtoend_projection.json", _show("show"), "^load average at start"
     ),
-    "endtoend.projection_cpu": Block(
-        "endtoend", "endtoend_projection.json", _show("show"), _E2E_CPU, "^load average at start"
-    ),
     "readpath.throughput": Block("readpath", "readpath.json", _show("print_report"), "^read path,", "^start"),
     "readpath.floor": Block("readpath", "readpath.json", _show("print_report"), "^per-batch floor"),
     "sync": Block("sync", "sync.json", _show("show")),
@@ -92,6 +89,7 @@ BLOCKS: dict[str, Block] = {
     "viper_merge": Block("viper_merge", "viper_merge.json", _show("print_report")),
     "klink": Block("klink", "klink.json", _show("print_report")),
     "skew": Block("skew", "skew.json", _show("print_report")),
+    "skew.key_groups": Block("skew", "skew_key_groups.json", _show("print_report")),
     "windows": Block("windows", "windows.json", _show("show")),
     "scaleout": Block("scaleout", "scaleout.json", _show("print_report")),
     "hellos": Block("hellos", "hellos.json", _show("report")),
