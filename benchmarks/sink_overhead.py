@@ -20,6 +20,7 @@ source -> noop.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -133,6 +134,21 @@ def prefill(spool: Path, rows: int, rate: float) -> int:
 
 
 def source_run(spark: Any, work: Path, spool: Path, case: str, rows: int) -> dict[str, Any]:
+    """``source_once``, run again (up to 5 times) when Spark's Python worker did not connect back in
+    time: on a loaded machine that start-up timeout is not the sink's doing."""
+    for attempt in range(5):
+        try:
+            return source_once(spark, work, spool, case, rows)
+        except ConnectBackTimeout:
+            print(f"{case}: a Python worker did not connect back in time; again ({attempt + 1})", flush=True)
+    raise SystemExit(f"{case}: Spark's Python workers did not connect back in 5 attempts")
+
+
+class ConnectBackTimeout(Exception):
+    """Spark's Python worker did not connect back to the JVM in time."""
+
+
+def source_once(spark: Any, work: Path, spool: Path, case: str, rows: int) -> dict[str, Any]:
     """One AvailableNow query of the source over a fresh copy of ``spool`` into ``case``'s sink."""
     import shutil
 
@@ -154,8 +170,11 @@ def source_run(spark: Any, work: Path, spool: Path, case: str, rows: int) -> dic
             .option("path", str(copy) + "-out")
         )
     q = w.start()
-    q.awaitTermination()
+    with contextlib.suppress(Exception):  # the query's exception, read below
+        q.awaitTermination()
     if q.exception() is not None:
+        if "failed to connect back" in str(q.exception()):
+            raise ConnectBackTimeout()
         raise SystemExit(f"{case}: query failed: {q.exception()}")
     progress = [p for p in q.recentProgress if int(p["numInputRows"]) > 0]
     got = sum(int(p["numInputRows"]) for p in progress)

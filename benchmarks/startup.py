@@ -214,7 +214,8 @@ def report(doc: dict[str, Any]) -> None:
     title = "demo start-up by stage: seconds (two queries, 2 factory workers each, cold local[2])"
     from rich.console import Console
 
-    Console(width=150).print(make_table(title, cols, rows, left={"code"}))
+    if rows:  # --rounds 0: the worker table only
+        Console(width=150).print(make_table(title, cols, rows, left={"code"}))
     goals = {}
     for code in dict.fromkeys(r["code"] for r in doc["runs"]):
         ready = sorted(r["factories ready"] for r in doc["runs"] if r["code"] == code)
