@@ -115,7 +115,8 @@ def child(work: Path) -> None:
     }
     try:
         for name, spool in spools.items():
-            wait_reader_state(spool, 600.0)
+            q = queries[name]  # a query that died (a worker that never connected back) fails the round now
+            wait_reader_state(spool, 600.0, lambda q=q: None if q.isActive else str(q.exception()))
             mark(f"bench: factory ready {name}")
         for name, spool in spools.items():
             cloudprofiler.wait_for_factory(spool, queries[name], 600.0)
