@@ -61,6 +61,9 @@ def generator_offer(
     ``workload`` and ``schema``: what it replays (``cp_source.wire.workloads.resolve``), the same as
     the query's source reads.
 
+    The generator runs without flow control: a trial offers exactly its rate, and a pipeline that
+    cannot take it fills its spool into counted drops instead of holding the generator back.
+
     Each call takes the next block of ``senders`` ids after a random start, never a random one
     per call: two runs that drew the same ids would share a sequence, and the factory would
     dead-letter the later run's buckets as replays while its own count of the ids looked whole.
@@ -90,6 +93,7 @@ def generator_offer(
                 "--sender-base",
                 str(base),
                 *(("--schema", schema) if schema else ()),
+                "--no-flow-control",
             )
             done = subprocess.run(
                 cmd,

@@ -268,6 +268,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="each sender may queue this many milliseconds of its buckets while the factory is slow to "
         "take them before a send counts as dropped (default 50 ms, at least 8 buckets)",
     )
+    parser.add_argument(
+        "--no-flow-control",
+        dest="flow_control",
+        action="store_false",
+        help="never wait for the factory's credit: keep the rate, and count what a full spool refuses "
+        "as dropped (what a rate search needs; by default a sender far ahead of the others waits)",
+    )
 
 
 MAX_QUEUE_BUCKETS = 4096
@@ -299,6 +306,7 @@ def run(args: argparse.Namespace) -> int:
         ready_timeout=args.wait_ready,
         hwm=queue_buckets(args.queue_ms, args.rate, args.senders, args.bucket),
         curve_keys=args.curve_keys,
+        flow_control=args.flow_control,
         **event_options(args),
     )
     # FactoryUnavailable is a ConnectionError: the command line prints it as one line, exit status 2

@@ -59,7 +59,7 @@ def _open_link(
     try:
         workload = identify(s.workload, s.schema)  # named in the hello: a factory of another refuses it
         return ctx, *open_link(
-            ctx, endpoint, packer, hwm, s.ready_timeout, s.curve_keys, workload, credit=True
+            ctx, endpoint, packer, hwm, s.ready_timeout, s.curve_keys, workload, credit=s.flow_control
         )
     except BaseException:
         ctx.term()

@@ -44,6 +44,9 @@ class OfferSettings:
     ``hot_key_rotate_s``: ``cp_source.generate.hot_keys``. ``schema`` (Spark DDL, file workload only):
     every line of the file is parsed against it before the first bucket, and a bad line fails the run
     unless ``skip_bad_lines``, which sends only the good ones (``cp_source.generate.file_check``).
+    ``flow_control``: ask the factory for credit and wait for it (``cp_source.generate.credit``); off,
+    the sender keeps its rate whatever the factory holds, and a full spool turns into counted drops,
+    which is what a rate search must see (a held sender would offer less than the rate under test).
     """
 
     bucket: int = 1000
@@ -62,6 +65,7 @@ class OfferSettings:
     key_skew: str | None = None
     skew_keys: str = "campaigns"
     hot_key_rotate_s: float | None = None
+    flow_control: bool = True
 
     def event_settings(self, rate: float, senders: int) -> EventSettings:
         """The event settings parsed and checked for ``senders`` sharing ``rate``; ValueError naming

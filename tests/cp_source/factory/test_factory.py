@@ -218,16 +218,18 @@ def test_malformed_input_is_counted_and_dead_lettered_while_good_data_flows(
     assert by_reason == expected
 
 
-@pytest.mark.parametrize("lead", ["auto", 0])
+@pytest.mark.parametrize(("lead", "ask"), [("auto", True), (0, True), ("auto", False)])
 def test_a_full_spool_holds_the_sender_or_turns_into_counted_drops(
     factories: Callable[..., FactoryHandle],
     generator_threads: Callable[..., GeneratorThread],
     lead: str | int,
+    ask: bool,
 ) -> None:
-    # with flow control (the default) the sender waits for credit; without it, its sends fail as drops
+    # with flow control (the default) the sender waits for credit; without it (the factory's
+    # max_lead_buckets=0, or a sender that does not ask, as maxrate's), its sends fail as counted drops
     f = factories(workers=1, max_spool_bytes=400_000, flush_ms=50, max_lead_buckets=lead)
     sp = f.spool_view()
-    gen = generator_threads(f.endpoint, rate=50_000, duration=2.0, bucket=500)
+    gen = generator_threads(f.endpoint, rate=50_000, duration=2.0, bucket=500, flow_control=ask)
     time.sleep(2.5)  # no reader: the spool fills and stays full
     assert sp.used_bytes() >= 400_000
     got = [spool_ids(sp, commit=True)]
@@ -238,8 +240,8 @@ def test_a_full_spool_holds_the_sender_or_turns_into_counted_drops(
     got.append(spool_ids(sp, commit=True))
     ids = np.concatenate(got)
     assert s["eos_delivered"]
-    if lead == 0:
-        assert s["dropped"] > 0
+    if lead == 0 or not ask:
+        assert s["dropped"] > 0 and s["senders"][0]["credit_waits"] == 0
     else:
         assert s["dropped"] == 0 and s["senders"][0]["credit_waits"] > 0
     st = sp.stats()
