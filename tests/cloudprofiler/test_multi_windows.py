@@ -95,6 +95,7 @@ rows_st = st.lists(
 spec_st = st.integers(1, 6).flatmap(lambda slide: st.tuples(st.integers(slide, 5 * slide), st.just(slide)))
 
 
+@pytest.mark.long  # four examples of two aggregations each: about 20 s under load
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     drawn=rows_st,
