@@ -260,6 +260,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="CurveZMQ keys (cloudprofiler keys generate --out DIR): connect with the client key "
         "in DIR (the factory runs with --curve-keys too)",
     )
+    _add_sending_arguments(parser)
+
+
+def _add_sending_arguments(parser: argparse.ArgumentParser) -> None:
+    """How a sender waits: its send queue, and whether it waits for the factory's credit."""
     parser.add_argument(
         "--queue-ms",
         type=_positive_float,
