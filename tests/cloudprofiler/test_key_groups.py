@@ -34,6 +34,7 @@ def test_heaviest_group_first_to_the_least_loaded_partition() -> None:
             assign_key_groups(bad, n)
 
 
+@pytest.mark.long  # a real Spark job: the fast tier keeps its 10 minutes
 def test_partition_values_land_where_spark_hashes_them(spark: Any) -> None:
     from pyspark.sql import functions as F
 
@@ -44,6 +45,7 @@ def test_partition_values_land_where_spark_hashes_them(spark: Any) -> None:
         assert [got[v] for v in values] == list(range(n))
 
 
+@pytest.mark.long  # a real Spark job: the fast tier keeps its 10 minutes
 def test_every_key_lands_whole_in_its_groups_partition(spark: Any) -> None:
     from pyspark.sql import functions as F
 

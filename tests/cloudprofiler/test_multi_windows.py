@@ -51,6 +51,7 @@ def test_specs_are_checked_and_the_pane_is_the_gcd_of_all() -> None:
             M.parse_specs(bad)
 
 
+@pytest.mark.long  # a real Spark job: the fast tier keeps its 10 minutes
 def test_three_specs_by_hand_and_one_pane_aggregation(spark: Any) -> None:
     """Rows at 0.5, 1.5, 2.5 and 3.5 s: 2 s tumbling, 4 s every 2 s, 3 s every 1 s; the panes (1 s)
     are aggregated once, and every spec's windows are merged in one second aggregation."""

@@ -49,6 +49,7 @@ def test_a_bad_projection_fails_in_one_line(kwargs: dict, message: str) -> None:
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.long  # a real Spark job: the fast tier keeps its 10 minutes
 def test_records_projects_a_real_query_and_the_sink_keeps_every_tuple(spark, tmp_path: Path) -> None:
     src = tmp_path / "in"
     wide = spark.range(ROWS, numPartitions=2).select(

@@ -218,7 +218,11 @@ def test_malformed_input_is_counted_and_dead_lettered_while_good_data_flows(
     assert by_reason == expected
 
 
-@pytest.mark.parametrize(("lead", "ask"), [("auto", True), (0, True), ("auto", False)])
+@pytest.mark.parametrize(
+    ("lead", "ask"),
+    # the factory turning credit off is the same drop path as a sender not asking: long tier
+    [("auto", True), pytest.param(0, True, marks=pytest.mark.long), ("auto", False)],
+)
 def test_a_full_spool_holds_the_sender_or_turns_into_counted_drops(
     factories: Callable[..., FactoryHandle],
     generator_threads: Callable[..., GeneratorThread],

@@ -168,6 +168,7 @@ def test_a_ready_slice_projected_keeps_the_merged_order(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.long  # a real Spark job: the fast tier keeps its 10 minutes
 def test_a_query_with_a_schema_subset_gets_exactly_those_columns(spark, tmp_path: Path) -> None:
     import cloudprofiler
     from tests.helpers.streaming import await_query
