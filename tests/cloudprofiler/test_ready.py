@@ -6,11 +6,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 import cloudprofiler
 from tests.helpers.embedded_source import embedded_source
 
 
+@pytest.mark.long  # a real Spark query: moved to keep the fast tier inside its 10 minutes
 def test_wait_for_factory_returns_once_workers_are_warm_and_the_first_batch_ran(
     spark: Any, tmp_path: Path
 ) -> None:

@@ -166,6 +166,7 @@ def test_salted_aggregation_equals_the_plain_one(
         assert _sorted(got, keys) == _sorted(want, keys)
 
 
+@pytest.mark.long  # a real Spark query: moved to keep the fast tier inside its 10 minutes
 def test_salted_equals_plain_on_fixed_cases(spark: Any) -> None:
     # the fast tier's share of the property: nulls in keys and values, two keys, a hot null key
     rows: list[tuple[Any, ...]] = [("hot", i % 3, i if i % 5 else None, "xyz"[i % 3]) for i in range(200)]
@@ -294,6 +295,7 @@ REPRO_AGGS: list[tuple[str, str | None, str]] = [("count", None, "n"), ("sum", "
 
 @pytest.mark.parametrize("mode", ["update", "complete"])
 @pytest.mark.parametrize("hot", [["hot"], "adaptive"], ids=["static", "adaptive"])
+@pytest.mark.long  # a real Spark query: moved to keep the fast tier inside its 10 minutes
 def test_streaming_salted_totals_are_the_native_ones_in_update_and_complete_mode(
     spark: Any, tmp_path: Path, mode: str, hot: list[str] | str
 ) -> None:
@@ -343,6 +345,7 @@ TYPED_AGGS: list[tuple[str, str | None, str]] = [
 ]
 
 
+@pytest.mark.long  # a real Spark query: moved to keep the fast tier inside its 10 minutes
 def test_streaming_update_totals_survive_a_restart_from_the_checkpoint(spark: Any, tmp_path: Path) -> None:
     """salted_aggregate on a stream, written in update mode; the query stops after the first file
     and restarts from its checkpoint with other hot keys and salts (the state is per key): every

@@ -113,6 +113,7 @@ def test_every_parser_refuses_a_bad_member_alike_naming_its_path(row: bytes, fie
     assert got[:2] == (REFUSED, "bad_json") and f"line 1, {why}" in got[2], got
 
 
+@pytest.mark.long  # a real Spark query: moved to keep the fast tier inside its 10 minutes
 def test_spark_from_json_reads_the_rows_as_the_factory_does(spark: Any) -> None:
     """One small batch query: Spark's own from_json over the same lines gives the factory's values, and
     null for each field the factory refuses (so a refusal never hides a value Spark would read)."""

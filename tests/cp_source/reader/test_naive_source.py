@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import zmq
 
 from cp_sink.records import read_records
@@ -15,6 +16,7 @@ from cp_source.reader.naive_source import NaiveZmqDataSource
 from tests.helpers.polling import wait_for
 
 
+@pytest.mark.long  # a real Spark query: moved to keep the fast tier inside its 10 minutes
 def test_naive_source_delivers_every_tuple_once(spark: Any, tmp_path: Path) -> None:
     import cloudprofiler
 

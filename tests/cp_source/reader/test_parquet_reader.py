@@ -24,6 +24,7 @@ from tests.helpers.polling import wait_for
 N, SENDER = 300, 31
 
 
+@pytest.mark.long  # a real Spark query: moved to keep the fast tier inside its 10 minutes
 def test_a_parquet_file_streams_through_the_reader_with_exact_values(spark, tmp_path: Path) -> None:
     carried = write_sample(tmp_path / "sample.parquet", n=N)
     workload = f"parquet:{tmp_path}/sample.parquet"

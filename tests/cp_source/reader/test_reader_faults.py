@@ -67,6 +67,7 @@ def _segments(root: Path) -> list[str]:
 # ---- startingOffsets: a new checkpoint on a spool holding the previous query's last batch ------------
 
 
+@pytest.mark.long  # a real Spark query: moved to keep the fast tier inside its 10 minutes
 def test_earliest_rereads_the_last_batch_and_the_same_checkpoint_stays_exactly_once(
     spark: Any, tmp_path: Path
 ) -> None:
@@ -93,6 +94,7 @@ def test_earliest_rereads_the_last_batch_and_the_same_checkpoint_stays_exactly_o
     assert stats.rows == len(a) + len(b) and stats.duplicate_buckets == {}
 
 
+@pytest.mark.long  # a real Spark query: moved to keep the fast tier inside its 10 minutes
 def test_latest_reads_only_what_is_published_after_the_query_starts(spark: Any, tmp_path: Path) -> None:
     spool = tmp_path / "spool"
     a = fill_spool(spool, {"w0": [100, 50], "w1": [80]})
@@ -149,6 +151,7 @@ def _strip_spool_id(ckpt: Path) -> None:
 
 
 @pytest.mark.parametrize("checkpoint", ["other_spool", "earlier_version"])
+@pytest.mark.long  # a real Spark query: moved to keep the fast tier inside its 10 minutes
 def test_a_checkpoint_of_another_spool_is_refused_and_nothing_is_deleted(
     spark: Any, tmp_path: Path, checkpoint: str
 ) -> None:
@@ -248,6 +251,7 @@ def test_a_forged_local_segment_is_fetched_over_the_network_or_refused(tmp_path:
     assert sp.stats().rows == len(ids) and sp.committed() == {"w0": -1, "w1": -1}
 
 
+@pytest.mark.long  # a real Spark query: moved to keep the fast tier inside its 10 minutes
 def test_a_planted_segment_in_the_spool_fails_the_query_and_nothing_is_committed(
     spark: Any, tmp_path: Path
 ) -> None:
