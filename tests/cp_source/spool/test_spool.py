@@ -6,6 +6,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -309,16 +310,22 @@ def _settled_report(w: SegmentWriter, updated_wall: float) -> None:
     )
 
 
-def test_drained_waits_for_every_bucket_the_front_end_accepted(tmp_path: Path) -> None:
-    # The front end accepted seq 0 and 1 and recorded the end-of-stream; the worker's fresh, settled
-    # report predates seq 1, still on its way. Counting now would call seq 1 lost.
+def _front_accepted_two_buckets(root: Path) -> Any:
+    """A front end's record: seq 0 and 1 of sender S accepted, then its end-of-stream (2 buckets)."""
     from cp_source.spool.front_records import FrontLedger
 
-    led = FrontLedger(tmp_path)
+    led = FrontLedger(root)
     for seq in (0, 1):
         led.accept(bk.Header(bk.KIND_DATA, S, seq, FIRST + 10 * seq, 10, 0, 0, 0, "d"))
     eos = bk.EndOfStream(S, FIRST, FIRST + 20, 2, 20, 0, [])
     assert led.end_of_stream(bk.Header(bk.KIND_EOS, S, 2, 0, 0, 0, 0, 0, "d"), eos)
+    return led
+
+
+def test_drained_waits_for_every_bucket_the_front_end_accepted(tmp_path: Path) -> None:
+    # The front end accepted seq 0 and 1 and recorded the end-of-stream; the worker's fresh, settled
+    # report predates seq 1, still on its way. Counting now would call seq 1 lost.
+    led = _front_accepted_two_buckets(tmp_path)
     w = SegmentWriter(tmp_path, "w0")
     _publish(w, [_bucket(0)])
     _settled_report(w, time.time())
@@ -335,14 +342,10 @@ def test_drained_waits_for_every_bucket_the_front_end_accepted(tmp_path: Path) -
 def test_drained_gives_up_on_a_bucket_lost_with_its_worker(tmp_path: Path) -> None:
     # seq 1 was accepted and died with a worker: once every worker has reported IN_FACTORY_SETTLE_S
     # after the end-of-stream, the spool is drained and the bucket is counted lost inside the factory.
-    from cp_source.spool.front_records import FRONT_DIR, LEDGER_FILE, FrontLedger
+    from cp_source.spool.front_records import FRONT_DIR, LEDGER_FILE
     from cp_source.spool.segments import IN_FACTORY_SETTLE_S
 
-    led = FrontLedger(tmp_path)
-    for seq in (0, 1):
-        led.accept(bk.Header(bk.KIND_DATA, S, seq, FIRST + 10 * seq, 10, 0, 0, 0, "d"))
-    eos = bk.EndOfStream(S, FIRST, FIRST + 20, 2, 20, 0, [])
-    assert led.end_of_stream(bk.Header(bk.KIND_EOS, S, 2, 0, 0, 0, 0, 0, "d"), eos)
+    led = _front_accepted_two_buckets(tmp_path)
     # the end-of-stream recorded 2.5 s ago (the file's time is what the spool reads)
     recorded = time.time() - 2.5
     os.utime(tmp_path / FRONT_DIR / LEDGER_FILE, (recorded, recorded))
