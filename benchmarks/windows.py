@@ -15,9 +15,15 @@ shared (``share=True``: counts per 1 s pane and campaign, then windows from pane
    **window output latency**: for each window, from the start of the micro-batch that read the
    data closing it (its end plus the watermark) to its delivery to the sink, which happens in the
    next micro-batch. The two outputs are compared too.
-3. **Update mode** (unless ``--no-update``): the same stream in update mode, where the shared
-   plan keeps its panes in Spark's group state (``cloudprofiler.windows.pane_state``): throughput, and the
-   updated rows of every micro-batch compared.
+3. **Update mode** (unless ``--no-update``): the same stream in update mode, the same map-side
+   plan (``cloudprofiler.windows.mapside``): throughput, and the updated rows of every micro-batch
+   compared.
+4. **Per-batch floor** (unless ``--no-floor``): both plans at size/slide 60 on micro-batches of
+   ``FLOOR_EVENTS`` events, where a micro-batch's time is almost all Spark's fixed cost (planning,
+   offset and commit logs, state store commit, the ``foreachBatch`` call). The seconds per
+   micro-batch there and at ``--stream-rate`` x ``--file-s`` events split each plan's time into
+   that floor and the work above it; the native time per micro-batch over the shared plan's floor
+   bounds the streaming speed-up any plan can reach at that batch size.
 
     python benchmarks/windows.py [--rows 1000000] [--ratios 1,4,10,60] [--show results/windows.json]
 """
@@ -175,6 +181,8 @@ def stream_figures(run: dict[str, Any]) -> dict[str, Any]:
             "max": max(lat, default=float("nan")),
         },
         "windows": len(run["rows"]),
+        "batches": len(progress),
+        "s_per_batch": execs / len(progress) if progress else float("nan"),
     }
 
 
@@ -225,6 +233,26 @@ def run_ratio(spark: Any, src: Path, stream_src: Path, work: Path, ratio: int, a
         f"update x{out.get('speedup_update', float('nan')):.2f}, load {out['load']:.1f}",
         flush=True,
     )
+    return out
+
+
+FLOOR_EVENTS = 1_000  # events per micro-batch in the floor part: the work is a rounding error
+
+
+def floor_run(spark: Any, work: Path, args: Any, at_size: dict[str, Any]) -> dict[str, Any]:
+    """Seconds per micro-batch of both plans at size/slide 60 with ``FLOOR_EVENTS``-event batches
+    (the same number of files as the main stream), beside ``at_size``: the ratio-60 row's streams."""
+    files = max(1, args.stream_rows // (args.stream_rate * args.file_s))
+    src = work / "floor"
+    write_events(src, files * FLOOR_EVENTS, FLOOR_EVENTS // args.file_s, args.file_s)
+    out: dict[str, Any] = {"events_per_batch": FLOOR_EVENTS, "load": os.getloadavg()[0]}
+    for plan, share in (("native", False), ("shared", True)):
+        floor = stream_figures(stream_run(spark, src, work / "floor-ck", 60, share))["s_per_batch"]
+        full = at_size[plan]["stream"]["s_per_batch"]
+        out[plan] = {"floor_s": floor, "full_s": full, "work_s": full - floor}
+    n, s = out["native"], out["shared"]
+    out["speedup_work"] = n["work_s"] / s["work_s"] if s["work_s"] > 0 else float("inf")
+    out["bound"] = n["full_s"] / s["floor_s"]
     return out
 
 
@@ -353,6 +381,27 @@ def show(doc: dict[str, Any]) -> None:
         title = f"Several windows ({specs}) over {doc['rows']:,} events, load {m['load']:.1f}"
         cols = ["plan", "seconds", "input rows/s", "x native", "identical"]
         con.print(make_table(title, cols, rows))
+    if "floor" in doc:
+        show_floor(con, doc)
+
+
+def show_floor(con: Any, doc: dict[str, Any]) -> None:
+    """The ratio-60 streams' seconds per micro-batch split into Spark's floor and the work above it."""
+    f = doc["floor"]
+    events = doc["stream_rate"] * doc["file_s"]
+    cols = ["plan", f"s/batch at {f['events_per_batch']:,} events (floor)", f"s/batch at {events:,}"]
+    cols += ["work above the floor s"]
+    rows = [
+        [plan, f"{f[plan]['floor_s']:.3f}", f"{f[plan]['full_s']:.3f}", f"{f[plan]['work_s']:.3f}"]
+        for plan in ("native", "shared")
+    ]
+    rows.append(["native / shared", "", f"{f['native']['full_s'] / f['shared']['full_s']:.2f}"])
+    rows[-1].append(f"{f['speedup_work']:.2f}")
+    title = f"Where a micro-batch's time goes, size/slide 60, append, load {f['load']:.1f}"
+    con.print(make_table(title, cols, rows))
+    print(
+        f"bound at {events:,}-event batches: native s/batch over the shared plan's floor = {f['bound']:.2f}x"
+    )
 
 
 def goals(doc: dict[str, Any]) -> dict[str, bool]:
@@ -397,6 +446,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="timed batch runs per plan (the best counts)")
     ap.add_argument("--no-update", dest="update", action="store_false", help="skip the update-mode streams")
     ap.add_argument("--no-multi", dest="multi", action="store_false", help="skip the several-windows part")
+    ap.add_argument("--no-floor", dest="floor", action="store_false", help="skip the per-batch floor part")
     ap.add_argument("--quick", action="store_true", help="ratios 10 and 60, 500,000 events, 2 repeats")
     add_show(ap)
     args = ap.parse_args()
@@ -427,6 +477,9 @@ def main() -> None:
         }
         if args.multi:
             doc["multi"] = multi_run(spark, work / "batch", args)
+        at_60 = next((r for r in doc["ratios"] if r["ratio"] == 60), None)
+        if args.floor and at_60 is not None:
+            doc["floor"] = floor_run(spark, work, args, at_60)
         doc["wall_s"] = time.monotonic() - t0
         doc["load_at_end"] = os.getloadavg()[0]
     finally:
