@@ -11,7 +11,10 @@ status is allowed except a wrong ``ok``.
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import pytest
@@ -72,11 +75,18 @@ def _trial(seed: int) -> tuple[Counter, int, bool]:
     return counts, wrong, drifted
 
 
-def _fuzz(seeds: range) -> None:
+def _fuzz(seeds: range, processes: int = 1) -> None:
     total: Counter = Counter()
     bad = []
-    for seed in seeds:
-        counts, wrong, _ = _trial(seed)
+    if processes > 1:
+        # the trials are independent and CPU-bound (exact hull arithmetic): spread them over the cores;
+        # spawned, not forked, as the test process holds the JVM's and py4j's threads
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(processes, mp_context=ctx) as pool:
+            results = list(pool.map(_trial, seeds, chunksize=4))
+    else:
+        results = [_trial(seed) for seed in seeds]
+    for seed, (counts, wrong, _) in zip(seeds, results, strict=True):
         total += counts
         if wrong:
             bad.append((seed, wrong))
@@ -91,4 +101,4 @@ def test_fuzz_quick() -> None:
 
 @pytest.mark.long
 def test_fuzz_400_trials() -> None:
-    _fuzz(range(1000, 1400))
+    _fuzz(range(1000, 1400), processes=min(2, os.cpu_count() or 1))
