@@ -42,22 +42,24 @@ TIMES = ("t_start", "t_offered", "t_judged", "t_drained")
 
 
 @pytest.mark.long
-@pytest.mark.timeout(900)  # 3-5 min on a 2-core machine loaded by other suites, 15 s trials
+@pytest.mark.timeout(900)  # 1.5-3 min on a 2-core machine loaded by other suites, 10 s trials
 def test_maxrate_finds_throttled_capacity(throttled: Any, tmp_path: Path) -> None:
-    # A rate up to about grace / duration above capacity can pass (docs/maxrate.md): on a loaded
-    # 2-core machine the automatic grace is about 1.5 s, so 15 s trials keep that within the 10 %.
+    # A rate up to about grace / duration above capacity can pass (docs/maxrate.md): with the
+    # automatic grace of about 1.5-2 s, 10 s trials resolve about 15-20 %, and 1.3x capacity (a 3 s
+    # backlog) fails whenever the grace is under 3 s, which is when the last check below runs.
     # Rates above 1.3x capacity only add trials whose backlog takes long to drain.
     result, trial, attempts = find_max_rate(
         throttled,
         method="bisect",
         start=CAPACITY * 0.9,
         max_rate=CAPACITY * 1.3,
-        # the bracket closes within 12 %: the check below is the precision (10 % or grace / duration),
-        # and probing inside it only adds borderline rates that can run five times each
-        tolerance=0.12,
-        duration=15.0,
+        # the bracket closes within 23 %: 0.9x sustained and 1.3x failed, then the midpoint 1.1x (a
+        # 1 s backlog, borderline at this precision) closes it either way, 0.9-1.1x or 1.1-1.3x;
+        # probing inside it only adds rates the check below cannot tell from the capacity
+        tolerance=0.23,
+        duration=10.0,
         grace=None,
-        retries=2,  # a latency spike of a loaded machine fails a run, not the majority of five
+        retries=1,  # a latency spike fails one run, not two of three: the rate runs again
         max_steps=10,
         progress=print,
     )
@@ -70,10 +72,10 @@ def test_maxrate_finds_throttled_capacity(throttled: Any, tmp_path: Path) -> Non
         )
     assert result.max_rate is not None, result.stopped_because
     # The documented precision: a rate up to grace / duration above capacity can pass, as its backlog
-    # drains within the grace period. About 1 s of grace on a quiet 2-core machine keeps that within
-    # the 10 %; at a load average of 12-15 the reference latency reaches 3 s and the bound widens.
+    # drains within the grace period: about 1.5-2 s of grace in 10 s trials, 15-20 %; at a load
+    # average of 12-15 the reference latency reaches 3 s and the bound widens.
     loosest = max(s.grace for s in attempts if s.grace is not None)
-    above = max(0.10, loosest / 15.0)
+    above = max(0.10, loosest / 10.0)
     assert CAPACITY * 0.9 <= result.max_rate <= CAPACITY * (1 + above), (
         result.max_rate,
         loosest,
