@@ -84,9 +84,15 @@ class FactoryHost:
     """A `cloudprofiler factory --serve` process on its own spool, ports picked by the factory."""
 
     def __init__(
-        self, spool: Path, workers: int = 2, keys: Path | None = None, register: Path | None = None
+        self,
+        spool: Path,
+        workers: int = 2,
+        keys: Path | None = None,
+        register: Path | None = None,
+        wait: bool = True,
     ) -> None:
-        self.spool = spool
+        """With ``wait`` False the process is started but its addresses are read by ``ready()``."""
+        self.spool, self.register = spool, register
         extra = ["--curve-keys", str(keys)] if keys is not None else []
         extra += ["--register", str(register)] if register is not None else []
         self.proc = subprocess.Popen(
@@ -109,11 +115,29 @@ class FactoryHost:
             text=True,
             start_new_session=True,
         )
+        if wait:
+            self.ready()
+
+    def ready(self) -> None:
+        """Read the addresses the factory picked (it prints them once it listens)."""
         self.endpoint, self.server = factory_addresses(self.proc)
-        if register is not None:
+        if self.register is not None:
             assert self.proc.stdout is not None
             line = self.proc.stdout.readline()
             assert line.startswith("registered in "), line
+
+    @classmethod
+    def many(cls, spools: list[Path], workers: int = 2) -> list[FactoryHost]:
+        """Factory hosts on ``spools``, started side by side (each one's interpreter start overlaps)."""
+        started = [cls(spool, workers, wait=False) for spool in spools]
+        try:
+            for host in started:
+                host.ready()
+        except BaseException:
+            for host in started:
+                host.stop()
+            raise
+        return started
 
     def stop(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -177,7 +201,9 @@ class NetnsHost:
         hub: str | None = None,
         subnet: int = 203,
         on: tuple[str, str] | None = None,
+        wait: bool = True,
     ) -> None:
+        """With ``wait`` False the factory is started but its addresses are read by ``ready()``."""
         self.hub, self.own = hub, on is None
         self.proc: subprocess.Popen | None = None
         if on is None:
@@ -212,6 +238,12 @@ class NetnsHost:
             text=True,
             start_new_session=True,
         )
+        if wait:
+            self.ready()
+
+    def ready(self) -> None:
+        """Read the addresses the factory picked (it prints them once it listens)."""
+        assert self.proc is not None
         self.endpoint, self.server = factory_addresses(self.proc)
 
     def generate(self, summary: Path, sender_base: int, rate: int, duration: float) -> subprocess.Popen:
@@ -261,7 +293,9 @@ class NetnsHost:
 
 
 # A Spark driver joining a standalone cluster from its own namespace (argv: master, its address,
-# factories, status dir, sink path, checkpoint, stop file); it runs the query until the stop file.
+# factories, status dir, sink path, checkpoint, stop file, and optionally a go file); it runs the
+# query until the stop file. With a go file it starts its session at once but the query only once
+# the file exists: a test restarting a killed driver has the next one warm (its JVM up) beforehand.
 CLUSTER_DRIVER = """
 import os, sys, time
 from cloudprofiler.spark_local import local_session
@@ -269,6 +303,8 @@ master, host, factories, status, out, ck, stop = sys.argv[1:8]
 conf = {"spark.driver.host": host, "spark.driver.bindAddress": host, "spark.executor.memory": "512m",
         "spark.cores.max": "2", "spark.executor.cores": "1", "spark.task.maxFailures": "4"}
 spark = local_session("cp-factory-hosts", master=master, conf=conf)
+while len(sys.argv) > 8 and not os.path.exists(sys.argv[8]):
+    time.sleep(0.1)
 df = (spark.readStream.format("cloudprofiler").option("factories", factories)
       .option("statusDir", status).load())
 q = (df.writeStream.format("cloudprofiler").option("path", out).option("checkpointLocation", ck)
@@ -277,7 +313,7 @@ while not os.path.exists(stop):
     if not q.isActive:
         print(q.exception(), file=sys.stderr)
         sys.exit(1)
-    time.sleep(0.5)
+    time.sleep(0.1)
 q.stop()
 spark.stop()
 """
@@ -326,8 +362,20 @@ class Namespaces:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
 
 
-def spark_cluster(nets: Namespaces, ns: str, addr: str, logs: Path) -> str:
-    """A standalone master and one worker (2 cores) in namespace ``ns``; the master URL."""
+def _log_has(log: Path, pattern: str) -> re.Match | None:
+    return re.search(pattern, log.read_text(errors="replace")) if log.exists() else None
+
+
+def wait_worker(logs: Path) -> None:
+    """Until the worker ``spark_cluster`` started has registered with its master."""
+    registered = "Successfully registered with master"
+    wait_for(lambda: _log_has(logs / "worker.log", registered) is not None, 120, "the worker")
+
+
+def spark_cluster(nets: Namespaces, ns: str, addr: str, logs: Path, wait: bool = True) -> str:
+    """A standalone master and one worker (2 cores) in namespace ``ns``; the master URL. With
+    ``wait`` False it returns once the worker is started (``wait_worker`` waits for it to register),
+    so that a driver can start meanwhile."""
     from tests.helpers.cluster_harness import MASTER_URL, SPARK_HOME, cluster_env
 
     env = dict(cluster_env(logs), SPARK_LOCAL_IP=addr)
@@ -349,15 +397,12 @@ def spark_cluster(nets: Namespaces, ns: str, addr: str, logs: Path) -> str:
         env,
     )
 
-    def log_has(log: Path, pattern: str) -> re.Match | None:
-        return re.search(pattern, log.read_text(errors="replace")) if log.exists() else None
-
     wait_for(
-        lambda: log_has(master_log, MASTER_URL.pattern) is not None or master.poll() is not None,
+        lambda: _log_has(master_log, MASTER_URL.pattern) is not None or master.poll() is not None,
         120,
         "master",
     )
-    found = log_has(master_log, MASTER_URL.pattern)
+    found = _log_has(master_log, MASTER_URL.pattern)
     assert found is not None, master_log.read_text(errors="replace")[-2000:]
     url = found.group(1)
     worker_log = logs / "worker.log"
@@ -375,7 +420,6 @@ def spark_cluster(nets: Namespaces, ns: str, addr: str, logs: Path) -> str:
         worker_log,
         env,
     )
-    wait_for(
-        lambda: log_has(worker_log, "Successfully registered with master") is not None, 120, "the worker"
-    )
+    if wait:
+        wait_worker(logs)
     return url

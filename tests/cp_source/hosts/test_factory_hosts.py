@@ -40,6 +40,7 @@ from tests.helpers.netns_hosts import (
     Namespaces,
     NetnsHost,
     spark_cluster,
+    wait_worker,
 )
 from tests.helpers.polling import wait_for
 from tests.helpers.typed_keys import assert_keys
@@ -325,7 +326,7 @@ def test_one_query_over_two_factory_hosts_reads_every_tuple_once(
 ) -> None:
     from tests.helpers.ingest_truth import assert_exactly_once
 
-    hosts += [FactoryHost(tmp_path / "spool-a"), FactoryHost(tmp_path / "spool-b")]
+    hosts += FactoryHost.many([tmp_path / "spool-a", tmp_path / "spool-b"])
     query = _hosts_query(spark, tmp_path, hosts)
     try:
         gens = [
@@ -367,12 +368,12 @@ def test_a_stopped_factory_host_is_waited_for_and_read_exactly_once_after(
 
     from tests.helpers.ingest_truth import assert_ledger_balances
 
-    hosts += [FactoryHost(tmp_path / "spool-a"), FactoryHost(tmp_path / "spool-b")]
+    hosts += FactoryHost.many([tmp_path / "spool-a", tmp_path / "spool-b"])
     stopped, other = hosts
     query = _hosts_query(spark, tmp_path, hosts)
     try:
         gens = [
-            GeneratorProcess(h.endpoint, tmp_path / f"gen-{i}.json", 200 + i, 10_000, 18.0)
+            GeneratorProcess(h.endpoint, tmp_path / f"gen-{i}.json", 200 + i, 10_000, 13.0)
             for i, h in enumerate(hosts)
         ]
         wait_for(lambda: len(_sink_ids(tmp_path / "records")) > 0, 180, "the first tuples in the sink")
@@ -407,7 +408,7 @@ def test_a_stopped_factory_host_is_waited_for_and_read_exactly_once_after(
 def test_factory_timeout_fails_the_query_naming_the_silent_factory(
     spark: Any, tmp_path: Path, hosts: list[FactoryHost]
 ) -> None:
-    hosts += [FactoryHost(tmp_path / "spool-a", workers=1), FactoryHost(tmp_path / "spool-b", workers=1)]
+    hosts += FactoryHost.many([tmp_path / "spool-a", tmp_path / "spool-b"], workers=1)
     silent = hosts[0]
     os.killpg(silent.proc.pid, signal.SIGSTOP)
     query = _hosts_query(spark, tmp_path, hosts, factoryTimeout="3")
@@ -431,7 +432,7 @@ def test_a_commit_a_silent_factory_missed_is_sent_again_when_it_answers(
     from cp_source.hosts.factory_hosts import FactoryHosts
     from cp_source.ready.offsets import hosts_positions
 
-    hosts += [FactoryHost(tmp_path / "spool-a", workers=1), FactoryHost(tmp_path / "spool-b", workers=1)]
+    hosts += FactoryHost.many([tmp_path / "spool-a", tmp_path / "spool-b"], workers=1)
     silent, other = hosts
     emitted = {}
     for i, h in enumerate(hosts):
@@ -507,12 +508,11 @@ def test_the_other_factories_go_on_while_one_is_stopped(
 ) -> None:
     import numpy as np
 
-    hosts += [FactoryHost(tmp_path / "spool-a"), FactoryHost(tmp_path / "spool-b")]
+    hosts += FactoryHost.many([tmp_path / "spool-a", tmp_path / "spool-b"])
     stopped, other = hosts
     query = _hosts_query(spark, tmp_path, hosts)
     try:
         first = GeneratorProcess(stopped.endpoint, tmp_path / "gen-a.json", 400, 10_000, 2.0)
-        second = GeneratorProcess(other.endpoint, tmp_path / "gen-b.json", 401, 5_000, 40.0)
         summary_a = first.result()
         wait_for(lambda: Spool(stopped.spool).drained({x["id"] for x in summary_a["senders"]}), 60, "drain")
         want_a = _expected([stopped], [summary_a])
@@ -527,6 +527,8 @@ def test_the_other_factories_go_on_while_one_is_stopped(
         try:
             wait_for(lambda: _status(tmp_path)["waiting"] == [stopped.server], 60, "the status to name it")
             before = delivered(_sink_ids(tmp_path / "records"))[1]
+            # B publishes only now (40,000 tuples): the 20,000 awaited below are all read while A is stopped
+            second = GeneratorProcess(other.endpoint, tmp_path / "gen-b.json", 401, 10_000, 4.0)
             wait_for(
                 lambda: delivered(_sink_ids(tmp_path / "records"))[1] >= before + 20_000,
                 120,
@@ -586,13 +588,16 @@ def test_factory_hosts_in_their_own_namespaces_one_cut_off_for_10_s(spark: Any, 
     tag = secrets.token_hex(2)
     started: list[NetnsHost] = []
     try:
-        started += [NetnsHost(tag, 1, tmp_path / "host-a"), NetnsHost(tag, 2, tmp_path / "host-b")]
+        started += [NetnsHost(tag, 1, tmp_path / "host-a", wait=False)]
+        started += [NetnsHost(tag, 2, tmp_path / "host-b", wait=False)]
+        for h in started:
+            h.ready()  # both factories started side by side
         cut, other = started
         assert not any((h.spool / "spool.json").exists() for h in started), "the driver sees no spool"
         query = _hosts_query(spark, tmp_path, started)
         try:
             gens = [
-                h.generate(tmp_path / f"gen-{i}.json", 500 + i, 8_000, 24.0) for i, h in enumerate(started)
+                h.generate(tmp_path / f"gen-{i}.json", 500 + i, 8_000, 14.0) for i, h in enumerate(started)
             ]
             wait_for(lambda: len(_sink_ids(tmp_path / "records")) > 0, 180, "the first tuples in the sink")
             cut.cut(True)  # the factory host is cut off from the driver's host
@@ -654,7 +659,7 @@ def test_a_factory_silent_at_start_joins_at_its_committed_offset(
     from cp_source.hosts.factory_hosts import FactoryHosts
     from cp_source.ready.offsets import hosts_positions
 
-    hosts += [FactoryHost(tmp_path / "spool-a", workers=1), FactoryHost(tmp_path / "spool-b", workers=1)]
+    hosts += FactoryHost.many([tmp_path / "spool-a", tmp_path / "spool-b"], workers=1)
     late, early = hosts
     published = _load_hosts(hosts)
     sids = {h.server: str(Spool(h.spool).spool_id()) for h in hosts}
@@ -686,7 +691,7 @@ def test_admission_and_available_now_over_factory_hosts(tmp_path: Path, hosts: l
     from cp_source.hosts.factory_hosts import FactoryHosts
     from cp_source.ready.offsets import hosts_positions
 
-    hosts += [FactoryHost(tmp_path / "spool-a", workers=1), FactoryHost(tmp_path / "spool-b", workers=1)]
+    hosts += FactoryHost.many([tmp_path / "spool-a", tmp_path / "spool-b"], workers=1)
     published = _load_hosts(hosts, rate=20_000)
     reader = FactoryHosts(tuple(h.server for h in hosts), 0.0, str(tmp_path / "status"))
     try:
@@ -727,11 +732,14 @@ def test_a_standalone_cluster_reads_two_factory_hosts_on_separate_hosts(tmp_path
     logs.mkdir()
     try:
         for net, name in ((1, "a"), (2, "b")):
-            started.append(NetnsHost(nets.tag, net, tmp_path / f"host-{name}", hub=nets.hub, subnet=204))
+            mount = tmp_path / f"host-{name}"
+            started.append(NetnsHost(nets.tag, net, mount, hub=nets.hub, subnet=204, wait=False))
+        for h in started:
+            h.ready()  # both factories started side by side
         cut, _ = started
         spark_ns, spark_addr = nets.host("s", 3)
         driver_ns, driver_addr = nets.host("d", 4)
-        master = spark_cluster(nets, spark_ns, spark_addr, logs)
+        master = spark_cluster(nets, spark_ns, spark_addr, logs, wait=False)
         stop_file = tmp_path / "stop"
         argv = [
             sys.executable,
@@ -745,12 +753,13 @@ def test_a_standalone_cluster_reads_two_factory_hosts_on_separate_hosts(tmp_path
         driver = nets.start(
             driver_ns, argv, logs / "driver.log", dict(os.environ, SPARK_LOCAL_IP=driver_addr)
         )
+        wait_worker(logs)  # it registers while the driver starts
         wait_for(
             lambda: (tmp_path / "status" / "_factories.json").exists() or driver.poll() is not None,
             240,
             "the query",
         )
-        gens = [h.generate(tmp_path / f"gen-{i}.json", 800 + i, 5_000, 24.0) for i, h in enumerate(started)]
+        gens = [h.generate(tmp_path / f"gen-{i}.json", 800 + i, 5_000, 15.0) for i, h in enumerate(started)]
         wait_for(
             lambda: len(_sink_ids(tmp_path / "records")) > 0 or driver.poll() is not None, 300, "first tuples"
         )
@@ -795,9 +804,9 @@ def test_a_query_over_factory_hosts_restarted_on_its_checkpoint_reads_every_tupl
 ) -> None:
     from tests.helpers.ingest_truth import assert_exactly_once
 
-    hosts += [FactoryHost(tmp_path / "spool-a"), FactoryHost(tmp_path / "spool-b")]
+    hosts += FactoryHost.many([tmp_path / "spool-a", tmp_path / "spool-b"])
     gens = [
-        GeneratorProcess(h.endpoint, tmp_path / f"gen-{i}.json", 900 + i, 10_000, 10.0)
+        GeneratorProcess(h.endpoint, tmp_path / f"gen-{i}.json", 900 + i, 10_000, 7.0)
         for i, h in enumerate(hosts)
     ]
     query = _hosts_query(spark, tmp_path, hosts)
@@ -825,7 +834,7 @@ def test_a_driver_killed_mid_stream_restarts_and_reads_every_tuple_once(
 ) -> None:
     from tests.helpers.ingest_truth import assert_exactly_once
 
-    hosts += [FactoryHost(tmp_path / "spool-a"), FactoryHost(tmp_path / "spool-b")]
+    hosts += FactoryHost.many([tmp_path / "spool-a", tmp_path / "spool-b"])
     stop_file = tmp_path / "stop"
     argv = [
         sys.executable,
@@ -837,38 +846,46 @@ def test_a_driver_killed_mid_stream_restarts_and_reads_every_tuple_once(
     ]
     argv += [str(tmp_path / p) for p in ("status", "records", "ck")] + [str(stop_file)]
 
-    def driver(n: int) -> subprocess.Popen:
+    def driver(n: int, go: Path | None = None) -> subprocess.Popen:
         log = open(tmp_path / f"driver-{n}.log", "wb")  # noqa: SIM115 - the driver owns it
-        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        extra = [str(go)] if go is not None else []
+        return subprocess.Popen(argv + extra, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     gens = [
         GeneratorProcess(h.endpoint, tmp_path / f"g{i}.json", 950 + i, 10_000, 12.0)
         for i, h in enumerate(hosts)
     ]
-    first = driver(1)
+    go = tmp_path / "go"
+    # the restarted driver's JVM and session come up alongside the first; its query starts from the
+    # checkpoint only once the first driver is killed (the go file)
+    drivers = [driver(1), driver(2, go)]
+    first, second = drivers
     try:
-        wait_for(
-            lambda: len(_sink_ids(tmp_path / "records")) > 20_000 or first.poll() is not None, 240, "tuples"
-        )
-        assert first.poll() is None, (tmp_path / "driver-1.log").read_text(errors="replace")[-3000:]
-    finally:
-        os.killpg(first.pid, signal.SIGKILL)  # the driver, its JVM and the reader's runner, at once
-        first.wait(30)
-    summaries = [g.result() for g in gens]
-    for h, s in zip(hosts, summaries, strict=True):
-        wait_for(lambda h=h, s=s: Spool(h.spool).drained({x["id"] for x in s["senders"]}), 60, "drain")
-    want = _expected(hosts, summaries)
-    second = driver(2)
-    try:
+        try:
+            wait_for(
+                lambda: len(_sink_ids(tmp_path / "records")) > 20_000 or first.poll() is not None,
+                240,
+                "tuples",
+            )
+            assert first.poll() is None, (tmp_path / "driver-1.log").read_text(errors="replace")[-3000:]
+        finally:
+            os.killpg(first.pid, signal.SIGKILL)  # the driver, its JVM and the reader's runner, at once
+            first.wait(30)
+        go.touch()
+        summaries = [g.result() for g in gens]
+        for h, s in zip(hosts, summaries, strict=True):
+            wait_for(lambda h=h, s=s: Spool(h.spool).drained({x["id"] for x in s["senders"]}), 60, "drain")
+        want = _expected(hosts, summaries)
         wait_for(
             lambda: len(_sink_ids(tmp_path / "records")) >= len(want) or second.poll() is not None, 300, "all"
         )
         stop_file.touch()
         assert second.wait(120) == 0, (tmp_path / "driver-2.log").read_text(errors="replace")[-3000:]
     finally:
-        if second.poll() is None:
-            os.killpg(second.pid, signal.SIGKILL)
-            second.wait(30)
+        for d in drivers:
+            if d.poll() is None:
+                os.killpg(d.pid, signal.SIGKILL)
+                d.wait(30)
     assert_exactly_once(_sink_ids(tmp_path / "records"), want)
 
 
