@@ -126,18 +126,18 @@ class Agent:
         self._stop.set()
 
     def _register(self, sock: zmq.Socket[bytes]) -> None:
-        sock.send_multipart(
-            control.pack(
-                {
-                    "op": "register",
-                    "domain": self.domain,
-                    "hz": self.hz,
-                    "host": self.advertise,
-                    "port": self.port,
-                    "src": self.src,
-                }
-            )
-        )
+        header = {
+            "op": "register",
+            "domain": self.domain,
+            "hz": self.hz,
+            "host": self.advertise,
+            "port": self.port,
+            "src": self.src,
+        }
+        # Never block: a DEALER with no pipe to the coordinator (one whose handshake was refused)
+        # would hold the loop that notices the refusal. The next heartbeat registers again.
+        with contextlib.suppress(zmq.Again):
+            sock.send_multipart(control.pack(header), zmq.NOBLOCK)
 
     def run(self) -> None:
         """Serve until stop(); the responder runs for the whole time."""
