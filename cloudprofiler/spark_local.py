@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from collections.abc import Mapping
 from typing import Any
+
+from cloudprofiler.errors import CommandError
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -22,6 +25,59 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.default.parallelism": "2",
     "spark.python.worker.reuse": "true",
 }
+
+
+JAVA_ADVICE = (
+    "install a Java 17 or 21 runtime (e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME to one"
+)
+
+
+def java_runner() -> str:
+    """The java Spark's launcher (bin/spark-class) will run: ``$JAVA_HOME/bin/java``, else java on PATH.
+
+    Raises CommandError in one line naming the path tried, where PySpark would print 28 lines of
+    traceback ending in JAVA_GATEWAY_EXITED.
+    """
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        java = os.path.join(home, "bin", "java")
+        if not (os.path.isfile(java) and os.access(java, os.X_OK)):
+            raise CommandError(
+                f"Spark needs Java: JAVA_HOME={home} has no executable bin/java; " + JAVA_ADVICE
+            )
+        return java
+    found = shutil.which("java")
+    if found is None:
+        raise CommandError(
+            "Spark needs Java: JAVA_HOME is not set and java not found on PATH; " + JAVA_ADVICE
+        )
+    return found
+
+
+def require_java() -> str | None:
+    """The java a new SparkSession will start (see ``java_runner``), or None when a JVM already runs
+    (this process's, or the one spark-submit started): a command calls it before its first work."""
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is not None or os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return None
+    return java_runner()
+
+
+def _gateway_launch(builder: Any) -> Any:
+    """``builder.getOrCreate()``, with a JVM that exits at start reported in one line."""
+    from pyspark.errors import PySparkRuntimeError
+
+    java = require_java()
+    try:
+        return builder.getOrCreate()
+    except PySparkRuntimeError as e:
+        if java is None or e.getCondition() != "JAVA_GATEWAY_EXITED":
+            raise
+        raise CommandError(
+            f"Spark's JVM ({java}) exited before Spark started (its own output, if any, is above); "
+            + JAVA_ADVICE
+        ) from None
 
 
 def local_session(
@@ -34,7 +90,8 @@ def local_session(
     """A SparkSession on ``master`` with the product's defaults, ``conf`` on top.
 
     ``local[N,F]`` retries a failed task F-1 times (tests use it). With
-    ``register`` the "cloudprofiler" data source is registered.
+    ``register`` the "cloudprofiler" data source is registered. No java (or a JAVA_HOME without
+    one) is a CommandError in one line, before Spark's launcher runs.
     """
     # Spark's Python workers must run the interpreter that has this package.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -44,7 +101,7 @@ def local_session(
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = _gateway_launch(builder)
     spark.sparkContext.setLogLevel(log_level)
     if register:
         # the datasource module, not the package: the package's source_status reaches this module

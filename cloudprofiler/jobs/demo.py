@@ -514,6 +514,9 @@ def _clean_up(out: Path, results: Location) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the demo."""
     _check(args)
+    from cloudprofiler.spark_local import require_java
+
+    require_java()  # before the output directory is made
     from cloudprofiler.jobs.demo_report import collect, report
     from cloudprofiler.jobs.demo_verdict import judge
     from cp_store.tables import output_file
