@@ -75,8 +75,8 @@ def test_the_built_site_shows_pictures_on_six_pages_or_more(tmp_path: Path) -> N
     """The whole site built as CI builds it (warnings are errors); a picture counts inside a page's
     article only, since the theme puts inline <svg> icons in every page's header."""
     site = tmp_path / "site"
-    run = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(site)],
+    run = subprocess.run(  # not --quiet, which drops warnings before --strict counts them
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
         cwd=ROOT,
         capture_output=True,
         text=True,
