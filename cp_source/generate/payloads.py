@@ -6,6 +6,8 @@ changes nothing the factory produces except the repeated field values.
 
 A file workload's pool is its kept lines once plus the lines that wrap around (``file_pool``), bounded
 in bytes: a sender of a file uses :func:`file_payloads` on the lines checked before the run.
+A Parquet file's pool is one cycle of every row in Arrow IPC payloads, no more than the run sends
+(``cp_source.wire.ipc_payload.parquet_payloads``), all serialized before the first bucket.
 
 The factory's frame cap: the answer to a sender's hello names the largest payload the factory
 accepts; a sender whose pool holds a larger one raises ``BucketTooLarge`` before its first bucket
@@ -38,12 +40,14 @@ def default_pool(bucket: int) -> int:
 
 
 def build_payloads(
-    workload: str, bucket: int, seed: int = 0, pool: int | None = None
+    workload: str, bucket: int, seed: int = 0, pool: int | None = None, tuples: int | None = None
 ) -> Sequence[bytes | memoryview]:
-    """A pool of full-bucket NDJSON payloads for ``workload`` (``ysb`` or ``file:PATH``).
+    """A pool of full-bucket payloads for ``workload`` (``ysb``, ``file:PATH`` or ``parquet:PATH``).
 
     ``pool``: payloads in a ysb pool (None: :func:`default_pool`). A file's pool is its distinct
-    buckets (:func:`file_payloads`; its lines checked to be JSON objects only, without a schema)."""
+    buckets (:func:`file_payloads`; its lines checked to be JSON objects only, without a schema); a
+    Parquet file's, every row of it cycled (``parquet_payloads``), no more buckets than ``tuples``
+    (the run's, None: a whole cycle) fill."""
     if bucket < 1 or bucket > bk.DEFAULT_MAX_TUPLES:
         raise ValueError(f"bucket must be 1..{bk.DEFAULT_MAX_TUPLES} tuples, got {bucket}")
     n_pool = pool or default_pool(bucket)
@@ -51,7 +55,7 @@ def build_payloads(
     if path is not None:
         return file_payloads(check_file(path, None), bucket)
     if workload.startswith("parquet:"):  # Arrow IPC payloads of the file's rows (cp_source.wire.ipc_payload)
-        return parquet_payloads(workload, bucket, n_pool)
+        return parquet_payloads(workload, bucket, None if tuples is None else -(-tuples // bucket))
     if workload == "ysb":
         lines = [orjson.dumps(r) for r in ysb_rows(bucket * n_pool, seed)]
     else:
@@ -70,7 +74,7 @@ def sender_payloads(
 ) -> Payloads:
     """A sender's payloads: one pool, or with key skew one pool per hot-key configuration."""
     if skew is None:
-        return Payloads([build_payloads(workload, bucket, seed=seed)], [])
+        return Payloads([build_payloads(workload, bucket, seed=seed, tuples=tuples)], [])
     if workload != "ysb":
         raise ValueError(f"key skew needs the ysb workload (its campaigns and ads), not {workload!r}")
     return skewed_payloads(plan_skew(skew, rate, bucket, tuples, default_pool(bucket)), seed)

@@ -12,21 +12,24 @@ second batch, a compressed body (its declared sizes would make the reader alloca
 sender says: a decompression bomb), buffers outside the body, offsets or UTF-8 that do not
 validate. A row count other than the header's is ``BucketError("count_mismatch")``.
 
-The generator's side: :func:`parquet_payloads` builds a sender's pool of payloads from the file's
-first rows, cycling them as the ``file:`` workload cycles its lines, within a byte bound
-(``parquet_rows.ROWS_MAX_BYTES`` of rows read, as much again of payloads).
+The generator's side: :func:`parquet_payloads` builds a sender's pool of payloads from every row of
+the file, cycled as the ``file:`` workload cycles its lines (tuple i carries row i mod n), all
+serialized before the first bucket is sent, within byte bounds refused in one line
+(``parquet_rows.ROWS_MAX_BYTES`` of rows, ``PAYLOADS_MAX_BYTES`` of payloads).
 """
 
 from __future__ import annotations
 
+import math
 import struct
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from cp_source.wire.bucket import BucketError
-from cp_source.wire.parquet_rows import ROWS_MAX_BYTES, parquet_rows
+from cp_source.wire.bucket import DEFAULT_MAX_TUPLES, BucketError
+from cp_source.wire.parquet_rows import ROWS_MAX_BYTES, ReplayTooLarge, parquet_rows
 from cp_source.wire.workloads import resolve
 from cp_store.location import first_line
 
@@ -36,6 +39,7 @@ _I32 = struct.Struct("<i")
 _U32 = struct.Struct("<I")
 _MESSAGE_HEADER = 2  # flatbuffer field numbers in Arrow's Message.fbs and Message.header (RecordBatch)
 _BATCH_COMPRESSION = 3
+PAYLOADS_MAX_BYTES = 256 << 20  # a sender's pool of a Parquet file's payloads: at most this
 
 
 def encode(table: pa.Table | pa.RecordBatch) -> bytes:
@@ -60,20 +64,67 @@ def head(payload: bytes, rows: int) -> bytes:
         return encode(r.read_next_batch().slice(0, rows))
 
 
-def parquet_payloads(workload: str, bucket: int, pool: int, max_bytes: int = ROWS_MAX_BYTES) -> list[bytes]:
-    """A sender's pool of ``bucket``-row payloads of ``parquet:PATH``: its rows cycled, in memory bounds.
+def parquet_payloads(
+    workload: str,
+    bucket: int,
+    buckets: int | None = None,
+    max_bytes: int = ROWS_MAX_BYTES,
+    pool_max_bytes: int = PAYLOADS_MAX_BYTES,
+) -> list[bytes]:
+    """A sender's pool of ``bucket``-row payloads of ``parquet:PATH``: every row of the file, cycled.
 
-    At most ``bucket * pool`` rows and ``max_bytes`` of them are read; the pool holds fewer than
-    ``pool`` payloads when that many would pass ``max_bytes`` (never fewer than one).
+    Tuple i of a sender carries row ``i mod n`` of the file's ``n`` rows, so bucket k holds rows
+    ``k * bucket`` .. ``k * bucket + bucket - 1`` (mod n), and the ``n / gcd(n, bucket)`` buckets of one
+    cycle are the pool: ``pool[k % len(pool)]`` is bucket k. ``buckets``: the buckets the run sends
+    (None: a whole cycle); the pool never holds more. Every payload is serialized here, before the
+    first is sent. ``ReplayTooLarge`` (a ValueError), in one line, when the rows take more than
+    ``max_bytes`` (``parquet_rows``) or the pool more than ``pool_max_bytes`` (naming a bucket and a
+    run that fit).
     """
     w = resolve(workload)
-    rows = parquet_rows(w.path or "", w.fields, bucket * pool, max_bytes)
-    per_row = max(1, rows.nbytes // rows.num_rows)
-    n_pool = max(1, min(pool, max_bytes // (bucket * per_row)))
-    return [
-        encode(rows.take(pa.array(np.arange(k * bucket, (k + 1) * bucket) % rows.num_rows)))
-        for k in range(n_pool)
-    ]
+    rows = _one_batch(parquet_rows(w.path or "", w.fields, max_bytes))
+    n = rows.num_rows
+    cycle = n // math.gcd(n, bucket)
+    size = max(1, cycle if buckets is None else min(cycle, buckets))
+    refuse = partial(_pool_too_large, workload, n, bucket, cycle, size, pool_max_bytes)
+    each = bucket * max(1, rows.nbytes // n)  # every row is in the same number of a cycle's buckets
+    if size * each > pool_max_bytes:
+        raise refuse(each)
+    pool: list[bytes] = []
+    held = 0
+    for k in range(size):
+        pool.append(encode(_window(rows, k * bucket % n, bucket)))
+        held += len(pool[-1])
+        if held > pool_max_bytes:  # the estimate was low: this run's buckets hold the larger rows
+            raise refuse(held // (k + 1))
+    return pool
+
+
+def _window(rows: pa.RecordBatch, start: int, bucket: int) -> pa.RecordBatch:
+    """Rows ``start`` .. ``start + bucket - 1`` of ``rows``, wrapping around to its first rows."""
+    if start + bucket <= rows.num_rows:
+        return rows.slice(start, bucket)
+    return rows.take(pa.array(np.arange(start, start + bucket) % rows.num_rows))
+
+
+def _pool_too_large(
+    workload: str, n: int, bucket: int, cycle: int, distinct: int, cap: int, each: int
+) -> ReplayTooLarge:
+    """The refusal of a pool of ``distinct`` payloads of about ``each`` bytes, over ``cap``."""
+    return ReplayTooLarge(
+        f"{workload}: its {n:,} rows in buckets of {bucket:,} repeat every {cycle:,} buckets, and this "
+        f"run's {distinct:,} distinct buckets take about {distinct * each >> 20:,} MiB of Arrow payloads, "
+        f"over the generator's cap of {cap >> 20:,} MiB per sender: give a bucket that divides {n:,} "
+        f"(e.g. --bucket {_divisor_near(n, bucket):,}) or a run of at most {max(1, cap // each) * bucket:,} "
+        "tuples per sender"
+    )
+
+
+def _divisor_near(n: int, bucket: int) -> int:
+    """The divisor of ``n`` nearest to ``bucket`` that is a valid bucket (the larger on a tie)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    valid = [d for d in {*small, *(n // d for d in small)} if d <= DEFAULT_MAX_TUPLES]
+    return min(valid, key=lambda d: (abs(d - bucket), -d))
 
 
 def decode(payload: bytes | memoryview, fields: pa.Schema, count: int) -> pa.RecordBatch:

@@ -1,4 +1,4 @@
-"""A Parquet file as a workload: its payload fields (from the footer alone) and its first rows.
+"""A Parquet file as a workload: its payload fields (from the footer alone) and its rows.
 
 ``parquet:PATH`` (a path or URI, read through ``cp_store.location``) replays a Parquet file. The
 generator, the factory and the reader all read the file's footer for the payload fields, so every
@@ -32,7 +32,7 @@ from cp_store.location import StoreError, first_line
 from cp_store.location import resolve as locate
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
-ROWS_MAX_BYTES = 64 << 20  # the generator holds at most this much of a file's rows (Arrow, in memory)
+ROWS_MAX_BYTES = 64 << 20  # a replayed file's rows, all held by each sender (Arrow, in memory): at most this
 _WIDER = {pa.uint8(): pa.int16(), pa.uint16(): pa.int32(), pa.uint32(): pa.int64()}
 _KEPT = (
     pa.types.is_boolean,
@@ -45,6 +45,10 @@ _KEPT = (
     pa.types.is_date32,
     pa.types.is_decimal128,
 )
+
+
+class ReplayTooLarge(ValueError):
+    """A Parquet file whose rows, or a sender's pool of their payloads, are over the generator's cap."""
 
 
 class UnsupportedType(ValueError):
@@ -125,33 +129,40 @@ def parquet_fields(path: str, reserved: Collection[str]) -> pa.Schema:
     return carried_fields(pf.schema_arrow, reserved, uri)
 
 
-def parquet_rows(path: str, fields: pa.Schema, max_rows: int, max_bytes: int = ROWS_MAX_BYTES) -> pa.Table:
-    """The file's first rows as ``fields`` (at least one, then up to ``max_rows`` within ``max_bytes``).
+def parquet_rows(path: str, fields: pa.Schema, max_bytes: int = ROWS_MAX_BYTES) -> pa.Table:
+    """Every row of the file, in order, as ``fields``; a one-line ValueError when there is none, or when
+    they take more than ``max_bytes`` in memory (Arrow).
 
     Row groups are read in slices of at most 1,024 rows sized from the footer's byte estimate (a
-    sixteenth of ``max_bytes``), so a file of huge rows is never read whole; the last slice read may
-    take the table past ``max_bytes`` by that much, or more where the estimate is low (values that
-    compress very well).
+    sixteenth of ``max_bytes``), and reading stops at the first slice past ``max_bytes``, so a file
+    too large to hold is refused without being read whole.
     """
     pf, uri = _open(path)
     meta = pf.metadata
     if meta.num_rows == 0:
         raise ValueError(f"{uri}: no rows to send")
-    est = max(1, sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)) // meta.num_rows)
-    step = max(1, min(1024, max_rows, max_bytes // 16 // est))
+    footer = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    step = max(1, min(1024, max_bytes // 16 // max(1, footer // meta.num_rows)))
     batches: list[pa.RecordBatch] = []
-    rows = size = 0
+    size = 0
     try:
         for b in pf.iter_batches(batch_size=step, columns=fields.names, use_threads=False):
             batches.append(b)
-            rows += b.num_rows
             size += b.nbytes
-            if rows >= max_rows or size >= max_bytes:
-                break
-        table = pa.Table.from_batches(batches).slice(0, max_rows)
+            if size > max_bytes:
+                raise ReplayTooLarge(_too_large(uri, meta.num_rows, footer, max_bytes))
+        table = pa.Table.from_batches(batches)
         return pa.table([_cast(table.column(f.name), f.type) for f in fields], schema=fields)
     except (pa.ArrowException, OSError) as e:
         raise ValueError(f"{uri}: cannot read its rows ({first_line(e)})") from None
+
+
+def _too_large(uri: str, rows: int, footer: int, cap: int) -> str:
+    return (
+        f"{uri}: its {rows:,} rows take more than the generator's cap of {cap >> 20:,} MiB in memory "
+        f"(Arrow; {footer:,} bytes uncompressed by its footer), and every row is replayed: "
+        "replay a sample of it (e.g. its first row groups)"
+    )
 
 
 def _cast(col: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:

@@ -36,7 +36,7 @@ def test_parquet_buckets_are_published_exactly_and_bad_payloads_rejected_with_re
     carried = write_sample(tmp_path / "s.parquet", n=300)
     workload = f"parquet:{tmp_path}/s.parquet"
     fields = resolve(workload).fields
-    pool = parquet_payloads(workload, ROWS, pool=4)  # rows 0..39
+    pool = parquet_payloads(workload, ROWS, buckets=4)  # rows 0..39
     short = encode(carried.slice(0, ROWS - 1))
     foreign = encode(pa.table({"name": pa.array(["x"] * ROWS)}))
     bad = {b"\x00garbage" * 40: "bad_ipc", bytes(build_payloads("ysb", ROWS, pool=1)[0]): "bad_ipc"}

@@ -81,30 +81,42 @@ def test_columns_are_refused_by_name_any_case_and_by_type(tmp_path: Path) -> Non
         resolve(spelled, "a BIGINT")
 
 
-def test_payload_pool_cycles_the_rows_and_decodes_exactly(sample: tuple[str, pa.Table]) -> None:
+def test_payload_pool_is_one_cycle_of_every_row_and_decodes_exactly(sample: tuple[str, pa.Table]) -> None:
     path, carried = sample
     w = resolve(f"parquet:{path}")
-    pool = ip.parquet_payloads(f"parquet:{path}", bucket=70, pool=6)
-    assert len(pool) == 6
-    got = pa.Table.from_batches([ip.decode(p, w.fields, 70) for p in pool])
-    assert got.equals(carried.take(pa.array(np.arange(6 * 70) % 300)))
-    last = ip.head(pool[5], 13)
+    for bucket, cycle in ((70, 30), (100, 3), (450, 2), (1, 300)):  # n / gcd(300, bucket) buckets
+        pool = ip.parquet_payloads(f"parquet:{path}", bucket=bucket)
+        assert len(pool) == cycle, bucket
+        got = pa.Table.from_batches([ip.decode(p, w.fields, bucket) for p in pool])
+        assert got.equals(carried.take(pa.array(np.arange(cycle * bucket) % 300))), bucket
+    assert len(ip.parquet_payloads(f"parquet:{path}", bucket=70, buckets=6)) == 6  # what the run sends
+    last = ip.head(ip.parquet_payloads(f"parquet:{path}", bucket=70)[5], 13)
     assert pa.Table.from_batches([ip.decode(last, w.fields, 13)]).equals(carried.slice(350 % 300, 13))
 
 
-def test_rows_and_pool_are_bounded_in_bytes(tmp_path: Path) -> None:
+def test_rows_and_pool_over_their_caps_are_refused_in_one_line(tmp_path: Path) -> None:
     rng = np.random.default_rng(5)
     big = pa.table({"blob": pa.array([rng.bytes(10_000) for _ in range(200)], pa.binary())})  # 2 MB
     spelled = _write(tmp_path / "big.parquet", big)
     fields = resolve(spelled).fields
-    rows = parquet_rows(spelled[8:], fields, max_rows=200, max_bytes=100_000)
-    assert 10 <= rows.num_rows < 20  # read in slices of the footer's estimate, stopped at the bound
-    pool = ip.parquet_payloads(spelled, bucket=5, pool=16, max_bytes=120_000)
-    assert len(pool) == 2 and sum(len(p) for p in pool) < 120_000  # 16 buckets would be 800 kB
-    assert len(ip.parquet_payloads(spelled, bucket=50, pool=16, max_bytes=100_000)) == 1  # never none
+    assert parquet_rows(spelled[8:], fields, max_bytes=2_100_000).equals(big)  # every row
+    with pytest.raises(ValueError) as e:
+        parquet_rows(spelled[8:], fields, max_bytes=1_000_000)
+    assert "big.parquet: its 200 rows take more than the generator's cap" in str(e.value)
+    assert "replay a sample of it" in str(e.value) and "\n" not in str(e.value)
+    pool = ip.parquet_payloads(spelled, bucket=50, max_bytes=2_100_000, pool_max_bytes=2_200_000)
+    assert len(pool) == 4 and sum(len(p) for p in pool) < 2_200_000  # one cycle: the file once
+    with pytest.raises(ValueError) as e:  # 200 buckets of 7 rows: 14 MB
+        ip.parquet_payloads(spelled, bucket=7, max_bytes=2_100_000, pool_max_bytes=2_200_000)
+    assert str(e.value) == (
+        f"{spelled}: its 200 rows in buckets of 7 repeat every 200 buckets, and this run's 200 distinct "
+        "buckets take about 13 MiB of Arrow payloads, over the generator's cap of 2 MiB per sender: give "
+        "a bucket that divides 200 (e.g. --bucket 8) or a run of at most 217 tuples per sender"
+    )
+    assert len(ip.parquet_payloads(spelled, bucket=7, buckets=20, max_bytes=2_100_000)) == 20  # a short run
     pq.write_table(big.slice(0, 0), tmp_path / "none.parquet")
     with pytest.raises(ValueError, match="none.parquet: no rows to send"):
-        ip.parquet_payloads(f"parquet:{tmp_path}/none.parquet", bucket=5, pool=2)
+        ip.parquet_payloads(f"parquet:{tmp_path}/none.parquet", bucket=5)
 
 
 def _stream(batches: list[pa.RecordBatch], compression: str | None = None) -> bytes:
