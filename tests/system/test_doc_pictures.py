@@ -5,16 +5,23 @@
   from its script (or change the script and forget the pictures).
 * Every picture a page names exists under docs/ and has alt text; every diagram is shown.
 * The built site (`mkdocs build --strict`) shows a picture on at least 6 pages, the index among them.
+* The report screenshot (docs/figures/make_report_picture.py) is of the run the quickstart describes,
+  `cloudprofiler demo` at its defaults, and of the whole page.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from PIL import Image
+
+from cloudprofiler.jobs.demo import add_arguments
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -68,6 +75,30 @@ def test_every_picture_a_page_names_exists_and_has_alt_text() -> None:
             assert alt.strip(), f"{where}: {src} has no alt text"
             seen += 1
     assert seen >= 7  # the five diagrams on seven pages, at least
+
+
+def test_the_report_picture_is_the_quickstarts_default_demo_whole() -> None:
+    """Its script records the pictured run's figures beside it (from the run's run.json): they are the
+    demo's defaults and the quickstart's words; and the picture ends below the page's content, in
+    rows of the page's background, not cut through a table or a plot."""
+    facts = json.loads((DOCS / "img" / "demo-report.json").read_text())
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    default = parser.parse_args([])
+    assert (facts["target_rate"], facts["offered"], facts["warmup_s"]) == (
+        default.rate,
+        default.rate * default.duration,
+        default.warmup,
+    ), facts
+    assert facts["title"] == f"cloudprofiler demo: YSB at {default.rate:,.0f} tuples/s into each query"
+    words = " ".join((DOCS / "quickstart.md").read_text().split())
+    said = f"offering {default.rate:,.0f} YSB ad events per second for {default.duration:g} seconds"
+    assert said in words, f"quickstart.md does not say {said!r}"
+    with Image.open(DOCS / "img" / "demo-report.png") as img:
+        rgb = img.convert("RGB")
+    background = rgb.getpixel((rgb.width - 1, 0))
+    bottom = rgb.crop((0, rgb.height - 12, rgb.width, rgb.height)).getcolors()
+    assert bottom == [(rgb.width * 12, background)], "the picture's bottom rows cut through the page"
 
 
 @pytest.mark.long
