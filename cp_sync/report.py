@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +20,7 @@ from cp_sync.translate.relation import STATUSES
 from native_tsc.console import cli_console
 
 _KEYS = ["from_point", "to_point", "method", "scenario"]
+STAMP_COLUMNS = ("from_tsc", "to_tsc")  # translate's raw stamps of the two points, per record
 OTHER = "other"  # the label of the keys past the top N, in every key column
 DEFAULT_TOP = 10
 MAX_TOP = 1000  # a table of more rows than this is not a summary
@@ -26,7 +28,7 @@ _SEP = "\x1f"  # joins a row's key labels into one value (a unit separator: not 
 
 
 def _groups(out: pa.Table, by: Sequence[str] = ()) -> list[tuple[dict[str, str], Any]]:
-    extra = [c for c in ("status", "t_s", "warmup") if c in out.column_names]
+    extra = [c for c in ("status", "t_s", "warmup", *STAMP_COLUMNS) if c in out.column_names]
     keys = [*_KEYS, *by]
     df = out.select([*keys, "duration_ns", "bound_ns", *extra]).to_pandas()
     return [(dict(zip(keys, k, strict=True)), g) for k, g in df.groupby(keys, sort=True)]
@@ -81,7 +83,9 @@ class LatencySeries:
 
     ``duration_ns`` and ``bound_ns``: per record (NaN where no relation: counted, never summarised);
     ``ok``: the record's status is ok; ``t_s``: seconds since the run's start at the record's last
-    stamp (None when the run's clock is not known); ``warmup``: the records the table leaves out.
+    stamp (None when the run's clock is not known); ``warmup``: the records the table leaves out;
+    ``from_tsc`` and ``to_tsc``: the record's raw stamps at the two points (None when the rows do not
+    carry them), whose distinct values say the durations' resolution (``row``).
     """
 
     key: dict[str, str]
@@ -91,6 +95,8 @@ class LatencySeries:
     label: str = ""
     t_s: np.ndarray | None = None
     warmup: np.ndarray | None = None
+    from_tsc: np.ndarray | None = None
+    to_tsc: np.ndarray | None = None
 
     @property
     def path(self) -> str:
@@ -107,6 +113,8 @@ class LatencySeries:
             ok=self.ok[keep],
             t_s=None if self.t_s is None else self.t_s[keep],
             warmup=None if self.warmup is None else self.warmup[keep],
+            from_tsc=None if self.from_tsc is None else self.from_tsc[keep],
+            to_tsc=None if self.to_tsc is None else self.to_tsc[keep],
         )
 
     def steady(self) -> LatencySeries:
@@ -118,7 +126,8 @@ class LatencySeries:
         return self.select(np.isfinite(self.duration_ns))
 
     def row(self) -> dict[str, Any]:
-        """The table's row: count, how many are ok, p50/p90/p99/max latency and median/max bound (us)."""
+        """The table's row: count, how many are ok, the distinct stamps at each point (None without
+        stamps), p50/p90/p99/max latency and median/max bound (us)."""
         fig = self.figured()
         lat, bnd = fig.duration_ns / 1e3, fig.bound_ns / 1e3
         if not len(lat):
@@ -127,6 +136,8 @@ class LatencySeries:
         row = self.key | {
             "count": len(self.duration_ns),
             "ok": int(self.ok.sum()),
+            "from_stamps": _distinct(self.from_tsc),
+            "to_stamps": _distinct(self.to_tsc),
             "p50_us": float(p50),
             "p90_us": float(p90),
             "p99_us": float(p99),
@@ -135,6 +146,10 @@ class LatencySeries:
             "bound_max_us": float(bnd.max()),
         }
         return row | ({"label": self.label} if self.label else {})
+
+
+def _distinct(stamps: np.ndarray | None) -> int | None:
+    return None if stamps is None else len(np.unique(stamps))
 
 
 def latency_series(
@@ -148,7 +163,7 @@ def latency_series(
 
     Without ``pairs``: sorted by key, unlabelled (by key: most rows first, OTHER last). With ``pairs``
     ((from, to, label), ...): in their order, labelled, other pairs left out. Optional columns ``t_s``
-    (float) and ``warmup`` (bool) are carried into the series.
+    (float) and ``warmup`` (bool), and the stamps ``from_tsc`` and ``to_tsc``, are carried into the series.
     """
     if by:
         out = top_keys(out, by, top)[0]
@@ -158,7 +173,9 @@ def latency_series(
         ok = (g["status"] == "ok").to_numpy() if "status" in g else np.ones(len(dur), dtype=bool)
         t_s = g["t_s"].to_numpy(dtype=np.float64) if "t_s" in g else None
         warm = g["warmup"].to_numpy(dtype=bool) if "warmup" in g else None
-        found.append(LatencySeries(key, dur, g["bound_ns"].to_numpy(dtype=np.float64), ok, "", t_s, warm))
+        ys, ye = (g[c].to_numpy() if c in g else None for c in STAMP_COLUMNS)
+        bound = g["bound_ns"].to_numpy(dtype=np.float64)
+        found.append(LatencySeries(key, dur, bound, ok, "", t_s, warm, ys, ye))
     if by:
         found.sort(key=lambda s: (*(s.key[k] for k in _KEYS), s.key[by[0]] == OTHER, -len(s.duration_ns)))
     if pairs is None:
@@ -204,27 +221,31 @@ def status_table(rows: Sequence[Mapping[str, Any]], title: str = "records per st
     return t
 
 
-Unit = Literal["us", "ms"]
-_SCALE: dict[str, float] = {"us": 1.0, "ms": 1e-3}  # summarize() gives microseconds
 _FIGURES = ("p50_us", "p90_us", "p99_us", "max_us", "bound_median_us", "bound_max_us")
-_HEADS = ("p50", "p90", "p99", "max", "bound med", "bound max")
+FIGURE_HEADS = ("p50", "p90", "p99", "max", "bound med", "bound max")
+STAMP_HEADS = ("from stamps", "to stamps")  # distinct stamps at each point: LatencySeries.row()
 
 
-def latency_table(
-    rows: Sequence[Mapping[str, Any]], title: str, unit: Unit = "us", by: Sequence[str] = ()
-) -> Table:
+def stamp_cells(row: Mapping[str, Any]) -> list[str]:
+    """A row's distinct stamps at its from and to points, as the tables print them ("-" without stamps)."""
+    return ["-" if row.get(k) is None else f"{row[k]:,}" for k in ("from_stamps", "to_stamps")]
+
+
+def figure_cells(row: Mapping[str, Any]) -> list[str]:
+    """A row's latency and bound figures (microseconds in the row), each with format_duration."""
+    return [format_duration(row[k] * 1e3) for k in _FIGURES]
+
+
+def latency_table(rows: Sequence[Mapping[str, Any]], title: str, by: Sequence[str] = ()) -> Table:
     """The latency table: one line per summarize() row (latency_report's rows add a ``label``).
 
     Columns: path (``label (from -> to)``, or ``from -> to`` without a label), method, scenario, the
-    ``by`` key columns, count, latency p50/p90/p99/max and the median and max error bound, in ``unit``
-    with 3 decimals.
+    ``by`` key columns, count, the distinct stamps at the two points, latency p50/p90/p99/max and the
+    median and max error bound, each figure with its own unit (format_duration).
     """
-    if unit not in _SCALE:
-        raise ValueError(f"unit must be us or ms, got {unit!r}")
-    scale = _SCALE[unit]
     t = Table(title=title)
     left = ("path", "method", "scenario", *by)
-    for c in (*left, "count", *(f"{h} {unit}" for h in _HEADS)):
+    for c in (*left, "count", *STAMP_HEADS, *FIGURE_HEADS):
         t.add_column(c, justify="left" if c in left else "right")
     for r in rows:
         points = f"{r['from_point']} -> {r['to_point']}"
@@ -234,7 +255,8 @@ def latency_table(
             str(r["scenario"]),
             *(str(r[k]) for k in by),
             f"{r['count']:,}",
-            *(f"{r[k] * scale:,.3f}" for k in _FIGURES),
+            *stamp_cells(r),
+            *figure_cells(r),
         )
     return t
 
@@ -246,15 +268,58 @@ def print_table(table: Table, file: IO[str] | None = None) -> None:
     cli_console(file=file, min_width=need).print(table)
 
 
-def print_latency_table(
-    rows: Sequence[Mapping[str, Any]], title: str, unit: Unit = "us", file: IO[str] | None = None
-) -> None:
-    """``print_table(latency_table(rows, title, unit), file)``."""
-    print_table(latency_table(rows, title, unit), file)
+def print_latency_table(rows: Sequence[Mapping[str, Any]], title: str, file: IO[str] | None = None) -> None:
+    """``print_table(latency_table(rows, title), file)``, then the lines of ``stamp_notes(rows)``."""
+    print_table(latency_table(rows, title), file)
+    for line in stamp_notes(rows):
+        print(line, file=file)
+
+
+def format_duration(ns: float) -> str:
+    """A duration given in nanoseconds, as every table and line prints one: 3 significant digits in the
+    unit that suits its size (ns, us, ms or s), so six seconds read "6.23 s", not "6,234,567.891 us";
+    "n/a" for NaN, and below a nanosecond (under a TSC cycle: a rounding margin) "<1 ns". Machine-readable
+    outputs keep the exact number."""
+    if not math.isfinite(ns):
+        return "n/a"
+    if ns == 0:
+        return "0 ns"
+    if abs(ns) < NEGLIGIBLE_NS:
+        return "<1 ns" if ns > 0 else ">-1 ns"
+    r = float(f"{ns:.3g}")  # rounded first, so 999.7 us reads 1.00 ms, not 1,000 us
+    unit, per = next(((u, n) for u, n in _UNITS if abs(r) >= n), ("ns", 1.0))
+    v = r / per
+    decimals = max(0, 2 - math.floor(math.log10(abs(v))))
+    return f"{v:,.{decimals}f} {unit}"
+
+
+def stamp_notes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What the distinct stamps of ``rows`` (LatencySeries.row()) mean: per stamp point, how many
+    distinct stamps its records carried, and, where records share stamps, one line saying that the
+    durations resolve those groups (a generator bucket, a micro-batch), not single tuples."""
+    seen: dict[str, tuple[int, int]] = {}
+    lines, shared = [], False
+    for r in rows:
+        for side in ("from", "to"):
+            n, point = r.get(f"{side}_stamps"), str(r[f"{side}_point"])
+            if not n or seen.get(point) == (n, r["count"]):
+                continue
+            name = point if point not in seen else f"{point} ({r.get('label') or 'another path'})"
+            seen.setdefault(point, (n, r["count"]))
+            per = r["count"] / n
+            shared |= per >= 2
+            each = "one per record" if per < 1.5 else f"one per ~{per:,.0f} records"
+            lines.append(f"{name}: {n:,} distinct stamps over {r['count']:,} records ({each})")
+    if shared:
+        lines.append(
+            "resolution: records that share a stamp (a generator bucket, a micro-batch) share it in every "
+            "duration from or to that point, so these durations resolve those groups, not single tuples"
+        )
+    return lines
 
 
 _UNITS = (("s", 1e9), ("ms", 1e6), ("us", 1e3), ("ns", 1.0))
-NEGLIGIBLE_NS = 1.0  # bounds below a nanosecond: one TSC domain, shown as zero rather than as 4e-7 us
+NEGLIGIBLE_NS = 1.0  # below a nanosecond (a TSC cycle): one TSC domain's bound, drawn as 0, printed "<1 ns"
 WARMUP_COLOR = "0.85"  # the one shade of the warm-up, in every plot that shows it
 WARMUP_LABEL = "warm-up (not in the table)"
 

@@ -118,8 +118,7 @@ figure{margin:8px 0;max-width:100%}figure svg{max-width:100%;height:auto}
 figcaption{color:#444;font-style:italic;margin-top:2px}
 """
 
-_LAT_HEADS = ("count", "ok", "p50", "p90", "p99", "max", "bound med", "bound max")
-_LAT_KEYS = ("count", "ok", "p50_us", "p90_us", "p99_us", "max_us", "bound_median_us", "bound_max_us")
+_LAT_KEYS = ("p50_us", "p90_us", "p99_us", "max_us", "bound_median_us", "bound_max_us")
 
 
 def _e(value: Any) -> str:
@@ -149,32 +148,30 @@ def table_html(rows: Sequence[Sequence[Any]], heads: Sequence[str] = (), title: 
     return f"<table>{cap}{'<tr>' + head + '</tr>' if heads else ''}{body}</table>"
 
 
-def latency_table_html(rows: Sequence[Mapping[str, Any]], unit: str = "ms") -> str:
-    """The latency table (LatencySeries.row() rows): every figure cell carries ``data-q`` and its row
+def latency_table_html(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The latency table (LatencySeries.row() rows) as the CLI prints it (cp_sync.report's cells), and
+    under it what its distinct stamps mean (stamp_notes): every cell carries ``data-q`` and its row
     ``data-path`` (``path [method, scenario]``), so a reader or a test can put the table beside the
     box plot's ``data-values``."""
-    scale = {"us": 1.0, "ms": 1e-3}[unit]
-    heads = [
-        "path",
-        "method",
-        "scenario",
-        *(h if h in ("count", "ok") else f"{h} {unit}" for h in _LAT_HEADS),
-    ]
+    from cp_sync.report import FIGURE_HEADS, STAMP_HEADS, figure_cells, stamp_cells, stamp_notes
+
+    heads = ["path", "method", "scenario", "count", "ok", *STAMP_HEADS, *FIGURE_HEADS]
     out = [
         "<table class='latency'><tr>"
         + "".join(f"<th class='{'l' if i < 3 else ''}'>{_e(h)}</th>" for i, h in enumerate(heads))
         + "</tr>"
     ]
+    quantities = ("count", "ok", "from_stamps", "to_stamps", *(k.removesuffix("_us") for k in _LAT_KEYS))
     for r in rows:
         points = f"{r['from_point']} -> {r['to_point']}"
         path = f"{r['label']} ({points})" if r.get("label") else points
         cells = [f"<td class='l'>{_e(v)}</td>" for v in (path, r["method"], r["scenario"])]
-        for k in _LAT_KEYS:
-            text = f"{r[k]:,}" if k in ("count", "ok") else f"{r[k] * scale:,.3f}"
-            cells.append(f"<td data-q='{k.removesuffix('_us')}'>{text}</td>")
+        texts = [f"{r['count']:,}", f"{r['ok']:,}", *stamp_cells(r), *figure_cells(r)]
+        cells += [f"<td data-q='{q}'>{_e(t)}</td>" for q, t in zip(quantities, texts, strict=True)]
         key = f"{path} [{r['method']}, {r['scenario']}]"  # as the box plot's values name it
         out.append(f"<tr data-path='{_e(key)}'>{''.join(cells)}</tr>")
-    return "".join(out) + "</table>"
+    notes = "".join(f"<p class='sub stamps'>{_e(line)}</p>" for line in stamp_notes(rows))
+    return "".join(out) + "</table>" + notes
 
 
 def figure_html(plot: Plot) -> str:
@@ -214,7 +211,7 @@ def render(
             f"<h2>{_e(ledger.get('title', 'Ledger'))}</h2>" + table_html(ledger["rows"], ("what", "value"))
         )
     if latency_rows or plots:
-        side = [f"<div>{latency_table_html(latency_rows, lat.get('unit', 'ms'))}</div>"]
+        side = [f"<div>{latency_table_html(latency_rows)}</div>"]
         side += [figure_html(p) for p in plots[:1]]
         parts.append(f"<h2>{_e(lat.get('title', 'Latency'))}</h2><div class='side'>{''.join(side)}</div>")
         parts += [figure_html(p) for p in plots[1:]]

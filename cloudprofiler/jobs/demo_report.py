@@ -146,6 +146,14 @@ def table_rows(series: list[LatencySeries]) -> list[dict[str, Any]]:
     return [s.row() for s in steady if len(s.duration_ns)]
 
 
+def latency_totals(series: list[LatencySeries]) -> dict[str, Any]:
+    """The summary's latency: the table's rows and the lines saying what their distinct stamps mean."""
+    from cp_sync.report import stamp_notes
+
+    rows = table_rows(series)
+    return {"latency": rows, "resolution": stamp_notes(rows)}
+
+
 def _warmup_totals(warm: dict[str, Any], series: list[LatencySeries], clock: RunClock) -> dict[str, Any]:
     """The warm-up's figures: when the factories were ready and the queries had read it, its drops
     per query, its end-to-end latency (from the same series as the table) and the measured run's start."""
@@ -252,7 +260,7 @@ def collect(
         "frequency_hz": facts["frequency_hz"],
         "sync_pairs": dict(sync_pairs),
         "out": str(demo.out),
-        "latency": table_rows(series),
+        **latency_totals(series),
         "warmup": _warmup_totals(warm, series, clock),
         "dropped_per_query": {"windows": sw["dropped"], "latency": sl["dropped"]},
     }
@@ -434,9 +442,15 @@ COUNT_NOTE = (
 
 def warmup_line(t: dict[str, Any]) -> str:
     """The warm-up on one line: when the factories were ready, when both queries had read it, drops."""
+    from cp_sync.report import format_duration
+
     w = t["warmup"]
     drops = ", ".join(f"{n} {d:,}" for n, d in w["dropped"].items())
-    p50 = "" if w["end_to_end_p50_ms"] is None else f"; end to end p50 {w['end_to_end_p50_ms']:,.1f} ms"
+    p50 = (
+        ""
+        if w["end_to_end_p50_ms"] is None
+        else f"; end to end p50 {format_duration(w['end_to_end_p50_ms'] * 1e6)}"
+    )
     return (
         f"warm-up: factories ready {w['factories_ready_s']:g} s after the queries started; "
         f"{w['seconds']:g} s at {t['target_rate']:,.0f} tuples/s into each query, read by both "
@@ -453,6 +467,8 @@ def rate_line(t: dict[str, Any]) -> str:
 def sync_facts(t: dict[str, Any], series: list[LatencySeries]) -> dict[str, Any]:
     """The sync quality on the page: the reference, its frequency, the phases, each pair's probes,
     losses and best round trip, and how many records have a guaranteed bound."""
+    from cp_sync.report import format_duration
+
     hz = float(t["frequency_hz"])
     facts: dict[str, Any] = {
         "reference TSC domain": t["reference_domain"],
@@ -466,7 +482,7 @@ def sync_facts(t: dict[str, Any], series: list[LatencySeries]) -> dict[str, Any]
             pairs.setdefault(f"{p['initiator']} -> {p['responder']}", []).append(p)
     for name, ps in sorted(pairs.items()):
         rtt = [p["min_rtt_cycles"] for p in ps if p.get("min_rtt_cycles") is not None]
-        best = f", best round trip {min(rtt) / hz * 1e6:,.2f} us" if rtt else ""
+        best = f", best round trip {format_duration(min(rtt) / hz * 1e9)}" if rtt else ""
         facts[f"probes {name}"] = f"{sum(p['probes'] for p in ps):,} in {len(ps)} phases, " + (
             f"{sum(int(p.get('lost') or 0) for p in ps):,} lost{best}"
         )
@@ -544,7 +560,7 @@ def report(
     where = "simulated nodes " + ", ".join(domains) if domains else "one node"
     ref = totals["reference_domain"]
     title = f"steady-state latency (after the warm-up), reference TSC domain {ref} ({where})"
-    print_latency_table(table_rows(series), title, unit="ms")
+    print_latency_table(table_rows(series), title)  # and what its distinct stamps mean
     console.print(COUNT_NOTE, soft_wrap=True)
     warmup = (0.0, totals["warmup"]["measured_start_s"])
     written = write_results(out, lat, series, warmup, run_doc(totals, series))

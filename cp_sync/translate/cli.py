@@ -244,18 +244,21 @@ def _by(given: str | None, top: int) -> tuple[str, ...]:
 
 
 def _summary(args: argparse.Namespace, out: Any, facts: dict[str, Any], by: tuple[str, ...]) -> None:
-    """The latency table (by key with --by, and the line saying which keys it shows)."""
-    from cp_sync.report import key_note, latency_table, print_table, summarize, top_keys
+    """The latency table (by key with --by, and the line saying which keys it shows), then what the
+    distinct stamps of every record (not per key: the keys share them) mean for its resolution."""
+    from cp_sync.report import key_note, latency_table, print_table, stamp_notes, summarize, top_keys
 
     hz = facts["frequency_hz"]
     title = (
-        f"latency in us: {args.from_point} -> {args.to_point}, reference {facts['reference']}, "
+        f"latency: {args.from_point} -> {args.to_point}, reference {facts['reference']}, "
         f"{hz / 1e6:.3f} MHz ({facts['frequency_source']})"
     )
     print_table(latency_table(summarize(out, by, args.top), title, by=by))
     if by:
         _, kept, others = top_keys(out, by, args.top)
         print(key_note(by, kept, others))
+    for line in stamp_notes(summarize(out)):
+        print(line)
 
 
 def _strict(status_counts: dict[str, dict[str, int]]) -> int:
@@ -290,6 +293,7 @@ def _compare(sync_dir: Location, reference: str, hz: float) -> None:
     import numpy as np
 
     from cp_sync.ntp import ntp_bound
+    from cp_sync.report import format_duration
     from cp_sync.returntrip import probe_returntrip
     from cp_sync.sync_table import minrtt, read_sync
 
@@ -299,14 +303,15 @@ def _compare(sync_dir: Location, reference: str, hz: float) -> None:
         _, bound = probe_returntrip(sync, reference, other)
         e = min(r["rtt"] for r in best if r["initiator"] == reference and r["responder"] == other) / 2
         print(
-            f"{reference} -> {other}: MinRTT e {e / hz * 1e6:.3f} us; return-trip bound median "
-            f"{np.median(bound) / hz * 1e6:.3f} us, max {bound.max() / hz * 1e6:.3f} us"
+            f"{reference} -> {other}: MinRTT e {format_duration(e / hz * 1e9)}; return-trip bound median "
+            f"{format_duration(np.median(bound) / hz * 1e9)}, max {format_duration(bound.max() / hz * 1e9)}"
         )
     nb, why = ntp_bound()
     if nb is None:
         print(why)
     else:
+        node = nb.bound_s * 1e9
         print(
-            f"NTP ({why}): {nb.bound_s * 1e6:.1f} us per node, {2 * nb.bound_s * 1e6:.1f} us for a latency "
+            f"NTP ({why}): {format_duration(node)} per node, {format_duration(2 * node)} for a latency "
             "between two such nodes"
         )

@@ -26,6 +26,8 @@ OUTPUT_COLUMNS = (
     "to_point",
     "from_domain",
     "to_domain",
+    "from_tsc",
+    "to_tsc",
     "reference",
     "method",
     "scenario",
@@ -104,7 +106,9 @@ def translate_points(
     """The output table: one row per record and method with duration, bound and status.
 
     ``bound_ns`` is ``bound_cycles`` converted at ``hz`` (the frequency's own error excluded);
-    ``bound_ns_with_hz_error`` also covers a relative error ``hz_error`` of ``hz``. The ``keys``
+    ``bound_ns_with_hz_error`` also covers a relative error ``hz_error`` of ``hz``. ``from_tsc`` and
+    ``to_tsc`` are the raw stamps, each in its own domain (their distinct values are the durations'
+    resolution: cp_sync.report.LatencySeries). The ``keys``
     columns of ``points`` are carried as they are, after the others.
     """
     ys = points[tsc_column(from_point)].to_numpy()
@@ -127,6 +131,8 @@ def translate_points(
                     "to_point": pa.array([to_point] * n, pa.string()),
                     "from_domain": ds_,
                     "to_domain": de,
+                    "from_tsc": points[tsc_column(from_point)],
+                    "to_tsc": points[tsc_column(to_point)],
                     "reference": pa.array([reference] * n, pa.string()),
                     "method": pa.array([res.method] * n, pa.string()),
                     "scenario": pa.DictionaryArray.from_arrays(pa.array(res.scenario), scen_dict).cast(

@@ -92,6 +92,8 @@ def translate_same_domain(
         "to_point": pa.array([to_point] * n, pa.string()),
         "from_domain": points[node_column(from_point)],
         "to_domain": points[node_column(to_point)],
+        "from_tsc": points[tsc_column(from_point)],
+        "to_tsc": points[tsc_column(to_point)],
         "reference": points[node_column(to_point)],
         "method": pa.array([METHOD] * n, pa.string()),
         "scenario": pa.array([SCENARIOS[0]] * n, pa.string()),

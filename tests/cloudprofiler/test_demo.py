@@ -13,6 +13,7 @@ import pytest
 
 from cloudprofiler.cli.process import CLI_ARGV
 from cp_sink.records import read_records
+from cp_sync.report import format_duration
 from native_tsc.domain import VirtualDomain, parse_virtual
 from tests.helpers.demo_run import HZ, MEASURED, START, WARM_IDS, write_run
 
@@ -187,11 +188,14 @@ def _check_table_against_parquet(stdout: str, out: Path, t: dict) -> None:
         a, b = path[path.rindex("(") + 1 : -1].split(" -> ")
         g = lat[(lat["from_point"] == a) & (lat["to_point"] == b) & (lat["scenario"] == scenario)]
         steady = g[~g["warmup"]]
-        ms = steady["duration_ns"].to_numpy() / 1e6
-        ms = ms[np.isfinite(ms)]
-        printed = [f"{v:,.3f}" for v in (*np.percentile(ms, [50, 90, 99]), ms.max())]
-        assert [f"{len(steady):,}", *printed] == cells, path
+        ns = steady["duration_ns"].to_numpy()
+        ns = ns[np.isfinite(ns)]
+        printed = [format_duration(v) for v in (*np.percentile(ns, [50, 90, 99]), ns.max())]
+        stamps = [f"{len(np.unique(steady[c])):,}" for c in ("from_tsc", "to_tsc")]
+        assert [f"{len(steady):,}", *stamps, *printed] == cells, path
         assert g.loc[g["warmup"], "t_s"].between(0, band_end).all() and (steady["t_s"] > band_end).all()
+    # the summary's lines on the distinct stamps are those printed under the table
+    assert t["resolution"] and all(line in stdout.splitlines() for line in t["resolution"])
 
 
 def test_demo_rejects_bad_arguments() -> None:
@@ -206,12 +210,13 @@ def test_demo_rejects_bad_arguments() -> None:
 
 
 def _table_cells(text: str) -> dict[tuple[str, str], list[str]]:
-    """The printed latency table: (path, scenario) -> [count, p50, p90, p99, max] as printed."""
+    """The printed latency table: (path, scenario) -> [count, from stamps, to stamps, p50, p90, p99, max]
+    as printed."""
     rows = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.split("│")[1:-1]]
-        if len(cells) == 10 and cells[1] == "minrtt":
-            rows[(cells[0], cells[2])] = cells[3:8]
+        if len(cells) == 12 and cells[1] == "minrtt":
+            rows[(cells[0], cells[2])] = cells[3:10]
     return rows
 
 
@@ -220,18 +225,21 @@ def test_the_table_and_every_plot_show_the_same_steady_state_records(tmp_path: P
         RunClock,
         demo_series,
         figures,
+        in_ranges,
         latencies,
         table_rows,
         with_run_time,
     )  # fmt: skip
+    from cp_sync.record_points import read_points
     from cp_sync.report import WARMUP_COLOR, WARMUP_LABEL, print_latency_table
+    from native_tsc.stamp_columns import tsc_column
 
     records, windows, sync, ref, ends = write_run(tmp_path)
     lat, facts = latencies(records, windows, sync, ref.domain)
     assert facts["frequency_hz"] == HZ
     clock = RunClock(ref.apply(START), HZ, (MEASURED - START) / HZ)
     series = demo_series(with_run_time(lat, [WARM_IDS], clock))
-    print_latency_table(table_rows(series), "steady state", unit="ms")
+    print_latency_table(table_rows(series), "steady state")
     table = _table_cells(capsys.readouterr().out)
     paths = ["generator -> source (gen -> source)", "source -> sink (source -> sink)",
              "end to end (gen -> sink)", "windowed output (gen -> window)"]  # fmt: skip
@@ -250,11 +258,17 @@ def test_the_table_and_every_plot_show_the_same_steady_state_records(tmp_path: P
         elif gid in ("p90", "p99"):
             drawn[gid] = [float(y) for y in line.get_ydata()]
     for i, cells in enumerate(table.values()):
-        assert [f"{drawn[k][i]:,.3f}" for k in ("p50", "p90", "p99", "max")] == cells[1:], i
+        assert [format_duration(drawn[k][i] * 1e6) for k in ("p50", "p90", "p99", "max")] == cells[3:], i
     # ... and the arrays the plots receive, steady-state part, have the table's percentiles
     for s, cells in zip(series, table.values(), strict=True):
-        ms = s.steady().figured().duration_ns / 1e6
-        assert [f"{v:,.3f}" for v in (*np.percentile(ms, [50, 90, 99]), ms.max())] == cells[1:]
+        ns = s.steady().figured().duration_ns
+        assert [format_duration(v) for v in (*np.percentile(ns, [50, 90, 99]), ns.max())] == cells[3:]
+        # ... and the distinct stamps counted from the records themselves (the steady state's ids)
+        a, b = s.key["from_point"], s.key["to_point"]
+        pts = read_points(str(records if b != "window" else windows), a, b)
+        steady = ~in_ranges(pts["tuple_id"].to_numpy(), [WARM_IDS])
+        want = [f"{len(np.unique(pts[tsc_column(p)].to_numpy()[steady])):,}" for p in (a, b)]
+        assert cells[1:3] == want, s.path
         assert s.warmup is not None and int(s.warmup.sum()) == (200 if s.key["to_point"] != "window" else 4)
 
     # timeline.png: records and window rows on one axis, seconds since the start at their last stamp

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from cloudprofiler.cli import main
+from cp_sync.report import format_duration
 from tests.helpers.demo_run import HZ, MEASURED, START, WARM_IDS, write_run
 
 
@@ -100,13 +101,14 @@ def check_page(text: str, series: list[Any]) -> _Page:
     for key, drawn in box["values"].items():
         cells = page.cells[key]
         assert [cells[q] for q in ("p50", "p90", "p99", "max")] == [
-            f"{drawn[q]:,.3f}" for q in ("p50", "p90", "p99", "max")
+            format_duration(drawn[q] * 1e6) for q in ("p50", "p90", "p99", "max")
         ], key
-    # ... and both are the steady-state records' own percentiles
+    # ... and both are the steady-state records' own percentiles and distinct stamps
     for s, key in zip(steady, keys, strict=True):
-        ms = s.steady().figured().duration_ns / 1e6
-        assert page.cells[key]["p99"] == f"{np.percentile(ms, 99):,.3f}"
+        ns = s.steady().figured().duration_ns
+        assert page.cells[key]["p99"] == format_duration(np.percentile(ns, 99))
         assert page.cells[key]["count"] == f"{len(s.steady().duration_ns):,}"
+        assert page.cells[key]["from_stamps"] == f"{len(np.unique(s.steady().from_tsc)):,}"
     return page
 
 
