@@ -459,6 +459,7 @@ def _kill_mid_batch(cluster: Cluster, driver: subprocess.Popen[bytes], log: Path
 def _translate(cluster: Cluster, out: Path) -> str:
     argv = [sys.executable, "-m", "cloudprofiler.cli", "translate", "--records", OUT, "--from", "mid"]
     argv += ["--to", "sink", "--reference", VA.domain, "--out", str(out)]
+    argv += ["--plot", str(out.with_suffix(".png"))]
     r = subprocess.run(
         ["ip", "netns", "exec", cluster.spaces["d"], *argv],
         env=cluster.driver_env,
@@ -584,6 +585,8 @@ def test_sync_auto_cross_host_durations_within_their_bounds(cluster: Cluster, pr
     # The coordinator listens on the driver's address, as the executors reach it.
     assert endpoint.startswith(f"tcp://{cluster.addrs['d']}:"), endpoint
     assert "reference profile-host-a" in profile.translate_stdout
+    # the plot docs/tutorials/cluster.md shows (docs/figures/make_cluster_picture.py copies it)
+    assert (cluster.driver_dir / "latency.png").stat().st_size > 0
 
     assert profile.latency.num_rows == 3 * ROWS  # a row per record and method
     rec = profile.records.to_pydict()
