@@ -46,9 +46,11 @@ the query is source -> sink, or your transformation: --query module:function
 (or path/to/file.py:function) takes the source's DataFrame and returns what
 goes into the sink, keeping tuple_id and the gen stamp (cp_tsc_gen,
 cp_node_gen). A query that drops tuples is judged by what it read: a trial
-lands once the query has read everything the factory published, and what it
-did not write is counted as filtered. The transformation is per tuple (filter,
-select, withColumn, a join with a static table, UDFs): a streaming
+lands once the query has read every tuple emitted, and what it read and did
+not write is counted as filtered, at the same instant as what it received (a
+tuple read after the grace counts against the trial, written or not). The
+transformation is per tuple (filter, select, withColumn, a join with a static
+table, UDFs): a streaming
 aggregation is refused at start, as its windows come out in later trials. With
 --sink, it measures your running query: its source must read the spool given
 by --spool (or the factory at --endpoint) and its cloudprofiler sink must

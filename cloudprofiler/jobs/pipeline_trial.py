@@ -13,13 +13,19 @@ pipeline's reference latency (the smallest landing times of the loads it
 sustained) plus a small excess, never the latency of one slow load: a backlog
 that drains within the grace period passes as sustained.
 
-A query that may drop tuples (``Target.may_filter``: a user's filter or
-aggregation) cannot be judged by counting: its sink holds fewer tuples than were
-emitted. Its trial has landed once the factory has drained the trial's senders
-and the query's last committed micro-batch read every segment the factory
-published (``Target.read_through`` against ``Spool.latest``); the tuples it read
-and did not write are then ``filtered``, exactly: emitted = in the sink + lost
-in transit + filtered.
+A query that may drop tuples (``Target.may_filter``: a user's filter) cannot be
+judged by counting its sink alone: its sink holds fewer tuples than were emitted.
+Such a query's committed micro-batches are counted as well: what each read
+(Spark's ``numInputRows``, ``Target.batches``) and what it wrote (the sink's
+manifest of the same batch id). Both counts are taken over the same committed
+micro-batches, the trial's (the query has read everything earlier before a trial
+starts): the tuples read and not written are ``filtered``, and a trial has
+landed once the query read all it emitted (or, with tuples lost in transit, all
+the factory published: the factory drained and the query read through its latest
+segments). When the grace period runs out first, ``received`` and ``filtered``
+are what the query had disposed of then, so a tuple read after the grace counts
+against the trial whether it was written or filtered: emitted = received +
+filtered + lost + still in the pipeline when the trial was judged.
 
 The target (:mod:`cloudprofiler.jobs.queries`) is a small set of callables, so the
 same trial runs the cloudprofiler source, a baseline source fed by another
@@ -34,7 +40,7 @@ from typing import Any, NamedTuple
 
 from cloudprofiler.errors import TrialError
 from cloudprofiler.jobs.latency_slope import latency_slope
-from cloudprofiler.jobs.queries import Target
+from cloudprofiler.jobs.queries import BatchRead, Target
 from cloudprofiler.jobs.rate_search import Step, grace_from_landings, reference_latency
 from cloudprofiler.jobs.sink_counter import SinkCounter
 from cp_source.spool.segments import Spool
@@ -44,6 +50,7 @@ class _Offered(NamedTuple):
     summary: dict[str, Any]
     senders: set[int]
     received: int  # committed when judged: at landing, or when the grace period ran out
+    filtered: int  # read and not written by then (a query that may filter; 0 otherwise)
     t_offered: float  # wall time the generator stopped
     landing: float | None  # generator stop -> last tuple committed, s; None: not within the grace period
 
@@ -70,25 +77,67 @@ class PipelineTrial:
         self.counter = SinkCounter(self.target.sink)
         self.landings: list[float] = []  # landing times of sustained loads, s
         self._spool = None if self.target.spool is None else Spool(self.target.spool)
+        self._read: dict[int, BatchRead] = {}  # a filtering query's committed micro-batches, by id
+        self._first = 0  # the first micro-batch id that can hold the current load's tuples
+        if self.target.may_filter and (self.target.batches is None or self._spool is None):
+            raise ValueError(
+                "a query that may filter is judged by its micro-batches and its spool: give both"
+            )
 
-    def _caught_up(self, senders: set[int]) -> bool:
-        """The factory drained ``senders`` and the query committed a micro-batch reading all it published."""
-        if self._spool is None or self.target.read_through is None:
-            return False
-        if not self._spool.drained(senders):
-            return False
-        latest = self._spool.latest()  # final for these senders: the factory has published all of them
-        end = self.target.read_through()
-        return end is not None and all(end.get(w, -1) >= n for w, n in latest.items())
+    def _last_batch(self) -> BatchRead | None:
+        """The query's last committed micro-batch; every batch since the last call is kept in ``_read``."""
+        assert self.target.batches is not None  # a query that may filter has them (__post_init__)
+        for b in self.target.batches():
+            self._read[b.batch] = b
+        return self._read[max(self._read)] if self._read else None
 
-    def _landed(self, senders: set[int], emitted: int) -> bool:
-        """Everything emitted was committed (or, for a query that may filter, read and committed)."""
+    def _read_through(self, last: BatchRead | None) -> bool:
+        """``last`` read through every segment the factory has published (true while there is none)."""
+        assert self._spool is not None
+        end = {} if last is None or last.end is None else last.end
+        return all(end.get(w, -1) >= n for w, n in self._spool.latest().items())
+
+    def _disposed(self, senders: set[int], emitted: int) -> tuple[bool, int, int]:
+        """(landed, received, filtered) of a query that may filter, over the same committed batches.
+
+        Landed: the query read every emitted tuple; or the factory drained ``senders`` (so what it
+        published is final, and the rest was lost in transit) and the query read through it.
+        """
+        drained = self._spool is not None and self._spool.drained(senders)
+        last = self._last_batch()  # after the drain check: then its latest segments are final
+        self.counter.poll()  # after the batch: a batch's manifest is published before its progress
+        if last is None:
+            return False, 0, 0
+        read = sum(b.rows for i, b in self._read.items() if self._first <= i <= last.batch)
+        received = self.counter.received(senders, through=last.batch)
+        landed = read >= emitted or drained and self._read_through(last)
+        return landed, received, read - received
+
+    def _settle(self) -> None:
+        """Before a load on a query that may filter: wait until it read all the factory published, so
+        the micro-batches from now on read only the new load's tuples."""
+        deadline = time.time() + self.drain_timeout
+        while True:
+            drained = self._spool is not None and self._spool.drained()
+            last = self._last_batch()  # after the drain check: then the latest segments are final
+            if drained and self._read_through(last):
+                self._first = 0 if last is None else last.batch + 1
+                return
+            if time.time() > deadline:
+                raise TrialError(
+                    f"the query under test had not read all the factory published {self.drain_timeout:g} s "
+                    "after the last load: a new trial would count those tuples as its own"
+                )
+            self._check_alive()
+            time.sleep(0.1)
+
+    def _landed(self, senders: set[int], emitted: int) -> tuple[bool, int, int]:
+        """(everything emitted was accounted for, received, filtered): counted at one instant."""
         if self.target.may_filter:
-            caught_up = self._caught_up(senders)
-            self.counter.poll()  # after the check: the commit it saw is in the sink's manifests
-            return caught_up
+            return self._disposed(senders, emitted)
         self.counter.poll()
-        return self.counter.received(senders) >= emitted
+        received = self.counter.received(senders)
+        return received >= emitted, received, 0
 
     def current_grace(self) -> float | None:
         """The grace period the next trial is judged with (None: automatic, before any landing)."""
@@ -138,6 +187,8 @@ class PipelineTrial:
 
     def _offer_and_count(self, rate: float, grace: float) -> _Offered:
         self._check_alive()
+        if self.target.may_filter:
+            self._settle()
         summary = self.target.offer(rate, self.duration)
         # the generator's last emission, not when offer() returned: the end-of-stream handshake and
         # the process's exit take a second or more on a loaded machine, time a backlog would drain in
@@ -147,13 +198,12 @@ class PipelineTrial:
         # grace: how long after the generator stopped the query may take to commit the rest
         deadline = t_offered + grace
         while True:
-            landed = self._landed(senders, emitted)
-            received = self.counter.received(senders)
+            landed, received, filtered = self._landed(senders, emitted)
             now = time.time()
             if landed:
-                return _Offered(summary, senders, received, t_offered, now - t_offered)
+                return _Offered(summary, senders, received, filtered, t_offered, now - t_offered)
             if now >= deadline:
-                return _Offered(summary, senders, received, t_offered, None)
+                return _Offered(summary, senders, received, filtered, t_offered, None)
             self._check_alive()
             time.sleep(0.05)
 
@@ -165,7 +215,7 @@ class PipelineTrial:
         only then is what it did not write known to be filtered, not still on its way.
         """
         if self.target.may_filter:
-            return self._drain_read(senders)
+            return self._drain_read(senders, emitted)
         deadline = time.time() + self.drain_timeout
         lost: int | None = None
         while True:
@@ -185,17 +235,20 @@ class PipelineTrial:
             self._check_alive()
             time.sleep(0.1)
 
-    def _drain_read(self, senders: set[int]) -> tuple[int, int | None, float | None]:
+    def _drain_read(self, senders: set[int], emitted: int) -> tuple[int, int | None, float | None]:
         deadline = time.time() + self.drain_timeout
-        while not self._caught_up(senders):
+        while not self._disposed(senders, emitted)[0]:
             if time.time() > deadline:
-                self.counter.poll()
                 return self.counter.received(senders), None, None
             self._check_alive()
             time.sleep(0.1)
-        self.counter.poll()
-        assert self._spool is not None  # _caught_up needs the spool
-        return self.counter.received(senders), self._spool.stats().lost_of(senders), time.time()
+        t_all = time.time()
+        assert self._spool is not None  # a query that may filter has one (__post_init__)
+        while not self._spool.drained(senders):  # the factory's gap counts are final only then
+            if time.time() > deadline:
+                return self.counter.received(senders), None, t_all
+            time.sleep(0.1)
+        return self.counter.received(senders), self._spool.stats().lost_of(senders), t_all
 
     def __call__(self, rate: float) -> Step:
         import native_tsc
@@ -217,8 +270,8 @@ class PipelineTrial:
         if mixed:
             raise TrialError(f"sink partitions mixed tuples of different trials: {mixed[:3]}")
         emitted = int(summary["emitted"])
-        # what the query read and did not write: known once it has read everything (lost is then final)
-        filtered = emitted - lost - drained if self.target.may_filter and lost is not None else 0
+        # what the query read and did not write in all: known once it has read everything (lost final)
+        filtered_all = emitted - lost - drained if self.target.may_filter and lost is not None else 0
         clean = not summary["dropped"] and not lost and not summary["generator_bound"]
         if off.landing is not None and clean:
             self.landings.append(off.landing)  # a load it sustained: its latency is the pipeline's
@@ -237,7 +290,7 @@ class PipelineTrial:
                 "id_ranges": [[s["first_tuple_id"], s["next_tuple_id"]] for s in summary["senders"]],
                 "dropped_ranges": [r for s in summary["senders"] for r in s.get("dropped_ranges", [])],
                 "received_after_drain": drained,
-                "filtered": filtered,
+                "filtered_after_drain": filtered_all,
                 "latency_samples": samples,
                 "lost_known": lost is not None,
                 "grace": grace,
@@ -257,5 +310,5 @@ class PipelineTrial:
             duration=self.duration,
             landing=landing,
             grace=grace,
-            filtered=filtered,
+            filtered=off.filtered,
         )

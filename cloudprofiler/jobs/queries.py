@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from cloudprofiler.cli.process import cli_argv
 from cloudprofiler.errors import TrialError
@@ -111,6 +111,34 @@ def generator_offer(
     return offer
 
 
+class BatchRead(NamedTuple):
+    """What one committed micro-batch of a query read: its id, the rows its source gave it (Spark's
+    ``numInputRows``) and the per-worker segment its source read up to (None: another source)."""
+
+    batch: int
+    rows: int
+    end: dict[str, int] | None
+
+
+def batches_read(query: Any) -> list[BatchRead]:
+    """The micro-batches in a streaming query's recent progress, oldest first (idle reports left out:
+    they repeat a batch id and read nothing)."""
+    from cp_source.ready.offsets import SPOOL_KEY
+
+    out: dict[int, BatchRead] = {}
+    for prog in query.recentProgress:
+        sources = prog.get("sources") or [{}]
+        end = sources[0].get("endOffset")
+        parsed = json.loads(end) if isinstance(end, str) else end
+        offsets = (
+            {k: int(v) for k, v in parsed.items() if k != SPOOL_KEY} if isinstance(parsed, dict) else None
+        )
+        b = int(prog["batchId"])
+        if b not in out or int(prog["numInputRows"]) > out[b].rows:
+            out[b] = BatchRead(b, int(prog["numInputRows"]), offsets)
+    return [out[b] for b in sorted(out)]
+
+
 @dataclass
 class Target:
     """A running query under test: where load goes in and where its sink commits."""
@@ -122,10 +150,11 @@ class Target:
     label: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     # a query that may drop tuples (a user's --query): the sink then holds fewer tuples than
-    # the factory published, and a trial has landed once the query has read all the factory published
+    # the factory published; what it read is counted per micro-batch (``batches``), and a trial has
+    # landed once the query has read every tuple of it
     may_filter: bool = False
-    # the per-worker segment the query's last committed micro-batch read up to (None: not yet)
-    read_through: Callable[[], dict[str, int] | None] | None = None
+    # the query's recent committed micro-batches: what each read and how far (batches_read)
+    batches: Callable[[], list[BatchRead]] | None = None
 
 
 def ysb_stateless(events: Any) -> Any:
@@ -273,7 +302,6 @@ def start_source_query(
     (``columns=``: only the columns ``transform`` reads).
     """
     import cloudprofiler
-    from cloudprofiler.spark_local import source_end_offset
 
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -307,7 +335,7 @@ def start_source_query(
         label="cloudprofiler source",
         extra={"endpoint": endpoint, "checkpoint": str(ckpt)},
         may_filter=may_filter,
-        read_through=lambda: source_end_offset(query),
+        batches=lambda: batches_read(query),
     )
     return target, query
 

@@ -41,10 +41,17 @@ class Step:
     duration: float = 0.0
     landing: float | None = None  # generator stop -> last tuple committed, s (None: never, or unknown)
     grace: float | None = None  # the grace period this trial was judged with, s
-    # tuples the query itself dropped (a user's filter): published by the
-    # factory, read by the query, not in the sink; 0 for a query that passes every tuple
+    # tuples the query itself dropped (a user's filter): published by the factory, read by the
+    # query, not in the sink; 0 for a query that passes every tuple. Counted at the same instant as
+    # ``received`` (at landing, or when the grace period ran out), over the same micro-batches
     filtered: int = 0
     verdict: Verdict = "sustained"
+
+    @property
+    def pending(self) -> int:
+        """Emitted tuples neither lost, received nor filtered when the trial was judged: still in the
+        pipeline when the grace period ran out (emitted = lost + received + filtered + pending)."""
+        return self.emitted - self.lost - self.received - self.filtered
 
     def judge(self, latency_slope_limit: float | None) -> Verdict:
         """Set and return the verdict; the first failed criterion names it."""
@@ -66,8 +73,8 @@ class Step:
             v = "sustained"
         if self.received + self.filtered > self.emitted:
             raise AssertionError(
-                f"sink committed {self.received} tuples of a trial that emitted {self.emitted}: "
-                "duplicates or tuples from another trial"
+                f"the query received {self.received} and filtered {self.filtered} tuples of a trial that "
+                f"emitted {self.emitted}: duplicates or tuples from another trial"
             )
         self.verdict = v
         return v

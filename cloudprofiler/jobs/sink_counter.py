@@ -25,6 +25,8 @@ class SinkCounter:
         self.path = resolve(path)
         self._read: set[int] = set()
         self.per_sender: dict[int, int] = {}
+        # (batch id, sender, tuples): what a micro-batch committed, to count up to a given batch
+        self.per_batch: list[tuple[int, int, int]] = []
         self.mixed: list[tuple[int, int, int]] = []  # (batch, min sender, max sender)
 
     def poll(self) -> None:
@@ -45,13 +47,16 @@ class SinkCounter:
                 s_lo, s_hi = sender_of(int(lo)), sender_of(int(hi))
                 if s_lo == s_hi:
                     self.per_sender[s_lo] = self.per_sender.get(s_lo, 0) + int(seen)
+                    self.per_batch.append((bid, s_lo, int(seen)))
                 else:
                     self.mixed.append((bid, s_lo, s_hi))
                     self.per_sender[-1] = self.per_sender.get(-1, 0) + int(seen)
 
-    def received(self, senders: set[int]) -> int:
-        """Committed tuples of these senders."""
-        return sum(self.per_sender.get(s, 0) for s in senders)
+    def received(self, senders: set[int], through: int | None = None) -> int:
+        """Committed tuples of these senders; with ``through``, of micro-batches up to that batch id."""
+        if through is None:
+            return sum(self.per_sender.get(s, 0) for s in senders)
+        return sum(n for bid, s, n in self.per_batch if bid <= through and s in senders)
 
     def mixed_with(self, senders: set[int]) -> list[tuple[int, int, int]]:
         """Partitions whose id range spans one of these senders and another sender."""

@@ -17,7 +17,11 @@ from cloudprofiler.jobs.user_query import apply_query, load_query, query_transfo
 
 SCHEMA = "name STRING, price DOUBLE"
 QUERY = """
+import time
+
 from pyspark.sql import functions as F
+
+from cp_source.wire.bucket import SEQ_BITS
 
 
 def transform(events):
@@ -58,6 +62,20 @@ def static_lookup(events):
     # an aggregation on a static table joined to the stream is per tuple on the stream's side
     lookup = events.sparkSession.createDataFrame([("a", 1)], "name string, k int").groupBy("name").count()
     return events.join(F.broadcast(lookup), "name")
+
+
+@F.udf("boolean")
+def _first_200(tuple_id):
+    # a sender's tuples from the 391st on take 0.4 s each: the end of a 400-tuple load is read late
+    seq = tuple_id & ((1 << SEQ_BITS) - 1)
+    if seq >= 390:
+        time.sleep(0.4)
+    return seq < 200
+
+
+def first_200(events):
+    # keeps each sender's first 200 tuples: half of a 400-tuple load, all of a 100-tuple one
+    return events.filter(_first_200("tuple_id"))
 
 
 NOT_CALLABLE = 3
@@ -219,3 +237,53 @@ def test_search_on_a_file_through_a_users_query(spark: Any, tmp_path: Path, quer
         kept = {i for i in sent if i % 3 != 0}
         assert {i for i in ids if i in sent} == kept
         assert step.received == len(kept) and step.filtered == len(sent) - len(kept) > 0
+
+
+@pytest.mark.long  # a real query, two loads, and 4 s of a UDF's sleep: about 30 s on a loaded 2-core machine
+@pytest.mark.timeout(300)
+def test_a_trial_whose_filtered_tuples_are_read_after_the_grace_is_not_sustained(
+    spark: Any, tmp_path: Path, query_file: Path
+) -> None:
+    """A query that filters half of a load's tuples, and reads the filtered half late.
+
+    The kept half (the first 200 tuples) is written at once; the last 10 tuples take 4 s of a UDF,
+    so the query has read the load only seconds after the grace ran out. The trial lands late and
+    is not sustained; what was received and filtered is counted at the instant the grace ran out.
+    """
+    from cloudprofiler.jobs.pipeline_trial import PipelineTrial
+    from cloudprofiler.jobs.queries import start_source_query
+    from cp_sink.records import read_records
+    from cp_source.wire.bucket import SEQ_BITS
+
+    data = tmp_path / "events.ndjson"
+    data.write_text("".join(json.dumps({"name": f"n{i}", "price": i / 4}) + "\n" for i in range(40)))
+    target, query = start_source_query(
+        spark,
+        tmp_path / "q",
+        transform=query_transform(f"{query_file}:first_200"),
+        may_filter=True,
+        workload=f"file:{data}",
+        schema=SCHEMA,
+        handler="id",
+        bucket=50,
+    )
+    trial = PipelineTrial(target, duration=1.0, grace=30.0)  # the first load starts Python workers
+    try:
+        warm = trial(100)
+        # 400 tuples in 4 s: the kept half in the first 2 s, the slow tail 2 s after it
+        trial.duration, trial.grace = 4.0, 1.5
+        slow = trial(100)
+    finally:
+        query.stop()
+    assert warm.judge(None) == "sustained" and (warm.emitted, warm.received, warm.filtered) == (100, 100, 0)
+    assert slow.landing is not None and slow.grace == 1.5 and slow.landing > slow.grace + 1, slow
+    assert slow.judge(None) == "backlog", slow
+    assert slow.emitted == 400 and slow.dropped == slow.lost == 0, slow
+    assert slow.received + slow.filtered + slow.pending == 400 and slow.pending > 0, slow
+    # drained: the sink holds exactly the kept half, the other half was read and filtered
+    h = trial.history[-1]
+    sent = {i for first, nxt in h["id_ranges"] for i in range(first, nxt)}
+    kept = {i for i in sent if i & ((1 << SEQ_BITS) - 1) < 200}
+    ids = read_records(target.sink)["tuple_id"].to_pylist()
+    assert {i for i in ids if i in sent} == kept and len(kept) == 200
+    assert (h["received_after_drain"], h["filtered_after_drain"]) == (200, 200)
