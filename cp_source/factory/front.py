@@ -42,8 +42,14 @@ import zmq
 from cp_source.factory.credit import AUTO, DEFAULT_TIMEOUT_S, CreditBook
 from cp_source.spool.front_records import MAX_GREETED, FrontLedger, FrontProgress
 from cp_source.wire import bucket as bk
-from cp_source.wire.sender_link import REFUSED_SENDER_IN_USE, AckInfo, answer_control, credit_frames
-from cp_source.wire.workload_id import WorkloadId, hello_fingerprint, hello_wants_credit
+from cp_source.wire.sender_link import (
+    MAX_ACK_SCHEMA_BYTES,
+    REFUSED_SENDER_IN_USE,
+    AckInfo,
+    answer_control,
+    credit_frames,
+)
+from cp_source.wire.workload_id import WorkloadId, hello_fingerprint, hello_wants_credit, hello_wants_schema
 from cp_source.wire.workload_id import refusal as workload_refusal
 from native_tsc.zmq_bounds import cut_frames, recv_bounded
 
@@ -96,7 +102,8 @@ class FrontEnd:
         # hellos are answered once every worker is ready: a generator acknowledged earlier would run
         # its schedule into workers still starting, and its queue would fill into counted drops
         self.workers_ready = threading.Event()
-        self._pending_hellos: dict[bytes, tuple[bk.Header, bool]] = {}  # and whether it asks for credit
+        # and whether it asks for credit, and for the factory's schema
+        self._pending_hellos: dict[bytes, tuple[bk.Header, bool, bool]] = {}
         self._greeted: dict[int, bytes] = {}  # sender id -> the connection that said hello as it
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cp-factory-front", daemon=True)
@@ -150,10 +157,16 @@ class FrontEnd:
                 if self.progress.hello(h.sender_id):
                     self.progress.maybe_write(force=True)  # one line appended, whatever the senders known
                 self.counters["senders_unrecorded"] = self.progress.unrecorded  # counted before the answer
-                self._reply(ident, h, credit=hello_wants_credit(frames[1]))
+                self._reply(
+                    ident, h, credit=hello_wants_credit(frames[1]), schema=hello_wants_schema(frames[1])
+                )
             elif ident in self._pending_hellos or len(self._pending_hellos) < MAX_PENDING_HELLOS:
                 self.progress.hello(h.sender_id)
-                self._pending_hellos[ident] = (h, hello_wants_credit(frames[1]))
+                self._pending_hellos[ident] = (
+                    h,
+                    hello_wants_credit(frames[1]),
+                    hello_wants_schema(frames[1]),
+                )
             self.counters["senders_unrecorded"] = self.progress.unrecorded
         elif h.kind == bk.KIND_EOS:
             try:
@@ -209,13 +222,31 @@ class FrontEnd:
             self.counters["long_messages"] += 1
         return msg
 
-    def _reply(self, ident: bytes, h: bk.Header, info: AckInfo | None = None, credit: bool = False) -> None:
-        """Acknowledge a hello (with the frame cap, and the sender's first credit when it asks for
-        one) or an end of stream (``info``: what was accepted)."""
+    def _reply(
+        self,
+        ident: bytes,
+        h: bk.Header,
+        info: AckInfo | None = None,
+        credit: bool = False,
+        schema: bool = False,
+    ) -> None:
+        """Acknowledge a hello (with the frame cap, the sender's first credit when it asks for one,
+        and the factory's workload and schema when it asks for them) or an end of stream (``info``:
+        what was accepted)."""
         if h.kind == bk.KIND_HELLO:
             first = self.credit.hello(h.sender_id, ident, credit)
-            info = AckInfo(max_frame_bytes=self.max_frame_bytes, credit_seq=first)
+            workload, ddl = self._announced(schema)
+            info = AckInfo(self.max_frame_bytes, credit_seq=first, workload=workload, schema=ddl)
         answer_control(self.front, ident, h, info=info)
+
+    def _announced(self, asked: bool) -> tuple[str | None, str | None]:
+        """The factory's workload and its schema (Spark DDL, an NDJSON workload's), for a hello that
+        asked; a schema too long for the answer is left out (the generator says it was not announced)."""
+        w = self.workload
+        if not asked or w is None:
+            return None, None
+        fits = w.ddl and len(w.ddl.encode()) <= MAX_ACK_SCHEMA_BYTES
+        return w.name, w.ddl if fits else None
 
     def _send_credits(self) -> None:
         """The credits that grew, and a keep-alive for each live sender (``cp_source.factory.credit``)."""
@@ -263,8 +294,8 @@ class FrontEnd:
                             break
                 if self._pending_hellos and self.workers_ready.is_set():
                     self.progress.maybe_write(force=True)  # the senders on file before their acks
-                    for ident, (h, credit) in self._pending_hellos.items():
-                        self._reply(ident, h, credit=credit)
+                    for ident, (h, credit, schema) in self._pending_hellos.items():
+                        self._reply(ident, h, credit=credit, schema=schema)
                     self._pending_hellos.clear()
                 self._send_credits()
                 self.ledger.maybe_write()

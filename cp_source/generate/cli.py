@@ -45,12 +45,16 @@ examples:
   cloudprofiler generate --rate 20000 --duration 10 --bucket 100 --delay zipf:0.99,200 --delay-seed 7
   cloudprofiler generate --rate 50000 --duration 30 --key-skew zipf:1.0 --hot-key-rotate 5
 
---workload file:PATH replays the file's lines cyclically. With --schema (the
-factory's Spark DDL) every line is parsed against it, by the factory's own
-parser, before anything is sent: a bad line is an error naming its line number,
-the field and why (exit status 2), and --skip-bad-lines sends only the good
-lines instead (skipped_lines in the summary). A replayed file is at most 64 MiB;
-a line or a bucket over the factory's frame cap is refused before the first bucket.
+--workload file:PATH replays the file's lines cyclically. Every line is parsed,
+by the factory's own parser, before the first bucket against --schema (Spark
+DDL) or, without it, against the schema the factory announces in its answer to
+the hello: a bad line is an error naming its line number, the field and why
+(exit status 2), and --skip-bad-lines sends only the good lines instead
+(skipped_lines in the summary). A schema field no line has is an error naming
+the closest key the lines have; one that some lines lack is counted
+(line_check.missing_fields), and one line on stderr says what was checked.
+A replayed file is at most 64 MiB; a line or a bucket over the factory's frame
+cap is refused before the first bucket.
 --workload parquet:PATH (a path or URI) replays a Parquet file's rows cyclically
 as Arrow IPC payloads; the file's footer gives the columns (no --schema), and
 at most 64 MiB of its rows are read.
@@ -175,7 +179,8 @@ def _add_file_arguments(parser: argparse.ArgumentParser) -> None:
         "--schema",
         default=None,
         metavar="DDL",
-        help="file:PATH only: the factory's schema (Spark DDL); every line is checked against it first",
+        help="file:PATH only: the factory's schema (Spark DDL); every line is checked against it first "
+        "(default: against the schema the factory announces)",
     )
     parser.add_argument(
         "--skip-bad-lines",
@@ -320,8 +325,13 @@ def run(args: argparse.Namespace) -> int:
     if args.summary:
         args.summary.write_bytes(data + b"\n")
     brief = {k: v for k, v in summary.items() if k != "senders"}
-    brief["senders"] = [{k: v for k, v in s.items() if k != "dropped_ranges"} for s in summary["senders"]]
+    # each sender's dropped ranges and line check (the run's, above) are in the --summary file
+    brief["senders"] = [
+        {k: v for k, v in s.items() if k not in ("dropped_ranges", "line_check")} for s in summary["senders"]
+    ]
     sys.stdout.write(orjson.dumps(brief, option=orjson.OPT_INDENT_2).decode() + "\n")
+    if summary["line_check"] is not None:
+        print(summary["line_check"]["text"], file=sys.stderr)
     if summary["skipped_lines"]:
         print(f"skipped {summary['skipped_lines']:,} bad line(s) of {args.workload[5:]}", file=sys.stderr)
     if summary["generator_bound"]:

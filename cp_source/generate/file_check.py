@@ -12,7 +12,15 @@ DDL, ``parse_ddl``) before the generator connects to anything:
 * with ``skip_bad_lines`` only the good lines are kept, and ``FileLines.skipped`` counts the others
   (the summary's ``skipped_lines``); a file whose every line is bad still fails, in one line.
 
-Without a schema each line must only be a JSON object (the factory's schema is then unknown here).
+A schema field that no checked line has would be null in every row: it is an error naming the
+field and the closest key the lines do have (``did you mean 'carrier'?``, a typo in the schema),
+nothing sent. A field only some lines lack is counted (``FileLines.missing``, ``missing_fields`` of
+the summary's ``line_check``): those rows get a null there.
+
+Without a schema each line must only be a JSON object before the generator connects; the sender
+then asks the factory for its schema in its hello, and checks every line against the one announced
+before its schedule starts (:func:`check_against_factory`); a factory that announces none (an older
+one) leaves the lines checked as JSON objects only, and the summary's ``line_check`` says so.
 
 Lines are checked in chunks of up to 64 KiB (one parse each); in a chunk that fails, the factory's
 own search for a bucket's bad rows (``cp_source.factory.bad_rows.find_bad_rows``, the rows it would
@@ -28,12 +36,14 @@ they are written: the factory parses exactly the bytes checked here.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from array import array
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import BinaryIO
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import BinaryIO, TypedDict
 
 import orjson
 import pyarrow as pa
@@ -41,6 +51,7 @@ import pyarrow as pa
 from cp_source.factory.bad_rows import find_bad_rows
 from cp_source.factory.parse_json import parse_arrow_json
 from cp_source.wire.bucket import BucketError
+from cp_source.wire.workload_id import WorkloadMismatch
 from cp_source.wire.workloads import parse_ddl
 
 FILE_MAX_BYTES = 64 << 20
@@ -49,6 +60,8 @@ CHECK_CHUNK_BYTES = 64 << 10  # lines parsed together: a failing chunk costs abo
 _BLANK = b" \t\r"  # what the factory's parser strips to tell a blank line
 SKIP_HINT = "--skip-bad-lines sends only the good lines"
 _LINE_N = re.compile(r"^line \d+\b[,:]?\s*")  # a refusal names the line within the chunk
+MAX_KEYS = 10_000  # distinct keys kept to name the closest one to a field no line has
+BY_SCHEMA, BY_FACTORY = "schema", "factory"  # what the lines were checked against
 
 
 class BadFileLine(ValueError):
@@ -56,21 +69,73 @@ class BadFileLine(ValueError):
     number, the field and why."""
 
 
+class LineCheck(TypedDict):
+    """What a replayed file's lines were checked against before the first bucket (JSON: the
+    summary's ``line_check``). ``lines``: the non-blank lines checked; ``sent``: those kept (replayed);
+    ``skipped``: bad ones left out (``skip_bad_lines``); ``against``: ``schema`` (the one given),
+    ``factory`` (the one the factory announced in its answer to the hello) or null (each line only
+    a JSON object: no schema given, none announced); ``fields``: the schema's fields (0: none);
+    ``missing_fields``: each field some kept lines lack (null in their rows), with how many lack it;
+    ``text``: all of it in one line (what ``cloudprofiler generate`` prints)."""
+
+    lines: int
+    sent: int
+    skipped: int
+    against: str | None
+    fields: int
+    missing_fields: dict[str, int]
+    text: str
+
+
 @dataclass(frozen=True)
 class FileLines:
     """A replayed file's kept lines (stripped, in file order) and their 1-based line numbers in the
-    file; ``skipped``: bad lines left out (``skip_bad_lines``), ``first_skipped``: why the first was."""
+    file; ``skipped``: bad lines left out (``skip_bad_lines``), ``first_skipped``: why the first was;
+    ``against``: what they were checked against (``BY_SCHEMA``, ``BY_FACTORY``, None: JSON objects
+    only), ``fields``: that schema's fields, ``missing``: the fields some kept lines lack, and how
+    many lack each; ``unannounced``: why the factory's schema could not be checked (its answer)."""
 
     path: str
     lines: list[bytes]
     numbers: array[int] = field(default_factory=lambda: array("q"))
     skipped: int = 0
     first_skipped: str = ""
+    against: str | None = None
+    fields: int = 0
+    missing: dict[str, int] = field(default_factory=dict)
+    unannounced: str = ""
 
     @property
     def nbytes(self) -> int:
         """The kept lines' bytes, each with its newline: one pass over the file as payload."""
         return sum(map(len, self.lines)) + len(self.lines)
+
+    def report(self) -> LineCheck:
+        """The check as the summary's ``line_check``."""
+        return {
+            "lines": len(self.lines) + self.skipped,
+            "sent": len(self.lines),
+            "skipped": self.skipped,
+            "against": self.against,
+            "fields": self.fields,
+            "missing_fields": dict(self.missing),
+            "text": self.describe(),
+        }
+
+    def describe(self) -> str:
+        """One line: how many lines were checked, against what, and what it found."""
+        n = len(self.lines) + self.skipped
+        if self.against is None:
+            why = self.unannounced or "no schema given"
+            return f"checked {n:,} lines of {self.path} only as JSON objects ({why}): values not checked"
+        what = "--schema" if self.against == BY_SCHEMA else "the factory's schema"
+        found = f"{len(self.lines):,} sent, {self.skipped:,} skipped" if self.skipped else "every line parses"
+        if self.missing:
+            lack = ", ".join(
+                f"{k} from {v:,} lines" for k, v in sorted(self.missing.items(), key=lambda kv: -kv[1])
+            )
+            found += f"; fields missing from some lines (null there): {lack}"
+        return f"checked {n:,} lines of {self.path} against {what} ({self.fields} fields): {found}"
 
 
 def file_path(workload: str) -> str | None:
@@ -110,26 +175,122 @@ def check_file(
             f"{path} is {size:,} bytes, over the generator's cap of {max_bytes:,} bytes on a replayed "
             "file: replay a sample of it (e.g. the first lines: head -n N)"
         )
-    kept, numbers = [], array("q")
-    skipped, first = 0, ""
     with open(path, "rb") as f:
-        chunks = _Chunks(_numbered(f, path, max_bytes))
-        for chunk in chunks:
-            before = skipped
-            for n, line, why in _checked(chunk, fields):
-                if why is None:
-                    kept.append(line)
-                    numbers.append(n)
-                    continue
-                if not skip_bad_lines:
-                    raise BadFileLine(f"{path} line {n}: {why}; nothing was sent ({SKIP_HINT})")
-                skipped += 1
-                first = first or f"line {n}: {why}"
-            chunks.checked(skipped > before)
+        return _check_lines(path, _numbered(f, path, max_bytes), fields, skip_bad_lines, BY_SCHEMA)
+
+
+def check_against_factory(
+    lines: FileLines, workload: str | None, schema: str | None, skip_bad_lines: bool = False
+) -> FileLines:
+    """``lines`` (checked as JSON objects only) checked again, against the schema the factory announced
+    in its answer to the hello: ``workload``, its workload's name, ``schema`` its fields as Spark DDL
+    (None, None: it announced nothing, an older factory). Lines already checked against a schema are
+    returned as they are. A factory whose payloads are not NDJSON lines (a Parquet file's) is a
+    ``WorkloadMismatch``; a bad line a ``BadFileLine`` naming it, as with ``--schema``."""
+    if lines.against is not None:
+        return lines
+    if schema is None:
+        if workload is None:
+            return replace(lines, unannounced="the factory announced no schema: give --schema")
+        if workload == "parquet":
+            raise WorkloadMismatch(
+                f"the factory takes workload {workload} (Arrow IPC buckets of a Parquet file), but this "
+                f"generator sends the NDJSON lines of {lines.path}: start the factory with --workload file: "
+                "and the lines' --schema"
+            )
+        return replace(
+            lines, unannounced=f"the factory's {workload} schema is too long to announce: give --schema"
+        )
+    fields = parse_ddl(schema)
+    checked = _check_lines(
+        lines.path, zip(lines.numbers, lines.lines, strict=True), fields, skip_bad_lines, BY_FACTORY
+    )
+    return replace(
+        checked,
+        skipped=checked.skipped + lines.skipped,
+        first_skipped=lines.first_skipped or checked.first_skipped,
+    )
+
+
+def _check_lines(
+    path: str,
+    numbered: Iterable[tuple[int, bytes]],
+    fields: pa.Schema | None,
+    skip_bad_lines: bool,
+    against: str,
+) -> FileLines:
+    """The numbered lines checked against ``fields`` (None: only a JSON object each), chunk by chunk."""
+    kept: list[bytes] = []
+    numbers = array("q")
+    skipped, first = 0, ""
+    presence = _Presence(fields.names if fields is not None else [])
+    chunks = _Chunks(iter(numbered))
+    for chunk in chunks:
+        before = len(kept)
+        for n, line, why in _checked(chunk, fields):
+            if why is None:
+                kept.append(line)
+                numbers.append(n)
+                continue
+            if not skip_bad_lines:
+                raise BadFileLine(f"{path} line {n}: {why}; nothing was sent ({SKIP_HINT})")
+            skipped += 1
+            first = first or f"line {n}: {why}"
+        presence.add(kept[before:])
+        chunks.checked(len(kept) - before < len(chunk))
     if not kept:
         what = f"all {skipped:,} lines are bad (the first, {first})" if skipped else "no JSON lines"
         raise BadFileLine(f"{path}: {what}; nothing was sent")
-    return FileLines(path, kept, numbers, skipped, first)
+    if fields is None:
+        return FileLines(path, kept, numbers, skipped, first)
+    missing = presence.missing_from_some(
+        path, len(kept), "--schema" if against == BY_SCHEMA else "the factory's schema"
+    )
+    return FileLines(path, kept, numbers, skipped, first, against, len(fields), missing)
+
+
+class _Presence:
+    """How many kept lines lack each schema field (its value in their rows is null), and the keys
+    those lines do have: a field no line has is in every line that lacks one, so the keys of those
+    lines alone name the closest one."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = frozenset(names)
+        self.lacking: Counter[str] = Counter()
+        self.keys: set[str] = set()
+
+    def add(self, lines: list[bytes]) -> None:
+        if not self.names:
+            return
+        for line in lines:
+            try:
+                doc = orjson.loads(line)
+            except orjson.JSONDecodeError:  # the factory's parser took it: it is an object (see the rules)
+                continue
+            lacks = self.names.difference(doc)
+            if lacks:
+                self.lacking.update(lacks)
+                if len(self.keys) < MAX_KEYS:
+                    self.keys.update(doc)
+
+    def missing_from_some(self, path: str, kept: int, schema: str) -> dict[str, int]:
+        """The fields some kept lines lack, with how many; ``BadFileLine`` naming the fields every
+        line lacks (each would be a column of nulls), each with the closest key the lines have."""
+        never = [n for n in sorted(self.names) if self.lacking[n] >= kept]
+        if never:
+            named = ", ".join(f"{n!r}{_closest(n, self.keys)}" for n in never)
+            raise BadFileLine(
+                f"{path}: no line has the field{'s' if len(never) > 1 else ''} {named} of {schema} (all "
+                f"{kept:,} lines checked): it would be null in every row; nothing was sent"
+            )
+        return {n: c for n, c in sorted(self.lacking.items()) if c}
+
+
+def _closest(name: str, keys: set[str]) -> str:
+    """`` (did you mean 'carrier'?)`` naming the key of the lines closest to ``name``, or nothing."""
+    same = [k for k in keys if k.lower() == name.lower()]
+    close = same or difflib.get_close_matches(name, sorted(keys), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _numbered(f: BinaryIO, path: str, max_bytes: int) -> Iterator[tuple[int, bytes]]:

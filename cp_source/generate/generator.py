@@ -23,7 +23,7 @@ from typing import Any
 import zmq
 
 from cp_source.generate.events import EventSettings
-from cp_source.generate.file_check import FileLines, read_workload_file
+from cp_source.generate.file_check import BadFileLine, FileLines, read_workload_file
 from cp_source.generate.hot_keys import plan_skew
 from cp_source.generate.payloads import BucketTooLarge, default_pool
 from cp_source.generate.sender import run_checked_sender
@@ -111,7 +111,7 @@ def _run_processes(
     for p in procs:
         p.join()
     # the others stopped at the barrier because of it, before any data bucket
-    for kind in (SenderIdInUse, WorkloadMismatch, BucketTooLarge, FactoryUnavailable):
+    for kind in (SenderIdInUse, WorkloadMismatch, BadFileLine, BucketTooLarge, FactoryUnavailable):
         first = next((msg for name, msg in errors if name == kind.__name__), None)
         if first is not None:
             raise kind(first)
@@ -137,6 +137,8 @@ def _summary(
     max_lag = max(r["max_lag_ms"] for r in results)
     end_wall = max(r["end_wall_s"] for r in results)
     aborted = any(r["aborted"] for r in results)
+    # every sender checked the same lines against the same schema: the first one's check is the run's
+    check = results[0]["line_check"] if lines is not None else None
     rate, duration = s.rate, s.duration
     bound = aborted or achieved < (1 - RATE_TOLERANCE) * rate or max_lag / 1e3 > LAG_TOLERANCE * duration
     return {
@@ -171,7 +173,8 @@ def _summary(
         if events.key_skew and events.key_skew.rotate_ms
         else None,
         "schema": s.schema,
-        "skipped_lines": lines.skipped if lines is not None else 0,
+        "skipped_lines": check["skipped"] if check is not None else 0,
+        "line_check": check,
         "senders": results,
     }
 

@@ -24,7 +24,7 @@ import native_tsc
 from cp_source.generate.credit import POLL_MS, CreditGate
 from cp_source.generate.delayed import DelayedEmitter
 from cp_source.generate.events import EventSettings
-from cp_source.generate.file_check import FileLines, read_workload_file
+from cp_source.generate.file_check import BadFileLine, FileLines, check_against_factory, read_workload_file
 from cp_source.generate.file_pool import bucket_bytes, check_file_fits
 from cp_source.generate.hot_keys import Payloads
 from cp_source.generate.pacing import Emission, emit
@@ -32,7 +32,7 @@ from cp_source.generate.payloads import BucketTooLarge, check_fits, file_payload
 from cp_source.generate.settings import CreditCounters, SenderCounters, SenderSettings
 from cp_source.wire import bucket as bk
 from cp_source.wire.sender_link import AckInfo, DisconnectWatch, close_stream_info, open_link
-from cp_source.wire.workload_id import identify
+from cp_source.wire.workload_id import WorkloadMismatch, identify
 from native_tsc.process_times import mark
 
 SEND_HWM = 8  # at least this many buckets may wait in a sender's queue ...
@@ -47,10 +47,10 @@ EMPTY_EOS_TIMEOUT_S = 10.0
 
 
 def _open_link(
-    endpoint: str, packer: bk.HeaderPacker, s: SenderSettings, bucket_bytes: int
+    endpoint: str, packer: bk.HeaderPacker, s: SenderSettings, bucket_bytes: int, ask_schema: bool = False
 ) -> tuple[zmq.Context[Any], zmq.Socket[Any], AckInfo]:
     """A context and a socket whose hello a factory acknowledged, its queue sized for the sender's
-    rate; and what the acknowledgement said."""
+    rate; and what the acknowledgement said (with ``ask_schema``, the factory's workload and schema)."""
     hwm = s.hwm
     if hwm is None:
         by_time = math.ceil(SEND_QUEUE_S * s.rate / s.bucket)
@@ -59,7 +59,15 @@ def _open_link(
     try:
         workload = identify(s.workload, s.schema)  # named in the hello: a factory of another refuses it
         return ctx, *open_link(
-            ctx, endpoint, packer, hwm, s.ready_timeout, s.curve_keys, workload, credit=s.flow_control
+            ctx,
+            endpoint,
+            packer,
+            hwm,
+            s.ready_timeout,
+            s.curve_keys,
+            workload,
+            credit=s.flow_control,
+            schema=ask_schema,
         )
     except BaseException:
         ctx.term()
@@ -122,6 +130,7 @@ def _end_of_stream(
         "delay_seed": e.delay_seed,
         "delay_ms_mean": e.delay_ms_mean,
         "delay_ms_max": e.delay_ms_max,
+        "line_check": None,
         **_credit_report(e.credit),
     }
 
@@ -156,18 +165,25 @@ def run_checked_sender(
     mark(f"sender {s.sender_id}: started")
     pays, lines, size = _prepared(s, events, lines)
     packer = bk.HeaderPacker(s.sender_id, native_tsc.domain_id())
-    ctx, sock, hello = _open_link(endpoint, packer, s, size)
+    # a file replayed without a schema: its lines are checked against the one the factory announces
+    ctx, sock, hello = _open_link(
+        endpoint, packer, s, size, ask_schema=lines is not None and lines.against is None
+    )
     first = bk.tuple_id(s.sender_id, 0)
     watch = DisconnectWatch(sock)
     try:
         try:
+            if lines is not None:  # before the schedule: a bad line costs nothing on the hot path
+                lines = check_against_factory(lines, hello.workload, hello.schema, s.skip_bad_lines)
             pays = _fitting(pays, lines, s, hello.max_frame_bytes)
             gate = CreditGate(sock, s.sender_id, hello.credit_seq, events.heartbeat_ms or POLL_MS)
             emission = _run_loop(sock, packer, pays, s, first, barrier, events, gate)
-        except (BucketTooLarge, threading.BrokenBarrierError):
+        except (BucketTooLarge, BadFileLine, WorkloadMismatch, threading.BrokenBarrierError):
             _close_empty(sock, packer, s.sender_id, first)  # before any bucket: nothing was sent
             raise
-        return _end_of_stream(sock, packer, s.sender_id, first, s.rate, s.tuples, emission, watch)
+        counters = _end_of_stream(sock, packer, s.sender_id, first, s.rate, s.tuples, emission, watch)
+        counters["line_check"] = lines.report() if lines is not None else None
+        return counters
     finally:
         watch.close()
         sock.close(0)  # the end of stream was acknowledged (or counted as not delivered)

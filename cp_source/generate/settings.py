@@ -12,6 +12,7 @@ from typing import Any, TypedDict
 
 from cp_source.generate.delay import check_hold, parse_delay
 from cp_source.generate.events import EventSettings
+from cp_source.generate.file_check import LineCheck
 from cp_source.generate.hot_keys import KeySkew, parse_key_skew
 from cp_source.wire.sender_link import DEFAULT_READY_TIMEOUT_S
 
@@ -133,7 +134,8 @@ class SenderCounters(CreditCounters):
     ``end_wall_s``: wall time (s) of its last emission; ``heartbeats`` sent; ``event_ms_first``,
     ``event_ms_last``: event times of its first and last bucket (null: none); ``delay_seed``,
     ``delay_ms_mean``, ``delay_ms_max``: with an injected delay, its seed and the drawn delays (else null);
-    and its ``CreditCounters``.
+    ``line_check``: a replayed file's lines as this sender checked them before its first bucket
+    (``cp_source.generate.file_check.LineCheck``; null for another workload); and its ``CreditCounters``.
     """
 
     id: int
@@ -159,6 +161,7 @@ class SenderCounters(CreditCounters):
     delay_seed: int | None
     delay_ms_mean: float | None
     delay_ms_max: float | None
+    line_check: LineCheck | None
 
 
 class GeneratorSummary(TypedDict):
@@ -172,7 +175,10 @@ class GeneratorSummary(TypedDict):
     the settings (``bucket``, ``workload``, ``endpoint``, ``sender_base``, ``heartbeat_ms``,
     ``event_lag_ms``, ``event_jitter_ms``, ``event_start_ms``, ``delay``, ``delay_seed``,
     ``key_skew``, ``skew_keys``, ``hot_key_rotate_s``, ``schema``; null when not set);
-    ``skipped_lines``: the bad lines of a replayed file left out (``skip_bad_lines``); over every sender:
+    ``skipped_lines``: the bad lines of a replayed file left out (``skip_bad_lines``); ``line_check``:
+    what a replayed file's lines were checked against before the first bucket, the fields some lines
+    lack (``missing_fields``) and all of it in one line (``LineCheck``; null for another workload);
+    over every sender:
     ``aborted`` (any), ``eos_delivered`` and ``acknowledged`` (all), ``disconnects`` and
     ``heartbeats`` (summed); ``senders``: each sender's ``SenderCounters`` by sender id.
     """
@@ -207,4 +213,5 @@ class GeneratorSummary(TypedDict):
     hot_key_rotate_s: float | None
     schema: str | None
     skipped_lines: int
+    line_check: LineCheck | None
     senders: list[SenderCounters]

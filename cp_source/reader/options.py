@@ -275,10 +275,36 @@ def full_schema(opts: ReaderOptions) -> StructType:
 
     from cp_source.wire.workloads import resolve
 
+    if opts.workload.startswith("file:"):
+        check_ndjson_file(opts.workload[5:])
     seg = resolve(opts.workload, opts.schema_ddl).schema
     fields = list(from_arrow_schema(seg).fields)
     fields += [StructField(tsc_column(SOURCE), LongType()), StructField(node_column(SOURCE), StringType())]
     return StructType(fields)
+
+
+def check_ndjson_file(path: str) -> None:
+    """The NDJSON file a ``file:PATH`` workload names (a path or URI, through ``cp_store.location``)
+    exists and is a file with bytes in it: a missing one fails at ``load()`` in one line naming it,
+    as a ``parquet:`` workload's does, not as a query waiting forever for a generator that failed."""
+    import pyarrow.fs as pafs
+
+    from cp_store.location import StoreError, resolve
+
+    try:
+        loc = resolve(path)
+    except StoreError as e:
+        raise ValueError(f"option workload=file:{path}: {e}") from None
+    try:
+        info = loc.info()
+    except StoreError as e:  # it names the URI
+        raise ValueError(str(e)) from None
+    if info.type == pafs.FileType.NotFound:
+        raise ValueError(f"{loc.uri}: no such NDJSON file (option workload=file:{path})")
+    if info.type != pafs.FileType.File:
+        raise ValueError(f"{loc.uri}: not a file (option workload=file:{path}: give one NDJSON file)")
+    if info.size == 0:
+        raise ValueError(f"{loc.uri}: empty file, no lines to replay (option workload=file:{path})")
 
 
 def source_schema(opts: ReaderOptions) -> StructType:

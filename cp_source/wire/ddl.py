@@ -192,3 +192,30 @@ def _decimal(tokens: _Tokens, name: str) -> pa.DataType:
             f"field {name!r}: DECIMAL({precision},{scale}) out of bounds (precision 1 to 38, scale 0 to it)"
         )
     return pa.decimal128(precision, scale)
+
+
+_DDL_NAMES = {t: name.upper() for name, t in reversed(FLAT_TYPES.items())}  # the first spelling of each
+
+
+def to_ddl(fields: pa.Schema) -> str:
+    """``fields`` written as the Spark DDL that :func:`parse_fields` reads back to exactly them (names
+    backquoted); ValueError for a type DDL has no spelling for here (a Parquet file's binary)."""
+    return ", ".join(f"{_quoted(f.name)} {_ddl_type(f.type, f.name)}" for f in fields)
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _ddl_type(t: pa.DataType, name: str) -> str:
+    if t in _DDL_NAMES:
+        return _DDL_NAMES[t]
+    if pa.types.is_decimal(t):
+        return f"DECIMAL({t.precision},{t.scale})"
+    if pa.types.is_struct(t):
+        return "STRUCT<" + ", ".join(f"{_quoted(f.name)}: {_ddl_type(f.type, name)}" for f in t) + ">"
+    if pa.types.is_list(t):
+        return f"ARRAY<{_ddl_type(t.value_type, name)}>"
+    if pa.types.is_map(t):
+        return f"MAP<STRING, {_ddl_type(t.item_type, name)}>"
+    raise ValueError(f"field {name!r}: type {t} has no Spark DDL spelling here")

@@ -53,7 +53,10 @@ from native_tsc.process_times import mark
 DEFAULT_READY_TIMEOUT_S = 10.0
 RESEND_S = 1.0
 ACK_INFO_VERSION = 1
-MAX_ACK_INFO_BYTES = 4096  # an acknowledgement's payload is read only up to this size
+# the factory's schema (Spark DDL) in the answer to a hello that asks for it: at most this many bytes,
+# well inside the sender's MAXMSGSIZE (a longer one is not announced, and the generator says so)
+MAX_ACK_SCHEMA_BYTES = 32 << 10
+MAX_ACK_INFO_BYTES = MAX_ACK_SCHEMA_BYTES + 4096  # an acknowledgement's payload is read only up to this
 MAX_ACK_MESSAGE = 64 << 10  # MAXMSGSIZE of a sender's socket: it receives only acknowledgements
 
 
@@ -77,20 +80,25 @@ class AckInfo:
     ``max_frame_bytes``: the largest payload the factory accepts (a hello's answer).
     ``accepted_tuples``, ``accepted_buckets``: what the factory's front end accepted of this sender
     (an end of stream's answer). ``credit_seq``: the seq the sender may send up to, exclusive (the
-    answer to a hello that asked for credit, and a credit acknowledgement).
+    answer to a hello that asked for credit, and a credit acknowledgement). ``workload`` (its name)
+    and ``schema`` (its payload fields as Spark DDL, NDJSON workloads only): the answer to a hello
+    that asked for the factory's schema (``cp_source.wire.workload_id.hello_payload``).
     """
 
     max_frame_bytes: int | None = None
     accepted_tuples: int | None = None
     accepted_buckets: int | None = None
     credit_seq: int | None = None
+    workload: str | None = None
+    schema: str | None = None
 
     def to_json(self) -> bytes:
-        fields = {k: getattr(self, k) for k in _ACK_FIELDS if getattr(self, k) is not None}
+        fields = {k: getattr(self, k) for k in (*_ACK_FIELDS, *_ACK_TEXTS) if getattr(self, k) is not None}
         return orjson.dumps({"v": ACK_INFO_VERSION, **fields})
 
 
 _ACK_FIELDS = ("max_frame_bytes", "accepted_tuples", "accepted_buckets", "credit_seq")
+_ACK_TEXTS = {"workload": 64, "schema": MAX_ACK_SCHEMA_BYTES}  # text fields and their bounds (characters)
 _ACK_FIELD_MAX = 1 << 62
 
 
@@ -108,10 +116,14 @@ def parse_ack_info(payload: bytes) -> AckInfo:
         return AckInfo()
     if not isinstance(doc, dict) or doc.get("v") != ACK_INFO_VERSION:
         return AckInfo()
-    got = {}
+    got: dict[str, Any] = {}
     for k in _ACK_FIELDS:
         v = doc.get(k)
         if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _ACK_FIELD_MAX:
+            got[k] = v
+    for k, most in _ACK_TEXTS.items():
+        v = doc.get(k)
+        if isinstance(v, str) and 0 < len(v) <= most and v.isprintable():
             got[k] = v
     if got.get("max_frame_bytes") == 0:
         del got["max_frame_bytes"]
@@ -215,10 +227,12 @@ def open_link(
     curve_keys: str | None = None,
     workload: WorkloadId | None = None,
     credit: bool = False,
+    schema: bool = False,
 ) -> tuple[zmq.Socket, AckInfo]:
     """A DEALER connected to ``endpoint`` whose hello a factory acknowledged within ``timeout_s``,
-    and what the factory's answer to the hello said (its frame cap, and with ``credit`` the
-    sender's first credit when the factory does flow control).
+    and what the factory's answer to the hello said (its frame cap, with ``credit`` the sender's
+    first credit when the factory does flow control, with ``schema`` the factory's workload and
+    schema).
 
     ``workload``: the sender's, named in its hello; a factory of another workload refuses it
     (``WorkloadMismatch``, one line naming both).
@@ -239,7 +253,7 @@ def open_link(
         raise
     watch = ck.HandshakeWatch(sock)
     try:
-        hello = hello_payload(workload, credit)
+        hello = hello_payload(workload, credit, schema)
         return _hello(sock, watch, endpoint, packer, timeout_s, bool(curve_keys), hello, workload)
     finally:
         watch.close()

@@ -8,7 +8,11 @@ therefore says which workload it has, and the other refuses at start, in one lin
   over ``factories=...`` compares it with its own options (``cp_source.hosts.links``);
 * a generator's hello carries :func:`hello_payload` (the name and a fingerprint), and the front end
   refuses a hello whose fingerprint is not its own (``REFUSED_WORKLOAD``, then the factory's
-  workload), which the sender raises as :class:`WorkloadMismatch` naming both.
+  workload), which the sender raises as :class:`WorkloadMismatch` naming both;
+* a generator that has no schema of its own (a file replayed without one) asks in its hello for the
+  factory's (``"schema": 1``): the answer names the factory's workload and, for an NDJSON one, its
+  fields as Spark DDL (``WorkloadId.ddl``), which the generator checks every line against before
+  its schedule starts (``cp_source.generate.file_check.check_against_factory``).
 
 Everything read from the wire is bounded (``MAX_NAME``, ``MAX_FIELDS``); a peer that says nothing
 (an older factory or generator) is not refused.
@@ -23,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from cp_source.wire.ddl import to_ddl
 from cp_source.wire.workloads import Workload, resolve
 
 MAX_NAME = 64
@@ -48,6 +53,8 @@ class WorkloadId:
     # what a hello's fingerprint covers: NDJSON lines are read by field name, so there the fields
     # in name order (a generator's schema may list them in another order); else ``fields``
     hello_key: str = field(default="", compare=False)
+    # NDJSON workloads (ysb, file): the fields as Spark DDL, announced to a generator that asks
+    ddl: str = field(default="", compare=False)
 
     def to_json(self) -> dict[str, str]:
         return {"name": self.name, "fields": self.fields}
@@ -67,7 +74,8 @@ def workload_id(w: Workload, label: str = "") -> WorkloadId:
     """The identity of a resolved workload."""
     each = [f"{f.name} {f.type}" for f in w.fields]
     key = "" if w.arrow_payload else "\n".join(sorted(each))  # an Arrow payload's order is its own
-    return WorkloadId(w.name, ", ".join(each), label or w.name, key)
+    ddl = "" if w.arrow_payload else to_ddl(w.fields)
+    return WorkloadId(w.name, ", ".join(each), label or w.name, key, ddl)
 
 
 @functools.lru_cache(maxsize=16)  # a parquet file's footer is read once, not once per sender
@@ -92,26 +100,38 @@ def parse_id(value: Any) -> WorkloadId:
     return WorkloadId(name, fields)
 
 
-def hello_payload(w: WorkloadId | None, credit: bool = False) -> bytes:
-    """What a generator's hello carries: its workload's name and fingerprint, and ``"credit": 1``
-    when it follows the factory's flow control (empty: nothing said)."""
+def hello_payload(w: WorkloadId | None, credit: bool = False, schema: bool = False) -> bytes:
+    """What a generator's hello carries: its workload's name and fingerprint, ``"credit": 1`` when it
+    follows the factory's flow control, ``"schema": 1`` when it asks for the factory's schema
+    (empty: nothing said)."""
     doc: dict[str, object] = {"v": HELLO_VERSION}
     if w is not None:
         doc.update(workload=w.name, fingerprint=w.fingerprint())
     if credit:
         doc["credit"] = 1
+    if schema:
+        doc["schema"] = 1
     return orjson.dumps(doc) if len(doc) > 1 else b""
 
 
-def hello_wants_credit(payload: bytes | memoryview) -> bool:
-    """True when a hello asks for the factory's credit (an older sender's never does)."""
+def _hello_flag(payload: bytes | memoryview, flag: str) -> bool:
     if not payload or len(payload) > 512:
         return False
     try:
         doc = orjson.loads(payload)
     except orjson.JSONDecodeError:
         return False
-    return isinstance(doc, dict) and doc.get("v") == HELLO_VERSION and doc.get("credit") == 1
+    return isinstance(doc, dict) and doc.get("v") == HELLO_VERSION and doc.get(flag) == 1
+
+
+def hello_wants_credit(payload: bytes | memoryview) -> bool:
+    """True when a hello asks for the factory's credit (an older sender's never does)."""
+    return _hello_flag(payload, "credit")
+
+
+def hello_wants_schema(payload: bytes | memoryview) -> bool:
+    """True when a hello asks for the factory's workload and schema (an older sender's never does)."""
+    return _hello_flag(payload, "schema")
 
 
 def hello_fingerprint(payload: bytes | memoryview) -> str | None:

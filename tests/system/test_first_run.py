@@ -144,32 +144,45 @@ def test_a_line_with_none_of_the_schemas_fields_is_rejected_naming_them(parser: 
 
 @pytest.mark.parametrize("ddl", ["a INT", "a STRING"])  # the arrow parser, and the string-only one
 def test_ysb_buckets_into_a_file_schema_are_dead_lettered_not_null_rows(tmp_path: Path, ddl: str) -> None:
+    import zmq
+
     from cp_source.factory.deadletter import read_dead_letters
     from cp_source.factory.supervisor import start_factory
+    from cp_source.generate.file_check import BadFileLine
     from cp_source.generate.generator import run_generator
     from cp_source.generate.settings import GeneratorSettings
     from cp_source.wire.workloads import ysb_rows
+    from tests.helpers.ready_sender import HandSender
 
-    # ysb rows from a producer that names no workload in its hello (a file replayed without its
-    # schema): a generator naming ysb would be refused at its hello (tests/cp_source/factory/
-    # test_front_workload.py), so this one reaches the workers, as another producer's would
     rows = tmp_path / "ysb.ndjson"
     rows.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in ysb_rows(100)))
     f = start_factory("tcp://127.0.0.1:0", tmp_path / "spool", workers=1, workload="file:", schema=ddl)
+    ctx = zmq.Context()
     try:
-        s = run_generator(
-            f.endpoint, GeneratorSettings(rate=20_000, duration=0.1, bucket=1000, workload=f"file:{rows}")
-        )
-        assert s["eos_delivered"] and s["emitted"] == 2_000 and s["dropped"] == 0
-        assert f.wait_drained(60, senders=[int(x["id"]) for x in s["senders"]])
+        # the generator, replaying the file without its schema, checks it against the factory's
+        # (announced in its answer to the hello) and sends nothing
+        with pytest.raises(
+            BadFileLine, match=r"ysb.ndjson line 1: does not fit the schema: it has none of its fields \(a\)"
+        ):
+            run_generator(
+                f.endpoint, GeneratorSettings(rate=20_000, duration=0.1, bucket=1000, workload=f"file:{rows}")
+            )
+        # another producer, which names no workload and checks nothing, reaches the workers
+        hand = HandSender(ctx, f.endpoint, 4242)
+        hand.data(0, 1, 50)
+        hand.data(1, 2, 50)
+        hand.end()
+        hand.close()
+        assert f.wait_drained(60, senders=[4242])
         st = f.spool_view().stats()
     finally:
         f.stop()
+        ctx.term()
     assert st.rows == 0
-    assert st.deadletters == {"bad_json": 2_000}  # every row rejected alone, with its reason
+    assert st.deadletters == {"bad_json": 100}  # every row rejected alone, with its reason
     assert st.rejected_buckets == 2
     letters = list(read_dead_letters(tmp_path / "spool" / "w0" / "deadletter.bin"))
-    assert [reason for reason, _ in letters] == ["bad_json"] * 2_000
+    assert [reason for reason, _ in letters] == ["bad_json"] * 100
 
 
 # ---- knowing when to start sending ------------------------------------------------------------

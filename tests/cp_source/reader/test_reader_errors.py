@@ -174,3 +174,31 @@ def test_available_now_with_the_embedded_factory_is_refused_in_one_line(spark, t
         q.stop()
     assert AVAILABLE_NOW in _lines(e.value), str(e.value)
     assert not (spool / "_reader.json").exists()  # refused before a factory started
+
+
+def test_a_missing_ndjson_file_fails_at_load_in_one_line(spark, tmp_path: Path) -> None:
+    """A file: workload's file is checked at load(), as a parquet: one's is: a path (or URI) that
+    names no file is one line, never a query waiting forever for a generator that failed."""
+    import cloudprofiler
+
+    cloudprofiler.register(spark)
+    missing = tmp_path / "no-such.ndjson"
+    reader = (
+        spark.readStream.format("cloudprofiler")
+        .option("workload", f"file:{missing}")
+        .option("schema", "name STRING")
+        .option("factory", "external")
+        .option("spool", str(tmp_path / "spool"))
+    )
+    with pytest.raises(Exception) as e:
+        reader.load()
+    why = f"{missing}: no such NDJSON file (option workload=file:{missing})"
+    assert _lines(e.value)[0].endswith(f"Failed to create Python data source instance: ValueError: {why}")
+    with pytest.raises(ValueError) as direct:  # a URI too, through the same store resolution
+        source_schema(ReaderOptions.parse({"workload": f"file:file://{missing}", "schema": "name STRING"}))
+    assert str(direct.value) == f"{missing}: no such NDJSON file (option workload=file:file://{missing})"
+    with pytest.raises(ValueError, match=f"^{tmp_path}: not a file"):
+        source_schema(ReaderOptions.parse({"workload": f"file:{tmp_path}", "schema": "name STRING"}))
+    missing.write_text('{"name": "a"}\n')
+    df = reader.load()  # the file there: it loads
+    assert df.columns[0] == "name"

@@ -58,7 +58,7 @@ def test_options_are_case_insensitive_and_defaulted() -> None:
     assert o.spool  # a per-endpoint default under the temp dir
 
 
-def test_schema_has_segment_columns_and_source_stamps() -> None:
+def test_schema_has_segment_columns_and_source_stamps(tmp_path: Path) -> None:
     names = source_schema(ReaderOptions.parse({})).fieldNames()
     for col in (
         "ad_id",
@@ -73,7 +73,9 @@ def test_schema_has_segment_columns_and_source_stamps() -> None:
     ):
         assert col in names
     assert names[-2:] == ["cp_tsc_source", "cp_node_source"]
-    ddl = ReaderOptions.parse({"workload": "file:/data/x.ndjson", "schema": "name STRING, price DOUBLE"})
+    data = tmp_path / "x.ndjson"  # the file is there: a missing one fails (test_reader_errors.py)
+    data.write_text('{"name": "a", "price": 1.5}\n')
+    ddl = ReaderOptions.parse({"workload": f"file:{data}", "schema": "name STRING, price DOUBLE"})
     file_names = source_schema(ddl).fieldNames()
     assert file_names[:2] == ["name", "price"] and file_names[-2:] == ["cp_tsc_source", "cp_node_source"]
 
