@@ -29,6 +29,7 @@ from cp_source.generate.payloads import BucketTooLarge, default_pool
 from cp_source.generate.sender import run_checked_sender
 from cp_source.generate.settings import GeneratorSettings, GeneratorSummary, SenderCounters, SenderSettings
 from cp_source.wire import bucket as bk
+from cp_source.wire.parquet_rows import ReplayTooLarge
 from cp_source.wire.sender_link import FactoryUnavailable, SenderIdInUse
 from cp_source.wire.workload_id import WorkloadMismatch
 from cp_source.wire.workloads import WORKLOAD_SPELLING, resolve
@@ -111,7 +112,14 @@ def _run_processes(
     for p in procs:
         p.join()
     # the others stopped at the barrier because of it, before any data bucket
-    for kind in (SenderIdInUse, WorkloadMismatch, BadFileLine, BucketTooLarge, FactoryUnavailable):
+    for kind in (
+        SenderIdInUse,
+        WorkloadMismatch,
+        BadFileLine,
+        BucketTooLarge,
+        ReplayTooLarge,
+        FactoryUnavailable,
+    ):
         first = next((msg for name, msg in errors if name == kind.__name__), None)
         if first is not None:
             raise kind(first)

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from cp_source.factory.supervisor import start_factory
 from cp_source.generate.generator import run_generator
 from cp_source.generate.settings import GeneratorSettings
 from cp_source.spool.segments import Spool, read_segment
 from cp_source.wire import bucket as bk
+from cp_source.wire.parquet_rows import ReplayTooLarge
 from cp_source.wire.workloads import resolve
 from tests.helpers.flights import write_flights_parquet
 
@@ -58,3 +60,13 @@ def test_every_row_of_a_parquet_file_arrives_once_per_cycle_in_order(tmp_path: P
         cycle = values.slice(c * ROWS, ROWS)
         assert cycle.group_by(cycle.column_names).aggregate([]).num_rows == ROWS
     assert values.equals(_bits(table.cast(fields).take(pa.array(i % ROWS))))  # row i mod n, in order
+
+
+def test_a_pool_over_the_cap_is_one_line_from_every_sender_before_anything_is_sent(tmp_path: Path) -> None:
+    write_flights_parquet(tmp_path / "odd.parquet", ROWS + 1)  # 50,001 rows repeat every 50,001 buckets
+    workload = f"parquet:{tmp_path}/odd.parquet"
+    settings = GeneratorSettings(rate=1e6, duration=10, senders=2, workload=workload, ready_timeout=30)
+    with pytest.raises(ReplayTooLarge) as e:  # 5,000 distinct buckets of 1,000 flights for each sender
+        run_generator("tcp://127.0.0.1:9", settings)  # no factory: the senders refuse before connecting
+    assert str(e.value).startswith(f"{workload}: its 50,001 rows in buckets of 1,000 repeat every 50,001")
+    assert "(e.g. --bucket 21) or a run of at most" in str(e.value) and str(e.value).count(workload) == 1
