@@ -115,3 +115,20 @@ def test_resolve() -> None:
         wl.resolve("ysb", "a STRING")
     with pytest.raises(ValueError, match="unknown workload"):
         wl.resolve("tpch")
+
+
+def test_a_factorys_fields_are_announced_as_ddl_that_parses_back_to_exactly_them() -> None:
+    """What a factory announces to a generator without --schema (its answer to the hello) is read
+    back with the generator's own DDL parser: every type, odd names and nesting survive it."""
+    from cp_source.wire.ddl import to_ddl
+    from cp_source.wire.workload_id import workload_id
+
+    ddl = (
+        "name STRING, `we``ird name` DECIMAL(10,2), s STRUCT<x: INT, y: ARRAY<MAP<STRING, TIMESTAMP>>>, "
+        "d DATE, b BOOLEAN, t TINYINT, m SMALLINT, n BIGINT, f FLOAT, g DOUBLE"
+    )
+    fields = wl.parse_ddl(ddl)
+    said = workload_id(wl.resolve("file:x.ndjson", ddl)).ddl
+    assert said == to_ddl(fields) and said.startswith("`name` STRING, `we``ird name` DECIMAL(10,2), ")
+    assert wl.parse_ddl(said).equals(fields)
+    assert wl.parse_ddl(workload_id(wl.resolve("ysb")).ddl).equals(wl.ysb_fields())
