@@ -271,7 +271,8 @@ def step_table(attempts: list[Step], title: str) -> Any:
     t = Table(title=title)
     filtering = any(s.filtered for s in attempts)  # a user's query that drops tuples
     cols = ["#", "rate", "achieved", "emitted", "dropped", "lost", "received"]
-    cols += ["filtered"] * filtering + ["landing/grace", "latency slope", "verdict"]
+    # a filtering query's ledger: emitted = lost + received + filtered + pending when judged
+    cols += ["filtered", "pending"] * filtering + ["landing/grace", "latency slope", "verdict"]
     for col in cols:
         t.add_column(col, justify="left" if col == "verdict" else "right")
     for i, s in enumerate(attempts, 1):
@@ -287,7 +288,7 @@ def step_table(attempts: list[Step], title: str) -> Any:
             f"{s.dropped:,}",
             f"{s.lost:,}",
             f"{s.received:,}",
-            *([f"{s.filtered:,}"] * filtering),
+            *([f"{s.filtered:,}", f"{s.pending:,}"] * filtering),
             f"{landing}/{grace}",
             slope,
             f"[{colour}]{s.verdict}[/{colour}]",
@@ -295,17 +296,15 @@ def step_table(attempts: list[Step], title: str) -> Any:
     return t
 
 
-def plot_ingestion(sink: str | Path, history: list[dict[str, Any]], path: str | Path | Location) -> str:
-    """Ingestion rate over time at the sink (the paper's Fig. 3) with the offered rate of each trial.
+def ingestion_rows(sink: str | Path, history: list[dict[str, Any]]) -> tuple[list[list[float]], str]:
+    """The ingestion rate at the sink over the search (the paper's Fig. 3): rows of (time since the
+    first trial, tuples/s committed over the period or micro-batch that ended then, the rate the
+    trial running then offered, 0 between trials), and where the rate came from.
 
-    From the ``pc`` handler's periods when the sink kept them, else from the
-    per-micro-batch counts (tuples committed between consecutive sink stamps).
-    Returns which of the two it used. ``path`` is a path or URI.
+    From the ``pc`` handler's periods when the sink kept them, else from the per-micro-batch counts
+    (tuples committed between consecutive sink stamps). The PNG (``--plot``) and the report's chart
+    are both drawn from these rows.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
     import native_tsc
@@ -314,7 +313,7 @@ def plot_ingestion(sink: str | Path, history: list[dict[str, Any]], path: str | 
     hz = native_tsc.frequency_hz()
     t0 = min((h["tsc_start"] for h in history), default=0)
     periods = read_periods(sink)
-    fig, ax = plt.subplots(figsize=(9, 4))
+    x = y = np.empty(0)
     if periods.num_rows:
         source = "pc handler periods"
         g = periods.group_by(["period"]).aggregate(
@@ -322,10 +321,9 @@ def plot_ingestion(sink: str | Path, history: list[dict[str, Any]], path: str | 
         )
         per = g["period"].to_numpy()
         order = np.argsort(per)
-        cycles = g["period_cycles_max"].to_numpy()[order]
-        x = (per[order] * cycles - t0) / hz
-        y = g["count_sum"].to_numpy()[order] / (g["period_ms_max"].to_numpy()[order] / 1000.0)
-        ax.step(x, y, where="post", label="ingested (sink, per period)")
+        seconds = g["period_ms_max"].to_numpy()[order] / 1000.0
+        x = ((per[order] + 1) * g["period_cycles_max"].to_numpy()[order] - t0) / hz  # the period's end
+        y = g["count_sum"].to_numpy()[order] / seconds
     else:
         source = "per-micro-batch counts"
         c = read_counts(sink)
@@ -339,7 +337,30 @@ def plot_ingestion(sink: str | Path, history: list[dict[str, Any]], path: str | 
             if len(end) > 1:
                 x = (end[1:] - t0) / hz
                 y = seen[1:] / np.maximum((end[1:] - end[:-1]) / hz, 1e-3)
-                ax.step(x, y, where="pre", label="ingested (sink, per micro-batch)")
+    spans = [((h["tsc_start"] - t0) / hz, (h["tsc_offered"] - t0) / hz, h["rate"]) for h in history]
+    rows = []
+    for t, rate in zip(x.tolist(), y.tolist(), strict=True):
+        offered = next((r for lo, hi, r in spans if lo <= t <= hi), 0.0)
+        rows.append([float(t), float(rate), float(offered)])
+    return rows, source
+
+
+def plot_ingestion(sink: str | Path, history: list[dict[str, Any]], path: str | Path | Location) -> str:
+    """Ingestion rate over time at the sink (:func:`ingestion_rows`) with the offered rate of each
+    trial, as a PNG at ``path`` (a path or URI). Returns where the rate came from."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import native_tsc
+
+    rows, source = ingestion_rows(sink, history)
+    hz = native_tsc.frequency_hz()
+    t0 = min((h["tsc_start"] for h in history), default=0)
+    fig, ax = plt.subplots(figsize=(9, 4))
+    if rows:
+        ax.step([r[0] for r in rows], [r[1] for r in rows], where="pre", label=f"ingested (sink, {source})")
     for i, h in enumerate(history):
         xs = [(h["tsc_start"] - t0) / hz, (h["tsc_offered"] - t0) / hz]
         ax.plot(xs, [h["rate"], h["rate"]], color="black", lw=2, label="offered" if i == 0 else None)
@@ -398,10 +419,20 @@ def _report(
         console.print(f"ingestion-rate plot ({source}): {plot_loc.uri}")
     where = args.report or workdir
     if where is not None:  # the HTML report's path: the last line
-        from cloudprofiler.report.runs import write_maxrate_run
+        from cloudprofiler.report.runs import maxrate_latency, write_maxrate_run
 
         label = _built_in_label(args) if workdir is not None else f"the query writing {redact(args.sink)}"
-        page = write_maxrate_run(resolve_option("--report", where), result, attempts, args, label)
+        sink, history = trial.target.sink, trial.history
+        page = write_maxrate_run(
+            resolve_option("--report", where),
+            result,
+            attempts,
+            args,
+            label,
+            ingestion_rows(sink, history),
+            # a local run's records share one TSC domain; a running query's may not (translate them)
+            maxrate_latency(sink, attempts, history) if workdir is not None else None,
+        )
         console.print(f"report: {page.uri}", soft_wrap=True)
 
 
@@ -434,7 +465,7 @@ def run(args: argparse.Namespace) -> int:
 
     def progress(step: Step) -> None:
         colour = PROGRESS_COLOURS.get(step.verdict, "red")
-        filtered = f", filtered {step.filtered:,}" if step.filtered else ""
+        filtered = f", filtered {step.filtered:,}, pending {step.pending:,}" if step.filtered else ""
         console.print(
             f"  {step.rate:>12,.0f} tuples/s: emitted {step.emitted:,}, "
             f"dropped {step.dropped:,}, lost {step.lost:,}, received {step.received:,}{filtered} "

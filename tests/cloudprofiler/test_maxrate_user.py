@@ -3,6 +3,7 @@ real search on a file workload through a transformation loaded from a user's mod
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import textwrap
@@ -287,3 +288,22 @@ def test_a_trial_whose_filtered_tuples_are_read_after_the_grace_is_not_sustained
     ids = read_records(target.sink)["tuple_id"].to_pylist()
     assert {i for i in ids if i in sent} == kept and len(kept) == 200
     assert (h["received_after_drain"], h["filtered_after_drain"]) == (200, 200)
+    # the run's page: both trials' ledgers, the ingestion rate, the latency of the sustained trial's records
+    from cloudprofiler.jobs.maxrate import ingestion_rows
+    from cloudprofiler.jobs.rate_search import SearchResult
+    from cloudprofiler.report.runs import maxrate_latency, write_maxrate_run
+    from cp_store.location import resolve
+
+    attempts = [warm, slow]
+    page = write_maxrate_run(
+        resolve(tmp_path / "run"),
+        SearchResult(100.0, "linear", attempts, "backlog at 100 tuples/s"),
+        attempts,
+        argparse.Namespace(duration=4.0),
+        "q",
+        ingestion_rows(target.sink, trial.history),
+        maxrate_latency(target.sink, attempts, trial.history),
+    )
+    text = Path(page.path).read_text()
+    assert "data-plot='ingestion'" in text and "data-plot='latency'" in text
+    assert "<td data-q='count'>100</td>" in text  # the sustained trial's records, not the backlog's

@@ -217,5 +217,110 @@ def test_maxrate_report_charts_the_trials_its_table_lists(tmp_path: Path) -> Non
     (chart,) = page.figures
     assert chart["values"] == {"trial": [1.0, 2.0], "offered (tuples/s)": [10_000.0, 20_000.0],
                                "achieved (tuples/s)": [9_990.0, 19_990.0],
-                               "landed (tuples/s)": [10_000.0, 19_800.0]}  # fmt: skip
-    assert "<td class=''>19,800.000</td>" in text and "maximum sustainable rate: 10,000 tuples/s" in text
+                               "taken (tuples/s)": [10_000.0, 19_800.0]}  # fmt: skip
+    assert "<td class=''>19,800</td>" in text and "maximum sustainable rate: 10,000 tuples/s" in text
+
+
+class _Tables(HTMLParser):
+    """Every table of a page: the heading above it, its header cells and its rows of cell texts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[dict[str, Any]] = []
+        self._heading = ""
+        self._in: str | None = None  # "h2", "th" or "td" while inside one
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "h2":
+            self._heading, self._in = "", "h2"
+        elif tag == "table":
+            self.tables.append({"title": self._heading, "heads": [], "rows": []})
+        elif tag == "tr" and self.tables:
+            self.tables[-1]["rows"].append([])
+        elif tag in ("th", "td"):
+            self._in = tag
+            cells = self.tables[-1]["heads"] if tag == "th" else self.tables[-1]["rows"][-1]
+            cells.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("h2", "th", "td"):
+            self._in = None
+        elif tag == "table":
+            self.tables[-1]["rows"] = [r for r in self.tables[-1]["rows"] if r]
+
+    def handle_data(self, data: str) -> None:
+        if self._in == "h2":
+            self._heading += data
+        elif self._in == "th":
+            self.tables[-1]["heads"][-1] += data
+        elif self._in == "td":
+            self.tables[-1]["rows"][-1][-1] += data
+
+
+WHOLE = re.compile(r"-?\d{1,3}(,\d{3})*")  # tuples and tuples/s: 40,000
+SECONDS = re.compile(r"\d+\.\d{3}|-")  # seconds: 2.490, or - where there is none
+
+
+def test_maxrate_report_of_a_filtering_query_balances_every_trial(tmp_path: Path) -> None:
+    """A filtering query's page: filtered beside received, each trial's ledger and the totals balance
+    on the page, one number format, and the trials' and the ingestion rate's plots drew their tables."""
+    import argparse
+
+    from cloudprofiler.jobs.rate_search import SearchResult, Step
+    from cloudprofiler.report.runs import INGESTION_COLUMNS, TRIAL_COLUMNS, write_maxrate_run
+    from cp_store.location import resolve
+
+    # a query that keeps about a fifth of the tuples: sustained at 20,000 (4,146 kept per second), a
+    # backlog at 40,000 (landed after the grace: 12,000 still pending when it ran out)
+    steps = [Step(20_000.0, 100_000, 0, 0, 20_732, False, 19_996.4, duration=5.0, landing=1.2, grace=2.19,
+                  filtered=79_268),
+             Step(40_000.0, 200_000, 0, 0, 37_600, False, 39_990.0, duration=5.0, landing=2.49, grace=2.19,
+                  filtered=150_400, verdict="backlog"),
+             Step(30_000.0, 150_000, 0, 3, 30_000, False, 29_990.0, duration=5.0, landing=None, grace=2.15,
+                  filtered=119_997, verdict="lost")]  # fmt: skip
+    result = SearchResult(20_000.0, "bisect", steps, "bracketed")
+    ingestion = (
+        [[0.5, 4_100.25, 20_000.0], [1.0, 4_200.0, 20_000.0], [7.25, 0.0, 0.0]],
+        "per-micro-batch counts",
+    )
+    page_loc = write_maxrate_run(
+        resolve(tmp_path / "m"), result, steps, argparse.Namespace(duration=5.0), "q", ingestion
+    )
+    text = Path(page_loc.path).read_text()
+    assert not re.search(r"https?:|<link|<script|src=|@import|url\((?!#)", text, re.I)
+    parsed = _Tables()
+    parsed.feed(text)
+    tables = {t["title"].split(" (")[0]: t for t in parsed.tables}
+    trials = tables["every trial"]
+    assert trials["heads"] == TRIAL_COLUMNS
+    col = {name: i for i, name in enumerate(TRIAL_COLUMNS)}
+    number = {name for name in TRIAL_COLUMNS if name not in ("trial", "landing (s)", "grace (s)", "verdict")}
+    for row, step in zip(trials["rows"], steps, strict=True):
+        for name in number:
+            assert WHOLE.fullmatch(row[col[name]]), (name, row[col[name]])
+        for name in ("landing (s)", "grace (s)"):
+            assert SECONDS.fullmatch(row[col[name]]), (name, row[col[name]])
+        n = {name: int(row[col[name]].replace(",", "")) for name in number}
+        # the ledger balances on the page: every emitted tuple is lost, received, filtered or pending
+        assert n["emitted"] == n["lost"] + n["received"] + n["filtered"] + n["pending"]
+        assert (n["received"], n["filtered"], n["pending"]) == (step.received, step.filtered, step.pending)
+        assert n["taken (tuples/s)"] == round((step.received + step.filtered) / 5.0)
+        assert row[col["verdict"]] == step.verdict
+    assert [r[col["pending"]] for r in trials["rows"]] == ["0", "12,000", "0"]
+    assert [r[col["landing (s)"]] for r in trials["rows"]] == ["1.200", "2.490", "-"]
+    assert "30,000.000" not in text and "40,000.000" not in text
+    ledger = dict(tables["Ledger of every trial"]["rows"])
+    total = {k.split(" ")[0]: int(v.replace(",", "")) for k, v in ledger.items()}
+    assert total["emitted"] == 450_000 == sum(total[k] for k in ("lost", "received", "filtered", "pending"))
+    # each chart drew its table's columns
+    page = _Page()
+    page.feed(text)
+    charts = {f["name"]: f["values"] for f in page.figures}
+    assert list(charts) == ["trials", "ingestion"]
+    for name, heads in (("trials", TRIAL_COLUMNS), ("ingestion", INGESTION_COLUMNS)):
+        table = next(t for t in parsed.tables if t["heads"] == heads)
+        for column, drawn in charts[name].items():
+            cells = [float(r[heads.index(column)].replace(",", "")) for r in table["rows"]]
+            assert cells == drawn, (name, column)
+    assert charts["ingestion"]["ingested (tuples/s)"] == [4_100.0, 4_200.0, 0.0]
+    assert charts["ingestion"]["time (s)"] == [0.5, 1.0, 7.25]
