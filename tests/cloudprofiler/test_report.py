@@ -261,13 +261,12 @@ WHOLE = re.compile(r"-?\d{1,3}(,\d{3})*")  # tuples and tuples/s: 40,000
 SECONDS = re.compile(r"\d+\.\d{3}|-")  # seconds: 2.490, or - where there is none
 
 
-def test_maxrate_report_of_a_filtering_query_balances_every_trial(tmp_path: Path) -> None:
-    """A filtering query's page: filtered beside received, each trial's ledger and the totals balance
-    on the page, one number format, and the trials' and the ingestion rate's plots drew their tables."""
+def filtering_run_page(tmp_path: Path) -> tuple[Path, list[Any]]:
+    """The maxrate page of a filtering query's search (three trials, an ingestion rate); its steps."""
     import argparse
 
     from cloudprofiler.jobs.rate_search import SearchResult, Step
-    from cloudprofiler.report.runs import INGESTION_COLUMNS, TRIAL_COLUMNS, write_maxrate_run
+    from cloudprofiler.report.runs import write_maxrate_run
     from cp_store.location import resolve
 
     # a query that keeps about a fifth of the tuples: sustained at 20,000 (4,146 kept per second), a
@@ -286,7 +285,16 @@ def test_maxrate_report_of_a_filtering_query_balances_every_trial(tmp_path: Path
     page_loc = write_maxrate_run(
         resolve(tmp_path / "m"), result, steps, argparse.Namespace(duration=5.0), "q", ingestion
     )
-    text = Path(page_loc.path).read_text()
+    return Path(page_loc.path), steps
+
+
+def test_maxrate_report_of_a_filtering_query_balances_every_trial(tmp_path: Path) -> None:
+    """A filtering query's page: filtered beside received, each trial's ledger and the totals balance
+    on the page, one number format, and the trials' and the ingestion rate's plots drew their tables."""
+    from cloudprofiler.report.runs import INGESTION_COLUMNS, TRIAL_COLUMNS
+
+    page_path, steps = filtering_run_page(tmp_path)
+    text = page_path.read_text()
     assert not re.search(r"https?:|<link|<script|src=|@import|url\((?!#)", text, re.I)
     parsed = _Tables()
     parsed.feed(text)
@@ -324,3 +332,19 @@ def test_maxrate_report_of_a_filtering_query_balances_every_trial(tmp_path: Path
             assert cells == drawn, (name, column)
     assert charts["ingestion"]["ingested (tuples/s)"] == [4_100.0, 4_200.0, 0.0]
     assert charts["ingestion"]["time (s)"] == [0.5, 1.0, 7.25]
+
+
+@pytest.mark.long  # one Chromium start
+def test_the_maxrate_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no chromium, chromium-browser or google-chrome on PATH (.ci/run installs chromium)")
+    import matplotlib.image as mpimg
+
+    page, _ = filtering_run_page(tmp_path)
+    shot = tmp_path / "shot.png"
+    console = _open(browser, page, shot, "1200,1600")
+    assert not console, console
+    img = mpimg.imread(shot)
+    colours = np.unique((img[..., :3] * 255).astype(np.uint8).reshape(-1, 3), axis=0)
+    assert len(colours) > 50, len(colours)  # tables and two charts, not a blank page
