@@ -264,7 +264,9 @@ def _source_options(workload: str, schema: str | None, max_spool_bytes: int) -> 
         "maxRecordsPerTrigger": str(max(1000, max_spool_bytes // (3 * YSB_ROW_BYTES))),
     }
     if workload != "ysb":
-        opts["workload"] = workload
+        from cp_source.wire.workloads import absolute
+
+        opts["workload"] = absolute(workload)  # the generator's file, not one in Spark's working directory
         if schema:
             opts["schema"] = schema
     return opts

@@ -286,7 +286,11 @@ def full_schema(opts: ReaderOptions) -> StructType:
 def check_ndjson_file(path: str) -> None:
     """The NDJSON file a ``file:PATH`` workload names (a path or URI, through ``cp_store.location``)
     exists and is a file with bytes in it: a missing one fails at ``load()`` in one line naming it,
-    as a ``parquet:`` workload's does, not as a query waiting forever for a generator that failed."""
+    as a ``parquet:`` workload's does, not as a query waiting forever for a generator that failed.
+    A relative path is resolved as a ``parquet:`` one is, in the working directory of the process
+    that checks it (Spark's, which the message names), not necessarily the generator's."""
+    import os
+
     import pyarrow.fs as pafs
 
     from cp_store.location import StoreError, resolve
@@ -300,7 +304,9 @@ def check_ndjson_file(path: str) -> None:
     except StoreError as e:  # it names the URI
         raise ValueError(str(e)) from None
     if info.type == pafs.FileType.NotFound:
-        raise ValueError(f"{loc.uri}: no such NDJSON file (option workload=file:{path})")
+        relative = loc.is_local and not os.path.isabs(os.path.expanduser(path)) and "://" not in path
+        where = f", a relative path resolved in Spark's working directory {os.getcwd()}" if relative else ""
+        raise ValueError(f"{loc.uri}: no such NDJSON file (option workload=file:{path}{where})")
     if info.type != pafs.FileType.File:
         raise ValueError(f"{loc.uri}: not a file (option workload=file:{path}: give one NDJSON file)")
     if info.size == 0:

@@ -17,6 +17,7 @@ TimestampType, i.e. Arrow ``timestamp[us, UTC]``, at millisecond precision),
 
 from __future__ import annotations
 
+import os
 import random
 import uuid
 from dataclasses import dataclass
@@ -135,6 +136,16 @@ class Workload:
 
 
 WORKLOAD_SPELLING = "ysb, file:PATH (NDJSON, with a schema) or parquet:PATH"
+
+
+def absolute(workload: str) -> str:
+    """``workload`` with a relative local path (``file:events.ndjson``, ``parquet:x.parquet``) made
+    absolute in this process's working directory: what to hand a Spark source, which resolves a
+    relative path in Spark's own working directory (where the session started)."""
+    kind, sep, path = workload.partition(":")
+    if kind not in ("file", "parquet") or not path or "://" in path or os.path.isabs(path):
+        return workload
+    return f"{kind}{sep}{os.path.abspath(os.path.expanduser(path))}"
 
 
 def resolve(workload: str = "ysb", schema: str | None = None) -> Workload:

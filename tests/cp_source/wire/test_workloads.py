@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -132,3 +133,15 @@ def test_a_factorys_fields_are_announced_as_ddl_that_parses_back_to_exactly_them
     assert said == to_ddl(fields) and said.startswith("`name` STRING, `we``ird name` DECIMAL(10,2), ")
     assert wl.parse_ddl(said).equals(fields)
     assert wl.parse_ddl(workload_id(wl.resolve("ysb")).ddl).equals(wl.ysb_fields())
+
+
+def test_a_relative_file_path_is_made_absolute_before_a_spark_source_gets_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark resolves a source's relative path in its own working directory (where the session
+    started), the generator in its own: a job that runs both hands the source an absolute one."""
+    monkeypatch.chdir(tmp_path)
+    assert wl.absolute("file:events.ndjson") == f"file:{tmp_path}/events.ndjson"
+    assert wl.absolute("parquet:../x.parquet") == f"parquet:{tmp_path.parent}/x.parquet"
+    for kept in ("ysb", "file:", "file:/data/x.ndjson", "file:s3://b/x.ndjson", "parquet:gs://b/x.parquet"):
+        assert wl.absolute(kept) == kept
