@@ -78,7 +78,10 @@ class PipelineTrial:
         self.landings: list[float] = []  # landing times of sustained loads, s
         self._spool = None if self.target.spool is None else Spool(self.target.spool)
         self._read: dict[int, BatchRead] = {}  # a filtering query's committed micro-batches, by id
-        self._first = 0  # the first micro-batch id that can hold the current load's tuples
+        # the segments the query had read through when the current load started: a micro-batch that
+        # reads past them reads the load's tuples (an idle progress report, which has the next batch's
+        # id and reads nothing, does not)
+        self._base: dict[str, int] = {}
         if self.target.may_filter and (self.target.batches is None or self._spool is None):
             raise ValueError(
                 "a query that may filter is judged by its micro-batches and its spool: give both"
@@ -97,6 +100,10 @@ class PipelineTrial:
         end = {} if last is None or last.end is None else last.end
         return all(end.get(w, -1) >= n for w, n in self._spool.latest().items())
 
+    def _reads_load(self, b: BatchRead) -> bool:
+        """Micro-batch ``b`` read segments published since the current load started."""
+        return b.end is not None and any(n > self._base.get(w, -1) for w, n in b.end.items())
+
     def _disposed(self, senders: set[int], emitted: int) -> tuple[bool, int, int]:
         """(landed, received, filtered) of a query that may filter, over the same committed batches.
 
@@ -108,7 +115,7 @@ class PipelineTrial:
         self.counter.poll()  # after the batch: a batch's manifest is published before its progress
         if last is None:
             return False, 0, 0
-        read = sum(b.rows for i, b in self._read.items() if self._first <= i <= last.batch)
+        read = sum(b.rows for i, b in self._read.items() if i <= last.batch and self._reads_load(b))
         received = self.counter.received(senders, through=last.batch)
         landed = read >= emitted or drained and self._read_through(last)
         return landed, received, read - received
@@ -121,7 +128,7 @@ class PipelineTrial:
             drained = self._spool is not None and self._spool.drained()
             last = self._last_batch()  # after the drain check: then the latest segments are final
             if drained and self._read_through(last):
-                self._first = 0 if last is None else last.batch + 1
+                self._base = {} if last is None or last.end is None else dict(last.end)
                 return
             if time.time() > deadline:
                 raise TrialError(
