@@ -244,7 +244,7 @@ def _check_lines(
     if fields is None:
         return FileLines(path, kept, numbers, skipped, first)
     missing = presence.missing_from_some(
-        path, len(kept), "--schema" if against == BY_SCHEMA else "the factory's schema"
+        path, len(kept), skipped, "--schema" if against == BY_SCHEMA else "the factory's schema"
     )
     return FileLines(path, kept, numbers, skipped, first, against, len(fields), missing)
 
@@ -273,7 +273,7 @@ class _Presence:
                 if len(self.keys) < MAX_KEYS:
                     self.keys.update(doc)
 
-    def missing_from_some(self, path: str, kept: int, schema: str) -> dict[str, int]:
+    def missing_from_some(self, path: str, kept: int, skipped: int, schema: str) -> dict[str, int]:
         """The fields some kept lines lack, with how many; ``BadFileLine`` naming the fields every
         line lacks (each would be a column of nulls), each with the closest key the lines have."""
         never = [n for n in sorted(self.names) if self.lacking[n] >= kept]
@@ -281,7 +281,8 @@ class _Presence:
             named = ", ".join(f"{n!r}{_closest(n, self.keys)}" for n in never)
             raise BadFileLine(
                 f"{path}: no line has the field{'s' if len(never) > 1 else ''} {named} of {schema} (all "
-                f"{kept:,} lines checked): it would be null in every row; nothing was sent"
+                f"{kept:,} lines checked{f', besides {skipped:,} bad ones skipped' if skipped else ''}): "
+                "it would be null in every row; nothing was sent"
             )
         return {n: c for n, c in sorted(self.lacking.items()) if c}
 
