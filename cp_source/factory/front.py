@@ -13,7 +13,8 @@ The front end's answers say more than "acknowledged" (``sender_link.AckInfo``):
 a hello's answer carries the factory's frame cap (``max_frame_bytes``), so a
 generator refuses a bucket too large for it before sending any (and a hello whose workload
 fingerprint is not the factory's is refused with the factory's workload, which the generator
-names with its own in one line: ``cp_source.wire.workload_id``), and an end of
+names with its own in one line: ``cp_source.wire.workload_id``; a hello that asks for them gets the
+factory's workload and schema, against which a generator without one checks its file), and an end of
 stream's answer carries the tuples and buckets of that sender it accepted, so
 a generator whose connection dropped knows whether its buckets arrived.
 
