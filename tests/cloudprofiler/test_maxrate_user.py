@@ -65,7 +65,6 @@ def static_lookup(events):
     return events.join(F.broadcast(lookup), "name")
 
 
-@F.udf("boolean")
 def _first_200(tuple_id):
     # a sender's tuples from the 391st on take 0.4 s each: the end of a 400-tuple load is read late
     seq = tuple_id & ((1 << SEQ_BITS) - 1)
@@ -76,7 +75,7 @@ def _first_200(tuple_id):
 
 def first_200(events):
     # keeps each sender's first 200 tuples: half of a 400-tuple load, all of a 100-tuple one
-    return events.filter(_first_200("tuple_id"))
+    return events.filter(F.udf(_first_200, "boolean")("tuple_id"))
 
 
 NOT_CALLABLE = 3
