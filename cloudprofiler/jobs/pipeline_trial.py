@@ -20,12 +20,14 @@ Such a query's committed micro-batches are counted as well: what each read
 manifest of the same batch id). Both counts are taken over the same committed
 micro-batches, the trial's (the query has read everything earlier before a trial
 starts): the tuples read and not written are ``filtered``, and a trial has
-landed once the query read all it emitted (or, with tuples lost in transit, all
-the factory published: the factory drained and the query read through its latest
-segments). When the grace period runs out first, ``received`` and ``filtered``
-are what the query had disposed of then, so a tuple read after the grace counts
+landed when the micro-batch that brought what the query read to all it emitted
+finished (or, with tuples lost in transit, all the factory published: the factory
+drained and the query read through its latest segments). When it lands after the
+grace period, ``received`` and ``filtered`` are those of the micro-batches that
+had finished when the grace ran out, so a tuple read after the grace counts
 against the trial whether it was written or filtered: emitted = received +
-filtered + lost + still in the pipeline when the trial was judged.
+filtered + lost + still in the pipeline when the trial was judged; the verdict
+and the landing time agree.
 
 The target (:mod:`cloudprofiler.jobs.queries`) is a small set of callables, so the
 same trial runs the cloudprofiler source, a baseline source fed by another
@@ -44,6 +46,10 @@ from cloudprofiler.jobs.queries import BatchRead, Target
 from cloudprofiler.jobs.rate_search import Step, grace_from_landings, reference_latency
 from cloudprofiler.jobs.sink_counter import SinkCounter
 from cp_source.spool.segments import Spool
+
+# Spark reports a micro-batch's progress just after the batch finished: this long after an instant,
+# every batch that finished by then has been reported
+PROGRESS_LAG_S = 0.5
 
 
 class _Offered(NamedTuple):
@@ -104,21 +110,43 @@ class PipelineTrial:
         """Micro-batch ``b`` read segments published since the current load started."""
         return b.end is not None and any(n > self._base.get(w, -1) for w, n in b.end.items())
 
-    def _disposed(self, senders: set[int], emitted: int) -> tuple[bool, int, int]:
-        """(landed, received, filtered) of a query that may filter, over the same committed batches.
+    def _disposed(
+        self, senders: set[int], emitted: int, until: float | None = None
+    ) -> tuple[float | None, int, int]:
+        """(when the load landed, received, filtered) of a query that may filter, both counts over
+        the same committed micro-batches: those up to the landing, or, if it landed after ``until``
+        or not yet, those that finished by ``until`` (by now without it).
 
-        Landed: the query read every emitted tuple; or the factory drained ``senders`` (so what it
-        published is final, and the rest was lost in transit) and the query read through it.
+        Landed: when the micro-batch that brought what the query read to every emitted tuple
+        finished; or, once the factory drained ``senders`` (what it published is final, the rest
+        was lost in transit) and the query read through it, when its last micro-batch finished.
         """
         drained = self._spool is not None and self._spool.drained(senders)
         last = self._last_batch()  # after the drain check: then its latest segments are final
         self.counter.poll()  # after the batch: a batch's manifest is published before its progress
-        if last is None:
-            return False, 0, 0
-        read = sum(b.rows for i, b in self._read.items() if i <= last.batch and self._reads_load(b))
-        received = self.counter.received(senders, through=last.batch)
-        landed = read >= emitted or drained and self._read_through(last)
-        return landed, received, read - received
+        load = [b for i, b in sorted(self._read.items()) if self._reads_load(b)]
+        read, upto = 0, len(load)
+        for n, b in enumerate(load, 1):
+            read += b.rows
+            if read >= emitted:
+                upto = n
+                break
+        landed: float | None = None
+        if read >= emitted:
+            landed = load[upto - 1].done
+        elif drained and self._read_through(last):
+            landed = load[-1].done if load else time.time()
+        counted = load[:upto]
+        if until is not None and (landed is None or landed > until):
+            counted = [b for b in load if b.done <= until]
+        return (landed, *self._counts(senders, counted))
+
+    def _counts(self, senders: set[int], batches: list[BatchRead]) -> tuple[int, int]:
+        """(received, filtered) in ``batches``, the load's committed micro-batches in order."""
+        if not batches:
+            return 0, 0
+        received = self.counter.received(senders, through=batches[-1].batch)
+        return received, sum(b.rows for b in batches) - received
 
     def _settle(self) -> None:
         """Before a load on a query that may filter: wait until it read all the factory published, so
@@ -138,13 +166,15 @@ class PipelineTrial:
             self._check_alive()
             time.sleep(0.1)
 
-    def _landed(self, senders: set[int], emitted: int) -> tuple[bool, int, int]:
-        """(everything emitted was accounted for, received, filtered): counted at one instant."""
+    def _landed(self, senders: set[int], emitted: int, until: float) -> tuple[float | None, int, int]:
+        """(when everything emitted was accounted for, or None; received; filtered): counted at one
+        instant, the landing or ``until`` (a query that may filter), or now."""
         if self.target.may_filter:
-            return self._disposed(senders, emitted)
+            return self._disposed(senders, emitted, until)
+        now = time.time()  # before the counts: a check that finds the trial landed dates it from its start
         self.counter.poll()
         received = self.counter.received(senders)
-        return received >= emitted, received, 0
+        return (now if received >= emitted else None), received, 0
 
     def current_grace(self) -> float | None:
         """The grace period the next trial is judged with (None: automatic, before any landing)."""
@@ -204,12 +234,15 @@ class PipelineTrial:
         emitted = int(summary["emitted"])
         # grace: how long after the generator stopped the query may take to commit the rest
         deadline = t_offered + grace
+        # a filtering query's counts are of the micro-batches finished by the deadline: wait until
+        # Spark has reported every one of them
+        lag = PROGRESS_LAG_S if self.target.may_filter else 0.0
         while True:
-            landed, received, filtered = self._landed(senders, emitted)
             now = time.time()
-            if landed:
-                return _Offered(summary, senders, received, filtered, t_offered, now - t_offered)
-            if now >= deadline:
+            landed, received, filtered = self._landed(senders, emitted, deadline)
+            if landed is not None and landed <= deadline:
+                return _Offered(summary, senders, received, filtered, t_offered, landed - t_offered)
+            if landed is not None or now >= deadline + lag:  # judged on the counts of the deadline
                 return _Offered(summary, senders, received, filtered, t_offered, None)
             self._check_alive()
             time.sleep(0.05)
@@ -244,12 +277,11 @@ class PipelineTrial:
 
     def _drain_read(self, senders: set[int], emitted: int) -> tuple[int, int | None, float | None]:
         deadline = time.time() + self.drain_timeout
-        while not self._disposed(senders, emitted)[0]:
+        while (t_all := self._disposed(senders, emitted)[0]) is None:
             if time.time() > deadline:
                 return self.counter.received(senders), None, None
             self._check_alive()
             time.sleep(0.1)
-        t_all = time.time()
         assert self._spool is not None  # a query that may filter has one (__post_init__)
         while not self._spool.drained(senders):  # the factory's gap counts are final only then
             if time.time() > deadline:

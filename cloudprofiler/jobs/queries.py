@@ -14,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -113,11 +114,13 @@ def generator_offer(
 
 class BatchRead(NamedTuple):
     """What one committed micro-batch of a query read: its id, the rows its source gave it (Spark's
-    ``numInputRows``) and the per-worker segment its source read up to (None: another source)."""
+    ``numInputRows``), the per-worker segment its source read up to (None: another source) and the
+    wall time it finished (its trigger's start plus its execution time, s)."""
 
     batch: int
     rows: int
     end: dict[str, int] | None
+    done: float
 
 
 def batches_read(query: Any) -> list[BatchRead]:
@@ -134,8 +137,10 @@ def batches_read(query: Any) -> list[BatchRead]:
             {k: int(v) for k, v in parsed.items() if k != SPOOL_KEY} if isinstance(parsed, dict) else None
         )
         b = int(prog["batchId"])
+        started = datetime.fromisoformat(prog["timestamp"]).timestamp()
+        done = started + float((prog.get("durationMs") or {}).get("triggerExecution", 0)) / 1000.0
         if b not in out or int(prog["numInputRows"]) > out[b].rows:
-            out[b] = BatchRead(b, int(prog["numInputRows"]), offsets)
+            out[b] = BatchRead(b, int(prog["numInputRows"]), offsets, done)
     return [out[b] for b in sorted(out)]
 
 
