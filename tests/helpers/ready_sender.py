@@ -32,8 +32,10 @@ class HandSender:
         self.ids: list[tuple[int, int, int]] = []  # (first id, count, event ms) per bucket sent
         self.pool = build_payloads("ysb", 50, seed=sender_id)
 
-    def data(self, seq: int, event_ms: int, count: int = 10) -> None:
-        payload = b"".join(self.pool[0].splitlines(keepends=True)[:count])
+    def data(self, seq: int, event_ms: int, count: int = 10, payload: bytes | None = None) -> None:
+        """Bucket ``seq`` of ``count`` tuples: YSB lines, or ``payload`` (``count`` lines) as given."""
+        if payload is None:
+            payload = b"".join(self.pool[0].splitlines(keepends=True)[:count])
         hdr = self.packer.pack(
             bk.KIND_DATA, seq, self.next_id, count, len(payload), native_tsc.now(), event_ms * 1_000_000
         )
