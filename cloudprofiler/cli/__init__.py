@@ -19,7 +19,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from cloudprofiler.errors import CommandError
+from cloudprofiler.errors import CommandError, TrialError
 
 # command -> (module, one-line summary)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -82,6 +82,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CommandError, ValueError, OSError) as e:
         print(f"cloudprofiler {ns.command}: error: {e}", file=sys.stderr)
         return 2
+    except TrialError as e:  # the run itself failed (a query died): not the user's arguments
+        why = str(e).strip().splitlines() or [type(e).__name__]
+        print(f"cloudprofiler {ns.command}: failed: {why[0]}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"cloudprofiler {ns.command}: interrupted", file=sys.stderr)
         return 130

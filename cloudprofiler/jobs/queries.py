@@ -282,6 +282,19 @@ def identity(events: Any) -> Any:
     return events
 
 
+def failure_line(exc: BaseException | None) -> str:
+    """One line for a stopped query: Spark's message up to a Python worker's traceback, then the
+    exception line that ends the traceback (the user's error), without the frames and JVM stack."""
+    if exc is None:
+        return "stopped"
+    head, marker, rest = str(exc).partition("Traceback (most recent call last):")
+    if not marker:
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    # frames are indented; the exception line is the first one that is not
+    raised = next((ln for ln in rest.splitlines() if ln.strip() and not ln[0].isspace()), "")
+    return f"{head.strip()} {raised.strip()}".strip()
+
+
 def start_source_query(
     spark: Any,
     workdir: str | Path,
@@ -332,7 +345,7 @@ def start_source_query(
         raise TrialError(str(e)) from e
 
     def alive() -> str | None:
-        return None if query.isActive else f"{query.exception() or 'stopped'}"
+        return None if query.isActive else failure_line(query.exception())
 
     target = Target(
         sink=str(sink),

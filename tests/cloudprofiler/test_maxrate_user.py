@@ -78,6 +78,15 @@ def first_200(events):
     return events.filter(F.udf(_first_200, "boolean")("tuple_id"))
 
 
+def _explode(tuple_id):
+    raise ValueError(f"user code failed on tuple {tuple_id}")
+
+
+def fails_when_run(events):
+    # builds fine; the first micro-batch with rows fails in the user's function
+    return events.filter(F.udf(_explode, "boolean")("tuple_id"))
+
+
 NOT_CALLABLE = 3
 """
 
@@ -306,3 +315,21 @@ def test_a_trial_whose_filtered_tuples_are_read_after_the_grace_is_not_sustained
     text = Path(page.path).read_text()
     assert "data-plot='ingestion'" in text and "data-plot='latency'" in text
     assert "<td data-q='count'>100</td>" in text  # the sustained trial's records, not the backlog's
+
+
+@pytest.mark.long  # a real query through one trial: about 20 s
+def test_a_query_that_fails_during_a_trial_is_one_line_and_exit_1(
+    spark: Any, tmp_path: Path, query_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A trial whose query dies is not the user's arguments (exit 2) but a failed run (exit 1), told
+    in one line that names the user's error, never a traceback."""
+    data = tmp_path / "events.ndjson"
+    data.write_text("".join(json.dumps({"name": f"n{i}", "price": i / 4}) + "\n" for i in range(10)))
+    argv = ["maxrate", "--workload", f"file:{data}", "--schema", SCHEMA]
+    argv += ["--query", f"{query_file}:fails_when_run", "--start", "100", "--duration", "0.5"]
+    argv += ["--retries", "0", "--max-steps", "1", "--grace", "30", "--out", str(tmp_path / "run")]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("cloudprofiler maxrate: failed: the query under test stopped: "), err
+    assert "ValueError: user code failed on tuple" in err, err
