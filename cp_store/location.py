@@ -175,6 +175,24 @@ def check_writable(loc: Location) -> None:
     loc.make_dirs()
 
 
+def one_file(where: str, what: str, hint: str = "") -> Location:
+    """The :class:`Location` of ``where`` if it names one file with bytes in it; otherwise a
+    one-line ValueError naming the URI and why (``what``: the kind of file, e.g. "NDJSON file";
+    ``hint``: said after a missing or wrong path, e.g. the option that named it)."""
+    try:
+        loc = resolve(where)
+        kind = loc.info()
+    except StoreError as e:  # it names the URI
+        raise ValueError(f"{e}{hint}") from None
+    if kind.type == pafs.FileType.NotFound:
+        raise ValueError(f"{loc.uri}: no such {what}{hint}")
+    if kind.type != pafs.FileType.File:
+        raise ValueError(f"{loc.uri}: not a file (give one {what}){hint}")
+    if kind.size == 0:
+        raise ValueError(f"{loc.uri}: empty file (0 bytes): no rows to replay{hint}")
+    return loc
+
+
 def redact(uri: str) -> str:
     """``uri`` without user info or secret-looking query values: safe for logs and errors."""
     parts = urlsplit(uri)

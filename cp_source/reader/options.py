@@ -291,26 +291,11 @@ def check_ndjson_file(path: str) -> None:
     that checks it (Spark's, which the message names), not necessarily the generator's."""
     import os
 
-    import pyarrow.fs as pafs
+    from cp_store.location import one_file
 
-    from cp_store.location import StoreError, resolve
-
-    try:
-        loc = resolve(path)
-    except StoreError as e:
-        raise ValueError(f"option workload=file:{path}: {e}") from None
-    try:
-        info = loc.info()
-    except StoreError as e:  # it names the URI
-        raise ValueError(str(e)) from None
-    if info.type == pafs.FileType.NotFound:
-        relative = loc.is_local and not os.path.isabs(os.path.expanduser(path)) and "://" not in path
-        where = f", a relative path resolved in Spark's working directory {os.getcwd()}" if relative else ""
-        raise ValueError(f"{loc.uri}: no such NDJSON file (option workload=file:{path}{where})")
-    if info.type != pafs.FileType.File:
-        raise ValueError(f"{loc.uri}: not a file (option workload=file:{path}: give one NDJSON file)")
-    if info.size == 0:
-        raise ValueError(f"{loc.uri}: empty file, no lines to replay (option workload=file:{path})")
+    relative = "://" not in path and not os.path.isabs(os.path.expanduser(path))
+    where = f", a relative path resolved in Spark's working directory {os.getcwd()}" if relative else ""
+    one_file(path, "NDJSON file", f" (option workload=file:{path}{where})")
 
 
 def source_schema(opts: ReaderOptions) -> StructType:

@@ -25,11 +25,9 @@ from __future__ import annotations
 from collections.abc import Collection
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from cp_store.location import StoreError, first_line
-from cp_store.location import resolve as locate
+from cp_store.location import StoreError, first_line, one_file
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 ROWS_MAX_BYTES = 64 << 20  # a replayed file's rows, all held by each sender (Arrow, in memory): at most this
@@ -104,18 +102,8 @@ def carried_fields(schema: pa.Schema, reserved: Collection[str], where: str) -> 
 
 def _open(path: str) -> tuple[pq.ParquetFile, str]:
     """The Parquet file at ``path`` (footer read) and its printable URI; one line naming why it is not one."""
+    loc = one_file(path, "Parquet file")
     try:
-        loc = locate(path)
-    except StoreError as e:
-        raise ValueError(f"parquet:{path}: {e}") from None
-    try:
-        info = loc.info()
-        if info.type == pafs.FileType.NotFound:
-            raise ValueError(f"{loc.uri}: no such Parquet file")
-        if info.type != pafs.FileType.File:
-            raise ValueError(f"{loc.uri}: not a file (give one Parquet file)")
-        if info.size == 0:
-            raise ValueError(f"{loc.uri}: empty file (0 bytes), not Parquet")
         return pq.ParquetFile(loc.fs.open_input_file(loc.path)), loc.uri
     except StoreError as e:
         raise ValueError(str(e)) from None

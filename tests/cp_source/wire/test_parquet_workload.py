@@ -47,7 +47,7 @@ def test_bad_files_and_spellings_fail_in_one_line_naming_them(tmp_path: Path) ->
     (tmp_path / "rows.ndjson").write_bytes(b'{"a": 1}\n' * 10)
     cases = {
         f"parquet:{tmp_path}/missing.parquet": "missing.parquet: no such Parquet file",
-        f"parquet:{tmp_path}/empty.parquet": "empty.parquet: empty file (0 bytes), not Parquet",
+        f"parquet:{tmp_path}/empty.parquet": "empty.parquet: empty file (0 bytes): no rows to replay",
         f"parquet:{tmp_path}/rows.ndjson": "rows.ndjson: not a readable Parquet file",
         f"parquet:{tmp_path}": "not a file",
         "parquet:": "needs the file",
