@@ -63,10 +63,14 @@ def check_workload(workload: str, schema: str | None) -> None:
     if not w.path:
         raise CommandError(f"--workload {workload}: name the file the generator replays ({w.name}:PATH)")
     # resolve() has read a Parquet file's footer (a path or URI); an NDJSON file is read by the
-    # generator alone, from local disk, once Spark is up: look for it now
-    if w.name == "file" and not Path(w.path).is_file():
-        what = "is not a file" if Path(w.path).exists() else "does not exist"
-        raise CommandError(f"--workload {workload}: {w.path} {what}")
+    # generator alone, once Spark is up: look for it now (a path or URI, as the generator reads it)
+    if w.name == "file":
+        from cp_store.location import one_file, redact
+
+        try:
+            one_file(w.path, "NDJSON file")
+        except ValueError as e:
+            raise CommandError(f"--workload {w.name}:{redact(w.path)}: {e}") from None
 
 
 def _split(spec: str) -> tuple[str, str]:

@@ -37,7 +37,7 @@ they are written: the factory parses exactly the bytes checked here.
 from __future__ import annotations
 
 import difflib
-import os
+import io
 import re
 from array import array
 from collections import Counter
@@ -53,6 +53,7 @@ from cp_source.factory.parse_json import parse_arrow_json
 from cp_source.wire.bucket import BucketError
 from cp_source.wire.workload_id import WorkloadMismatch
 from cp_source.wire.workloads import parse_ddl
+from cp_store.location import StoreError, one_file
 
 FILE_MAX_BYTES = 64 << 20
 CHECK_MIN_BYTES = 2 << 10
@@ -168,15 +169,23 @@ def read_workload_file(
 def check_file(
     path: str, fields: pa.Schema | None, skip_bad_lines: bool = False, max_bytes: int = FILE_MAX_BYTES
 ) -> FileLines:
-    """Every non-blank line of ``path`` checked against ``fields`` (None: only a JSON object each)."""
-    size = os.stat(path).st_size
+    """Every non-blank line of ``path`` (a path or a URI, read through ``cp_store.location``) checked
+    against ``fields`` (None: only a JSON object each)."""
+    loc = one_file(path, "NDJSON file")
+    shown = path if loc.is_local else loc.uri  # a URI is named without its credentials
+    size = loc.info().size
     if size > max_bytes:
         raise ValueError(
-            f"{path} is {size:,} bytes, over the generator's cap of {max_bytes:,} bytes on a replayed "
+            f"{shown} is {size:,} bytes, over the generator's cap of {max_bytes:,} bytes on a replayed "
             "file: replay a sample of it (e.g. the first lines: head -n N)"
         )
-    with open(path, "rb") as f:
-        return _check_lines(path, _numbered(f, path, max_bytes), fields, skip_bad_lines, BY_SCHEMA)
+    try:
+        data = loc.read_bytes()  # at most max_bytes; the kept lines are held anyway
+    except StoreError as e:
+        raise ValueError(str(e)) from None
+    return _check_lines(
+        shown, _numbered(io.BytesIO(data), shown, max_bytes), fields, skip_bad_lines, BY_SCHEMA
+    )
 
 
 def check_against_factory(

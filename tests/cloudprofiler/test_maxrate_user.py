@@ -112,10 +112,10 @@ def test_a_bad_workload_is_one_line_before_spark(tmp_path: Path, capsys: pytest.
     assert "schema" in _maxrate_error(["--workload", f"file:{data}"], capsys)
     missing = tmp_path / "absent.ndjson"
     err = _maxrate_error(["--workload", f"file:{missing}", "--schema", SCHEMA], capsys)
-    assert f"{missing} does not exist" in err
+    assert f"{missing}: no such NDJSON file" in err
     assert "file:PATH" in _maxrate_error(["--workload", "file", "--schema", SCHEMA], capsys)
     err = _maxrate_error(["--workload", f"file:{tmp_path}", "--schema", SCHEMA], capsys)
-    assert f"{tmp_path} is not a file" in err
+    assert f"{tmp_path}: not a file (give one NDJSON file)" in err
     assert f"{tmp_path}/absent.parquet" in _maxrate_error(
         ["--workload", f"parquet:{tmp_path}/absent.parquet"], capsys
     )
