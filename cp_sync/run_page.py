@@ -112,6 +112,7 @@ h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bott
 .sub{color:#666}.verdicts li{margin:2px 0}.bad{color:#b00020;font-weight:600}.good{color:#176b2c}
 table{border-collapse:collapse;margin:6px 0;font-variant-numeric:tabular-nums}
 td,th{border:1px solid #ddd;padding:3px 8px;text-align:right;vertical-align:top}
+td:not(.l){white-space:nowrap}
 th{background:#f4f4f6}td.l,th.l{text-align:left}
 .side{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start}
 figure{margin:8px 0;max-width:100%}figure svg{max-width:100%;height:auto}
