@@ -322,6 +322,8 @@ _UNITS = (("s", 1e9), ("ms", 1e6), ("us", 1e3), ("ns", 1.0))
 NEGLIGIBLE_NS = 1.0  # below a nanosecond (a TSC cycle): one TSC domain's bound, drawn as 0, printed "<1 ns"
 WARMUP_COLOR = "0.85"  # the one shade of the warm-up, in every plot that shows it
 WARMUP_LABEL = "warm-up (not in the table)"
+LEFT_OUT_COLOR = "0.55"  # a record the table leaves out (warm-up, a failed trial)
+LEFT_OUT_LABEL = "latency (not in the table: warm-up or failed trial)"
 
 
 def time_unit(values_ns: np.ndarray) -> tuple[str, float]:
@@ -517,11 +519,18 @@ def error_figure(
         x = np.arange(len(f.duration_ns), dtype=np.float64) if f.t_s is None else f.t_s
         order = np.argsort(x, kind="stable")
         x, lat, bnd = x[order], f.duration_ns[order], f.bound_ns[order]
+        left_out = np.zeros(len(x), bool) if f.warmup is None else f.warmup[order]
         shade_warmup(ax, warmup)
         mark_batches(ax, batches)
         ax.fill_between(x, (lat - bnd) / ns, (lat + bnd) / ns, color="tab:orange", alpha=0.35, lw=0,
                         label="latency +- error bound", rasterized=True)  # fmt: skip
-        ax.plot(x, lat / ns, ".", ms=1.5, color="tab:blue", label="latency", rasterized=True)
+        # the records the table leaves out are drawn apart, so no dot seems to contradict the table
+        if left_out.any():
+            ax.plot(x[left_out], lat[left_out] / ns, ".", ms=1.5, color=LEFT_OUT_COLOR,
+                    label=LEFT_OUT_LABEL, rasterized=True)  # fmt: skip
+        kept = ~left_out
+        ax.plot(x[kept], lat[kept] / ns, ".", ms=1.5, color="tab:blue", label="latency (in the table)",
+                rasterized=True)  # fmt: skip
         tiny = " (every bound below 1 ns)" if len(bnd) and float(np.nanmax(bnd)) < NEGLIGIBLE_NS else ""
         ax.set_title(f"{s.path} ({s.key['method']}, {s.key['scenario']}){tiny}", fontsize=9)
         latency_axis(ax, np.concatenate([lat - bnd, lat + bnd]) / ns, name)

@@ -231,7 +231,7 @@ def test_the_table_and_every_plot_show_the_same_steady_state_records(tmp_path: P
         with_run_time,
     )  # fmt: skip
     from cp_sync.record_points import read_points
-    from cp_sync.report import WARMUP_COLOR, WARMUP_LABEL, print_latency_table
+    from cp_sync.report import LEFT_OUT_LABEL, WARMUP_COLOR, WARMUP_LABEL, print_latency_table
     from native_tsc.stamp_columns import tsc_column
 
     records, windows, sync, ref, ends = write_run(tmp_path)
@@ -301,6 +301,12 @@ def test_the_table_and_every_plot_show_the_same_steady_state_records(tmp_path: P
         len(warm_x) == 200 and xs["gen->sink"][200] > warm_end
     )  # the band holds the warm-up's records alone
     assert not [p for p in box.patches if p.get_label() == WARMUP_LABEL]  # the box plot has none to shade
+    # latency_error.png: the dots drawn as the table's are its records exactly; the warm-up's apart
+    for ax, s in zip(figs["latency_error.png"].axes, series, strict=True):
+        dots = {line.get_label(): np.sort(np.asarray(line.get_ydata())) for line in ax.lines}
+        scale = s.steady().figured().duration_ns.max() / dots["latency (in the table)"].max()
+        assert np.allclose(dots["latency (in the table)"] * scale, np.sort(s.steady().figured().duration_ns))
+        assert len(dots[LEFT_OUT_LABEL]) == int(s.figured().warmup.sum()), s.path
     assert box.get_ylabel().startswith("latency (ms") and tl.get_ylabel() == "latency (ms, log scale)"
 
 
