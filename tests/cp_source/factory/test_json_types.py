@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 import orjson
 import pyarrow as pa
 import pytest
+import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -133,28 +134,46 @@ BAD_LINE = b'{"id": 4, "p": "x"}'
 
 @pytest.mark.long  # a real streaming query: moved to keep the fast tier inside its 10 minutes
 def test_a_file_workload_with_nested_and_decimal_columns_reaches_a_streaming_query(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, ctx: zmq.Context
 ) -> None:
     """The generator replays a file (one bad line in five), the factory publishes the four good rows of
     each bucket, the reader hands them to Spark: exact values and exactly the good tuple ids."""
     from cp_source.factory.supervisor import start_factory
+    from cp_source.generate.file_check import BadFileLine
     from cp_source.generate.generator import run_generator
     from cp_source.generate.settings import GeneratorSettings
     from cp_source.spool.segments import Spool
+    from cp_source.wire import bucket as bk
     from tests.cp_source.factory.test_bad_rows import rejected
     from tests.helpers.filled_spool import spool_source
     from tests.helpers.ingest_truth import assert_exactly_once, expected_ids
+    from tests.helpers.ready_sender import HandSender
     from tests.helpers.streaming import run_available_now
 
     data = tmp_path / "events.ndjson"
     data.write_bytes(b"\n".join([*GOOD, BAD_LINE]) + b"\n")
     spool = tmp_path / "spool"
     with start_factory("tcp://127.0.0.1:0", spool, workers=1, workload="file:", schema=DDL, flush_ms=50) as f:
-        # no schema on the generator's side: the bad line reaches the factory, as from a looser producer
-        summary = run_generator(
-            f.endpoint, GeneratorSettings(rate=1_000, duration=0.3, bucket=5, workload=f"file:{data}")
-        )
-        assert f.wait_drained(30)
+        # the generator checks the lines against the schema the factory announces: it sends nothing
+        with pytest.raises(BadFileLine, match=r"events\.ndjson line 5: field 'p' \(DECIMAL\(10,2\)\)"):
+            run_generator(
+                f.endpoint, GeneratorSettings(rate=1_000, duration=0.3, bucket=5, workload=f"file:{data}")
+            )
+        # a producer that checks nothing (speaking the wire protocol by hand) brings the bad line to
+        # the factory: 60 buckets of the file's five lines
+        sender = HandSender(ctx, f.endpoint, sender_id=9)
+        for seq in range(60):
+            sender.data(seq, 1_700_000_000_000, count=5, payload=data.read_bytes())
+        sender.end()
+        sender.close()
+        first = bk.tuple_id(sender.sender_id, 0)
+        summary = {
+            "senders": [
+                {"id": 9, "first_tuple_id": first, "next_tuple_id": first + 300, "dropped_ranges": []}
+            ],
+            "dropped": 0,
+        }
+        assert f.wait_drained(30, senders=[9])
     stats = Spool(spool).stats()
     df = spool_source(spark, spool, workload=f"file:{data}", schema=DDL)
     assert [f.simpleString() for f in df.schema.fields[:3]] == [
