@@ -19,19 +19,25 @@ import os
 import posixpath
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import pyarrow.fs as pafs
 
 from cp_store.atomic_files import atomic_write
+from cp_store.place import stand_in, store_of
 
 # Schemes pyarrow resolves itself; "" is a plain local path.
 _PYARROW_SCHEMES = ("", "file", "local", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
 _HADOOP_S3 = ("s3a", "s3n")
 _SECRET_QUERY = re.compile(r"(secret|token|key|password|credential|sas|sig)", re.IGNORECASE)
 _WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
+# RFC 3986 user info: unreserved, sub-delims, ':' and percent-escapes.
+_USERINFO_OK = re.compile(r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:]|%[0-9A-Fa-f]{2})*")
+_HOST_PORT = re.compile(r"[A-Za-z0-9._-]*:[0-9]*")
+_PORTED = ("hdfs", "viewfs", "abfs", "abfss", "file", "local")  # stores whose hosts have ports (not s3, gs)
+_HOST_AFTER_AT = re.compile(r"@(?=[A-Za-z0-9._-]*(?::[0-9]*)?(?:[/?#]|$))")
 
 
 class StoreError(OSError):
@@ -40,11 +46,16 @@ class StoreError(OSError):
 
 @dataclass(frozen=True)
 class Location:
-    """A filesystem and a path in it, with the URI it came from (credentials removed)."""
+    """A filesystem and a path in it, with the URI it came from (credentials removed).
+
+    ``store`` names the store the URI reached (see :mod:`cp_store.place`); with the path it makes
+    :attr:`identity`, what tells two locations apart where the printable ``uri`` may not.
+    """
 
     fs: pafs.FileSystem
     path: str
     uri: str
+    store: str = ""
 
     def __str__(self) -> str:
         return self.uri
@@ -54,10 +65,18 @@ class Location:
         """True for the local filesystem: rename is atomic and fsync means something."""
         return isinstance(self.fs, pafs.LocalFileSystem)
 
+    @property
+    def identity(self) -> str:
+        """What names this place (store, account, host and port, bucket or container, path): the key
+        of every per-process table about a location. Holds no credentials; not for printing."""
+        if self.is_local and not self.store:
+            return self.path
+        return f"{self.store or store_of(self.fs)}|{self.path}"
+
     def join(self, *parts: str) -> Location:
         """The location of ``parts`` under this one (``/``-separated on every store)."""
         clean = [p.strip("/") for p in parts if p.strip("/")]
-        return Location(self.fs, posixpath.join(self.path, *clean), _join_uri(self.uri, clean))
+        return replace(self, path=posixpath.join(self.path, *clean), uri=_join_uri(self.uri, clean))
 
     @property
     def name(self) -> str:
@@ -141,6 +160,12 @@ def resolve(where: str | os.PathLike[str] | Location) -> Location:
     if not raw.strip():
         raise StoreError("empty path: give a directory or a URI such as s3://bucket/prefix")
     scheme = _scheme(raw)
+    if not _USERINFO_OK.fullmatch(_userinfo(raw)):  # what pyarrow would refuse, quoting the secret
+        raise StoreError(
+            f"{redact(raw)}: the credentials in the URI hold characters a URI cannot carry as they "
+            "are (such as '/', '?', '#', '@', '%', '['): percent-encode them ('/' as %2F) or give "
+            "them through the store's variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)"
+        )
     if scheme in _HADOOP_S3:
         raw = "s3" + raw[len(scheme) :]
         scheme = "s3"
@@ -155,10 +180,12 @@ def resolve(where: str | os.PathLike[str] | Location) -> Location:
     try:
         fs, path = pafs.FileSystem.from_uri(_s3_single_put(raw) if scheme == "s3" else raw)
     except (ValueError, OSError) as e:  # pyarrow's ArrowInvalid is a ValueError
-        raise StoreError(f"{redact(raw)}: {first_line(e)}") from None
+        raise StoreError(f"{redact(raw)}: {scrub(first_line(e), raw)}") from None
     if isinstance(fs, pafs.LocalFileSystem):
         return Location(fs, path, path)
-    return Location(fs, path.rstrip("/"), redact(raw).rstrip("/"))
+    store = store_of(fs)
+    fs, path = stand_in(fs, path.rstrip("/"))
+    return Location(fs, path, redact(raw).rstrip("/"), store)
 
 
 def check_writable(loc: Location) -> None:
@@ -169,7 +196,7 @@ def check_writable(loc: Location) -> None:
     """
     if not loc.is_local:
         bucket = loc.path.split("/", 1)[0]
-        root = Location(loc.fs, bucket, loc.uri)
+        root = replace(loc, path=bucket)
         if root.info().type == pafs.FileType.NotFound:
             raise StoreError(f"{loc.uri}: bucket {bucket!r} is missing or hidden from these credentials")
     loc.make_dirs()
@@ -194,14 +221,61 @@ def one_file(where: str, what: str, hint: str = "") -> Location:
 
 
 def redact(uri: str) -> str:
-    """``uri`` without user info or secret-looking query values: safe for logs and errors."""
-    parts = urlsplit(uri)
-    if not parts.scheme or len(parts.scheme) == 1:  # a plain or Windows path
+    """``uri`` without user info or secret-looking query values: safe for logs and errors.
+
+    The user info is cut before anything parses the URI, since a secret may hold ``/``, ``?``,
+    ``#``, ``@`` or ``[`` unencoded (AWS secret keys often hold ``/``): see :func:`_userinfo_end`
+    for the rule. Never raises; a plain or Windows path comes back as it is.
+    """
+    if "://" not in uri or _WINDOWS_DRIVE.match(uri):
         return uri
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
-    query = urlencode([(k, "***" if _SECRET_QUERY.search(k) else v) for k, v in pairs], safe="*:")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    scheme, rest = uri.split("://", 1)
+    rest = rest[_userinfo_end(scheme, rest) :]
+    rest, hashmark, fragment = rest.partition("#")
+    rest, mark, query = rest.partition("?")
+    pairs = [p.partition("=") for p in query.split("&")] if mark else []
+    query = "&".join(k + eq + ("***" if eq and _SECRET_QUERY.search(k) else v) for k, eq, v in pairs)
+    return f"{scheme}://{rest}{mark}{query}{hashmark}{fragment}"
+
+
+def scrub(text: str, raw: str) -> str:
+    """``text`` (a store library's message about ``raw``) with ``raw``'s user info taken out,
+    as written and percent-decoded: pyarrow quotes the URI it was given in its errors."""
+    if "://" not in raw or _WINDOWS_DRIVE.match(raw):
+        return text
+    info = _userinfo(raw)
+    secrets = {info, unquote(info), info.partition(":")[2], unquote(info.partition(":")[2])}
+    for s in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(s, "***")
+    return text
+
+
+def _userinfo(raw: str) -> str:
+    """The user info of ``raw`` as written (``KEY:SECRET``), "" if none."""
+    if "://" not in raw or _WINDOWS_DRIVE.match(raw):
+        return ""
+    scheme, rest = raw.split("://", 1)
+    return rest[: max(_userinfo_end(scheme, rest) - 1, 0)]
+
+
+def _userinfo_end(scheme: str, rest: str) -> int:
+    """Where the host starts in ``rest`` (a URI after ``scheme://``): 0 if it has no user info.
+
+    User info ends at an ``@`` followed by a host name (letters, digits, ``.``, ``_``, ``-``,
+    an optional ``:port``) and then ``/``, ``?``, ``#`` or the end. If the text before the first
+    ``/``, ``?`` or ``#`` holds an ``@`` or a ``:`` (``KEY:SECRET`` with a secret holding an
+    unencoded ``/``), the LAST such ``@`` in the whole URI ends it: a secret can never show
+    through, at the price of cutting up to an ``@`` in an object key after such credentials
+    (``s3://K:S/X@bucket/a@b`` prints as ``s3://b``). Otherwise (``s3://bucket/key@x``, or
+    ``hdfs://host:8020/key@x`` on a store whose hosts have ports) there is no user info and the
+    key is left alone.
+    """
+    first = re.search(r"[/?#]", rest)
+    head = rest[: first.start()] if first else rest
+    if "@" not in head and (":" not in head or _HOST_PORT.fullmatch(head) and scheme.lower() in _PORTED):
+        return 0
+    ends = [m.start() + 1 for m in _HOST_AFTER_AT.finditer(rest)]
+    return ends[-1] if ends else 0
 
 
 def first_line(e: BaseException) -> str:
