@@ -146,14 +146,14 @@ def _task_identity() -> tuple[int, int, str]:
 
 # Locations checked by this process: Spark creates a writer on the driver at the query's start
 # and again for every commit, and one check per process is enough.
-_CHECKED: set[str] = set()
+_CHECKED: set[str] = set()  # of Location.identity: the printable URI may name two places
 
 
 def _check_location(loc: Location) -> None:
     """Check that the store of ``loc`` is reachable and writable, once per process."""
-    if loc.uri not in _CHECKED:
+    if loc.identity not in _CHECKED:
         check_writable(loc)
-        _CHECKED.add(loc.uri)
+        _CHECKED.add(loc.identity)
 
 
 class _RecordFile:
@@ -266,9 +266,9 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
             raise ValueError("the cloudprofiler sink needs option 'path'")
         loc = resolve(opts["path"])  # an unknown scheme: one line naming the path
         # The string as given (it may carry credentials: never printed), resolved on each process
-        # with that process's credentials; a local path made absolute here, on the driver, since
-        # executors need not share its working directory.
-        self._uri = loc.path if loc.is_local else opts["path"]
+        # with that process's credentials; a plain path made absolute here, on the driver, since
+        # executors need not share its working directory (a URI names the same place everywhere).
+        self._uri = opts["path"] if "://" in opts["path"] else loc.path
         self._loc: Location | None = None
         self.spec = parse_handler(opts.get("handler", "identity"), opts)
         self.durable = _durable(opts)

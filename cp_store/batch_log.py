@@ -60,9 +60,9 @@ _DATA_DIR_RE = re.compile(r"^batch=(\d+|" + UNKNOWN_BATCH + r")$")
 _IO_THREADS = 8  # manifests and files read in parallel: an object store answers each in ~10 ms
 
 # Per process: locations whose earlier batches were swept, and whose parent was fsynced.
-_SWEPT: set[tuple[str, str]] = set()
+_SWEPT: set[str] = set()  # keyed by Location.identity, as below
 _ROOT_SYNCED: set[str] = set()
-_LAST_COMMIT: dict[tuple[str, str], Manifest] = {}  # per location: the last batch this process committed
+_LAST_COMMIT: dict[str, Manifest] = {}  # per location: the last batch this process committed
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -367,7 +367,7 @@ def _remove_stale_temporaries(root: Location) -> None:
 def _sweep_after_commit(root: Location, batch_id: int, listed: Sequence[str]) -> None:
     # This batch's failed attempts, and a late speculative attempt of the batch before; once per
     # process and location, everything older too (what a crash of an earlier driver left).
-    key = (type(root.fs).__name__, root.uri)
+    key = root.identity
     previous = _LAST_COMMIT.get(key)
     _LAST_COMMIT[key] = Manifest(batch_id, tuple(listed), (), "")
     if key in _SWEPT:

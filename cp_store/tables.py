@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import posixpath
 import uuid
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -33,9 +34,9 @@ def parent(loc: Location) -> Location:
     path = posixpath.dirname(loc.path.rstrip("/")) or loc.path
     split = urlsplit(loc.uri)
     if not split.scheme or len(split.scheme) == 1:
-        return Location(loc.fs, path, path if loc.is_local else posixpath.dirname(loc.uri.rstrip("/")))
+        return replace(loc, path=path, uri=path if loc.is_local else posixpath.dirname(loc.uri.rstrip("/")))
     uri_path = posixpath.dirname(split.path.rstrip("/")) or split.path
-    return Location(loc.fs, path, urlunsplit((split.scheme, split.netloc, uri_path, split.query, "")))
+    return replace(loc, path=path, uri=urlunsplit((split.scheme, split.netloc, uri_path, split.query, "")))
 
 
 def resolve_option(name: str, where: str | os.PathLike[str] | Location) -> Location:
@@ -76,7 +77,7 @@ def missing(loc: Location, what: str) -> StoreError:
     """The error for an input that is not there: the bucket, when that is what is missing."""
     if not loc.is_local:
         bucket = loc.path.split("/", 1)[0]
-        if Location(loc.fs, bucket, loc.uri).info().type == pafs.FileType.NotFound:
+        if replace(loc, path=bucket).info().type == pafs.FileType.NotFound:
             return StoreError(
                 f"{what} {loc.uri}: bucket {bucket!r} is missing or hidden from these credentials"
             )

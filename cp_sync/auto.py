@@ -201,9 +201,9 @@ def _jvm() -> list[int] | None:
 # ---- the coordinator process ------------------------------------------------------------------
 
 
-def path_key(uri: str) -> str:
-    """The registry key of a sink path (its printable URI)."""
-    return hashlib.sha256(uri.encode()).hexdigest()[:20]
+def path_key(identity: str) -> str:
+    """The registry key of a sink path (its ``Location.identity``, hashed: not even a file name shows it)."""
+    return hashlib.sha256(identity.encode()).hexdigest()[:20]
 
 
 def normalize_checkpoint(where: str | None, cwd: str | None = None) -> str | None:
@@ -264,7 +264,7 @@ def ensure_coordinator(
     restarted query never hands its agents a coordinator that is about to close.
     """
     loc = resolve(path)
-    key = path_key(loc.uri)
+    key = path_key(loc.identity)
     lock_path, state_path, stop_path, log_path = registry_paths(runtime_dir(), key)
     bind, advertise = coordinator_address(driver)
     cfg = {
@@ -317,7 +317,7 @@ def _port_of(endpoint: Any) -> int:
 def coordinator_state(path: str) -> dict[str, Any] | None:
     """The registry entry of sink ``path``'s coordinator on this host (endpoint, pid, state), or None
     when none runs (a coordinator that was killed leaves its entry, but not its lock, behind)."""
-    lock_path, state_path, _, _ = registry_paths(runtime_dir(), path_key(resolve(path).uri))
+    lock_path, state_path, _, _ = registry_paths(runtime_dir(), path_key(resolve(path).identity))
     if not lock_path.exists() or not _lock_held(lock_path):
         return None
     return read_state(state_path) or {"state": "starting"}
@@ -351,7 +351,7 @@ def _request_stop(state_path: Path, stop_path: Path) -> bool:
 
 def stop(path: str) -> bool:
     """Ask the coordinator of sink ``path`` for its stop phase (it then exits); False if none runs."""
-    _, state_path, stop_path, _ = registry_paths(runtime_dir(), path_key(resolve(path).uri))
+    _, state_path, stop_path, _ = registry_paths(runtime_dir(), path_key(resolve(path).identity))
     return _request_stop(state_path, stop_path)
 
 
