@@ -42,7 +42,9 @@ def store_of(fs: pafs.FileSystem) -> str:
     """The store ``fs`` reaches: its class and the options that say where it is, without credentials."""
     try:
         options = fs.__reduce__()[1][0]  # how pyarrow pickles a filesystem: its constructor's options
-    except (TypeError, IndexError, AttributeError):
+    except (TypeError, IndexError, AttributeError, ValueError):
+        # ValueError: pyarrow decodes every option, credentials too, and a secret that is not UTF-8
+        # fails there. The store is then named by its class alone: the path still holds the bucket.
         options = None
     if not isinstance(options, dict):
         return type(fs).__name__
