@@ -183,9 +183,10 @@ def resolve(where: str | os.PathLike[str] | Location) -> Location:
         raise StoreError(f"{redact(raw)}: {scrub(first_line(e), raw)}") from None
     if isinstance(fs, pafs.LocalFileSystem):
         return Location(fs, path, path)
-    store = store_of(fs)
+    uri = redact(raw).rstrip("/")
+    store = store_of(fs, uri)
     fs, path = stand_in(fs, path.rstrip("/"))
-    return Location(fs, path, redact(raw).rstrip("/"), store)
+    return Location(fs, path, uri, store)
 
 
 def check_writable(loc: Location) -> None:

@@ -38,16 +38,19 @@ _ADDRESS = (
 STAND_IN = "CLOUDPROFILER_STORE_STAND_IN"
 
 
-def store_of(fs: pafs.FileSystem) -> str:
-    """The store ``fs`` reaches: its class and the options that say where it is, without credentials."""
+def store_of(fs: pafs.FileSystem, printable: str = "") -> str:
+    """The store ``fs`` reaches: its class and the options that say where it is, without credentials.
+
+    ``printable`` is the URI it came from, credentials removed: what names the store if pyarrow
+    cannot give its options back."""
     try:
         options = fs.__reduce__()[1][0]  # how pyarrow pickles a filesystem: its constructor's options
     except (TypeError, IndexError, AttributeError, ValueError):
         # ValueError: pyarrow decodes every option, credentials too, and a secret that is not UTF-8
-        # fails there. The store is then named by its class alone: the path still holds the bucket.
+        # fails there. The URI as printed names the store then (the path holds the bucket).
         options = None
     if not isinstance(options, dict):
-        return type(fs).__name__
+        return f"{type(fs).__name__}?uri={printable}"
     address = "&".join(f"{k}={options[k]}" for k in _ADDRESS if options.get(k) not in (None, "", -1))
     return f"{type(fs).__name__}?{address}"
 
