@@ -19,6 +19,7 @@ from cp_sink import read_records, total_seen
 from cp_sink.records import published_batches
 from cp_store.location import resolve
 from cp_store.place import STAND_IN
+from cp_sync.auto import path_key
 from tests.helpers.polling import wait_for
 
 ALPHA = "abfs://alpha@acct.dfs.core.windows.net/records"
@@ -34,6 +35,8 @@ def test_the_azure_container_is_part_of_the_identity() -> None:
     assert alpha.join("_commits", "0.json").identity != beta.join("_commits", "0.json").identity
     assert resolve(ALPHA).identity == alpha.identity
     assert resolve("abfs://acct.dfs.core.windows.net/alpha/records").identity != beta.identity
+    # one sync coordinator per place: beta's query never joins alpha's
+    assert path_key(alpha.identity) != path_key(beta.identity)
 
 
 @pytest.mark.parametrize(
