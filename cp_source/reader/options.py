@@ -291,11 +291,11 @@ def check_ndjson_file(path: str) -> None:
     that checks it (Spark's, which the message names), not necessarily the generator's."""
     import os
 
-    from cp_store.location import one_file
+    from cp_store.location import one_file, redact
 
     relative = "://" not in path and not os.path.isabs(os.path.expanduser(path))
     where = f", a relative path resolved in Spark's working directory {os.getcwd()}" if relative else ""
-    one_file(path, "NDJSON file", f" (option workload=file:{path}{where})")
+    one_file(path, "NDJSON file", f" (option workload=file:{redact(path)}{where})")
 
 
 def source_schema(opts: ReaderOptions) -> StructType:

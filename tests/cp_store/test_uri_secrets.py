@@ -28,7 +28,6 @@ def test_redact_keeps_the_place_and_drops_any_secret(secret: str, scheme: str) -
     uri = f"{scheme}://AKIDEXAMPLE:{secret}@results/runs/records?{LOCAL_S3}"
     shown = redact(uri)
     assert shown == f"{scheme}://results/runs/records?{LOCAL_S3}"
-    assert secret not in shown
 
 
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -38,7 +37,8 @@ def test_resolve_never_puts_the_secret_in_its_error(secret: str) -> None:
     try:
         loc = resolve(uri)
     except StoreError as e:  # pyarrow refuses many of these URIs, quoting the URI it was given
-        assert secret not in str(e) and "://results/runs/records?" in str(e)
+        said = str(e).replace(f"results/runs/records?{LOCAL_S3}", "")  # the secret may be a part of it
+        assert secret not in said and "://results/runs/records?" in str(e)
     else:
         assert loc.uri == f"s3://results/runs/records?{LOCAL_S3}" and loc.path == "results/runs/records"
 
@@ -70,3 +70,11 @@ def test_a_store_message_quoting_the_uri_is_scrubbed_of_its_credentials() -> Non
     raw = "s3://AKID:Se%2FCr%40et@results/records"
     said = "Cannot parse URI: 's3://AKID:Se%2FCr%40et@results/records' or Se/Cr@et, AKID:Se/Cr@et"
     assert scrub(said, raw) == "Cannot parse URI: 's3://***@results/records' or ***, ***"
+
+
+def test_a_file_workload_on_a_store_is_named_without_its_credentials() -> None:
+    from cp_source.reader.options import check_ndjson_file
+
+    with pytest.raises(ValueError) as e:  # the URI is refused: its error and the option's hint name it
+        check_ndjson_file("s3://AKIDEXAMPLE:SeCrEt/abc@results/missing.ndjson")
+    assert "SeCrEt" not in str(e.value) and "workload=file:s3://results/missing.ndjson" in str(e.value)
