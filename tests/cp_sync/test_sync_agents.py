@@ -207,7 +207,13 @@ def test_three_virtual_domains_on_loopback(cluster, tmp_path, capsys) -> None:
     assert short.sum() > 50
     assert np.all(bnd[short] < e_min)
     ref_node = bnd[scen == "reference-node"]
-    assert np.all((ref_node >= e_min - 2.01) & (ref_node <= e_max + 2.01))
+    # e here converts a peer-initiated round trip with the agents' reported frequencies, the
+    # translation with the rate between its MinRTT points: they differ by the frequency estimate's
+    # noise (about 1e-4 at most on a loaded machine), a cycle or two on e of ~17,000 cycles
+    slack = 2.01 + 2e-4 * e_max
+    assert np.all((ref_node >= e_min - slack) & (ref_node <= e_max + slack)), (
+        e_min, e_max, ref_node.min(), ref_node.max()
+    )  # fmt: skip
     nb, ns = bounds["naive"]
     assert np.median(bnd[scen == "two-nodes"]) < 0.75 * np.median(nb[ns == "two-nodes"])
     # Scenario 3 is about e: the two nodes' own MinRTT e plus a rate term below e/2 for short latencies.
