@@ -20,6 +20,14 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
+# The flights as Spark DDL: the schema a file workload of them is read with (the NDJSON's columns).
+FLIGHTS_DDL = (
+    "year BIGINT, month BIGINT, day BIGINT, dep_time BIGINT, sched_dep_time BIGINT, dep_delay BIGINT, "
+    "arr_time BIGINT, sched_arr_time BIGINT, arr_delay BIGINT, carrier STRING, flight BIGINT, "
+    "tailnum STRING, origin STRING, dest STRING, air_time BIGINT, distance BIGINT, hour BIGINT, "
+    "minute BIGINT, time_hour TIMESTAMP, catch_up DOUBLE"
+)
+
 
 @cache
 def _all_flights() -> pa.Table:

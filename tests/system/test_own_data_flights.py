@@ -13,17 +13,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from tests.helpers.flights import flights, write_flights_ndjson, write_flights_parquet
+from tests.helpers.flights import FLIGHTS_DDL, flights, write_flights_ndjson, write_flights_parquet
 
 ROWS = 50_000
 TUPLES = 60_000  # 1.2 cycles: the first 10,000 rows twice, the others once
 KEEP = ["carrier", "tailnum", "dep_time", "arr_delay", "time_hour", "catch_up", "flight", "dest"]
-SCHEMA = (
-    "year BIGINT, month BIGINT, day BIGINT, dep_time BIGINT, sched_dep_time BIGINT, dep_delay BIGINT, "
-    "arr_time BIGINT, sched_arr_time BIGINT, arr_delay BIGINT, carrier STRING, flight BIGINT, "
-    "tailnum STRING, origin STRING, dest STRING, air_time BIGINT, distance BIGINT, hour BIGINT, "
-    "minute BIGINT, time_hour TIMESTAMP, catch_up DOUBLE"
-)
+SCHEMA = FLIGHTS_DDL
 
 
 def _same(got: Any, want: Any) -> bool:

