@@ -21,7 +21,6 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 
-import cloudprofiler
 from cp_sink import read_records, total_seen
 from cp_sink.records import published_batches
 from cp_sink.stream_writer import CloudprofilerStreamWriter
@@ -29,6 +28,7 @@ from cp_store import batch_log
 from cp_store.location import StoreError, resolve
 from tests.helpers.polling import wait_for
 from tests.helpers.s3_server import ACCESS_KEY, SECRET_KEY, s3  # noqa: F401  (the fixture)
+from tests.helpers.streaming import rate_ids_into_sink, worker_env
 
 ROWS_PER_BATCH = 200
 OUT = "s3a://results/records"
@@ -37,34 +37,12 @@ OUT = "s3a://results/records"
 @pytest.fixture
 def s3_spark(spark: Any, s3: Any) -> Iterator[Any]:  # noqa: F811
     """The session with the store's AWS_* settings in its Python workers' environment."""
-    env = spark.sparkContext.environment
-    saved = dict(env)
-    env.update(s3.env())
-    cloudprofiler.register(spark)
-    try:
+    with worker_env(spark, s3.env()):
         yield spark
-    finally:
-        env.clear()
-        env.update(saved)
-        cloudprofiler.register(spark)
 
 
 def _start(spark: Any, path: str, ck: Path, trigger_ms: int = 100) -> Any:
-    df = (
-        spark.readStream.format("rate-micro-batch")
-        .option("rowsPerBatch", ROWS_PER_BATCH)
-        .option("numPartitions", 2)
-        .load()
-        .withColumnRenamed("value", "tuple_id")
-        .select("tuple_id")
-    )
-    return (
-        df.writeStream.format("cloudprofiler")
-        .option("path", path)
-        .option("checkpointLocation", str(ck))
-        .trigger(processingTime=f"{trigger_ms} milliseconds")
-        .start()
-    )
+    return rate_ids_into_sink(spark, path, str(ck), ROWS_PER_BATCH, trigger_ms)
 
 
 def _run_until(q: Any, batches: int, timeout: float = 120) -> None:

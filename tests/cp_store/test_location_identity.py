@@ -14,13 +14,13 @@ import numpy as np
 import pyarrow.fs as pafs
 import pytest
 
-import cloudprofiler
 from cp_sink import read_records, total_seen
 from cp_sink.records import published_batches
 from cp_store.location import resolve
 from cp_store.place import STAND_IN
 from cp_sync.auto import path_key
 from tests.helpers.polling import wait_for
+from tests.helpers.streaming import rate_ids_into_sink, worker_env
 
 ALPHA = "abfs://alpha@acct.dfs.core.windows.net/records"
 BETA = "abfs://beta@acct.dfs.core.windows.net/records"
@@ -81,34 +81,13 @@ def containers(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> I
     for container in ("alpha", "beta"):
         (store / container).mkdir(parents=True)  # containers exist before a query writes to them
     monkeypatch.setenv(STAND_IN, str(store))
-    env = spark.sparkContext.environment
-    saved = dict(env)
-    env[STAND_IN] = str(store)
-    cloudprofiler.register(spark)
-    try:
+    with worker_env(spark, {STAND_IN: str(store)}):
         yield spark
-    finally:
-        env.clear()
-        env.update(saved)
-        cloudprofiler.register(spark)
 
 
 def _start(spark: Any, path: str, ck: Path) -> Any:
-    df = (
-        spark.readStream.format("rate-micro-batch")
-        .option("rowsPerBatch", ROWS_PER_BATCH)
-        .option("numPartitions", 2)
-        .load()
-        .withColumnRenamed("value", "tuple_id")
-        .select("tuple_id")
-    )
-    return (
-        df.writeStream.format("cloudprofiler")
-        .option("path", path)
-        .option("checkpointLocation", str(ck))
-        .trigger(processingTime="500 milliseconds")  # slow enough to stop right after a target batch
-        .start()
-    )
+    # a 500 ms trigger: slow enough to stop right after a target batch
+    return rate_ids_into_sink(spark, path, str(ck), ROWS_PER_BATCH, trigger_ms=500)
 
 
 def _run(spark: Any, path: str, ck: Path, batches: int) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -33,3 +35,41 @@ def run_available_now(
         writer = writer.option("path", path)
     query = writer.trigger(availableNow=True).start()
     await_query(query, timeout)
+
+
+@contextmanager
+def worker_env(spark: Any, extra: dict[str, str]) -> Iterator[Any]:
+    """``spark`` with ``extra`` in its Python workers' environment (fixed when a worker starts, so the
+    source and sink are registered again to get fresh workers), restored afterwards."""
+    import cloudprofiler
+
+    env = spark.sparkContext.environment
+    saved = dict(env)
+    env.update(extra)
+    cloudprofiler.register(spark)
+    try:
+        yield spark
+    finally:
+        env.clear()
+        env.update(saved)
+        cloudprofiler.register(spark)
+
+
+def rate_ids_into_sink(spark: Any, path: str, checkpoint: str, rows_per_batch: int, trigger_ms: int) -> Any:
+    """A started query: Spark's rate-micro-batch source (``rows_per_batch`` ids a batch, 2 partitions)
+    as ``tuple_id`` into the cloudprofiler sink at ``path``."""
+    df = (
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", rows_per_batch)
+        .option("numPartitions", 2)
+        .load()
+        .withColumnRenamed("value", "tuple_id")
+        .select("tuple_id")
+    )
+    return (
+        df.writeStream.format("cloudprofiler")
+        .option("path", path)
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime=f"{trigger_ms} milliseconds")
+        .start()
+    )
