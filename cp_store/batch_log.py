@@ -51,7 +51,8 @@ from cp_store.json_object import json_object
 from cp_store.location import Location, StoreError, first_line, resolve
 
 COMMITS = "_commits"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2 added "run" and "rows"; a version 1 manifest is still read
+_READ_VERSIONS = (1, 2)
 MAX_MANIFEST_BYTES = 16 << 20  # 16 MiB: ~50,000 files and counts rows; a bigger one is not ours
 UNKNOWN_BATCH = "x"  # the batch tag of data written outside a Spark micro-batch
 _MANIFEST_RE = re.compile(r"^(\d+)\.json$")
@@ -80,6 +81,11 @@ class Manifest:
     files: tuple[str, ...]
     counts: tuple[dict[str, Any], ...]
     uri: str  # the manifest's own URI, for messages
+    # The rows of each listed file, in the order of ``files`` (None: a version 1 manifest).
+    rows: tuple[int, ...] | None = None
+    # The run that published it: {"query_id": ..., "checkpoint": ...} (None: unknown, version 1
+    # or a whole-batch writer outside a streaming query).
+    run: dict[str, Any] | None = None
 
     def data(self, root: Location, prefix: str = "") -> list[Location]:
         """The listed files whose name starts with ``prefix``."""
@@ -170,24 +176,53 @@ def is_committed(root: Location, batch_id: int) -> bool:
 def parse_manifest(data: bytes, batch_id: int, uri: str) -> Manifest:
     """Check a manifest's fields; a bad one is a one-line ManifestError naming ``uri`` and the field."""
     doc = json_object(data, uri, ManifestError, lambda value: f"expected a JSON object, got {_show(value)}")
-    if doc.get("v") != MANIFEST_VERSION:
-        raise ManifestError(f"{uri}: field v: expected {MANIFEST_VERSION}, got {_show(doc.get('v'))}")
+    version = doc.get("v")
+    if version not in _READ_VERSIONS or isinstance(version, bool):
+        raise ManifestError(f"{uri}: field v: expected one of {_READ_VERSIONS}, got {_show(version)}")
     if doc.get("batch_id") != batch_id or isinstance(doc.get("batch_id"), bool):
         raise ManifestError(f"{uri}: field batch_id: expected {batch_id}, got {_show(doc.get('batch_id'))}")
-    files = doc.get("files")
-    if not isinstance(files, list):
-        raise ManifestError(f"{uri}: field files: expected a list of paths, got {_show(files)}")
-    for i, f in enumerate(files):
-        problem = _bad_data_path(f)
-        if problem:
-            raise ManifestError(f"{uri}: field files[{i}]: {problem}")
+    files = _manifest_files(doc.get("files"), uri)
     counts = doc.get("counts")
     if not isinstance(counts, list):
         raise ManifestError(f"{uri}: field counts: expected a list of rows, got {_show(counts)}")
     for i, row in enumerate(counts):
         if not isinstance(row, dict):
             raise ManifestError(f"{uri}: field counts[{i}]: expected an object, got {_show(row)}")
-    return Manifest(batch_id, tuple(files), tuple(counts), uri)
+    if version == 1:
+        return Manifest(batch_id, tuple(files), tuple(counts), uri)
+    rows = _manifest_rows(doc.get("rows"), len(files), uri)
+    return Manifest(batch_id, tuple(files), tuple(counts), uri, rows, _manifest_run(doc.get("run"), uri))
+
+
+def _manifest_files(files: Any, uri: str) -> list[str]:
+    if not isinstance(files, list):
+        raise ManifestError(f"{uri}: field files: expected a list of paths, got {_show(files)}")
+    seen: set[str] = set()
+    for i, f in enumerate(files):
+        problem = _bad_data_path(f)
+        if problem:
+            raise ManifestError(f"{uri}: field files[{i}]: {problem}")
+        if f in seen:  # read twice, its rows would count twice
+            raise ManifestError(f"{uri}: field files[{i}]: {_show(f)} is listed twice")
+        seen.add(f)
+    return files
+
+
+def _manifest_rows(rows: Any, n_files: int, uri: str) -> tuple[int, ...]:
+    if not isinstance(rows, list) or len(rows) != n_files:
+        raise ManifestError(f"{uri}: field rows: expected a list of {n_files} row counts, got {_show(rows)}")
+    for i, n in enumerate(rows):
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ManifestError(f"{uri}: field rows[{i}]: expected a row count, got {_show(n)}")
+    return tuple(rows)
+
+
+def _manifest_run(run: Any, uri: str) -> dict[str, Any] | None:
+    if run is None:
+        return None
+    if not isinstance(run, dict) or not all(isinstance(v, str | None) for v in run.values()):
+        raise ManifestError(f"{uri}: field run: expected an object of strings, got {_show(run)}")
+    return run
 
 
 def read_data(manifest: Manifest, loc: Location, read: Callable[[Location], T]) -> T:
@@ -231,9 +266,13 @@ def commit(
     files: Sequence[str],
     counts: Sequence[Mapping[str, Any]],
     durable: bool = False,
+    rows: Sequence[int] | None = None,
+    run: Mapping[str, str | None] | None = None,
 ) -> bool:
     """Publish ``files`` (relative to ``root``) and ``counts`` as batch ``batch_id``, once.
 
+    ``rows``: each file's row count, in order (None: read from the files' Parquet footers);
+    ``run``: the run publishing (``query_id``, ``checkpoint``), kept in the manifest.
     True if this call published; False if the batch id was committed before (a replay): then the
     ``files`` it brought are deleted and the first publication stays as it was.
     """
@@ -247,9 +286,19 @@ def commit(
         _delete(root, [f for f in files if f not in listed])
         sweep(root, batch_id, existing)
         return False
-    body = orjson.dumps(
-        {"v": MANIFEST_VERSION, "batch_id": batch_id, "files": list(files), "counts": list(counts)}
-    )
+    if rows is None:
+        rows = parallel(lambda f: parquet_rows(root.join(f)), list(files), remote=not root.is_local)
+    if len(rows) != len(files):
+        raise ValueError(f"batch {batch_id}: {len(rows)} row counts for {len(files)} files")
+    doc = {
+        "v": MANIFEST_VERSION,
+        "batch_id": batch_id,
+        "run": dict(run) if run is not None else None,
+        "files": list(files),
+        "rows": [int(n) for n in rows],
+        "counts": list(counts),
+    }
+    body = orjson.dumps(doc)
     if len(body) > MAX_MANIFEST_BYTES:
         raise ManifestError(
             f"batch {batch_id}: manifest of {len(body)} bytes is over the cap of {MAX_MANIFEST_BYTES}"
@@ -259,6 +308,19 @@ def commit(
     manifest_location(root, batch_id).write_bytes(body, durable=durable and root.is_local)
     _sweep_after_commit(root, batch_id, files)
     return True
+
+
+def parquet_rows(loc: Location) -> int:
+    """The row count of a Parquet file, from its footer."""
+    import pyarrow.parquet as pq
+
+    try:
+        with loc.fs.open_input_file(loc.path) as f:
+            return int(pq.ParquetFile(f).metadata.num_rows)
+    except FileNotFoundError:
+        raise StoreError(f"{loc.uri}: not found") from None
+    except OSError as e:
+        raise StoreError(f"{loc.uri}: {first_line(e)}") from None
 
 
 def abort(root: Location, batch_id: int, files: Sequence[str]) -> None:

@@ -64,7 +64,7 @@ def test_a_batch_is_published_once_and_a_replay_publishes_nothing(root: Location
         {"batch_id": 0, "partition": 1, "seen": 4},
     ]
     doc = orjson.loads(manifest)
-    assert (doc["v"], doc["batch_id"], doc["files"]) == (1, 0, first)
+    assert (doc["v"], doc["batch_id"], doc["files"], doc["rows"]) == (2, 0, first, [5, 4])
     # publish: one process's whole batch; an id already committed writes nothing
     assert publish(root, 1, {"records-0.parquet": _ids(9, 12)}, [{"seen": 3}])
     assert not publish(root, 1, {"records-1.parquet": _ids(50, 60)})
@@ -119,7 +119,23 @@ def test_a_listed_file_that_is_missing_is_one_line_naming_it(root: Location) -> 
 BAD_MANIFESTS: list[tuple[Any, str]] = [
     (b"{not json", "not JSON"),
     ([1, 2], "expected a JSON object, got [1, 2]"),
-    ({"v": 2, "batch_id": 4, "files": [], "counts": []}, "field v: expected 1, got 2"),
+    ({"v": 3, "batch_id": 4, "files": [], "counts": []}, "field v: expected one of (1, 2), got 3"),
+    (
+        {"v": 1, "batch_id": 4, "files": ["batch=4/a.parquet", "batch=4/a.parquet"], "counts": []},
+        "field files[1]: 'batch=4/a.parquet' is listed twice",
+    ),
+    (
+        {"v": 2, "batch_id": 4, "files": ["batch=4/a.parquet"], "rows": [], "counts": []},
+        "field rows: expected a list of 1 row counts, got []",
+    ),
+    (
+        {"v": 2, "batch_id": 4, "files": ["batch=4/a.parquet"], "rows": [-1], "counts": []},
+        "field rows[0]: expected a row count, got -1",
+    ),
+    (
+        {"v": 2, "batch_id": 4, "files": [], "rows": [], "run": "me", "counts": []},
+        "field run: expected an object of strings, got 'me'",
+    ),
     ({"v": 1, "batch_id": 5, "files": [], "counts": []}, "field batch_id: expected 4, got 5"),
     ({"v": 1, "batch_id": True, "files": [], "counts": []}, "field batch_id: expected 4, got True"),
     ({"v": 1, "batch_id": 4, "files": "batch=4/a.parquet", "counts": []}, "field files: expected a list"),
@@ -177,5 +193,5 @@ def test_a_bad_counts_value_or_an_oversized_manifest_is_refused(
     with pytest.raises(ManifestError, match=rf"^{where}: manifest of 65 bytes is over the cap of 64$"):
         read_records(root)
     with pytest.raises(ManifestError, match=r"^batch 1: manifest of \d+ bytes is over the cap of 64$"):
-        commit(root, 1, ["batch=1/" + "x" * 80 + ".parquet"], [])
+        commit(root, 1, ["batch=1/" + "x" * 80 + ".parquet"], [], rows=[0])
     assert not batch_log.is_committed(root, 1)
