@@ -14,19 +14,35 @@ reader sees it entirely or not at all. Readers read only the files the manifests
 failed, crashed or speculative task attempt wrote is never read, wherever it lies. The counts
 (one row per partition: what the sink saw and wrote) are in the manifest. ``batch_id`` comes
 from the manifest.
+
+Readers check what they are given, each error one line naming the file (:class:`RecordsError`):
+a listed file's rows (its Parquet footer, read anyway) against the manifest's ``rows`` (for a
+version 1 manifest: its records files' total against the counts' ``written``), a file listed by
+two manifests, a records file without ``tuple_id`` or with nulls in it, a file whose columns do
+not match the others'. A path that does not exist is an error; one that exists with nothing
+published yet (the sink made it when its query started) reads as no rows. Committed batch ids
+that skip some (not contiguous from 0: manifests removed, a store emptied under a running query)
+are reported: a :class:`BatchGapWarning` naming them, and the returned table's schema metadata
+(:data:`GAPS_KEY`); :func:`batch_gaps` gives them alone.
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
+import re
+import warnings
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from cp_store.batch_log import Manifest, parallel, read_data, read_manifests
-from cp_store.location import Location, resolve
+from cp_store.batch_log import COMMITS, Manifest, committed, parallel, read_data, read_manifests
+from cp_store.location import Location, StoreError, first_line, resolve
+from cp_store.tables import missing
 from native_tsc.stamp_columns import SINK, is_stamp_column, node_column, stamp_columns
 
 TUPLE_ID = "tuple_id"
@@ -36,6 +52,11 @@ MAX_KEEP_COLUMNS = 16  # keepColumns: each kept column widens every record, and 
 RECORDS_PREFIX = "records-"
 PERIODS_PREFIX = "periods-"
 WINDOWS_PREFIX = "windows-"
+# The schema metadata key of the batch ids a reader found missing ("0-7,12"; absent: none missing).
+GAPS_KEY = b"cloudprofiler.batch_gaps"
+# What a sink path may hold before its first manifest: batch directories and "_"/"." names
+# (_commits, staging, _sync). Anything else, without _commits/, means it is not a sink path.
+_SINK_ENTRY = re.compile(r"^(batch=.*|[_.].*)$")
 
 COUNTS_SCHEMA = pa.schema(
     [
@@ -134,29 +155,182 @@ def sink_input_columns(schema: Any, id_column: str = TUPLE_ID, keep: str | None 
     return [id_column, *kept, *stamps]
 
 
+class RecordsError(ValueError):
+    """Published content that is not what its manifests say: one line naming the file."""
+
+
+class BatchGapWarning(UserWarning):
+    """Committed batch ids that skip some: the rows of those batches are in no result."""
+
+
 def published_batches(path: Where) -> dict[int, Manifest]:
     """Published micro-batch ids and their manifests (files and counts), in order."""
     return read_manifests(resolve(path))
 
 
-def _read_prefixed(path: Where, prefix: str, schema: pa.Schema | None) -> pa.Table | None:
+def batch_gaps(path: Where) -> list[tuple[int, int]]:
+    """The batch ids missing from a sink path's committed ones, as (first, last) ranges: the ids
+    before the first manifest and between two (one listing of ``_commits/``, no manifest read)."""
+    return _gaps(committed(resolve(path)))
+
+
+def _gaps(ids: Iterable[int]) -> list[tuple[int, int]]:
+    out, expected = [], 0
+    for i in sorted(ids):
+        if i > expected:
+            out.append((expected, i - 1))
+        expected = i + 1
+    return out
+
+
+def _show_gaps(gaps: Sequence[tuple[int, int]]) -> str:
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in gaps)
+
+
+def gaps_note(where: str, gaps: Sequence[tuple[int, int]]) -> str:
+    """One line saying which batch ids a sink path lacks (``where``: its printable URI)."""
+    n = sum(b - a + 1 for a, b in gaps)
+    return (
+        f"{where}: committed batch ids skip {_show_gaps(gaps)} ({n:,} batch{'es' if n > 1 else ''} "
+        "without a manifest: removed, or the store emptied under the query); their rows are in no result"
+    )
+
+
+def _published(root: Location, stacklevel: int) -> dict[int, Manifest]:
+    """The manifests the readers use, checked: a path that does not exist is an error, a file
+    listed by two manifests is refused, and batch ids that skip some are warned about (the warning
+    points ``stacklevel`` frames up: the reader's caller)."""
+    manifests = read_manifests(root)
+    if not manifests:
+        _check_sink_path(root)
+    owner: dict[str, Manifest] = {}
+    for m in manifests.values():
+        for f in m.files:
+            if f in owner:  # read twice, its rows would count twice
+                raise RecordsError(f"{root.join(f).uri}: listed by both {owner[f].uri} and {m.uri}")
+            owner[f] = m
+    gaps = _gaps(manifests)
+    if gaps:
+        warnings.warn(gaps_note(root.uri, gaps), BatchGapWarning, stacklevel=stacklevel + 1)
+    return manifests
+
+
+def _check_sink_path(root: Location) -> None:
+    """Nothing published: fine for a sink path whose query has not committed yet (it made the
+    directory when it started), an error naming ``root`` for a path that is not there, a file,
+    or a directory holding something other than a sink's entries (not a sink path)."""
+    kind = root.info().type
+    if kind == pafs.FileType.NotFound:
+        raise missing(root, "sink path")
+    if kind != pafs.FileType.Directory:
+        raise StoreError(f"sink path {root.uri}: a file, not a directory (give the sink's path)")
+    names = [i.base_name for i in root.children()]
+    foreign = sorted(n for n in names if not _SINK_ENTRY.match(n))
+    if foreign and COMMITS not in names:
+        raise StoreError(
+            f"sink path {root.uri}: no {COMMITS}/ (nothing a sink published), but it holds "
+            f"{foreign[0]!r}{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}: "
+            "is it the sink's path?"
+        )
+
+
+def _read_prefixed(path: Where, prefix: str, empty: pa.Schema) -> pa.Table:
+    """The listed ``prefix`` files of every published batch, checked, as one table (``empty``'s
+    schema when there are none) with the missing batch ids in its metadata."""
     root = resolve(path)
+    manifests = _published(root, stacklevel=3)
     listed = [
-        (m, loc)
-        for m in published_batches(root).values()
-        for loc in m.data(root, prefix)
-        if loc.path.endswith(".parquet")
+        (m, i)
+        for m in manifests.values()
+        for i, f in enumerate(m.files)
+        if posixpath.basename(f).startswith(prefix) and f.endswith(".parquet")
     ]
 
-    def read(item: tuple[Manifest, Location]) -> pa.Table:
-        m, loc = item
-        t = _plain(read_data(m, loc, lambda f: pq.read_table(f.path, filesystem=f.fs)))
+    def read(item: tuple[Manifest, int]) -> pa.Table:
+        m, i = item
+        t = _plain(read_data(m, root.join(m.files[i]), lambda f: _read_listed(f, m, i, prefix)))
         return t.append_column("batch_id", pa.repeat(pa.scalar(m.batch_id, pa.int64()), len(t)))
 
     tables = parallel(read, listed, remote=not root.is_local)
+    if prefix in (RECORDS_PREFIX, WINDOWS_PREFIX):
+        read_rows = [(m, t.num_rows) for (m, _), t in zip(listed, tables, strict=True)]
+        _check_written(manifests.values(), prefix, read_rows)
     if not tables:
-        return None if schema is None else schema.empty_table()
-    return pa.concat_tables(tables, promote_options="default")
+        return _with_gaps(empty.empty_table(), manifests)
+    return _with_gaps(_concat(tables, [root.join(m.files[i]).uri for m, i in listed]), manifests)
+
+
+def _read_listed(f: Location, m: Manifest, i: int, prefix: str) -> pa.Table:
+    """The listed file ``m.files[i]`` at ``f``, checked against the manifest; one open, one footer."""
+    with f.fs.open_input_file(f.path) as src:
+        try:
+            pf = pq.ParquetFile(src)
+        except pa.ArrowInvalid as e:  # not Parquet (pyarrow's message names no file)
+            raise RecordsError(f"{f.uri}: {first_line(e)} (listed by {m.uri})") from None
+        if m.rows is not None and pf.metadata.num_rows != m.rows[i]:
+            raise RecordsError(
+                f"{f.uri}: {pf.metadata.num_rows:,} rows, but {m.uri} lists it with {m.rows[i]:,} "
+                "(replaced or rewritten after it was published)"
+            )
+        if prefix == RECORDS_PREFIX and TUPLE_ID not in pf.schema_arrow.names:
+            raise RecordsError(f"{f.uri}: a records file without a {TUPLE_ID} column (listed by {m.uri})")
+        t = pf.read()
+    if prefix == RECORDS_PREFIX and t.column(TUPLE_ID).null_count:
+        raise RecordsError(
+            f"{f.uri}: {t.column(TUPLE_ID).null_count:,} records with a null {TUPLE_ID} (listed by {m.uri})"
+        )
+    return t
+
+
+def _check_written(manifests: Iterable[Manifest], prefix: str, read: list[tuple[Manifest, int]]) -> None:
+    """Version 1 manifests (no per-file rows): the rows of the ``prefix`` files each lists against
+    its counts' ``written`` (what the sink wrote to them), where every counts row has it and the
+    batch holds no file of the other kind that ``written`` also counts (records or windows)."""
+    other = WINDOWS_PREFIX if prefix == RECORDS_PREFIX else RECORDS_PREFIX
+    rows: dict[int, int] = {}
+    for m, n in read:
+        rows[m.batch_id] = rows.get(m.batch_id, 0) + n
+    for m in manifests:
+        written: list[int] = [c["written"] for c in m.counts if _is_count(c.get("written"))]
+        if m.rows is not None or not written or len(written) != len(m.counts):
+            continue
+        if any(posixpath.basename(f).startswith(other) for f in m.files):
+            continue
+        if rows.get(m.batch_id, 0) != sum(written):
+            raise RecordsError(
+                f"{m.uri}: the {prefix.rstrip('-')} files it lists hold {rows.get(m.batch_id, 0):,} rows, "
+                f"its counts say {sum(written):,} written"
+            )
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _concat(tables: list[pa.Table], uris: list[str]) -> pa.Table:
+    """One table of every file's; a file whose columns cannot join the ones before is named."""
+    try:
+        return pa.concat_tables(tables, promote_options="default")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        pass
+    merged = tables[0].schema
+    for t, uri in zip(tables[1:], uris[1:], strict=True):
+        try:
+            merged = pa.unify_schemas([merged, t.schema], promote_options="default")
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+            raise RecordsError(
+                f"{uri}: its columns do not match the files read before it (the first: {uris[0]}): "
+                f"{first_line(e)}"
+            ) from None
+    raise RecordsError(f"{uris[0]}: the files of this path cannot be read as one table")
+
+
+def _with_gaps(t: pa.Table, manifests: Iterable[int]) -> pa.Table:
+    """``t`` with the missing batch ids in its schema metadata (GAPS_KEY), if any are missing."""
+    gaps = _gaps(manifests)
+    if not gaps:
+        return t
+    return t.replace_schema_metadata({**(t.schema.metadata or {}), GAPS_KEY: _show_gaps(gaps).encode()})
 
 
 def _plain(t: pa.Table) -> pa.Table:
@@ -172,14 +346,11 @@ def read_records(path: Where) -> pa.Table:
 
     Columns: ``tuple_id``, the columns the option ``keepColumns`` named (as the query typed them),
     every ``cp_tsc_*``/``cp_node_*`` column the query carried, ``partition``, ``batch_id`` (and
-    ``role`` for the firstlast handler).
+    ``role`` for the firstlast handler). Checked as the module docstring says: RecordsError or
+    StoreError in one line naming the file or the path; missing batch ids warned about.
     """
-    t = _read_prefixed(path, RECORDS_PREFIX, None)
-    if t is None:
-        return pa.schema(
-            [(TUPLE_ID, pa.int64()), ("partition", pa.int32()), ("batch_id", pa.int64())]
-        ).empty_table()
-    return t
+    empty = pa.schema([(TUPLE_ID, pa.int64()), ("partition", pa.int32()), ("batch_id", pa.int64())])
+    return _read_prefixed(path, RECORDS_PREFIX, empty)
 
 
 def read_windows(path: Where) -> pa.Table:
@@ -187,36 +358,31 @@ def read_windows(path: Where) -> pa.Table:
 
     Columns: ``window_start_ms``, ``window_end_ms`` (int64 epoch ms), the query's scalar columns
     (keys, counts, aggregates, ``cp_tsc_*``/``cp_node_*``), ``cp_tsc_sink`` (int64),
-    ``cp_node_sink`` (string) and ``batch_id`` (int64).
+    ``cp_node_sink`` (string) and ``batch_id`` (int64). Checked as ``read_records`` is.
     """
-    t = _read_prefixed(path, WINDOWS_PREFIX, None)
-    if t is None:
-        tsc, node = stamp_columns(SINK)
-        return pa.schema(
-            [
-                ("window_start_ms", pa.int64()),
-                ("window_end_ms", pa.int64()),
-                (tsc, pa.int64()),
-                (node, pa.string()),
-                ("batch_id", pa.int64()),
-            ]
-        ).empty_table()
-    return t
+    tsc, node = stamp_columns(SINK)
+    empty = pa.schema(
+        [
+            ("window_start_ms", pa.int64()),
+            ("window_end_ms", pa.int64()),
+            (tsc, pa.int64()),
+            (node, pa.string()),
+            ("batch_id", pa.int64()),
+        ]
+    )
+    return _read_prefixed(path, WINDOWS_PREFIX, empty)
 
 
 def read_counts(path: Where) -> pa.Table:
     """One row per published (batch, partition): tuples seen and written by the sink."""
-    tables = [m.counts_table(COUNTS_SCHEMA) for m in published_batches(path).values()]
-    if not tables:
-        return COUNTS_SCHEMA.empty_table()
-    return pa.concat_tables(tables)
+    manifests = _published(resolve(path), stacklevel=2)
+    tables = [m.counts_table(COUNTS_SCHEMA) for m in manifests.values()]
+    return _with_gaps(pa.concat_tables(tables) if tables else COUNTS_SCHEMA.empty_table(), manifests)
 
 
 def read_periods(path: Where) -> pa.Table:
     """The pc handler's time series: tuples per (node, period) and partition, with ``batch_id``."""
-    t = _read_prefixed(path, PERIODS_PREFIX, PERIODS_SCHEMA.append(pa.field("batch_id", pa.int64())))
-    assert t is not None
-    return t
+    return _read_prefixed(path, PERIODS_PREFIX, PERIODS_SCHEMA.append(pa.field("batch_id", pa.int64())))
 
 
 def total_seen(path: Where) -> int:

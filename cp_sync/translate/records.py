@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cp_sink.records import batch_gaps
 from cp_store.location import Location, resolve
 from cp_sync.record_points import read_points
 from cp_sync.sync_table import minrtt
@@ -172,8 +173,10 @@ def translate_records(
     ``keepColumns``) carried into the output, for summaries by key.
 
     Facts: reference, frequency_hz, its source and relative error (frequency_error), the relations
-    that could not be formed (refused: why), the spans found not affine (drift), and the number of
-    records per method and status (status_counts).
+    that could not be formed (refused: why), the spans found not affine (drift), the number of
+    records per method and status (status_counts), the records' printable URI (records) and, for a
+    sink path, the batch ids its committed ones skip (batch_gaps: (first, last) ranges; their
+    records are in no output).
     """
     from cp_sync.sync_table import read_sync
 
@@ -184,9 +187,12 @@ def translate_records(
             f"(rename it in the query before the sink)"
         )
     points = read_points(records_dir, from_point, to_point, keys)
+    # A sink path's committed batch ids that skip some: their records are in no output (said beside it).
+    gaps = {"records": resolve(records_dir).uri, "batch_gaps": batch_gaps(records_dir)}
     if sync_dir is None:
         looked = resolve(records_dir).join(SYNC_DIR).uri
-        return _same_domain(points, from_point, to_point, reference, keys, hz, looked)
+        out, facts = _same_domain(points, from_point, to_point, reference, keys, hz, looked)
+        return out, {**facts, **gaps}
     sync, reported = read_sync(sync_dir)
     ref = reference or default_reference(points, to_point)
     hz, source, hz_err = reference_hz_estimate(sync, ref, reported)
@@ -202,6 +208,7 @@ def translate_records(
         "refused": refused,
         "drift": tr.drift_notes(),
         "status_counts": status_counts(out),
+        **gaps,
     }
 
 
