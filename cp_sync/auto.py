@@ -325,12 +325,33 @@ def coordinator_state(path: str) -> dict[str, Any] | None:
 
 def wait_for_stop(path: str, timeout: float = 120.0) -> None:
     """Wait until no coordinator serves sink ``path`` on this host: after a query stops, its stop
-    phase is in ``path/_sync`` once this returns. TimeoutError after ``timeout`` seconds."""
+    phase is in ``path/_sync`` once this returns. TimeoutError after ``timeout`` seconds, in one line
+    that names :func:`stop` when nothing else will ask for the stop phase before the driver exits."""
     deadline = time.monotonic() + timeout
-    while coordinator_state(path) is not None:
+    while (state := coordinator_state(path)) is not None:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"the sync coordinator of {resolve(path).uri} still runs after {timeout:g} s")
+            hint = _unmatched(path, state)
+            raise TimeoutError(
+                f"the sync coordinator of {resolve(path).uri} still runs after {timeout:g} s{hint}"
+            )
         time.sleep(0.1)
+
+
+def _unmatched(path: str, state: Mapping[str, Any]) -> str:
+    """What to add to wait_for_stop's timeout for a coordinator the query listener cannot stop: its
+    query's checkpoint came only from ``spark.sql.streaming.checkpointLocation`` (not the sink's
+    options), so its stop phase waits for the driver's exit unless someone asks for it."""
+    _, _, stop_path, _ = registry_paths(runtime_dir(), path_key(resolve(path).identity))
+    if (
+        state.get("state") != "running"
+        or state.get("checkpoint") is not None
+        or _stop_pending(state, stop_path)
+    ):
+        return ""
+    return (
+        "; its query's checkpoint was set only through spark.sql.streaming.checkpointLocation, so its "
+        "stop phase runs when the driver exits: call cp_sync.auto.stop(path) to run it now"
+    )
 
 
 def _stop_pending(state: Mapping[str, Any], stop_path: Path) -> bool:
