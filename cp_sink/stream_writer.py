@@ -67,6 +67,7 @@ from cp_store.location import Location, StoreError, check_writable, first_line, 
 from native_tsc.stamp_columns import SINK, is_stamp_column, node_column, stamp_columns, tsc_column
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # set by Spark's micro-batch engine on every task
+QUERY_ID_PROPERTY = "sql.streaming.queryId"  # the query's id, kept in its checkpoint across restarts
 DURABILITY_LEVELS = ("process", "strict")
 ROWS_PER_ROW_GROUP = 1 << 18
 # The sink's options as the user spells them; Spark adds checkpointLocation and queryName itself.
@@ -91,10 +92,14 @@ _SPARK_OPTIONS = ("checkpointlocation", "queryname")
 
 @dataclass
 class SinkCommitMessage(WriterCommitMessage):
-    """What one task attempt wrote: its files (relative to ``path``) and its counts row."""
+    """What one task attempt wrote: its files (relative to ``path``, each written under ``staged``
+    until the commit publishes it) with their row counts, its counts row and its query's id."""
 
     files: list[str]
     counts: dict[str, Any] = field(default_factory=dict)
+    rows: list[int] = field(default_factory=list)
+    query_id: str | None = None
+    staged: str | None = None
 
 
 def _ours(messages: list[WriterCommitMessage | None]) -> list[SinkCommitMessage]:
@@ -133,15 +138,16 @@ def _durable(opts: dict[str, str]) -> bool:
     return level == "strict"
 
 
-def _task_identity() -> tuple[int, int, str]:
+def _task_identity() -> tuple[int, int, str, str | None]:
+    """The task's partition, attempt id, batch tag and query id (None outside a streaming query)."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
     if ctx is None:  # called outside Spark (a unit test driving write() directly)
-        return 0, 0, batch_log.UNKNOWN_BATCH
+        return 0, 0, batch_log.UNKNOWN_BATCH, None
     batch = ctx.getLocalProperty(BATCH_ID_PROPERTY)
     tag = batch if batch and batch.isdigit() else batch_log.UNKNOWN_BATCH
-    return ctx.partitionId(), ctx.taskAttemptId(), tag
+    return ctx.partitionId(), ctx.taskAttemptId(), tag, ctx.getLocalProperty(QUERY_ID_PROPERTY) or None
 
 
 # Locations checked by this process: Spark creates a writer on the driver at the query's start
@@ -166,12 +172,14 @@ class _RecordFile:
         self._writer: Any = None
         self._pending: list[pa.RecordBatch] = []
         self._rows = 0
+        self.total = 0  # rows added: the count the manifest lists for this file
 
     def add(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
         self._pending.append(batch)
         self._rows += batch.num_rows
+        self.total += batch.num_rows
         if self._rows >= ROWS_PER_ROW_GROUP:
             self._flush()
 
@@ -270,6 +278,10 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         # executors need not share its working directory (a URI names the same place everywhere).
         self._uri = opts["path"] if "://" in opts["path"] else loc.path
         self._loc: Location | None = None
+        # Kept in each manifest with the query's id (Spark's conf may hold it instead: then unknown).
+        self._checkpoint = opts.get("checkpointlocation")
+        self._staged = batch_log.staging(None)  # set per task from the query's id
+        self._query_id: str | None = None
         self.spec = parse_handler(opts.get("handler", "identity"), opts)
         self.durable = _durable(opts)
         self.overwrite = overwrite
@@ -334,9 +346,12 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         import native_tsc
         from cp_sink.handlers import selected_positions
 
-        partition, attempt, batch_tag = _task_identity()
+        partition, attempt, batch_tag, query_id = _task_identity()
         base = f"batch={batch_tag}"
         node = native_tsc.domain_id()
+        # Until the commit publishes them, this run's files live where no plain reader lists.
+        self._staged = batch_log.staging({"query_id": query_id})
+        self._query_id = query_id
         if self.window_column is not None:
             return self._write_windows(iterator, base, partition, attempt, node)
         spec = self.spec
@@ -379,7 +394,7 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
 
         if fl_first is not None and fl_last is not None:
             written += _add_first_last(records, tally.seen, fl_first, fl_last)
-        files = [records.rel] if records.close() else []
+        files, rows = ([records.rel], [records.total]) if records.close() else ([], [])
         counts = {
             "partition": partition,
             "task_attempt": attempt,
@@ -390,13 +405,18 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
             "last_tsc_sink": tally.last_tsc,
         }
         name = f"{base}/{batch_log.data_file(PERIODS_PREFIX, partition, attempt)}"
-        if self._write_periods(name, partition, node, period_cycles, batch_tscs, batch_rows, keyed):
+        n_periods = self._write_periods(name, partition, node, period_cycles, batch_tscs, batch_rows, keyed)
+        if n_periods:
             files.append(name)
-        return SinkCommitMessage(files=files, counts=counts)
+            rows.append(n_periods)
+        return self._message(files, rows, counts)
+
+    def _message(self, files: list[str], rows: list[int], counts: dict[str, Any]) -> SinkCommitMessage:
+        return SinkCommitMessage(files, counts, rows, self._query_id, self._staged)
 
     def _file(self, base: str, prefix: str, partition: int, attempt: int) -> _RecordFile:
         rel = f"{base}/{batch_log.data_file(prefix, partition, attempt)}"
-        return _RecordFile(self.location.join(rel), rel, self.durable)
+        return _RecordFile(self.location.join(self._staged, rel), rel, self.durable)
 
     def _write_windows(
         self, iterator: Iterator[pa.RecordBatch], base: str, partition: int, attempt: int, node: str
@@ -422,9 +442,8 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
             out.add(window_rows(stamped, self.window_column, self.keep + list(stamp_columns(SINK))))
             seen += n
             tscs.append(tsc)
-        files = [out.rel] if out.close() else []
-        counts = window_counts(seen, node, tscs, partition, attempt)
-        return SinkCommitMessage(files=files, counts=counts)
+        files, rows = ([out.rel], [out.total]) if out.close() else ([], [])
+        return self._message(files, rows, window_counts(seen, node, tscs, partition, attempt))
 
     def _ids(self, batch: pa.RecordBatch) -> np.ndarray:
         ids = batch.column(self.id_column)
@@ -441,8 +460,8 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         batch_tscs: list[int],
         batch_rows: list[int],
         keyed: list[pa.Table],
-    ) -> bool:
-        """pc: write the task's row count per period (and key) to ``rel``; False if it has none."""
+    ) -> int:
+        """pc: write the task's row count per period (and key) to ``rel``; its rows (0: none written)."""
         from cp_sink.handlers import period_counts
 
         if keyed:
@@ -456,11 +475,11 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
             for col, values in fixed.items():
                 table = table.append_column(col, values)
             names = [*PERIODS_SCHEMA.names[:-1], *self.key_columns, "count"]
-            batch_log.write_parquet(table.select(names), self.location.join(rel), self.durable)
-            return True
+            batch_log.write_parquet(table.select(names), self.location.join(self._staged, rel), self.durable)
+            return int(table.num_rows)
         periods = period_counts(np.array(batch_tscs, np.int64), period_cycles, np.array(batch_rows, np.int64))
         if not periods:
-            return False
+            return 0
         table = pa.table(
             {
                 "partition": pa.array([partition] * len(periods), pa.int32()),
@@ -472,8 +491,8 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
             },
             schema=PERIODS_SCHEMA,
         )
-        batch_log.write_parquet(table, self.location.join(rel), self.durable)
-        return True
+        batch_log.write_parquet(table, self.location.join(self._staged, rel), self.durable)
+        return int(table.num_rows)
 
     def _record_batch(
         self, batch: pa.RecordBatch, ids: np.ndarray, tsc: int, node: str, partition: int
@@ -495,12 +514,25 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         """Publish what the tasks of ``batchId`` wrote with one manifest, once per batch id."""
         msgs = _ours(messages)
         files = [f for m in msgs for f in m.files]
-        rows = [{"batch_id": batchId, **m.counts} for m in msgs]
-        batch_log.commit(self.location, batchId, files, rows, self.durable)
+        rows = [n for m in msgs for n in m.rows]
+        counts = [{"batch_id": batchId, **m.counts} for m in msgs]
+        query_id, staged = _run_of(msgs, batchId)
+        run = {"query_id": query_id, "checkpoint": self._checkpoint} if query_id else None
+        batch_log.commit(self.location, batchId, files, counts, self.durable, rows, run, staged)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Delete what the tasks of a failed micro-batch wrote (never a published file)."""
-        batch_log.abort(self.location, batchId, [f for m in _ours(messages) for f in m.files])
+        msgs = _ours(messages)
+        _, staged = _run_of(msgs, batchId)
+        batch_log.abort(self.location, batchId, [f for m in msgs for f in m.files], staged)
+
+
+def _run_of(msgs: list[SinkCommitMessage], batch_id: int) -> tuple[str | None, str | None]:
+    """The query id and staging directory the tasks of a batch reported (one of each, or none)."""
+    runs = {(m.query_id, m.staged) for m in msgs if m.files or m.query_id}
+    if len(runs) > 1:
+        raise ValueError(f"batch {batch_id}: tasks of different runs in one commit: {sorted(map(str, runs))}")
+    return runs.pop() if runs else (None, None)
 
 
 def _rows_per_key(batch: pa.RecordBatch, keys: list[str], tsc: int) -> pa.Table:

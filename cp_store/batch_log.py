@@ -39,13 +39,14 @@ import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import orjson
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from cp_store import spark_log
 from cp_store.atomic_files import fsync_path
 from cp_store.json_object import json_object
 from cp_store.location import Location, StoreError, first_line, resolve
@@ -55,15 +56,19 @@ MANIFEST_VERSION = 2  # 2 added "run" and "rows"; a version 1 manifest is still 
 _READ_VERSIONS = (1, 2)
 MAX_MANIFEST_BYTES = 16 << 20  # 16 MiB: ~50,000 files and counts rows; a bigger one is not ours
 UNKNOWN_BATCH = "x"  # the batch tag of data written outside a Spark micro-batch
+# Files of attempts not yet published, one directory per run: plain readers (Spark, pyarrow, DuckDB
+# with a batch=* glob) never list a "_" directory, so they see a file only once it is published.
+STAGING = "_attempts"
+_RUN_TAG_RE = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+_STAGED_RE = re.compile(r"^" + STAGING + r"/[A-Za-z0-9-]{1,64}$")
 _MANIFEST_RE = re.compile(r"^(\d+)\.json$")
 _BATCH_DIR_RE = re.compile(r"^batch=(\d+)$")
 _DATA_DIR_RE = re.compile(r"^batch=(\d+|" + UNKNOWN_BATCH + r")$")
 _IO_THREADS = 8  # manifests and files read in parallel: an object store answers each in ~10 ms
 
 # Per process: locations whose earlier batches were swept, and whose parent was fsynced.
-_SWEPT: set[str] = set()  # keyed by Location.identity, as below
+_SWEPT: set[str] = set()  # keyed by Location.identity: the printable URI may name two places
 _ROOT_SYNCED: set[str] = set()
-_LAST_COMMIT: dict[str, Manifest] = {}  # per location: the last batch this process committed
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -71,6 +76,10 @@ R = TypeVar("R")
 
 class ManifestError(ValueError):
     """A manifest that is not one this protocol wrote: over the size cap, or a field of a bad type."""
+
+
+class RunClash(StoreError):
+    """Another run (another query, or this query on a new checkpoint) published on this location."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,9 @@ class Manifest:
     # The run that published it: {"query_id": ..., "checkpoint": ...} (None: unknown, version 1
     # or a whole-batch writer outside a streaming query).
     run: dict[str, Any] | None = None
+    # Where the listed files were written before publication (``_attempts/<run>``), relative to
+    # the location; None: written in place. A file not yet moved out of it is read there.
+    staged: str | None = None
 
     def data(self, root: Location, prefix: str = "") -> list[Location]:
         """The listed files whose name starts with ``prefix``."""
@@ -191,7 +203,11 @@ def parse_manifest(data: bytes, batch_id: int, uri: str) -> Manifest:
     if version == 1:
         return Manifest(batch_id, tuple(files), tuple(counts), uri)
     rows = _manifest_rows(doc.get("rows"), len(files), uri)
-    return Manifest(batch_id, tuple(files), tuple(counts), uri, rows, _manifest_run(doc.get("run"), uri))
+    staged = doc.get("staged")
+    if staged is not None and not (isinstance(staged, str) and _STAGED_RE.match(staged)):
+        raise ManifestError(f"{uri}: field staged: expected {STAGING}/<run>, got {_show(staged)}")
+    run = _manifest_run(doc.get("run"), uri)
+    return Manifest(batch_id, tuple(files), tuple(counts), uri, rows, run, staged)
 
 
 def _manifest_files(files: Any, uri: str) -> list[str]:
@@ -226,15 +242,31 @@ def _manifest_run(run: Any, uri: str) -> dict[str, Any] | None:
 
 
 def read_data(manifest: Manifest, loc: Location, read: Callable[[Location], T]) -> T:
-    """``read(loc)`` of a listed file; a listed file that is gone is one line naming it."""
-    try:
-        return read(loc)
-    except FileNotFoundError:
-        raise StoreError(f"{loc.uri}: listed by {manifest.uri} but missing") from None
-    except OSError as e:
-        if isinstance(e, StoreError):
-            raise
-        raise StoreError(f"{loc.uri}: {first_line(e)}") from None
+    """``read(loc)`` of a listed file, or of its staged copy if the commit that published it stopped
+    before moving it (see ``finish``); a listed file that is in neither place is one line naming it."""
+    twin = _staged_twin(manifest, loc)
+    for where in (loc, twin):
+        if where is None:
+            continue
+        try:
+            return read(where)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            if isinstance(e, StoreError):
+                raise
+            raise StoreError(f"{where.uri}: {first_line(e)}") from None
+    raise StoreError(f"{loc.uri}: listed by {manifest.uri} but missing")
+
+
+def _staged_twin(manifest: Manifest, loc: Location) -> Location | None:
+    """Where the listed file ``loc`` (``<root>/batch=<id>/<name>``) was written before publication."""
+    if not manifest.staged:
+        return None
+    root_path, batch, name = loc.path.rsplit("/", 2)
+    root_uri = loc.uri.rsplit("/", 2)[0]
+    tail = f"{manifest.staged}/{batch}/{name}"
+    return replace(loc, path=f"{root_path}/{tail}", uri=f"{root_uri}/{tail}")
 
 
 def parallel(fn: Callable[[T], R], items: Sequence[T], remote: bool) -> list[R]:
@@ -246,6 +278,18 @@ def parallel(fn: Callable[[T], R], items: Sequence[T], remote: bool) -> list[R]:
 
 
 # ---- writing ---------------------------------------------------------------------------------------------
+
+
+def staging(run: Mapping[str, str | None] | None) -> str:
+    """Where the tasks of ``run`` write their files until their batch is published (relative to the
+    location): ``_attempts/<query id>``, one directory per run, so a run sweeps only its own."""
+    query_id = (run or {}).get("query_id") or ""
+    return f"{STAGING}/{query_id if _RUN_TAG_RE.match(query_id) else UNKNOWN_BATCH}"
+
+
+def area(root: Location, staged: str | None) -> Location:
+    """Where files are written before publication: ``root/<staged>``, or ``root`` itself."""
+    return root.join(staged) if staged else root
 
 
 def prepare(loc: Location) -> None:
@@ -268,32 +312,68 @@ def commit(
     durable: bool = False,
     rows: Sequence[int] | None = None,
     run: Mapping[str, str | None] | None = None,
+    staged: str | None = None,
 ) -> bool:
-    """Publish ``files`` (relative to ``root``) and ``counts`` as batch ``batch_id``, once.
+    """Publish ``files`` and ``counts`` as batch ``batch_id``, once.
 
-    ``rows``: each file's row count, in order (None: read from the files' Parquet footers);
-    ``run``: the run publishing (``query_id``, ``checkpoint``), kept in the manifest.
-    True if this call published; False if the batch id was committed before (a replay): then the
-    ``files`` it brought are deleted and the first publication stays as it was.
+    ``files``: names relative to ``root`` (``batch=<id>/<name>``), written under ``root/<staged>``
+    (see ``staging``) or, with ``staged`` None, in place. ``rows``: each file's row count (None: read
+    from the Parquet footers). ``run``: who publishes (``query_id``, ``checkpoint``); with a run, a
+    location another run published on is refused (``RunClash``, one line naming the other run).
+    True if this call published; False if the batch id was committed before by this run (a replay):
+    then the ``files`` it brought are deleted and the first publication stays as it was.
     """
+    _check_files(batch_id, files, staged)
+    existing = read_manifest(root, batch_id)
+    if existing is not None:
+        _refuse_other_run(root, existing, run, files, staged)
+        listed = set(existing.files)
+        _delete(area(root, staged), [f for f in files if f not in listed])
+        finish(root, existing, durable)
+        _sweep_after_commit(root, existing)
+        return False
+    first = area(root, staged).identity not in _SWEPT
+    if run is not None:
+        _check_owner(root, batch_id, run, files, staged, first)
+    if rows is None:
+        found = area(root, staged)
+        rows = parallel(lambda f: parquet_rows(found.join(f)), list(files), remote=not root.is_local)
+    manifest = _write_manifest(root, batch_id, files, counts, rows, run, staged, durable)
+    if first and run is not None:
+        _refuse_other_run(root, read_manifest(root, batch_id), run, files, staged)  # two first commits raced
+    finish(root, manifest, durable)
+    _sweep_after_commit(root, manifest)
+    return True
+
+
+def _check_files(batch_id: int, files: Sequence[str], staged: str | None) -> None:
     for i, f in enumerate(files):
         problem = _bad_data_path(f)
         if problem:
             raise ValueError(f"batch {batch_id}: file {i}: {problem}")
-    existing = read_manifest(root, batch_id)
-    if existing is not None:
-        listed = set(existing.files)
-        _delete(root, [f for f in files if f not in listed])
-        sweep(root, batch_id, existing)
-        return False
-    if rows is None:
-        rows = parallel(lambda f: parquet_rows(root.join(f)), list(files), remote=not root.is_local)
+    if len(set(files)) != len(files):
+        raise ValueError(f"batch {batch_id}: a file is listed twice")
+    if staged is not None and not _STAGED_RE.match(staged):
+        raise ValueError(f"batch {batch_id}: staged={staged!r}: expected {STAGING}/<run>")
+
+
+def _write_manifest(
+    root: Location,
+    batch_id: int,
+    files: Sequence[str],
+    counts: Sequence[Mapping[str, Any]],
+    rows: Sequence[int],
+    run: Mapping[str, str | None] | None,
+    staged: str | None,
+    durable: bool,
+) -> Manifest:
     if len(rows) != len(files):
         raise ValueError(f"batch {batch_id}: {len(rows)} row counts for {len(files)} files")
     doc = {
         "v": MANIFEST_VERSION,
         "batch_id": batch_id,
         "run": dict(run) if run is not None else None,
+        "staged": staged,
         "files": list(files),
         "rows": [int(n) for n in rows],
         "counts": list(counts),
@@ -304,10 +384,112 @@ def commit(
             f"batch {batch_id}: manifest of {len(body)} bytes is over the cap of {MAX_MANIFEST_BYTES}"
         )
     if durable and root.is_local:
-        _sync_names(root, files)
-    manifest_location(root, batch_id).write_bytes(body, durable=durable and root.is_local)
-    _sweep_after_commit(root, batch_id, files)
-    return True
+        root.join(COMMITS).make_dirs()
+        _sync_names(area(root, staged), files)
+        if staged:
+            _sync_names(root, [])  # the names _commits and _attempts
+    loc = manifest_location(root, batch_id)
+    loc.write_bytes(body, durable=durable and root.is_local)
+    return parse_manifest(body, batch_id, loc.uri)
+
+
+def finish(root: Location, manifest: Manifest, durable: bool = False) -> None:
+    """Put a published batch where plain readers look: its files moved out of the staging
+    directory (a rename locally, copy and delete on an object store) and Spark's file-sink log
+    entry written. Idempotent: a commit stopped half-way is finished by the next one."""
+    if manifest.staged:
+        staged = manifest.staged
+        parallel(lambda f: _move_in(root, staged, f), list(manifest.files), remote=not root.is_local)
+        if durable and root.is_local:
+            _sync_names(root, manifest.files)
+    spark_log.write_batch(
+        root,
+        manifest.batch_id,
+        _log_lines(root, manifest),
+        lambda i: _log_lines(root, read_manifest(root, i)),
+        durable=durable and root.is_local,
+    )
+
+
+def _move_in(root: Location, staged: str, rel: str) -> None:
+    src, dst = root.join(staged, rel), root.join(rel)
+    prepare(dst)
+    try:
+        root.fs.move(src.path, dst.path)
+    except OSError as e:
+        try:
+            was, now = root.fs.get_file_info([src.path, dst.path])
+        except OSError:
+            was = now = None
+        moved = was is not None and was.type == pafs.FileType.NotFound
+        if moved and now is not None and now.type == pafs.FileType.File:
+            return  # moved before: a commit finished again
+        raise StoreError(f"{src.uri}: {first_line(e)}") from None
+
+
+def _log_lines(root: Location, manifest: Manifest | None) -> list[bytes]:
+    """Spark's log lines for the files of ``manifest`` (none for a batch not committed)."""
+    if manifest is None or not manifest.files:
+        return []
+    locs = [root.join(f) for f in manifest.files]
+    try:
+        infos = root.fs.get_file_info([loc.path for loc in locs])
+    except OSError as e:
+        raise StoreError(f"{root.uri}: {first_line(e)}") from None
+    for loc, info in zip(locs, infos, strict=True):
+        if info.type != pafs.FileType.File:
+            raise StoreError(f"{loc.uri}: listed by {manifest.uri} but missing")
+    return spark_log.entries(root, manifest.files, infos)
+
+
+def _same_run(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    return bool(a and b and a.get("query_id") and a.get("query_id") == b.get("query_id"))
+
+
+def describe_run(run: Mapping[str, Any] | None) -> str:
+    """A run for a message: its query id and checkpoint, as far as they are known."""
+    if not run or not run.get("query_id"):
+        return "a run that did not record its query id"
+    where = f", checkpoint {run['checkpoint']}" if run.get("checkpoint") else ""
+    return f"query id {run['query_id']}{where}"
+
+
+def _refuse_other_run(
+    root: Location,
+    other: Manifest | None,
+    run: Mapping[str, str | None] | None,
+    files: Sequence[str],
+    staged: str | None,
+) -> None:
+    """A batch published by another run: this run's files are deleted and it stops, in one line."""
+    if other is None or run is None or _same_run(other.run, run):
+        return
+    listed = set(other.files) if other.staged == staged else set()
+    _delete(area(root, staged), [f for f in files if f not in listed])
+    raise RunClash(
+        f"{root.uri}: batch {other.batch_id} was published by {describe_run(other.run)}; this query is "
+        f"{describe_run(run)}: one query writes one path. Give this run a path of its own (for example "
+        f"{root.uri}/run-2), or move the earlier records away first"
+    )
+
+
+def _check_owner(
+    root: Location,
+    batch_id: int,
+    run: Mapping[str, str | None],
+    files: Sequence[str],
+    staged: str | None,
+    first: bool,
+) -> None:
+    """Refuse a location another run published on: at a run's first commit in this process, the
+    latest manifest; at every commit, the manifest of the batch before (a writer that started since)."""
+    if first:
+        listing = committed(root)
+        latest = max(listing) if listing else None
+        if latest is not None:
+            _refuse_other_run(root, read_manifest(root, latest, listing[latest]), run, files, staged)
+    if batch_id > 0:
+        _refuse_other_run(root, read_manifest(root, batch_id - 1), run, files, staged)
 
 
 def parquet_rows(loc: Location) -> int:
@@ -323,12 +505,12 @@ def parquet_rows(loc: Location) -> int:
         raise StoreError(f"{loc.uri}: {first_line(e)}") from None
 
 
-def abort(root: Location, batch_id: int, files: Sequence[str]) -> None:
+def abort(root: Location, batch_id: int, files: Sequence[str], staged: str | None = None) -> None:
     """Delete what the tasks of a failed batch wrote (never a file a manifest lists)."""
     existing = read_manifest(root, batch_id)
     listed = set(existing.files) if existing else set()
-    _delete(root, [f for f in files if _bad_data_path(f) is None and f not in listed])
-    sweep(root, batch_id, existing)
+    _delete(area(root, staged), [f for f in files if _bad_data_path(f) is None and f not in listed])
+    sweep(root, batch_id, existing, staged)
 
 
 def publish(
@@ -348,14 +530,16 @@ def publish(
     loc = resolve(root)
     if is_committed(loc, batch_id):
         return False
-    files = []
+    staged = staging(None)
+    files, rows = [], []
     for name, table in tables.items():
         if "/" in name or not name or name.startswith(("_", ".")):
             raise ValueError(f"publish: file name {name!r}: expected a plain name (no '/', not hidden)")
         rel = f"batch={batch_id}/{name}"
-        (write or write_parquet)(table, loc.join(rel), durable)
+        (write or write_parquet)(table, loc.join(staged, rel), durable)
         files.append(rel)
-    return commit(loc, batch_id, files, counts, durable)
+        rows.append(table.num_rows)
+    return commit(loc, batch_id, files, counts, durable, rows=rows, staged=staged)
 
 
 def write_parquet(table: pa.Table, loc: Location, durable: bool = False, **options: Any) -> None:
@@ -374,12 +558,16 @@ def write_parquet(table: pa.Table, loc: Location, durable: bool = False, **optio
 # ---- sweeping --------------------------------------------------------------------------------------------
 
 
-def sweep(root: Location, batch_id: int, manifest: Manifest | None | bool = True) -> list[str]:
-    """Delete the files under ``batch=<batch_id>/`` its manifest does not list; the paths deleted.
+def sweep(
+    root: Location, batch_id: int, manifest: Manifest | None | bool = True, staged: str | None = None
+) -> list[str]:
+    """Delete the files under ``<staged>/batch=<batch_id>/`` (or ``batch=<batch_id>/``) its manifest
+    does not list; the paths deleted (relative to that directory's parent).
 
     ``manifest``: the batch's manifest if the caller read it (None: not committed); True: read it.
     """
-    infos = [i for i in batch_dir(root, batch_id).children() if i.type == pafs.FileType.File]
+    where = area(root, staged)
+    infos = [i for i in batch_dir(where, batch_id).children() if i.type == pafs.FileType.File]
     if not infos:
         return []
     if manifest is True:
@@ -387,21 +575,22 @@ def sweep(root: Location, batch_id: int, manifest: Manifest | None | bool = True
     listed = set(manifest.files) if isinstance(manifest, Manifest) else set()
     stray = [f"batch={batch_id}/{i.base_name}" for i in infos]
     stray = [f for f in stray if f not in listed]
-    _delete(root, stray)
+    _delete(where, stray)
     return stray
 
 
-def sweep_history(root: Location, upto: int) -> list[str]:
-    """Sweep every ``batch=<id>/`` directory with ``id <= upto``; the paths deleted.
-
-    One recursive listing finds the directories that hold files; only their manifests are read.
-    """
+def sweep_history(root: Location, upto: int, staged: str | None = None) -> list[str]:
+    """Sweep every ``batch=<id>/`` directory with ``id <= upto`` (under ``staged`` if given); the
+    paths deleted. A published batch whose files are still staged (its commit stopped before the
+    moves) is finished instead. One recursive listing finds the directories that hold files; only
+    their manifests are read."""
+    where = area(root, staged)
     try:
-        infos = root.fs.get_file_info(pafs.FileSelector(root.path, recursive=True, allow_not_found=True))
+        infos = where.fs.get_file_info(pafs.FileSelector(where.path, recursive=True, allow_not_found=True))
     except OSError as e:
-        raise StoreError(f"{root.uri}: {first_line(e)}") from None
+        raise StoreError(f"{where.uri}: {first_line(e)}") from None
     present: dict[int, set[str]] = {}
-    base = root.path.rstrip("/") + "/"
+    base = where.path.rstrip("/") + "/"
     for info in infos:
         parts = info.path[len(base) :].split("/") if info.path.startswith(base) else []
         dir_id = _BATCH_DIR_RE.match(parts[0]) if len(parts) == 2 else None
@@ -413,8 +602,10 @@ def sweep_history(root: Location, upto: int) -> list[str]:
     stray = []
     for i, manifest in zip(ids, manifests, strict=True):
         listed = set(manifest.files) if manifest is not None else set()
+        if staged and manifest is not None and manifest.staged == staged and present[i] & listed:
+            finish(root, manifest)
         stray += sorted(present[i] - listed)
-    _delete(root, stray)
+    _delete(where, stray)
     return stray
 
 
@@ -426,39 +617,36 @@ def _remove_stale_temporaries(root: Location) -> None:
                 root.join(COMMITS, info.base_name).delete()
 
 
-def _sweep_after_commit(root: Location, batch_id: int, listed: Sequence[str]) -> None:
+def _sweep_after_commit(root: Location, manifest: Manifest) -> None:
     # This batch's failed attempts, and a late speculative attempt of the batch before; once per
-    # process and location, everything older too (what a crash of an earlier driver left).
-    key = root.identity
-    previous = _LAST_COMMIT.get(key)
-    _LAST_COMMIT[key] = Manifest(batch_id, tuple(listed), (), "")
+    # process and staging directory, everything older too (what a crash of an earlier driver left).
+    key = area(root, manifest.staged).identity
     if key in _SWEPT:
-        sweep(root, batch_id, _LAST_COMMIT[key])
-        if batch_id > 0:
-            # The batch before was most likely committed by this process: its file list is at hand,
-            # which saves re-reading its manifest (two requests on an object store) on every commit.
-            known = previous if previous is not None and previous.batch_id == batch_id - 1 else True
-            sweep(root, batch_id - 1, known)
+        sweep(root, manifest.batch_id, manifest, manifest.staged)
+        if manifest.batch_id > 0:
+            sweep(root, manifest.batch_id - 1, True, manifest.staged)
         return
-    sweep_history(root, batch_id)
+    sweep_history(root, manifest.batch_id, manifest.staged)
+    if manifest.staged:  # files an earlier version wrote in place, never listed
+        sweep_history(root, manifest.batch_id)
     _SWEPT.add(key)
 
 
-def _delete(root: Location, files: Iterable[str]) -> None:
+def _delete(where: Location, files: Iterable[str]) -> None:
     for f in files:
-        root.join(f).delete()
+        where.join(f).delete()
 
 
-def _sync_names(root: Location, files: Sequence[str]) -> None:
-    """Strict, locally: the names of the tasks' files (fsynced by their tasks), of their batch
-    directories and of ``_commits/`` are on disk before the manifest that lists them."""
-    root.join(COMMITS).make_dirs()
+def _sync_names(where: Location, files: Sequence[str]) -> None:
+    """Strict, locally: the names of ``files`` (fsynced by their writers), of their batch
+    directories and of ``_commits/`` are on disk before what comes next (the manifest, or the
+    Spark log entry after a move)."""
     for d in sorted({posixpath.dirname(f) for f in files}):
-        fsync_path(root.join(d).path)
-    fsync_path(root.path)
-    if root.path not in _ROOT_SYNCED:  # root itself may be new: its name lives in its parent
-        fsync_path(posixpath.dirname(root.path.rstrip("/")) or "/")
-        _ROOT_SYNCED.add(root.path)
+        fsync_path(where.join(d).path)
+    fsync_path(where.path)
+    if where.path not in _ROOT_SYNCED:  # it may be new: its name lives in its parent
+        fsync_path(posixpath.dirname(where.path.rstrip("/")) or "/")
+        _ROOT_SYNCED.add(where.path)
 
 
 # ---- checks ----------------------------------------------------------------------------------------------

@@ -171,14 +171,15 @@ def test_commit_is_idempotent_and_abort_removes_unlisted_files(tmp_path) -> None
     manifest = (out / "_commits" / "0.json").read_bytes()
     # A replay of batch 0 (same data, new files) must not be published a second time.
     replay = w.write(iter([batch]))
-    assert set(replay.files).isdisjoint(first.files) and all((out / f).exists() for f in replay.files)
+    staged = out / str(replay.staged)  # where a task's files wait for their publication
+    assert set(replay.files).isdisjoint(first.files) and all((staged / f).exists() for f in replay.files)
     w.commit([replay], 0)
     assert sorted(read_records(out)["tuple_id"].to_pylist()) == list(range(100))
-    assert not any((out / f).exists() for f in replay.files)
+    assert not any((out / f).exists() or (staged / f).exists() for f in replay.files)
     assert (out / "_commits" / "0.json").read_bytes() == manifest
     failed = w.write(iter([batch.slice(0, 10)]))
     w.abort([failed, None], 1)
-    assert len(failed.files) == 1 and not (out / failed.files[0]).exists()
+    assert len(failed.files) == 1 and (staged / failed.files[0]).exists() is False
     assert read_records(out).num_rows == 100
     assert read_counts(out)["seen"].to_pylist() == [100]
     assert sorted(published_batches(out)) == [0] and data_files(out) == set(first.files)

@@ -242,7 +242,7 @@ def test_sink_files_and_their_names_are_on_disk_before_the_manifest(
     w = _sink(out, handler, "strict")
     batch = pa.record_batch([pa.array(np.arange(100, dtype=np.int64))], names=["tuple_id"])
     msg = w.write(iter([batch]))  # a task: fsyncs the Parquet files it closes
-    written = [out / name for name in msg.files]
+    written = [out / str(msg.staged) / name for name in msg.files]  # staged until published
     assert len(written) == 1 and calls.fsyncs() == [str(written[0])]
     w.commit([msg], 0)
     manifest = out / "_commits" / "0.json"
@@ -256,10 +256,15 @@ def test_sink_files_and_their_names_are_on_disk_before_the_manifest(
     assert calls.index("fsync", tmp_path) < r
     assert calls.index("fsync", tmp) < r  # the manifest's content before its name
     assert calls.index("fsync", manifest.parent, after=r) > r  # the rename lasts
+    # then the file moves where plain readers look, and Spark's log names it once that lasts
+    moved = out / msg.files[0]
+    assert moved.exists() and not f.exists()
+    spark_log = out / "_spark_metadata"
+    assert r < calls.index("fsync", moved.parent, after=r) < calls.index("fsync", spark_log, after=r)
     calls.clear()
     w.commit([w.write(iter([batch]))], 1)
     assert calls.fsyncs().count(str(tmp_path)) == 0  # path's parent once per process
-    assert calls.fsyncs()[-1] == str(manifest.parent)
+    assert calls.fsyncs()[-1] == str(spark_log)
     assert read_counts(out)["seen"].to_pylist() == [100, 100]
     if handler == "id":
         assert sorted(read_records(out)["tuple_id"].to_pylist()) == sorted(list(range(100)) * 2)
