@@ -469,7 +469,7 @@ def _refuse_other_run(
     raise RunClash(
         f"{root.uri}: batch {other.batch_id} was published by {describe_run(other.run)}; this query is "
         f"{describe_run(run)}: one query writes one path. Give this run a path of its own (for example "
-        f"{root.uri}/run-2), or move the earlier records away first"
+        f"{root.uri}-2), or move the earlier records away first"
     )
 
 

@@ -28,6 +28,7 @@ from cp_store.location import Location, StoreError
 SPARK_LOG = "_spark_metadata"
 COMPACT_INTERVAL = 10  # Spark's default: a reader infers it from the .compact files present
 _VERSION_LINE = b"v1"
+_PATH_SAFE = "/=:@!$&'()*+,;"  # what a URI path may hold as is (RFC 3986 pchar): "batch=0" stays
 _BLOCK_SIZE = 32 << 20  # what Spark's local file status reports; read as a split hint only
 
 
@@ -44,9 +45,9 @@ def file_uri(root: Location, rel: str) -> str:
     """The URI Spark's reader opens for ``rel`` under ``root``: the scheme and authority the user
     gave (no credentials, no query string), the path percent-encoded."""
     if "://" not in root.uri:
-        return "file://" + quote(f"{root.path.rstrip('/')}/{rel}")
+        return "file://" + quote(f"{root.path.rstrip('/')}/{rel}", safe=_PATH_SAFE)
     parts = urlsplit(root.uri)
-    path = quote(f"{parts.path.rstrip('/')}/{rel}")
+    path = quote(f"{parts.path.rstrip('/')}/{rel}", safe=_PATH_SAFE)
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
