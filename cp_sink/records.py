@@ -8,6 +8,8 @@ holds the data files of each micro-batch and one manifest per published micro-ba
     <path>/batch=<id>/periods-p<part>-a<attempt>-<rnd>.parquet  tuples per period (pc handler)
     <path>/batch=<id>/windows-*.parquet                         window results (windowColumn, ...)
     <path>/_commits/<id>.json                                   manifest: files and counts of <id>
+    <path>/_attempts/<query id>/batch=<id>/...                  written, not yet published
+    <path>/_spark_metadata/<id>                                 Spark's file-sink log
 
 A micro-batch is published when its manifest is written (one all-or-nothing write), so a
 reader sees it entirely or not at all. Readers read only the files the manifests list: what a

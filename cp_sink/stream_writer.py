@@ -8,14 +8,16 @@ the credentials of that process's standard chain. Publication needs no rename
 
 Executors (``write``): each Arrow batch gets one sink stamp (``cp_tsc_sink``,
 ``cp_node_sink``: the batch arrives at the sink as a unit), the handler picks
-the tuples to keep, and the records go to Parquet (zstd) directly under
-``batch=<id>/``, in files named after the partition, the task attempt and a random part: a
-retried or speculative attempt never shares a file with another. A file is invisible until a
-manifest lists it.
+the tuples to keep, and the records go to Parquet (zstd) under ``_attempts/<query id>/batch=<id>/``
+(where no plain reader lists), in files named after the partition, the task attempt and a random
+part: a retried or speculative attempt never shares a file with another. A file is invisible
+until a manifest lists it.
 
 Driver (``commit``): one manifest, ``_commits/<id>.json``, lists the files of exactly the
-messages Spark passed and holds the counts (one row per partition); writing it publishes the
-batch. If the manifest exists the batch was published before (a replay after a restart): the
+messages Spark passed with their rows, holds the counts (one row per partition) and names the run
+(the query's id and checkpoint); writing it publishes the batch, after which the files move to
+``batch=<id>/`` and Spark's file-sink log names them. A path another run published on is
+refused. If the manifest exists the batch was published before (a replay after a restart): the
 replay's files are deleted and nothing is published again. ``abort`` and every commit delete
 the files of attempts that no manifest lists. The location is checked when the query starts
 (when Spark creates the writer on the driver): an unknown scheme, an unreachable store or a
@@ -63,7 +65,7 @@ from cp_sink.records import (
 )
 from cp_sink.window_records import parquet_options, window_columns, window_counts, window_rows
 from cp_store import batch_log
-from cp_store.location import Location, StoreError, check_writable, first_line, resolve
+from cp_store.location import Location, StoreError, check_writable, first_line, redact, resolve
 from native_tsc.stamp_columns import SINK, is_stamp_column, node_column, stamp_columns, tsc_column
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # set by Spark's micro-batch engine on every task
@@ -278,8 +280,10 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         # executors need not share its working directory (a URI names the same place everywhere).
         self._uri = opts["path"] if "://" in opts["path"] else loc.path
         self._loc: Location | None = None
-        # Kept in each manifest with the query's id (Spark's conf may hold it instead: then unknown).
-        self._checkpoint = opts.get("checkpointlocation")
+        # Kept in each manifest with the query's id (Spark's conf may hold it instead: then unknown);
+        # a URI's credentials are never stored.
+        checkpoint = opts.get("checkpointlocation")
+        self._checkpoint = redact(checkpoint) if checkpoint else None
         self._staged = batch_log.staging(None)  # set per task from the query's id
         self._query_id: str | None = None
         self.spec = parse_handler(opts.get("handler", "identity"), opts)

@@ -3,33 +3,44 @@
 Object stores have no atomic rename, so a batch is not published by moving a directory into place.
 Under a result location (any :class:`cp_store.location.Location`)::
 
-    <path>/batch=<id>/<prefix>p<partition>-a<attempt>-<random>.parquet   data, written in place
+    <path>/_attempts/<run>/batch=<id>/<prefix>p<partition>-a<attempt>-<random>.parquet   written by tasks
+    <path>/batch=<id>/<prefix>p<partition>-a<attempt>-<random>.parquet   published: moved here
     <path>/_commits/<id>.json                                           the manifest of batch <id>
+    <path>/_spark_metadata/<id>                                         Spark's file-sink log (spark_log)
 
-* **Writers** (Spark tasks) write their data files directly under ``batch=<id>/``, each under a
-  name no other attempt can take (partition, task attempt and a random part). A file that is not
-  listed by a manifest is invisible, however complete it is.
+* **Writers** (Spark tasks) write their data files under ``_attempts/<run>/batch=<id>/`` (``<run>``:
+  the query's id, see ``staging``), each under a name no other attempt can take (partition, task
+  attempt and a random part). Plain readers (Spark, pyarrow, DuckDB on ``batch=*``) never list a
+  ``_`` directory, and a file no manifest lists is invisible to this package's readers.
 * **The commit** (the driver, once per batch id) writes one manifest, ``_commits/<id>.json``, with
   one all-or-nothing write (a temporary file and a rename locally, one upload on an object store):
-  ``{"v": 1, "batch_id": <id>, "files": [paths relative to <path>], "counts": [rows]}``. Writing
-  it is the publication. A batch id whose manifest already exists (a query restarted from its
-  checkpoint replays the last batch it had not logged) publishes nothing: the replay's own files
-  are deleted and the first publication is kept whole.
-* **Readers** list ``_commits/`` and read exactly the files the manifests list. A listed file that
-  is missing is an error naming it; nothing is guessed from a directory listing.
+  ``{"v": 2, "batch_id": <id>, "run": {...}, "staged": "_attempts/<run>", "files": [paths relative
+  to <path>, as batch=<id>/<name>], "rows": [rows per file], "counts": [rows]}``. Writing it is the
+  publication. Then ``finish`` moves the files to ``batch=<id>/`` and writes Spark's log entry; a
+  commit stopped in between is finished by the next one. A batch id whose manifest already
+  exists (a query restarted from its checkpoint replays the last batch it had not logged)
+  publishes nothing: the replay's own files are deleted and the first publication is kept whole.
+* **Runs**: a manifest names the run (query id, checkpoint) that wrote it. A run refuses, in one
+  line naming the other (``RunClash``), a location whose latest manifest (at its first commit) or
+  previous batch (at every commit) another run published: one query writes one location.
+* **Readers** list ``_commits/`` and read exactly the files the manifests list, where they were
+  moved or, if the move has not happened, where they were staged. A listed file in neither place
+  is an error naming it; nothing is guessed from a directory listing.
 * **Sweeping**: files of failed, crashed or speculative attempts are never listed. ``abort`` and
-  every commit delete the files of their batch's directory (and the one before it, where a late
-  speculative attempt may still have written) that its manifest does not list; the first commit a
-  process makes on a location also sweeps every earlier batch directory. A listed file is never
-  deleted.
+  every commit delete the files of their batch's staging directory (and the one before it, where a
+  late speculative attempt may still have written) that its manifest does not list; the first
+  commit a process makes on a location also sweeps every earlier batch directory of its run. A run
+  sweeps only its own staging directory, and a listed file is never deleted.
 * **Durability** (``durable``, local filesystems): the tasks fsync their files; the commit fsyncs
   the directories that name them and ``<path>`` before the manifest, writes the manifest through
-  an fsynced temporary file, and fsyncs ``_commits/`` after its rename (``<path>``'s parent once
-  per process: ``<path>`` may be new). On an object store a completed upload is already durable.
+  an fsynced temporary file, fsyncs ``_commits/`` after its rename, and the directories the files
+  moved to before Spark's log entry (``<path>``'s parent once per process: ``<path>`` may be new).
+  On an object store a completed upload is already durable.
 
-One query (one driver) writes one location. The manifest carries the batch's counts, so the
-commit point is a single object and ``read_counts`` needs no other file.
+The manifest carries the batch's counts, so the commit point is a single object and
+``read_counts`` needs no other file.
 """
+
 
 from __future__ import annotations
 

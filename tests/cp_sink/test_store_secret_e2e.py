@@ -115,4 +115,5 @@ def test_a_secret_in_the_sink_uri_is_never_printed_nor_stored(s3: Any, tmp_path:
     _clean("translate's output and errors", printed.out + printed.err)
     bucket = _bucket_text()
     assert "_sync/" in bucket and "run.json" in bucket and "report.html" in bucket and "_commits/" in bucket
-    _clean("the bucket (records, manifests, _sync tables, run.json, report.html)", bucket)
+    assert "_spark_metadata/" in bucket and '"query_id"' in bucket  # Spark's log, the runs in manifests
+    _clean("the bucket (records, manifests, Spark's log, _sync tables, run.json, report.html)", bucket)
