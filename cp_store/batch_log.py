@@ -41,7 +41,6 @@ The manifest carries the batch's counts, so the commit point is a single object 
 ``read_counts`` needs no other file.
 """
 
-
 from __future__ import annotations
 
 import os
