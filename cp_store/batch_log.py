@@ -279,6 +279,22 @@ def _staged_twin(manifest: Manifest, loc: Location) -> Location | None:
     return replace(loc, path=f"{root_path}/{tail}", uri=f"{root_uri}/{tail}")
 
 
+def current_files(root: Location, manifests: Iterable[Manifest]) -> list[Location]:
+    """Where the files the ``manifests`` list are now: moved to ``batch=<id>/``, or still staged if
+    their commit stopped before the moves (a batch without its Spark log entry, checked file by
+    file). One listing of ``_spark_metadata/`` for every batch whose moves finished."""
+    logged = {i.base_name.split(".")[0] for i in root.join(spark_log.SPARK_LOG).children()}
+    out = []
+    for m in manifests:
+        for f in m.files:
+            loc = root.join(f)
+            twin = _staged_twin(m, loc)
+            if twin is not None and str(m.batch_id) not in logged and not loc.exists() and twin.exists():
+                loc = twin
+            out.append(loc)
+    return out
+
+
 def parallel(fn: Callable[[T], R], items: Sequence[T], remote: bool) -> list[R]:
     """``fn`` over ``items`` in order; in threads on a remote store (each call waits on the network)."""
     if not remote or len(items) < 2:

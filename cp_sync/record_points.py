@@ -30,11 +30,11 @@ def record_files(root: Location) -> list[Location]:
     failed or speculative task attempt left beside them is never read. Any other directory (files
     a Spark query wrote, say): every Parquet file, none below a ``_`` or ``.`` name.
     """
-    from cp_store.batch_log import COMMITS, read_manifests
+    from cp_store.batch_log import COMMITS, current_files, read_manifests
 
     if not root.join(COMMITS).is_dir():
         return files_under(root)
-    listed = [f for m in read_manifests(root).values() for f in m.data(root)]
+    listed = current_files(root, read_manifests(root).values())  # a file not yet moved: where it waits
     return [f for f in listed if f.path.endswith(".parquet")]
 
 

@@ -17,6 +17,7 @@ from cp_sink.records import read_records
 from cp_store import batch_log
 from cp_store.batch_log import RunClash, commit, staging
 from cp_store.location import Location, resolve
+from cp_sync.record_points import record_files
 from tests.helpers.s3_server import s3  # noqa: F401  (the fixture of the S3 cases)
 
 A = {"query_id": "0c579629-9313-4832-9531-6836f80f8af7", "checkpoint": "/ckpt/a"}
@@ -103,6 +104,8 @@ def test_the_same_run_restarted_replays_and_finishes_what_a_crash_left(root: Loc
     )
     assert sorted(read_records(root)["tuple_id"].to_pylist()) == list(range(200))  # read where it is
     assert not root.join(late[0]).exists()
+    staged_late = root.join(staging(A), late[0]).path
+    assert [f.path for f in record_files(root)] == [root.join(first[0]).path, staged_late]  # translate's
     _new_process()  # the same query restarted from its checkpoint: Spark replays batch 1
     assert not _commit(root, A, 1, _staged(root, A, 1, 100, 200))
     assert root.join(late[0]).exists() and not root.join(staging(A), late[0]).exists()
