@@ -59,10 +59,12 @@ SLEW_PPM = 500  # the most an NTP-disciplined wall clock is slewed against the T
 DEFAULT_MAX_BATCHES = 100_000  # ~1 KB a batch: a bound on the driver's memory, said beside the result
 PAIR_READS = 5  # the pair with the smallest read spread of these is kept
 META_KEY = b"cloudprofiler.spark_phases"
+PHASES_FILE = "spark_phases.parquet"  # its name in a run directory
 
 SCHEMA = pa.schema(
     [
         ("query_id", pa.string()),
+        ("query_name", pa.string()),
         ("run_id", pa.string()),
         ("batch_id", pa.int64()),
         ("phase", pa.string()),
@@ -119,6 +121,7 @@ class BatchProgress:
     """What is kept of one progress event: few numbers, so a long run stays small."""
 
     query_id: str
+    query_name: str | None
     run_id: str
     batch_id: int
     start_wall_ns: int
@@ -165,6 +168,7 @@ def phase_rows(
     bound = _start_bound_ns(batch, hz)
     common = {
         "query_id": batch.query_id,
+        "query_name": batch.query_name,
         "run_id": batch.run_id,
         "batch_id": batch.batch_id,
         "node": node,
@@ -254,6 +258,7 @@ class PhaseCollector:
             return
         batch = BatchProgress(
             query_id=str(progress.id),
+            query_name=progress.name,
             run_id=str(progress.runId),
             batch_id=int(progress.batchId),
             start_wall_ns=parse_timestamp(progress.timestamp),
@@ -286,10 +291,12 @@ class PhaseCollector:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def table(self) -> pa.Table:
-        """One row per batch and phase, in (query, run, batch) order, the cap in the metadata."""
+    def table(self, query: str | None = None) -> pa.Table:
+        """One row per batch and phase (of ``query``, an id or name, if given), in (query, run, batch)
+        order, the cap in the metadata."""
         with self._lock:
-            batches = sorted(self._kept.batches.values(), key=lambda b: (b.query_id, b.run_id, b.batch_id))
+            kept = [b for b in self._kept.batches.values() if query in (None, b.query_id, b.query_name)]
+            batches = sorted(kept, key=lambda b: (b.query_id, b.run_id, b.batch_id))
             meta = self._metadata()
         rows = [r for b in batches for r in phase_rows(b, self.hz, self.node, self.trigger_interval_ms)]
         table = pa.Table.from_pylist(rows, schema=SCHEMA)

@@ -462,6 +462,26 @@ class _Demo:
         return rows_read
 
 
+def _phase_collector(spark: Any, stack: ExitStack) -> Any:
+    """Spark's micro-batch phases of both queries, collected from before they start (stopped also
+    when the run fails, before Spark is)."""
+    from cloudprofiler.jobs.queries import DEMO_TRIGGER_MS
+    from cloudprofiler.spark_phases import PhaseCollector
+
+    phases = PhaseCollector(spark, trigger_interval_ms=DEMO_TRIGGER_MS).start()
+    stack.callback(phases.stop)
+    return phases
+
+
+def _write_phases(phases: Any, queries: dict[str, Any], results: Location) -> dict[str, Any]:
+    """The phase table into the run directory; which query is which, and the latency query's line."""
+    from cloudprofiler.spark_phases import PHASES_FILE, summary_text, write_phases
+
+    write_phases(phases.table(), results.join(PHASES_FILE))
+    ids = {name: str(q.id) for name, q in queries.items()}
+    return {"file": PHASES_FILE, "query_ids": ids, "latency": summary_text(phases.table(ids["latency"]))}
+
+
 def _check_results(results: Location) -> None:
     from cp_store.location import check_writable
 
@@ -548,17 +568,20 @@ def run(args: argparse.Namespace) -> int:
         stack.callback(spark.stop)
         demo.start_sync()
         demo.start_continuous_sync()
+        phases = _phase_collector(spark, stack)
         queries_started = time.monotonic()
         demo.warm["start_tsc"] = native_tsc.now()  # time zero of every plot (this is the reference domain)
         demo.start_queries(spark)
         endpoints = demo.warm_up(queries_started)
         demo.generate(endpoints)
         rows_read = demo.wait_caught_up()
+        phases.stop()
         demo.end_continuous_sync()
         status.update("translating and summing up")
         totals, lat, series = collect(
             spark, demo.layout, demo.summaries, demo.nodes.virtual, demo.sync_pairs, rows_read, demo.warm
         )
+    totals["spark_phases"] = _write_phases(phases, demo.queries, results)
     judge(totals, args.latency_slope)
     totals["seconds"] = round(time.monotonic() - started, 1)
     totals["out"] = results.uri

@@ -403,6 +403,8 @@ def user_target(
 WINDOW = "10 seconds"
 WATERMARK = "30 seconds"
 
+DEMO_TRIGGER_MS = 500  # the trigger interval of the demo's two queries
+
 
 def campaigns_frame(spark: Any) -> Any:
     """The YSB campaigns table as a broadcast DataFrame (ad_id -> campaign_id)."""
@@ -428,7 +430,7 @@ def start_latency_query(events: Any, campaigns: Any, records: Path, checkpoint: 
         .option("path", str(records))
         .option("handler", "id")
         .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime="500 milliseconds")
+        .trigger(processingTime=f"{DEMO_TRIGGER_MS} milliseconds")
         .start()
     )
 
@@ -478,7 +480,7 @@ def start_windows_query(events: Any, campaigns: Any, out: Path, checkpoint: Path
         windows.writeStream.outputMode("update")
         .foreachBatch(write_updates)
         .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime="500 milliseconds")
+        .trigger(processingTime=f"{DEMO_TRIGGER_MS} milliseconds")
         .start()
     )
 

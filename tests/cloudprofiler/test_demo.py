@@ -63,6 +63,24 @@ def test_demo_prints_consistent_totals(tmp_path: Path) -> None:
     _check_report(run.stdout, out)
     _check_latencies_against_truth(out, t)
     _check_table_against_parquet(run.stdout, out, t)
+    _check_spark_phases(out, t)
+
+
+def _check_spark_phases(out: Path, t: dict[str, Any]) -> None:
+    """Spark's phases of both queries are in the run directory, every batch with its trigger row,
+    and the latency query's one line names the phase that dominates."""
+    from cloudprofiler.spark_phases import TRIGGER, read_phases
+
+    phases = t["spark_phases"]
+    table = read_phases(out / phases["file"]).to_pylist()
+    assert {r["query_id"] for r in table} == set(phases["query_ids"].values())
+    for qid in phases["query_ids"].values():
+        batches = {r["batch_id"] for r in table if r["query_id"] == qid}
+        triggers = [r["batch_id"] for r in table if r["query_id"] == qid and r["phase"] == TRIGGER]
+        assert sorted(triggers) == sorted(batches) and len(batches) >= 2
+        assert {r["phase"] for r in table if r["query_id"] == qid} >= {TRIGGER, "addBatch", "latestOffset"}
+    assert {r["trigger_interval_ms"] for r in table} == {500}
+    assert " dominates: " in phases["latency"] and "trigger interval 500 ms" in phases["latency"]
 
 
 @pytest.mark.long
