@@ -28,7 +28,7 @@ from tests.helpers.s3_server import s3  # noqa: F401  (the fixture of the S3 cas
 
 ROWS = 50
 TRIGGER_MS = 200
-BATCHES = 5
+BATCHES = 4
 SPARK_PHASES = {TRIGGER, *PHASE_ORDER} - {"getOffset"}  # getOffset: a V1 source's, not rate-micro-batch's
 
 
@@ -98,6 +98,9 @@ def test_every_batch_once_with_all_phases_and_sparks_durations(run: dict[str, An
     assert {r["node"] for r in rows} == {native_tsc.domain_id()}
     assert {r["trigger_interval_ms"] for r in rows} == {TRIGGER_MS}
     assert {r["query_id"] for r in rows} == {str(run["progress"][0].id)}
+    assert {r["query_name"] for r in rows} == {"phases-test"}
+    assert run["full"].table(query=str(run["progress"][0].id)).equals(run["full"].table())
+    assert run["full"].table(query="another query").num_rows == 0
 
 
 def test_phases_lie_within_their_batch_on_the_driver_tsc(run: dict[str, Any]) -> None:
