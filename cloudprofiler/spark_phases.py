@@ -212,6 +212,22 @@ class _Kept:
     batches: dict[tuple[str, int], BatchProgress] = field(default_factory=dict)
     not_kept: int = 0  # batches past max_batches
     repeated: int = 0  # a second progress event for a (run, batch) already kept
+    unreadable: int = 0  # events that could not be read
+    why: list[str] = field(default_factory=list)  # the first few reasons
+
+
+def _batch_of(progress: Any, pair: WallPair) -> BatchProgress:
+    """What is kept of a ``StreamingQueryProgress``."""
+    return BatchProgress(
+        query_id=str(progress.id),
+        query_name=progress.name,
+        run_id=str(progress.runId),
+        batch_id=int(progress.batchId),
+        start_wall_ns=parse_timestamp(progress.timestamp),
+        durations={str(k): int(v) for k, v in progress.durationMs.items()},
+        num_input_rows=int(progress.numInputRows or 0),
+        pair=pair,
+    )
 
 
 class PhaseCollector:
@@ -256,16 +272,14 @@ class PhaseCollector:
         pair = pair_wall_tsc()
         if self.query is not None and self.query not in (str(progress.id), progress.name):
             return
-        batch = BatchProgress(
-            query_id=str(progress.id),
-            query_name=progress.name,
-            run_id=str(progress.runId),
-            batch_id=int(progress.batchId),
-            start_wall_ns=parse_timestamp(progress.timestamp),
-            durations={str(k): int(v) for k, v in progress.durationMs.items()},
-            num_input_rows=int(progress.numInputRows or 0),
-            pair=pair,
-        )
+        try:
+            batch = _batch_of(progress, pair)
+        except (ValueError, TypeError, KeyError) as e:  # Spark's listener bus would only log it
+            with self._lock:
+                self._kept.unreadable += 1
+                if len(self._kept.why) < 10:
+                    self._kept.why.append(f"batch {progress.batchId}: {e}")
+            return
         key = (batch.run_id, batch.batch_id)
         with self._lock:
             if key in self._kept.batches:
@@ -310,6 +324,8 @@ class PhaseCollector:
             "batches_kept": len(self._kept.batches),
             "batches_not_kept": self._kept.not_kept,
             "repeated_progress": self._kept.repeated,
+            "unreadable_progress": self._kept.unreadable,
+            "unreadable_first": self._kept.why,
         }
 
 
@@ -388,8 +404,10 @@ def summary_text(table: pa.Table) -> str:
     """One line: which phase dominates the batches' ``triggerExecution``, with the cap if one cut."""
     stats = summarize(table)
     meta = phases_metadata(table)
-    cut = meta.get("batches_not_kept", 0)
+    cut, bad = meta.get("batches_not_kept", 0), meta.get("unreadable_progress", 0)
     tail = f"; {cut} later batches not kept (max_batches={meta.get('max_batches')})" if cut else ""
+    if bad:
+        tail += f"; {bad} progress events unreadable, the first: {meta['unreadable_first'][0]}"
     phases = [s for s in stats if s.phase != TRIGGER]
     if not phases:
         return f"no micro-batch with phases collected{tail}"

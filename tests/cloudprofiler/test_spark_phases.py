@@ -4,6 +4,7 @@ addBatch), watched by two collectors at once, checked against Spark's own recent
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -181,3 +182,22 @@ def test_a_bad_location_is_one_line(spark: Any, tmp_path: Path, where: str, says
 def test_max_batches_below_one_is_refused(spark: Any) -> None:
     with pytest.raises(ValueError, match="^max_batches must be at least 1, not 0$"):
         PhaseCollector(spark, max_batches=0)
+
+
+def test_an_unreadable_or_repeated_progress_is_counted_and_said(spark: Any, run: dict[str, Any]) -> None:
+    """Spark's listener bus only logs what a listener raises: the collector counts it instead."""
+    from pyspark.sql.streaming.listener import StreamingQueryProgress
+
+    good = json.loads(run["progress"][0].json)
+    bad = {**good, "batchId": 99, "timestamp": "yesterday"}
+    collector = PhaseCollector(spark, query="phases-test")
+    for doc in (good, bad, good):
+        collector.on_progress(StreamingQueryProgress.fromJson(doc))
+    table = collector.table()
+    meta = phases_metadata(table)
+    assert (meta["batches_kept"], meta["repeated_progress"], meta["unreadable_progress"]) == (1, 1, 1)
+    assert set(table.column("batch_id").to_pylist()) == {good["batchId"]}
+    assert summary_text(table).endswith(
+        "; 1 progress events unreadable, the first: "
+        "batch 99: progress timestamp 'yesterday' is not an ISO 8601 time"
+    )
