@@ -406,6 +406,8 @@ def summary_text(table: pa.Table) -> str:
     meta = phases_metadata(table)
     cut, bad = meta.get("batches_not_kept", 0), meta.get("unreadable_progress", 0)
     tail = f"; {cut} later batches not kept (max_batches={meta.get('max_batches')})" if cut else ""
+    if meta.get("repeated_progress", 0):
+        tail += f"; {meta['repeated_progress']} repeated progress events of kept batches left out"
     if bad:
         tail += f"; {bad} progress events unreadable, the first: {meta['unreadable_first'][0]}"
     phases = [s for s in stats if s.phase != TRIGGER]

@@ -198,6 +198,7 @@ def test_an_unreadable_or_repeated_progress_is_counted_and_said(spark: Any, run:
     assert (meta["batches_kept"], meta["repeated_progress"], meta["unreadable_progress"]) == (1, 1, 1)
     assert set(table.column("batch_id").to_pylist()) == {good["batchId"]}
     assert summary_text(table).endswith(
+        "; 1 repeated progress events of kept batches left out"
         "; 1 progress events unreadable, the first: "
         "batch 99: progress timestamp 'yesterday' is not an ISO 8601 time"
     )
