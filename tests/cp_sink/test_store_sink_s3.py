@@ -63,12 +63,12 @@ def _remove_log_entries(log_dir: Path, keep: Any) -> None:
             f.unlink()
 
 
-def _objects() -> set[str]:
-    """Every data object under the sink's batch directories, relative to the sink's path."""
+def _objects(under: str = "batch=") -> set[str]:
+    """Every object under the sink's path whose name (relative to it) starts with ``under``."""
     root = resolve(OUT)
     infos = root.fs.get_file_info(pafs.FileSelector(root.path, recursive=True))
     rel = [i.path[len(root.path) + 1 :] for i in infos if i.type == pafs.FileType.File]
-    return {r for r in rel if r.startswith("batch=")}
+    return {r for r in rel if r.startswith(under)}
 
 
 def _assert_each_id_once() -> int:
@@ -97,10 +97,13 @@ def test_a_query_to_s3a_publishes_each_id_once_across_a_replay(s3_spark: Any, tm
     last = max(published_batches(OUT))
     manifest = batch_log.manifest_location(root, last).read_bytes()
     # What attempts that crashed leave: a whole file in the batch that will be replayed, and one
-    # in the batch after it; neither is listed by any manifest.
+    # in the batch after it, in the run's staging directory; neither is listed by any manifest.
+    published = batch_log.read_manifest(root, last)
+    assert published is not None
+    staged = batch_log.staging(published.run)
     crashed = [
-        f"batch={last}/records-p0-a900-crashed.parquet",
-        f"batch={last + 1}/records-p1-a901-crashed.parquet",
+        f"{staged}/batch={last}/records-p0-a900-crashed.parquet",
+        f"{staged}/batch={last + 1}/records-p1-a901-crashed.parquet",
     ]
     for rel in crashed:
         batch_log.write_parquet(pa.table({"tuple_id": pa.array([10**9], pa.int64())}), root.join(rel))
@@ -113,7 +116,7 @@ def test_a_query_to_s3a_publishes_each_id_once_across_a_replay(s3_spark: Any, tm
     assert (ck / "commits" / str(last)).exists()  # Spark did re-run the batch
     assert batch_log.manifest_location(root, last).read_bytes() == manifest  # the first publication kept
     assert _assert_each_id_once() >= last + 3
-    assert not set(crashed) & _objects()  # swept
+    assert not set(crashed) & _objects(under="")  # swept
 
 
 @pytest.mark.parametrize(
