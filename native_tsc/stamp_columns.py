@@ -15,8 +15,10 @@ TSC_PREFIX = "cp_tsc_"
 NODE_PREFIX = "cp_node_"
 _POINT_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
-# Points the product stamps itself, in pipeline order.
-GEN, FACTORY, SOURCE, SINK = "gen", "factory", "source", "sink"
+# Points the product stamps itself, in pipeline order. ``intended`` is not a reading but the time the
+# generator's schedule meant a bucket to leave (on the generator's TSC): intended -> gen is the time a
+# sender was held by the factory's credit or ran behind its schedule (coordinated omission).
+INTENDED, GEN, FACTORY, SOURCE, SINK = "intended", "gen", "factory", "source", "sink"
 
 
 def check_point(point: str) -> str:

@@ -171,6 +171,7 @@ class FactoryWorker:
             "received": int(prev.get("received", 0)),
             "heartbeats": int(prev.get("heartbeats", 0)),
             "eos": int(prev.get("eos", 0)),
+            "no_intended": int(prev.get("no_intended", 0)),  # data buckets of senders without the stamp
             "deadletters": dict(prev.get("deadletters", {})),
             "restarts": int(prev.get("restarts", -1)) + 1,
         }
@@ -183,8 +184,8 @@ class FactoryWorker:
             for reason, n in on_file.items():
                 d[reason] = max(int(d.get(reason, 0)), n)
         self.pending = False
-        # per pending bucket: sender, seq, first id, count, gen tsc, gen wall ns, factory tsc
-        self.meta: list[tuple[int, int, int, int, int, int, int]] = []
+        # per bucket run: sender, seq, first id, rows, gen TSC, wall ns, factory TSC, intended TSC
+        self.meta: list[tuple[int, int, int, int, int, int, int, int]] = []
         self.gen_domains: list[str] = []
         self.pending_rows = 0
         self.oldest = 0.0
@@ -261,8 +262,11 @@ class FactoryWorker:
             self.oldest = time.monotonic()
             self.pending = True
         now = native_tsc.now()
+        intended = h.intended or h.tsc  # 0: an older sender's padding, no schedule given
+        if not h.intended:
+            self.counters["no_intended"] += 1
         for first, n in runs:  # a bucket whose bad rows were rejected is published in pieces
-            self.meta.append((h.sender_id, h.seq, h.first_id + first, n, h.tsc, h.wall_ns, now))
+            self.meta.append((h.sender_id, h.seq, h.first_id + first, n, h.tsc, h.wall_ns, now, intended))
             self.gen_domains.append(h.domain)
             self.pending_rows += n
 
@@ -295,14 +299,19 @@ class FactoryWorker:
         tuple_ids = starts + np.arange(n, dtype=np.int64)
         event_ms = m[:, 5] // 1_000_000
         payload = self.acc.take()
+        gen_nodes = _repeat_strings(self.gen_domains, counts)
         cols = list(payload.columns) + [
             pa.Array.from_buffers(
                 pa.timestamp("us", tz="UTC"), n, [None, pa.py_buffer(np.repeat(event_ms * 1000, counts))]
             ),
             _np_array(tuple_ids),
             _np_array(np.repeat(m[:, 0].astype(np.int32), counts)),
+            # intended and gen: per bucket in the header, repeated per row as one vector operation per
+            # segment, the two points sharing the one domain array (the same sender's TSC)
+            _np_array(np.repeat(m[:, 7], counts)),
+            gen_nodes,
             _np_array(np.repeat(m[:, 4], counts)),
-            _repeat_strings(self.gen_domains, counts),
+            gen_nodes,
             _np_array(np.repeat(m[:, 6], counts)),
             _repeat_strings([self.domain], counts),
         ]

@@ -9,7 +9,9 @@ the rate against the generation span, so the delay itself is not mistaken for a 
 While anything is held, a heartbeat's bound is the smallest event time still held (an older one than
 any to be generated), so it stays a lower bound on every tuple not yet sent. The factory's credit
 (``cp_source.generate.credit``) is checked at each send; a wait for it moves the schedule and every
-held bucket's send time on by the time waited. Without a delay the
+held bucket's send time on by the time waited, never a bucket's intended stamp (its schedule time on
+the sender's TSC, ``pacing.Intended``), so a held bucket's wait shows in ``intended -> gen``; the
+injected delay itself is after ``gen`` (it stands for the network). Without a delay the
 sender runs ``cp_source.generate.pacing.emit``, which does no heap work at all.
 """
 
@@ -30,7 +32,15 @@ from cp_source.generate.credit import POLL_MS, CreditGate
 from cp_source.generate.delay import MAX_HELD_BUCKETS, DelaySampler
 from cp_source.generate.events import EventSettings, event_clock
 from cp_source.generate.hot_keys import Payloads
-from cp_source.generate.pacing import ABORT_FACTOR, SLEEP_MIN_NS, SPIN_NS, Emission, Heartbeats, add_drop
+from cp_source.generate.pacing import (
+    ABORT_FACTOR,
+    SLEEP_MIN_NS,
+    SPIN_NS,
+    Emission,
+    Heartbeats,
+    Intended,
+    add_drop,
+)
 from cp_source.generate.payloads import bucket_shape
 from cp_source.wire import bucket as bk
 
@@ -39,17 +49,18 @@ class Held:
     """Buckets generated and held for their delayed send.
 
     The heap holds plain ints ``send_at * n + k`` (k < n, the bucket's index), ordered by send time
-    and cheaper to compare than tuples; ``items`` maps k to (first id, count, gen TSC, event ms).
+    and cheaper to compare than tuples; ``items`` maps k to (first id, count, gen TSC, event ms,
+    intended TSC).
     Event times never decrease in generation order, so the smallest held one is the lowest k's.
     """
 
     def __init__(self, n_buckets: int) -> None:
         self.n = max(1, n_buckets)
         self.heap: list[int] = []
-        self.items: dict[int, tuple[int, int, int, int]] = {}
+        self.items: dict[int, tuple[int, int, int, int, int]] = {}
         self.low = 0  # no bucket below it is held
 
-    def push(self, send_at: int, k: int, item: tuple[int, int, int, int]) -> None:
+    def push(self, send_at: int, k: int, item: tuple[int, int, int, int, int]) -> None:
         heapq.heappush(self.heap, send_at * self.n + k)
         self.items[k] = item
 
@@ -61,7 +72,7 @@ class Held:
     def next_send(self) -> int:
         return self.heap[0] // self.n
 
-    def pop(self) -> tuple[int, int, tuple[int, int, int, int]]:
+    def pop(self) -> tuple[int, int, tuple[int, int, int, int, int]]:
         """(send time, k, item) of the bucket due first."""
         send_at, k = divmod(heapq.heappop(self.heap), self.n)
         return send_at, k, self.items.pop(k)
@@ -103,6 +114,7 @@ class DelayedEmitter:
     delay_max: float = 0.0
     ranges: list[list[int]] = field(default_factory=list)
     gate: CreditGate | None = None  # the factory's credit (None: never held back)
+    plan: Intended | None = None  # the schedule on the sender's TSC, set when the loop starts
 
     def __post_init__(self) -> None:
         self.n_buckets, self.last_rows, self.partial = bucket_shape(self.payloads, self.bucket, self.tuples)
@@ -164,17 +176,20 @@ class DelayedEmitter:
         self.delay_sum += d
         if d > self.delay_max:
             self.delay_max = d
-        self.held.push(now + math.ceil(d * 1e6), k, (next_id, count, tsc, e))
+        assert self.plan is not None
+        self.held.push(now + math.ceil(d * 1e6), k, (next_id, count, tsc, e, self.plan.at(k)))
         return next_id + count
 
     def _send(self) -> None:
         """Send the held bucket due first; seq is assigned here, so it stays gapless in send order."""
-        send_at, k, (first_id, count, tsc, e) = self.held.pop()
+        send_at, k, (first_id, count, tsc, e, intended) = self.held.pop()
         late = time.perf_counter_ns() - send_at
         if late > self.max_lag:
             self.max_lag = late
         payload = self.payloads.payload(k) if count == self.bucket else self.partial
-        hdr = self.packer.pack(bk.KIND_DATA, self.seq, first_id, count, len(payload), tsc, e * 1_000_000)
+        hdr = self.packer.pack(
+            bk.KIND_DATA, self.seq, first_id, count, len(payload), tsc, e * 1_000_000, intended
+        )
         try:
             self.sock.send(hdr, _MORE)
         except zmq.Again:
@@ -200,8 +215,10 @@ class DelayedEmitter:
     def run(self, barrier: Any) -> Emission:
         period, n, held = self.bucket / self.rate * 1e9, self.n_buckets, self.held
         heap, next_id, k, aborted = held.heap, self.first, 0, False
+        native_tsc.frequency_hz()  # measured once per process (50 ms): before the barrier, not in t0
         if barrier is not None:
             barrier.wait()
+        self.plan = Intended.start(self.bucket, self.rate, 1_000_000)
         t0 = time.perf_counter_ns() + 1_000_000
         give_up = t0 + int((self.tuples / self.rate * ABORT_FACTOR + 1.0) * 1e9)
         gen_end = t0
@@ -241,5 +258,5 @@ class DelayedEmitter:
         em.heartbeats = self.beats.sent
         em.delay_seed = self.seed
         em.delay_ms_mean, em.delay_ms_max = (self.delay_sum / k if k else 0.0), self.delay_max
-        em.credit = self.gate
+        em.credit, em.intended = self.gate, self.plan
         return em

@@ -9,6 +9,15 @@ If the loop falls behind its own schedule it catches up by sending back to back;
 emitting after twice its duration plus a second stops early (``aborted``). Event times: see
 ``cp_source.generate.events``.
 
+The intended stamp. Every data bucket's header carries, beside its send stamp, the TSC at which the
+schedule meant it to leave (``Intended``): bucket k at ``t0 + round(k * bucket * hz / rate)`` ticks of
+the sender's own TSC (``hz``: ``native_tsc.frequency_hz()``). A wait for the factory's credit moves
+the loop's deadlines, never this schedule, so the time a sender was held or ran behind shows as
+``intended -> gen`` and in every latency that starts at ``intended`` (the coordinated-omission
+correction of wrk2 and HdrHistogram). It costs one multiplication per bucket and nothing per tuple.
+The loop's deadlines run on ``time.perf_counter_ns``: for a punctual sender ``gen - intended`` is the
+two clocks' difference since ``t0`` (microseconds per second at most), which may be slightly negative.
+
 Heartbeats. While the loop sleeps toward a deadline more than ``heartbeat_ms`` away it sends a
 heartbeat every ``heartbeat_ms``: seq = the data buckets sent so far (the next bucket's seq) and
 ``wall_ns`` = a lower bound on the event time of every tuple the sender still has to send (the next
@@ -48,6 +57,25 @@ def add_drop(ranges: list[list[int]], first: int, count: int) -> None:
         ranges.append([first, count])
 
 
+@dataclass(frozen=True, slots=True)
+class Intended:
+    """A sender's schedule on its TSC: data bucket k was meant to leave at ``at(k)``."""
+
+    t0: int  # TSC of bucket 0's deadline
+    hz: float  # the sender's TSC frequency (counts per second)
+    ticks: float  # TSC ticks per bucket: bucket * hz / rate
+
+    @classmethod
+    def start(cls, bucket: int, rate: float, lead_ns: int) -> Intended:
+        """The schedule of a loop whose bucket 0 is due ``lead_ns`` from now; read just before the
+        loop's own clock, so ``t0`` is not later than the loop's first deadline."""
+        hz = native_tsc.frequency_hz()
+        return cls(native_tsc.now() + round(lead_ns * hz / 1e9), hz, bucket * hz / rate)
+
+    def at(self, k: int) -> int:
+        return self.t0 + round(k * self.ticks)
+
+
 @dataclass
 class Emission:
     """What the emission loop did: counters, the id after the last one used, and its clock span."""
@@ -69,6 +97,7 @@ class Emission:
     delay_ms_mean: float | None = None
     delay_ms_max: float | None = None
     credit: CreditGate | None = None  # the factory's flow control, as the loop saw it
+    intended: Intended | None = None  # the schedule on the sender's TSC (None: the loop never started)
 
 
 class Heartbeats:
@@ -146,8 +175,10 @@ def emit(
     hb, gate, beats = _beats(sock, packer, ev.heartbeat_ms, lag_ns + jit_ns, gate)
     prev = e = -(1 << 62)
     first_ev: int | None = None
+    native_tsc.frequency_hz()  # measured once per process (50 ms): before the barrier, not in t0
     if barrier is not None:
         barrier.wait()
+    plan = Intended.start(bucket, rate, 1_000_000)
     t0 = clock() + 1_000_000
     give_up = t0 + int((tuples / rate * ABORT_FACTOR + 1.0) * 1e9)
     for k in range(n_buckets):
@@ -183,7 +214,9 @@ def emit(
             pool, (switch_k, switch_to) = payloads.pools[switch_to], next(switches, (-1, 0))
         count = bucket if k < n_buckets - 1 or not partial else last_rows
         payload = pool[k % n_pool] if count == bucket else partial
-        hdr = packer.pack(bk.KIND_DATA, seq, next_id, count, len(payload), now_tsc(), e * 1_000_000)
+        hdr = packer.pack(
+            bk.KIND_DATA, seq, next_id, count, len(payload), now_tsc(), e * 1_000_000, plan.at(k)
+        )
         try:
             send(hdr, flags_more)
         except zmq.Again:
@@ -197,6 +230,7 @@ def emit(
     em = Emission(next_id, emitted, dropped, ranges, seq, max_lag, aborted, t0, clock(), wall() / 1e9)
     em.event_first, em.event_last = first_ev, (prev if first_ev is not None else None)
     em.heartbeats, em.credit = beats.sent, gate  # with those sent while it waited for credit
+    em.intended = plan
     return em
 
 

@@ -131,6 +131,8 @@ def _end_of_stream(
         "delay_ms_mean": e.delay_ms_mean,
         "delay_ms_max": e.delay_ms_max,
         "line_check": None,
+        "intended_t0_tsc": e.intended.t0 if e.intended is not None else None,
+        "tsc_hz": e.intended.hz if e.intended is not None else None,
         **_credit_report(e.credit),
     }
 

@@ -135,7 +135,10 @@ class SenderCounters(CreditCounters):
     ``event_ms_last``: event times of its first and last bucket (null: none); ``delay_seed``,
     ``delay_ms_mean``, ``delay_ms_max``: with an injected delay, its seed and the drawn delays (else null);
     ``line_check``: a replayed file's lines as this sender checked them before its first bucket
-    (``cp_source.generate.file_check.LineCheck``; null for another workload); and its ``CreditCounters``.
+    (``cp_source.generate.file_check.LineCheck``; null for another workload); ``intended_t0_tsc``,
+    ``tsc_hz``: its schedule on its own TSC, data bucket k meant to leave at
+    ``intended_t0_tsc + round(k * bucket * tsc_hz / rate)`` (``cp_source.generate.pacing.Intended``;
+    null: its loop never started); and its ``CreditCounters``.
     """
 
     id: int
@@ -162,6 +165,8 @@ class SenderCounters(CreditCounters):
     delay_ms_mean: float | None
     delay_ms_max: float | None
     line_check: LineCheck | None
+    intended_t0_tsc: int | None
+    tsc_hz: float | None
 
 
 class GeneratorSummary(TypedDict):

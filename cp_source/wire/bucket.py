@@ -16,7 +16,18 @@ Header (little endian, ``HEADER.size`` = 128 bytes)::
     wall_ns    q    sender wall clock (ns since the epoch) at send
     domain_len B    length of the TSC domain id
     domain     64s  TSC domain id, ASCII, NUL padded
-    pad        11x
+    intended   q    sender TSC (same domain) at which the sender's schedule meant this message to
+                    leave: ``t0 + k * bucket / rate`` for data bucket k, never moved by a wait for
+                    credit; a sender without a schedule (and every control message) sends ``tsc``;
+                    0: none given (these bytes were padding before: an older sender's zeros)
+    pad        3x
+
+The intended stamp rides in the header beside ``tsc`` because it is per bucket: the factory
+repeats it per row only where it repeats ``tsc`` (the ``intended`` and ``gen`` stamp columns of a
+segment), so no tuple costs a stamp reading. A data bucket whose intended stamp is negative is
+refused (``bad_header``). The field sits in what was padding, so the version stays 1: an older
+factory ignores it, and a newer one takes an older sender's 0 as its send stamp and counts the
+bucket (``no_intended``).
 
 Control payloads are small JSON objects (end-of-stream: the sender's totals).
 Everything read from the wire is bounded: frame sizes, tuple counts and the
@@ -51,12 +62,14 @@ KINDS = {
     KIND_ACK: "ack",
 }
 
-HEADER = struct.Struct("<4sBBBBIQqIIqqB64s11x")
+HEADER = struct.Struct("<4sBBBBIQqIIqqB64sq3x")
 assert HEADER.size == 128
 # HEADER's fields from kind to wall_ns (bytes 6..51): what a sender's next message changes
 _VARYING = struct.Struct("<BBIQqIIqq")
 _VARYING_AT = 6
 assert _VARYING_AT + _VARYING.size == struct.calcsize("<4sBBBBIQqIIqq")
+_INTENDED = struct.Struct("<q")
+_INTENDED_AT = struct.calcsize("<4sBBBBIQqIIqqB64s")
 
 SENDER_BITS = 24
 SEQ_BITS = 39  # tuples per sender; sender id in the high bits keeps ids unique and positive
@@ -133,6 +146,11 @@ class Header:
     wall_ns: int
     domain: str
     codec: int = CODEC_NDJSON
+    intended: int | None = None  # None: the send time, ``tsc`` (set so at construction)
+
+    def __post_init__(self) -> None:
+        if self.intended is None:  # a message without a schedule was meant to leave when it left
+            object.__setattr__(self, "intended", self.tsc)
 
 
 def pack_header(h: Header) -> bytes:
@@ -143,7 +161,7 @@ def pack_header(h: Header) -> bytes:
     if not 0 <= h.sender_id <= MAX_SENDER:
         raise ValueError(f"sender id {h.sender_id} out of range 0..{MAX_SENDER}")
     packer = HeaderPacker(h.sender_id, h.domain, h.codec)  # the one place that lays the fields out
-    return bytes(packer.pack(h.kind, h.seq, h.first_id, h.count, h.payload_len, h.tsc, h.wall_ns))
+    return bytes(packer.pack(h.kind, h.seq, h.first_id, h.count, h.payload_len, h.tsc, h.wall_ns, h.intended))
 
 
 class HeaderPacker:
@@ -157,16 +175,25 @@ class HeaderPacker:
             raise ValueError(f"domain id longer than 64 bytes: {domain!r}")
         self.buf = bytearray(HEADER.size)
         # magic, version, codec and the domain once, here; pack rewrites the fields from kind on
-        fixed = (MAGIC, VERSION, codec, 0, 0, sender_id, 0, 0, 0, 0, 0, 0, len(self.domain), self.domain)
+        fixed = (MAGIC, VERSION, codec, 0, 0, sender_id, 0, 0, 0, 0, 0, 0, len(self.domain), self.domain, 0)
         HEADER.pack_into(self.buf, 0, *fixed)
 
     def pack(
-        self, kind: int, seq: int, first_id: int, count: int, payload_len: int, tsc: int, wall_ns: int
+        self,
+        kind: int,
+        seq: int,
+        first_id: int,
+        count: int,
+        payload_len: int,
+        tsc: int,
+        wall_ns: int,
+        intended: int | None = None,
     ) -> bytearray:
-        """The header of one message (this buffer, rewritten in place)."""
+        """The header of one message (this buffer, rewritten in place); ``intended`` None: ``tsc``."""
         _VARYING.pack_into(
             self.buf, _VARYING_AT, kind, 0, self.sender_id, seq, first_id, count, payload_len, tsc, wall_ns
         )
+        _INTENDED.pack_into(self.buf, _INTENDED_AT, tsc if intended is None else intended)
         return self.buf
 
 
@@ -196,6 +223,7 @@ def parse_header(
         wall_ns,
         dom_len,
         dom,
+        intended,
     ) = HEADER.unpack(frame)
     if magic != MAGIC:
         raise BucketError("bad_magic", f"magic {magic!r}")
@@ -211,7 +239,7 @@ def parse_header(
         domain = dom[:dom_len].decode("ascii")
     except UnicodeDecodeError:
         raise BucketError("bad_header", "domain id is not ASCII") from None
-    h = Header(kind, sender_id, seq, first_id, count, payload_len, tsc, wall_ns, domain, codec)
+    h = Header(kind, sender_id, seq, first_id, count, payload_len, tsc, wall_ns, domain, codec, intended)
     if kind == KIND_DATA:
         if count == 0 or count > max_tuples:
             raise BucketError(
@@ -225,6 +253,8 @@ def parse_header(
             raise BucketError("bad_header", f"tuple ids {first_id}+{count} are not sender {sender_id}'s")
         if payload_len > max_frame_bytes:
             raise BucketError("oversized", f"declared payload {payload_len} > {max_frame_bytes} bytes", h)
+        if intended < 0:  # a TSC reading is never negative; the ids are the sender's, so accounted
+            raise BucketError("bad_header", f"intended stamp {intended} is negative", h)
     elif count != 0 or payload_len > min(MAX_CONTROL_BYTES, max_frame_bytes):
         raise BucketError("bad_control", "control message with tuples or an oversized payload")
     return h

@@ -12,7 +12,9 @@
 Every segment carries, after the workload's fields, ``event_time`` (Spark
 TimestampType, i.e. Arrow ``timestamp[us, UTC]``, at millisecond precision),
 ``tuple_id`` (int64), ``sender_id`` (int32) and the stamp columns of the
-``gen`` and ``factory`` points (see ``native_tsc.stamp_columns``).
+``intended``, ``gen`` and ``factory`` points (see ``native_tsc.stamp_columns``). ``intended`` and
+``gen`` come from the bucket's header (once per bucket, repeated per row by the factory) and share
+the sender's TSC domain.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import orjson
 import pyarrow as pa
 
 from cp_source.wire.ddl import parse_fields
-from native_tsc.stamp_columns import FACTORY, GEN, SOURCE, node_column, stamp_columns, tsc_column
+from native_tsc.stamp_columns import FACTORY, GEN, INTENDED, SOURCE, node_column, stamp_columns, tsc_column
 
 AD_TYPES = ("banner", "modal", "sponsored-search", "mail", "mobile")
 EVENT_TYPES = ("view", "click", "purchase")
@@ -40,6 +42,8 @@ META_FIELDS = [
     EVENT_TIME,
     pa.field("tuple_id", pa.int64()),
     pa.field("sender_id", pa.int32()),
+    pa.field(tsc_column(INTENDED), pa.int64()),
+    pa.field(node_column(INTENDED), pa.string()),
     pa.field(tsc_column(GEN), pa.int64()),
     pa.field(node_column(GEN), pa.string()),
     pa.field(tsc_column(FACTORY), pa.int64()),

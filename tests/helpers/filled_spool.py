@@ -22,6 +22,8 @@ def segment_table(first_id: int, n: int) -> pa.Table:
         ),
         tuple_id=ids,
         sender_id=pa.array([0] * n, pa.int32()),
+        cp_tsc_intended=ids,
+        cp_node_intended=pa.array(["gen"] * n, pa.string()),
         cp_tsc_gen=ids,
         cp_node_gen=pa.array(["gen"] * n, pa.string()),
         cp_tsc_factory=ids,

@@ -40,6 +40,20 @@ def test_header_round_trip_and_packer_agree() -> None:
     assert bytes(p.pack(h.kind, h.seq, h.first_id, h.count, h.payload_len, h.tsc, h.wall_ns)) == raw
 
 
+def test_intended_stamp_rides_in_the_header() -> None:
+    """A bucket's schedule time travels beside its send stamp; without one it is the send stamp."""
+    assert bk.parse_header(bk.pack_header(_header())).intended == 123456789
+    held = _header(intended=100)
+    assert bk.parse_header(bk.pack_header(held)).intended == 100
+    p = bk.HeaderPacker(7, "node-a@1234abcd")
+    raw = p.pack(bk.KIND_DATA, 3, held.first_id, 10, 5, held.tsc, held.wall_ns, 100)
+    assert bytes(raw) == bk.pack_header(held)
+    # an older sender's header: zeros where the stamp is, and still version 1
+    old = bytearray(bk.pack_header(held))
+    old[bk.HEADER.size - 11 :] = bytes(11)
+    assert old[4] == 1 and bk.parse_header(bytes(old)).intended == 0
+
+
 def test_check_frames_accepts_a_good_bucket() -> None:
     raw = bk.pack_header(_header())
     assert bk.check_frames([raw, b"12345"]).count == 10
@@ -74,6 +88,8 @@ def test_every_rejection_reason() -> None:
         _reason([bk.pack_header(_header(first_id=bk.tuple_id(7, bk.MAX_TUPLES_PER_SENDER - 5))), b"12345"])
         == "bad_header"
     )
+    # a negative intended stamp is no TSC reading
+    assert _reason([bk.pack_header(_header(intended=-1)), b"12345"]) == "bad_header"
     # control messages carry no tuples
     assert _reason([bk.pack_header(_header(kind=bk.KIND_HEARTBEAT, count=1)), b"12345"]) == "bad_control"
     assert set(bk.REASONS) >= {"frame_count", "truncated_header", "bad_magic", "oversized", "bad_json"}

@@ -46,6 +46,8 @@ def test_ysb_segment_schema_matches_what_spark_declares() -> None:
         "event_time",
         "tuple_id",
         "sender_id",
+        "cp_tsc_intended",
+        "cp_node_intended",
         "cp_tsc_gen",
         "cp_node_gen",
         "cp_tsc_factory",
