@@ -34,7 +34,7 @@ import os
 import posixpath
 import re
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any, TypeAlias
 
 import pyarrow as pa
@@ -44,6 +44,8 @@ import pyarrow.parquet as pq
 
 from cp_store.batch_log import COMMITS, Manifest, committed, parallel, read_data, read_manifests
 from cp_store.location import Location, StoreError, first_line, resolve
+from cp_store.manifests import batch_gaps as _gaps
+from cp_store.manifests import gaps_note, show_gaps
 from cp_store.tables import missing
 from native_tsc.stamp_columns import SINK, is_stamp_column, node_column, stamp_columns
 
@@ -174,28 +176,6 @@ def batch_gaps(path: Where) -> list[tuple[int, int]]:
     """The batch ids missing from a sink path's committed ones, as (first, last) ranges: the ids
     before the first manifest and between two (one listing of ``_commits/``, no manifest read)."""
     return _gaps(committed(resolve(path)))
-
-
-def _gaps(ids: Iterable[int]) -> list[tuple[int, int]]:
-    out, expected = [], 0
-    for i in sorted(ids):
-        if i > expected:
-            out.append((expected, i - 1))
-        expected = i + 1
-    return out
-
-
-def _show_gaps(gaps: Sequence[tuple[int, int]]) -> str:
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in gaps)
-
-
-def gaps_note(where: str, gaps: Sequence[tuple[int, int]]) -> str:
-    """One line saying which batch ids a sink path lacks (``where``: its printable URI)."""
-    n = sum(b - a + 1 for a, b in gaps)
-    return (
-        f"{where}: committed batch ids skip {_show_gaps(gaps)} ({n:,} batch{'es' if n > 1 else ''} "
-        "without a manifest: removed, or the store emptied under the query); their rows are in no result"
-    )
 
 
 def _published(root: Location, stacklevel: int) -> dict[int, Manifest]:
@@ -332,7 +312,7 @@ def _with_gaps(t: pa.Table, manifests: Iterable[int]) -> pa.Table:
     gaps = _gaps(manifests)
     if not gaps:
         return t
-    return t.replace_schema_metadata({**(t.schema.metadata or {}), GAPS_KEY: _show_gaps(gaps).encode()})
+    return t.replace_schema_metadata({**(t.schema.metadata or {}), GAPS_KEY: show_gaps(gaps).encode()})
 
 
 def _plain(t: pa.Table) -> pa.Table:

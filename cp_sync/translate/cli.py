@@ -167,7 +167,7 @@ def _write_report(
     run: Location, args: argparse.Namespace, out: Any, facts: dict[str, Any], sync: Location | None
 ) -> Location:
     """Make ``run`` a run directory (cp_sync.run_page): latency.parquet, run.json, report.html."""
-    from cp_sink.records import gaps_note
+    from cp_store.manifests import gaps_note
     from cp_store.tables import write_parquet
     from cp_sync.run_page import LATENCY_FILE, build, new_doc, write_doc
 
@@ -250,7 +250,7 @@ def _by(given: str | None, top: int) -> tuple[str, ...]:
 def _summary(args: argparse.Namespace, out: Any, facts: dict[str, Any], by: tuple[str, ...]) -> None:
     """The latency table (by key with --by, and the line saying which keys it shows), then what the
     distinct stamps of every record (not per key: the keys share them) mean for its resolution."""
-    from cp_sink.records import gaps_note
+    from cp_store.manifests import gaps_note
     from cp_sync.report import key_note, latency_table, print_table, stamp_notes, summarize, top_keys
 
     hz = facts["frequency_hz"]

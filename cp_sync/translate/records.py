@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cp_sink.records import batch_gaps
 from cp_store.location import Location, resolve
+from cp_store.manifests import batch_gaps, committed
 from cp_sync.record_points import read_points
 from cp_sync.sync_table import minrtt
 from cp_sync.translate.relation import METHODS, SCENARIOS, STAMP_MARGIN, STATUSES
@@ -188,7 +188,8 @@ def translate_records(
         )
     points = read_points(records_dir, from_point, to_point, keys)
     # A sink path's committed batch ids that skip some: their records are in no output (said beside it).
-    gaps = {"records": resolve(records_dir).uri, "batch_gaps": batch_gaps(records_dir)}
+    root = resolve(records_dir)
+    gaps = {"records": root.uri, "batch_gaps": batch_gaps(committed(root))}
     if sync_dir is None:
         looked = resolve(records_dir).join(SYNC_DIR).uri
         out, facts = _same_domain(points, from_point, to_point, reference, keys, hz, looked)

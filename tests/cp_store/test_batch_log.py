@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from cp_sink.records import published_batches, read_counts, read_records
-from cp_store import batch_log
+from cp_store import batch_log, manifests
 from cp_store.batch_log import ManifestError, commit, publish, sweep_history
 from cp_store.location import Location, StoreError, resolve
 from tests.helpers.s3_server import s3  # noqa: F401  (the fixture of the S3 cases)
@@ -188,7 +188,7 @@ def test_a_bad_counts_value_or_an_oversized_manifest_is_refused(
     )
     with pytest.raises(ManifestError, match=rf"^{where}: field counts\[0\].sen: not a counts column$"):
         read_counts(root)
-    monkeypatch.setattr(batch_log, "MAX_MANIFEST_BYTES", 64)
+    monkeypatch.setattr(manifests, "MAX_MANIFEST_BYTES", 64)
     batch_log.manifest_location(root, 0).write_bytes(b" " * 65)
     with pytest.raises(ManifestError, match=rf"^{where}: manifest of 65 bytes is over the cap of 64$"):
         read_records(root)
