@@ -48,13 +48,16 @@ def _assert_only(out: Path, query_id: str) -> None:
     assert ids == list(range(ROWS * len(batches)))
 
 
-@pytest.mark.long  # ~15 s: two queries live at once
-def test_a_second_live_writer_is_refused_and_the_first_stays_exact(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.long  # 6-15 s: three queries, two of them live at once
+def test_a_second_writer_and_a_new_checkpoint_are_refused_and_the_first_stays_exact(
+    spark: Any, tmp_path: Path
+) -> None:
     out = tmp_path / "records"
     first = rate_ids_into_sink(spark, str(out), str(tmp_path / "ckpt-a"), ROWS, 200)
     second = None
     try:
         wait_for(lambda: len(published_batches(out)) >= 1, 120, "the first query's first batch")
+        # a second query on the same path while the first runs
         second = rate_ids_into_sink(spark, str(out), str(tmp_path / "ckpt-b"), ROWS, 200)
         message = _failure(second)
         assert f"{out}: batch " in message and f"published by query id {first.id}" in message
@@ -67,25 +70,17 @@ def test_a_second_live_writer_is_refused_and_the_first_stays_exact(spark: Any, t
         if second is not None:
             second.stop()
     _assert_only(out, first.id)
-
-
-def test_a_new_checkpoint_on_a_used_path_is_refused(spark: Any, tmp_path: Path) -> None:
-    out = tmp_path / "records"
-    earlier = rate_ids_into_sink(spark, str(out), str(tmp_path / "ckpt-1"), ROWS, 200)
-    try:
-        wait_for(lambda: len(published_batches(out)) >= 2, 120, "two batches")
-    finally:
-        earlier.stop()
+    # the same path under a new checkpoint, once the first query has stopped
     before = {i: m.files for i, m in published_batches(out).items()}
-    again = rate_ids_into_sink(spark, str(out), str(tmp_path / "ckpt-2"), ROWS, 200)
+    again = rate_ids_into_sink(spark, str(out), str(tmp_path / "ckpt-c"), ROWS, 200)
     try:
         message = _failure(again)
     finally:
         again.stop()
-    assert f"published by query id {earlier.id}" in message and "a path of its own" in message
+    assert f"published by query id {first.id}" in message and "a path of its own" in message
     assert {i: m.files for i, m in published_batches(out).items()} == before
-    _assert_only(out, earlier.id)
-    # the path still reads the same in Spark: its file-sink log lists exactly the published files
+    _assert_only(out, first.id)
+    # the path reads the same in Spark: its file-sink log lists exactly the published files
     listed = sorted(f for m in published_batches(out).values() for f in m.files)
     logged = [orjson.loads(line)["path"] for line in _spark_log_lines(out)]
     assert sorted(p.split(str(out) + "/", 1)[1] for p in logged) == listed
