@@ -149,7 +149,7 @@ class FactoryWorker:
         self.cfg = cfg
         self.workload = resolve(cfg.workload, cfg.schema)
         self.fields = self.workload.fields
-        self.schema = self.workload.schema
+        self.schema = self.workload.stored_schema
         self.acc = make_accumulator(self.workload, cfg.parser)
         mark(f"worker {cfg.worker}: parser imported")
         self._warm_up()
@@ -299,19 +299,14 @@ class FactoryWorker:
         tuple_ids = starts + np.arange(n, dtype=np.int64)
         event_ms = m[:, 5] // 1_000_000
         payload = self.acc.take()
-        gen_nodes = _repeat_strings(self.gen_domains, counts)
         cols = list(payload.columns) + [
             pa.Array.from_buffers(
                 pa.timestamp("us", tz="UTC"), n, [None, pa.py_buffer(np.repeat(event_ms * 1000, counts))]
             ),
             _np_array(tuple_ids),
             _np_array(np.repeat(m[:, 0].astype(np.int32), counts)),
-            # intended and gen: per bucket in the header, repeated per row as one vector operation per
-            # segment, the two points sharing the one domain array (the same sender's TSC)
-            _np_array(np.repeat(m[:, 7], counts)),
-            gen_nodes,
             _np_array(np.repeat(m[:, 4], counts)),
-            gen_nodes,
+            _repeat_strings(self.gen_domains, counts),
             _np_array(np.repeat(m[:, 6], counts)),
             _repeat_strings([self.domain], counts),
         ]
@@ -324,6 +319,7 @@ class FactoryWorker:
             int(tuple_ids.min()),
             int(tuple_ids.max()),
             _sender_marks(m[:, 0], m[:, 1], event_ms),
+            m[:, 7],  # intended, per bucket run: kept in the segment's metadata, not per row
         )
         self.pending = False
         self.meta.clear()

@@ -92,7 +92,11 @@ class SegmentLoader:
         self.ctx: Any = None
 
     def load(self, number: int, path: str, rows: int, first_id: int) -> Any:
+        from cp_source.spool.intended import wanted, with_intended
+
         table = self._checked(number, path, rows, first_id)
+        if wanted(self.columns):  # per bucket in the segment's metadata: columns only when read
+            table = with_intended(table, f"segment {self.part.worker}/{number}")
         return table if self.columns is None else table.select(self.columns)
 
     def _checked(self, number: int, path: str, rows: int, first_id: int) -> Any:

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from cp_source.spool.compact import TRIM_CHECK_S, summary_stamp, summary_through, trim_worker_files
 from cp_source.spool.durability import DurabilityError, check_durability
+from cp_source.spool.intended import INTENDED_KEY
 from cp_source.spool.ledger import REC_BYTES, REC_FIELDS, LedgerSummary, read_records
 from cp_source.spool.names import WORKER_RE
 from cp_source.spool.segments import META_KEY, SEG_RE, SegmentInfo, ensure_spool_id, seg_name
@@ -182,9 +183,11 @@ class SegmentWriter:
         id_min: int,
         id_max: int,
         senders: list[list[int]] | None = None,
+        intended: np.ndarray | None = None,
     ) -> SegmentInfo:
         """Write one segment atomically. ``buckets``: int64 (n, 4) rows of sender, seq, first_id, count;
-        ``senders``: per sender its lowest and highest seq with their event times (see SegmentInfo)."""
+        ``senders``: per sender its lowest and highest seq with their event times (see SegmentInfo);
+        ``intended``: per row of ``buckets``, its intended stamp (``cp_source.spool.intended``)."""
         n = self.next_number
         path = self.dir / seg_name(n)
         recs = np.empty((len(buckets), REC_FIELDS), dtype="<i8")
@@ -204,6 +207,8 @@ class SegmentWriter:
             info["senders"] = senders
         # The spool id lets a reader tell this file from one of another spool at the same path.
         meta = {"info": info, "buckets": recs.tolist(), "spool": self.spool_id}
+        if intended is not None:
+            meta[INTENDED_KEY] = np.asarray(intended, np.int64).tolist()
         schema = table.schema.with_metadata({META_KEY: orjson.dumps(meta)})
         # strict: the data before the name, so a renamed segment is never empty; a full disk leaves
         # nothing of this segment (the temp file is removed) and the caller retries

@@ -22,12 +22,12 @@ Header (little endian, ``HEADER.size`` = 128 bytes)::
                     0: none given (these bytes were padding before: an older sender's zeros)
     pad        3x
 
-The intended stamp rides in the header beside ``tsc`` because it is per bucket: the factory
-repeats it per row only where it repeats ``tsc`` (the ``intended`` and ``gen`` stamp columns of a
-segment), so no tuple costs a stamp reading. A data bucket whose intended stamp is negative is
-refused (``bad_header``). The field sits in what was padding, so the version stays 1: an older
-factory ignores it, and a newer one takes an older sender's 0 as its send stamp and counts the
-bucket (``no_intended``).
+The intended stamp rides in the header beside ``tsc`` because it is per bucket: the factory keeps it
+once per bucket in the segment's metadata and the reader makes its columns only for a query that
+reads them (``cp_source.spool.intended``), so no tuple costs a stamp reading or a byte of spool.
+A data bucket whose intended stamp is negative is refused (``bad_header``). The field sits in what
+was padding, so the version stays 1: an older factory ignores it, and a newer one takes an older
+sender's 0 as its send stamp and counts the bucket (``no_intended``).
 
 Control payloads are small JSON objects (end-of-stream: the sender's totals).
 Everything read from the wire is bounded: frame sizes, tuple counts and the

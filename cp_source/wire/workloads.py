@@ -12,9 +12,11 @@
 Every segment carries, after the workload's fields, ``event_time`` (Spark
 TimestampType, i.e. Arrow ``timestamp[us, UTC]``, at millisecond precision),
 ``tuple_id`` (int64), ``sender_id`` (int32) and the stamp columns of the
-``intended``, ``gen`` and ``factory`` points (see ``native_tsc.stamp_columns``). ``intended`` and
-``gen`` come from the bucket's header (once per bucket, repeated per row by the factory) and share
-the sender's TSC domain.
+``intended``, ``gen`` and ``factory`` points (see ``native_tsc.stamp_columns``): the source's
+columns (``Workload.schema``). A segment file stores all but the ``intended`` pair
+(``Workload.stored_schema``): that stamp is per bucket, so the segment keeps one value per bucket
+run in its metadata, and the reader makes the two columns only for a query that reads them
+(``cp_source.spool.intended``): no byte per tuple in the spool.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ META_FIELDS = [
     pa.field(tsc_column(FACTORY), pa.int64()),
     pa.field(node_column(FACTORY), pa.string()),
 ]
+# Made by the reader from a segment's metadata, not stored per row (cp_source.spool.intended).
+DERIVED = stamp_columns(INTENDED)
 RESERVED = {f.name for f in META_FIELDS} | set(stamp_columns(SOURCE))
 
 
@@ -58,8 +62,13 @@ def ysb_fields() -> pa.Schema:
 
 
 def segment_schema(fields: pa.Schema) -> pa.Schema:
-    """A workload's payload fields followed by the columns the factory adds."""
+    """A workload's payload fields followed by the columns the factory adds (as the source gives them)."""
     return pa.schema(list(fields) + META_FIELDS)
+
+
+def stored_schema(fields: pa.Schema) -> pa.Schema:
+    """The columns of a segment file: ``segment_schema`` without the ones made from its metadata."""
+    return pa.schema([f for f in segment_schema(fields) if f.name not in DERIVED])
 
 
 def ysb_schema() -> pa.Schema:
@@ -132,6 +141,10 @@ class Workload:
     @property
     def schema(self) -> pa.Schema:
         return segment_schema(self.fields)
+
+    @property
+    def stored_schema(self) -> pa.Schema:
+        return stored_schema(self.fields)
 
     @property
     def arrow_payload(self) -> bool:

@@ -9,10 +9,11 @@ import pyarrow as pa
 
 
 def segment_table(first_id: int, n: int) -> pa.Table:
-    """A YSB segment of ``n`` rows with tuple ids first_id .. first_id + n - 1, as the factory writes it."""
-    from cp_source.wire.workloads import ysb_rows, ysb_schema
+    """A YSB segment of ``n`` rows with tuple ids first_id .. first_id + n - 1, as the factory writes it
+    (its intended stamp, one per bucket, goes into its metadata: ``fill_spool``)."""
+    from cp_source.wire.workloads import stored_schema, ysb_fields, ysb_rows
 
-    schema = ysb_schema()
+    schema = stored_schema(ysb_fields())
     rows = ysb_rows(n, seed=first_id)
     cols = {f: pa.array([r[f] for r in rows], pa.string()) for f in rows[0]}
     ids = pa.array(range(first_id, first_id + n), pa.int64())
@@ -22,8 +23,6 @@ def segment_table(first_id: int, n: int) -> pa.Table:
         ),
         tuple_id=ids,
         sender_id=pa.array([0] * n, pa.int32()),
-        cp_tsc_intended=ids,
-        cp_node_intended=pa.array(["gen"] * n, pa.string()),
         cp_tsc_gen=ids,
         cp_node_gen=pa.array(["gen"] * n, pa.string()),
         cp_tsc_factory=ids,
@@ -51,7 +50,8 @@ def fill_spool(root: Path, layout: dict[str, list[int]], first_id: int = 0) -> s
                 seq = next_id  # unique per sender across calls, as a generator's would be
                 table = segment_table(next_id, n)
                 buckets = np.array([[0, seq, next_id, n]], dtype=np.int64)
-                writer.publish(table, buckets, 0, n, next_id, next_id + n - 1)
+                intended = np.array([next_id], np.int64)  # the segment's one bucket, as its gen stamp
+                writer.publish(table, buckets, 0, n, next_id, next_id + n - 1, intended=intended)
                 ids.update(range(next_id, next_id + n))
                 next_id += n
         finally:

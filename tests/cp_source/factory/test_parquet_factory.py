@@ -68,7 +68,7 @@ def test_parquet_buckets_are_published_exactly_and_bad_payloads_rejected_with_re
     want_ids = np.concatenate([np.arange(k * ROWS, (k + 1) * ROWS) for k in genuine]) + bk.tuple_id(SENDER, 0)
     np.testing.assert_array_equal(got.column("tuple_id").to_numpy(), want_ids)
     assert got.select(fields.names).equals(carried.slice(0, 4 * ROWS))  # the rows of pool[0..3], exactly
-    assert got.schema.equals(resolve(workload).schema)
+    assert got.schema.equals(resolve(workload).stored_schema)
     assert set(got.column("sender_id").to_pylist()) == {SENDER}
 
 

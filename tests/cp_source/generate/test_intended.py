@@ -22,6 +22,7 @@ import native_tsc
 from cp_source.factory.supervisor import FactoryHandle
 from cp_source.generate.generator import run_generator
 from cp_source.generate.settings import GeneratorSettings
+from cp_source.spool.intended import with_intended
 from cp_source.spool.segments import Spool, read_segment
 from tests.helpers.ingest_truth import expected_ids
 from tests.helpers.polling import wait_for
@@ -34,7 +35,7 @@ def _take(spool: Spool, commit: bool = False) -> list[pa.Table]:
     """The stamp columns of every published, uncommitted segment (optionally committing them)."""
     done, latest = spool.committed(), spool.latest()
     tables = [
-        read_segment(seg.path).select(COLUMNS)
+        with_intended(read_segment(seg.path), seg.path).select(COLUMNS)
         for w, upto in latest.items()
         for seg in spool.segments(w, done.get(w, -1), upto)
     ]
@@ -282,3 +283,43 @@ def test_translate_from_intended_to_sink_carries_the_hold(
         zip(tid.tolist(), ((rec["cp_tsc_sink"].to_numpy() - intended) * 1e9 / hz).tolist(), strict=True)
     )
     assert from_intended == want
+
+
+def test_a_segment_keeps_one_intended_stamp_per_bucket_and_a_mismatch_is_refused(tmp_path: Path) -> None:
+    """The real segment writer keeps the stamp per bucket in the segment's metadata, no column of it
+    per row; the columns made from it repeat each bucket's value over its rows, and metadata that
+    does not match the rows is refused in one line naming the segment."""
+    import orjson
+
+    from cp_source.spool.intended import IntendedError
+    from cp_source.spool.segments import META_KEY
+    from tests.helpers.filled_spool import fill_spool
+
+    fill_spool(tmp_path / "spool", {"w0": [5, 3]}, first_id=100)
+    sp = Spool(tmp_path / "spool")
+    segs = list(sp.segments("w0", -1, sp.latest()["w0"]))
+    stored = read_segment(segs[1].path)
+    assert not {"cp_tsc_intended", "cp_node_intended"} & set(stored.column_names)
+    t = with_intended(stored, "w0/1")
+    assert t.column_names.index("cp_tsc_intended") + 2 == t.column_names.index("cp_tsc_gen")
+    assert t.column("cp_tsc_intended").to_pylist() == [105] * 3  # its one bucket's stamp, per row
+    assert t.column("cp_node_intended").to_pylist() == stored.column("cp_node_gen").to_pylist()
+    meta = orjson.loads(stored.schema.metadata[META_KEY])
+
+    def damaged(**changes: Any) -> pa.Table:
+        raw = orjson.dumps({k: v for k, v in {**meta, **changes}.items() if v is not None})
+        return stored.replace_schema_metadata({META_KEY: raw})
+
+    cases = [
+        ({"intended": None}, "w0/1 keeps no intended stamps (written by an earlier factory?)"),
+        ({"intended": [1, 2]}, "w0/1: 2 intended stamps for 1 bucket records"),
+        ({"intended": ["x"]}, "w0/1: its intended stamps are not int64 values"),
+        ({"intended": [1.5]}, "w0/1: its intended stamps are not int64 values"),
+        ({"intended": [1 << 63]}, "w0/1: its intended stamps are not int64 values"),
+        ({"buckets": [[1, 0, 105, 105, 4]]}, "w0/1: its bucket records count 4 rows, it has 3"),
+        ({"buckets": [[1, 0]]}, "w0/1: its bucket records are not [number, sender, seq, id, count]"),
+    ]
+    for change, message in cases:
+        with pytest.raises(IntendedError) as e:
+            with_intended(damaged(**change), "w0/1")
+        assert str(e.value) == message
