@@ -323,3 +323,33 @@ def test_a_segment_keeps_one_intended_stamp_per_bucket_and_a_mismatch_is_refused
         with pytest.raises(IntendedError) as e:
             with_intended(damaged(**change), "w0/1")
         assert str(e.value) == message
+
+
+@pytest.mark.parametrize("columns", [None, "cp_node_intended,tuple_id,cp_tsc_intended"])
+def test_the_reader_gives_the_intended_columns_made_from_each_segments_metadata(
+    tmp_path: Path, columns: str | None
+) -> None:
+    """A partition read whole, or projected to the intended columns, gives each row its bucket's
+    stamp and the generator's domain, in the source's schema; a projection without them reads none."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from cp_source.reader.options import ReaderOptions, source_schema
+    from cp_source.reader.partitions import SegmentRange, read_partition
+    from tests.helpers.filled_spool import fill_spool
+
+    fill_spool(tmp_path / "spool", {"w0": [30, 1, 40]})
+    sp = Spool(tmp_path / "spool")
+    segs = [(s.number, s.path, s.rows, s.tuple_id_min) for s in sp.segments("w0", -1, 2)]
+    part = SegmentRange("w0", segs, fetch="local", spool_id=sp.spool_id())
+
+    def read(opts: dict[str, str]) -> pa.Table:
+        target = to_arrow_schema(source_schema(ReaderOptions.parse(opts)), timezone="UTC")
+        t = pa.Table.from_batches(list(read_partition(part, target)))
+        assert t.schema == target
+        return t
+
+    t = read({} if columns is None else {"columns": columns})
+    assert t.column("tuple_id").to_pylist() == list(range(71))
+    assert t.column("cp_tsc_intended").to_pylist() == [0] * 30 + [30] + [31] * 40  # per segment's bucket
+    assert set(t.column("cp_node_intended").to_pylist()) == {"gen"}
+    assert read({"columns": "tuple_id,cp_tsc_gen"}).column_names == ["tuple_id", "cp_tsc_gen"]
