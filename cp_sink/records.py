@@ -47,7 +47,7 @@ from cp_store.location import Location, StoreError, first_line, resolve
 from cp_store.manifests import batch_gaps as _gaps
 from cp_store.manifests import gaps_note, show_gaps
 from cp_store.tables import missing
-from native_tsc.stamp_columns import SINK, is_stamp_column, node_column, stamp_columns
+from native_tsc.stamp_columns import COMMITTED, SINK, is_stamp_column, node_column, stamp_columns, tsc_column
 
 TUPLE_ID = "tuple_id"
 # Columns a record gets from the sink itself (and the reader): a kept query column may not share a name.
@@ -231,7 +231,7 @@ def _read_prefixed(path: Where, prefix: str, empty: pa.Schema) -> pa.Table:
     def read(item: tuple[Manifest, int]) -> pa.Table:
         m, i = item
         t = _plain(read_data(m, root.join(m.files[i]), lambda f: _read_listed(f, m, i, prefix)))
-        return t.append_column("batch_id", pa.repeat(pa.scalar(m.batch_id, pa.int64()), len(t)))
+        return _batch_columns(t, m, stamped=prefix != PERIODS_PREFIX)
 
     tables = parallel(read, listed, remote=not root.is_local)
     if prefix in (RECORDS_PREFIX, WINDOWS_PREFIX):
@@ -240,6 +240,17 @@ def _read_prefixed(path: Where, prefix: str, empty: pa.Schema) -> pa.Table:
     if not tables:
         return _with_gaps(empty.empty_table(), manifests)
     return _with_gaps(_concat(tables, [root.join(m.files[i]).uri for m, i in listed]), manifests)
+
+
+def _batch_columns(t: pa.Table, m: Manifest, stamped: bool) -> pa.Table:
+    """``t`` with what its batch's manifest says of every row: the "committed" stamp (when the
+    sink's commit published the batch; absent from manifests written without it; for records and
+    window results, ``stamped``) and ``batch_id``."""
+    if stamped and m.committed is not None:
+        tsc, node = m.committed
+        t = t.append_column(tsc_column(COMMITTED), pa.repeat(pa.scalar(tsc, pa.int64()), len(t)))
+        t = t.append_column(node_column(COMMITTED), pa.repeat(pa.scalar(node, pa.string()), len(t)))
+    return t.append_column("batch_id", pa.repeat(pa.scalar(m.batch_id, pa.int64()), len(t)))
 
 
 def _read_listed(f: Location, m: Manifest, i: int, prefix: str) -> pa.Table:

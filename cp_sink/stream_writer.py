@@ -522,13 +522,22 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         counts = [{"batch_id": batchId, **m.counts} for m in msgs]
         query_id, staged = _run_of(msgs, batchId)
         run = {"query_id": query_id, "checkpoint": self._checkpoint} if query_id else None
-        batch_log.commit(self.location, batchId, files, counts, self.durable, rows, run, staged)
+        batch_log.commit(
+            self.location, batchId, files, counts, self.durable, rows, run, staged, _driver_stamp
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Delete what the tasks of a failed micro-batch wrote (never a published file)."""
         msgs = _ours(messages)
         _, staged = _run_of(msgs, batchId)
         batch_log.abort(self.location, batchId, [f for m in msgs for f in m.files], staged)
+
+
+def _driver_stamp() -> tuple[int, str]:
+    """The "committed" stamp: this process's TSC reading and domain id."""
+    import native_tsc
+
+    return native_tsc.now(), native_tsc.domain_id()
 
 
 def _run_of(msgs: list[SinkCommitMessage], batch_id: int) -> tuple[str | None, str | None]:

@@ -167,6 +167,7 @@ def commit(
     rows: Sequence[int] | None = None,
     run: Mapping[str, str | None] | None = None,
     staged: str | None = None,
+    stamp: Callable[[], tuple[int, str]] | None = None,
 ) -> bool:
     """Publish ``files`` and ``counts`` as batch ``batch_id``, once.
 
@@ -174,6 +175,7 @@ def commit(
     (see ``staging``) or, with ``staged`` None, in place. ``rows``: each file's row count (None: read
     from the Parquet footers). ``run``: who publishes (``query_id``, ``checkpoint``); with a run, a
     location another run published on is refused (``RunClash``, one line naming the other run).
+    ``stamp()``: a (TSC, domain id) reading, taken just before the manifest's write and kept in it.
     True if this call published; False if the batch id was committed before by this run (a replay):
     then the ``files`` it brought are deleted and the first publication stays as it was.
     """
@@ -192,7 +194,7 @@ def commit(
     if rows is None:
         found = area(root, staged)
         rows = parallel(lambda f: parquet_rows(found.join(f)), list(files), remote=not root.is_local)
-    manifest = _write_manifest(root, batch_id, files, counts, rows, run, staged, durable)
+    manifest = _write_manifest(root, batch_id, files, counts, rows, run, staged, durable, stamp)
     if first and run is not None:
         _refuse_other_run(root, read_manifest(root, batch_id), run, files, staged)  # two first commits raced
     finish(root, manifest, durable)
@@ -220,6 +222,7 @@ def _write_manifest(
     run: Mapping[str, str | None] | None,
     staged: str | None,
     durable: bool,
+    stamp: Callable[[], tuple[int, str]] | None = None,
 ) -> Manifest:
     if len(rows) != len(files):
         raise ValueError(f"batch {batch_id}: {len(rows)} row counts for {len(files)} files")
@@ -241,6 +244,9 @@ def _write_manifest(
         _sync_names(area(root, staged), files)
         if staged:
             _sync_names(root, [])  # the names _commits and _attempts
+    if stamp is not None:  # read last, as close to the publication as it can be
+        tsc, node = stamp()
+        body = orjson.dumps({**doc, "committed": {"tsc": tsc, "node": node}})
     loc = manifest_location(root, batch_id)
     loc.write_bytes(body, durable=durable and root.is_local)
     return parse_manifest(body, batch_id, loc.uri)

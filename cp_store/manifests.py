@@ -60,6 +60,9 @@ class Manifest:
     # Where the listed files were written before publication (``_attempts/<run>``), relative to
     # the location; None: written in place. A file not yet moved out of it is read there.
     staged: str | None = None
+    # The publishing process's TSC reading and domain id just before the manifest's write (the
+    # "committed" stamp point of every record of the batch); None: not stamped.
+    committed: tuple[int, str] | None = None
 
     def data(self, root: Location, prefix: str = "") -> list[Location]:
         """The listed files whose name starts with ``prefix``."""
@@ -164,7 +167,20 @@ def parse_manifest(data: bytes, batch_id: int, uri: str) -> Manifest:
     if staged is not None and not (isinstance(staged, str) and _STAGED_RE.match(staged)):
         raise ManifestError(f"{uri}: field staged: expected {STAGING}/<run>, got {_show(staged)}")
     run = _manifest_run(doc.get("run"), uri)
-    return Manifest(batch_id, tuple(files), tuple(counts), uri, rows, run, staged)
+    committed = _manifest_stamp(doc.get("committed"), uri)
+    return Manifest(batch_id, tuple(files), tuple(counts), uri, rows, run, staged, committed)
+
+
+def _manifest_stamp(stamp: Any, uri: str) -> tuple[int, str] | None:
+    if stamp is None:
+        return None
+    tsc = stamp.get("tsc") if isinstance(stamp, dict) else None
+    node = stamp.get("node") if isinstance(stamp, dict) else None
+    if not isinstance(tsc, int) or isinstance(tsc, bool) or tsc < 0 or not isinstance(node, str) or not node:
+        raise ManifestError(
+            f"{uri}: field committed: expected {{tsc: a TSC reading, node: a domain id}}, got {_show(stamp)}"
+        )
+    return tsc, node
 
 
 def _manifest_files(files: Any, uri: str) -> list[str]:

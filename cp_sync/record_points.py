@@ -17,7 +17,14 @@ import pyarrow.compute as pc
 
 from cp_store.location import Location, resolve
 from cp_store.tables import files_under, missing, read_schema
-from native_tsc.stamp_columns import is_stamp_column, node_column, stamp_points, tsc_column
+from native_tsc.stamp_columns import (
+    COMMITTED,
+    is_stamp_column,
+    node_column,
+    stamp_columns,
+    stamp_points,
+    tsc_column,
+)
 
 # What a sink record holds besides stamps and kept columns (cp_sink.records.RECORD_OWN_COLUMNS).
 RECORD_COLUMNS = ("tuple_id", "partition", "batch_id", "role")
@@ -36,6 +43,18 @@ def record_files(root: Location) -> list[Location]:
         return files_under(root)
     listed = current_files(root, read_manifests(root).values())  # a file not yet moved: where it waits
     return [f for f in listed if f.path.endswith(".parquet")]
+
+
+def commit_stamps(root: Location) -> dict[str, tuple[int, str] | None]:
+    """Each file a sink path's manifests list (its path where it is now) and the "committed"
+    stamp of its batch (None: a manifest written without it); empty for any other directory."""
+    from cp_store.manifests import COMMITS, current_files, read_manifests
+
+    if not root.join(COMMITS).is_dir():
+        return {}
+    manifests = list(read_manifests(root).values())
+    stamps = [m.committed for m in manifests for _ in m.files]
+    return {loc.path: st for loc, st in zip(current_files(root, manifests), stamps, strict=True)}
 
 
 def read_points(
@@ -62,13 +81,16 @@ def read_points(
         tsc_column(to_point),
         node_column(to_point),
     ]
-    files, seen, keyless = [], set(), []
+    # "committed" is not in the files: it comes from each file's manifest (one stamp per batch)
+    from_manifest = [c for c in cols if c in stamp_columns(COMMITTED)]
+    in_files = [c for c in cols if c not in from_manifest]
+    files, seen, keyless = [], set(from_manifest), []
     key_types: dict[str, pa.DataType] = {}
     for f in record_files(root):
         schema = read_schema(f)
         if "tuple_id" in schema.names:
             seen.update(schema.names)
-            if all(c in schema.names for c in cols):
+            if all(c in schema.names for c in in_files):
                 if not all(k in schema.names for k in keys):
                     keyless.append(f.uri)
                     continue
@@ -92,11 +114,39 @@ def read_points(
             *((k, key_types[k]) for k in keys),
         ]
     )
-    t = pds.dataset(files, format="parquet", schema=schema, filesystem=root.fs).to_table(
-        columns=[*cols, *keys]
-    )
+    if from_manifest:
+        t = _with_commit_stamps(root, files, schema, in_files, keys).select([*cols, *keys])
+    else:
+        t = pds.dataset(files, format="parquet", schema=schema, filesystem=root.fs).to_table(
+            columns=[*cols, *keys]
+        )
     valid = pc.and_(pc.is_valid(t[cols[1]]), pc.is_valid(t[cols[3]]))
     return t.filter(valid)
+
+
+def _with_commit_stamps(
+    root: Location, files: list[str], schema: pa.Schema, in_files: list[str], keys: Sequence[str]
+) -> pa.Table:
+    """The files' columns with their batch's "committed" stamp (from the manifests) on every row; a
+    file of a batch whose commit was not stamped is refused in one line, never dropped."""
+    import pyarrow.dataset as pds
+
+    stamps = commit_stamps(root)
+    unstamped = [f for f in files if stamps.get(f) is None]
+    if unstamped:
+        raise ValueError(
+            f"{len(unstamped)} record file(s) under {root.uri} have no committed stamp: their batches "
+            f"were published by a sink that did not stamp its commits, or outside one (first: {unstamped[0]})"
+        )
+    own = pa.schema([f for f in schema if f.name not in stamp_columns(COMMITTED)])
+    tsc, node = stamp_columns(COMMITTED)
+    parts = []
+    for frag in pds.dataset(files, format="parquet", schema=own, filesystem=root.fs).get_fragments():
+        t = frag.to_table(columns=[*in_files, *keys], schema=own)
+        stamp_tsc, stamp_node = stamps[frag.path]  # type: ignore[misc]
+        t = t.append_column(tsc, pa.repeat(pa.scalar(stamp_tsc, pa.int64()), len(t)))
+        parts.append(t.append_column(node, pa.repeat(pa.scalar(stamp_node, pa.string()), len(t))))
+    return pa.concat_tables(parts)
 
 
 def _check_found(

@@ -19,6 +19,8 @@ _POINT_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 # generator's schedule meant a bucket to leave (on the generator's TSC): intended -> gen is the time a
 # sender was held by the factory's credit or ran behind its schedule (coordinated omission).
 INTENDED, GEN, FACTORY, SOURCE, SINK = "intended", "gen", "factory", "source", "sink"
+# The driver's reading as the sink's commit publishes a batch (one per batch, kept in its manifest).
+COMMITTED = "committed"
 
 
 def check_point(point: str) -> str:

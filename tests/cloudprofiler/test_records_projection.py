@@ -73,7 +73,8 @@ def test_records_projects_a_real_query_and_the_sink_keeps_every_tuple(spark, tmp
     rec = read_records(out)
     assert sorted(rec["tuple_id"].to_pylist()) == list(range(ROWS))
     assert sorted(rec.column_names) == sorted(
-        [*projected.columns, "cp_tsc_sink", "cp_node_sink", "partition", "batch_id"]
+        [*projected.columns, "cp_tsc_sink", "cp_node_sink", "cp_tsc_committed", "cp_node_committed"]
+        + ["partition", "batch_id"]
     )
     by_id = dict(zip(rec["tuple_id"].to_pylist(), rec["region"].to_pylist(), strict=True))
     assert by_id == {i: str(i % 3) for i in range(ROWS)}

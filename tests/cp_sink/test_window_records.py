@@ -27,6 +27,8 @@ from tests.helpers.polling import wait_for
 
 WINDOW_COLUMNS = ["window_start_ms", "window_end_ms", "sender_id", "n", "cp_tsc_gen", "cp_node_gen"]
 SINK_COLUMNS = ["cp_tsc_sink", "cp_node_sink", "batch_id"]
+# The streaming sink's commit stamps each batch ("committed"); record_windows publishes unstamped.
+STREAM_SINK_COLUMNS = ["cp_tsc_sink", "cp_node_sink", "cp_tsc_committed", "cp_node_committed", "batch_id"]
 T0 = 1_700_000_000_000  # the schedule clock's start: a window boundary for every size used here
 
 
@@ -85,7 +87,11 @@ def test_sink_writes_window_records_once_per_batch_id(tmp_path: Path) -> None:
     w.commit([replay], 0)
     assert not any((out / f).exists() for f in replay.files)
     t = read_windows(out)
-    assert t.column_names == WINDOW_COLUMNS + SINK_COLUMNS
+    assert t.column_names == WINDOW_COLUMNS + STREAM_SINK_COLUMNS
+    # one commit stamp for the batch, on the committing process, after every sink stamp of it
+    assert set(t["cp_node_committed"].to_pylist()) == {native_tsc.domain_id()}
+    assert len(set(t["cp_tsc_committed"].to_pylist())) == 1
+    assert t["cp_tsc_committed"][0].as_py() > max(t["cp_tsc_sink"].to_pylist())
     assert t["window_start_ms"].to_pylist() == [T0, T0 + 1000, T0 + 2000]
     assert t["window_end_ms"].to_pylist() == [T0 + 1000, T0 + 2000, T0 + 3000]
     assert t["n"].to_pylist() == [5, 6, 7] and t["batch_id"].to_pylist() == [0, 0, 0]
@@ -281,7 +287,8 @@ def test_append_emits_every_closed_window_once_with_its_count(
     spark: Any, tmp_path: Path, writer: str, size_ms: int, slide_ms: int
 ) -> None:
     t, summary, out = _run(spark, tmp_path, writer, "append", size_ms, slide_ms)
-    assert t.column_names == WINDOW_COLUMNS + SINK_COLUMNS  # the nested "ids" left out
+    own = STREAM_SINK_COLUMNS if writer == "sink" else SINK_COLUMNS
+    assert t.column_names == WINDOW_COLUMNS + own  # the nested "ids" left out
     _assert_append(t, summary, size_ms, slide_ms, 200)
     assert total_seen(out) == t.num_rows
 
