@@ -195,13 +195,7 @@ def emit(
             waited, prev = gate.wait(seq, bind(beats.beat, seq, e if sched else None), prev)
             t0, give_up, deadline, now = t0 + waited, give_up + waited, deadline + waited, clock()
         if now < deadline:
-            if hb is not None and deadline - now > hb.reach:
-                prev = hb.wait(deadline, seq, e if sched else None, prev)
-                now = clock()
-            if deadline - now > SLEEP_MIN_NS:
-                time.sleep((deadline - now - SPIN_NS) / 1e9)
-            while clock() < deadline:
-                pass
+            prev = _sleep_until(deadline, now, hb, seq, e if sched else None, prev)
         elif now - deadline > max_lag:
             max_lag = now - deadline
         if not sched:
@@ -232,6 +226,19 @@ def emit(
     em.heartbeats, em.credit = beats.sent, gate  # with those sent while it waited for credit
     em.intended = plan
     return em
+
+
+def _sleep_until(deadline: int, now: int, hb: Heartbeats | None, seq: int, ev: int | None, prev: int) -> int:
+    """Wait for ``deadline`` (perf_counter ns): heartbeats while it is far, then a sleep and a spin.
+    Returns the event time the last heartbeat carried (``prev`` if none was sent)."""
+    if hb is not None and deadline - now > hb.reach:
+        prev = hb.wait(deadline, seq, ev, prev)
+        now = time.perf_counter_ns()
+    if deadline - now > SLEEP_MIN_NS:
+        time.sleep((deadline - now - SPIN_NS) / 1e9)
+    while time.perf_counter_ns() < deadline:
+        pass
+    return prev
 
 
 def _beats(
