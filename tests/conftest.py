@@ -1,5 +1,5 @@
 """Shared fixtures: one SparkSession for the whole run, external factories on free ports, a ZeroMQ
-context and a set of CurveZMQ keys.
+context, a set of CurveZMQ keys and ``root`` (a result location, local and on S3).
 Helper functions live in tests/helpers."""
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from tests.helpers.s3_server import s3  # noqa: F401  (a fixture: moto's S3 server, for ``root``)
+from tests.helpers.store_root import root  # noqa: F401  (a fixture: each test on a local directory and on S3)
 
 if TYPE_CHECKING:
     import zmq

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import pytest
 
 from cp_sink.records import published_batches, read_records
 from tests.helpers.polling import wait_for
+from tests.helpers.streaming import start_driver_script
 
 ROWS = 300  # ids per micro-batch (2 partitions of 150)
 HELD_BATCH = 2  # the batch the first driver is killed in
@@ -64,16 +64,8 @@ def _driver(tmp_path: Path, hold: int, until: int) -> subprocess.Popen[bytes]:
     """The driver in a process of its own (it is killed), holding batch ``hold``."""
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     args = [str(tmp_path / "records"), str(tmp_path / "ckpt"), str(ROWS), str(hold), str(until)]
-    with open(tmp_path / "driver.log", "ab") as err:
-        return subprocess.Popen(
-            [sys.executable, str(script), *args],
-            env=env,
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
+    return start_driver_script(script, args, tmp_path / "driver.log")
 
 
 def _tail(tmp_path: Path) -> str:

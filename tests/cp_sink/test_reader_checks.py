@@ -23,18 +23,7 @@ from cp_sink.records import (
     read_windows,
 )
 from cp_store import batch_log
-from cp_store.location import Location, StoreError, check_writable, resolve
-from tests.helpers.s3_server import s3  # noqa: F401  (the fixture of the S3 cases)
-
-
-@pytest.fixture(params=["local", "s3"])
-def root(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Location:
-    """A fresh result location: a local directory, or a prefix in moto's bucket ``results``."""
-    monkeypatch.setattr(batch_log, "_SWEPT", set())  # each test starts as a new process would
-    if request.param == "local":
-        return resolve(tmp_path / "out")
-    request.getfixturevalue("s3")
-    return resolve("s3a://results/out")
+from cp_store.location import Location, StoreError, check_writable
 
 
 def _ids(lo: int, hi: int) -> pa.Table:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import threading
 from pathlib import Path
@@ -19,6 +18,7 @@ from cp_sink.records import published_batches
 from cp_source.reader.state import live_reader_state
 from tests.helpers.ingest_truth import assert_exactly_once, expected_ids
 from tests.helpers.polling import wait_for
+from tests.helpers.streaming import start_driver_script
 
 DRIVER = textwrap.dedent(
     """
@@ -48,16 +48,8 @@ pytestmark = pytest.mark.factory(workers=2)
 
 
 def _driver(script: Path, tmp_path: Path, spool: str, mode: str) -> subprocess.Popen:
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     args = [str(tmp_path / "records"), str(tmp_path / "ckpt"), spool, mode]
-    with open(tmp_path / "driver.log", "ab") as err:
-        return subprocess.Popen(
-            [sys.executable, str(script), *args],
-            env=env,
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
+    return start_driver_script(script, args, tmp_path / "driver.log")
 
 
 def _tail(tmp_path: Path) -> str:

@@ -8,29 +8,17 @@ never touched. On a local directory and on S3 (moto's server).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import orjson
 import pytest
 
 from cp_sink.records import read_records
 from cp_store import batch_log
 from cp_store.batch_log import RunClash, commit, staging
-from cp_store.location import Location, resolve
+from cp_store.location import Location
 from cp_sync.record_points import record_files
-from tests.helpers.s3_server import s3  # noqa: F401  (the fixture of the S3 cases)
 
 A = {"query_id": "0c579629-9313-4832-9531-6836f80f8af7", "checkpoint": "/ckpt/a"}
 B = {"query_id": "d5b1f86b-dd6d-4c6c-ad13-fc385d77e73b", "checkpoint": "/ckpt/b"}
-
-
-@pytest.fixture(params=["local", "s3"])
-def root(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Location:
-    monkeypatch.setattr(batch_log, "_SWEPT", set())
-    if request.param == "local":
-        return resolve(tmp_path / "out")
-    request.getfixturevalue("s3")
-    return resolve("s3a://results/out")
 
 
 def _staged(root: Location, run: dict[str, str], batch_id: int, lo: int, hi: int) -> list[str]:

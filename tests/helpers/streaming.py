@@ -1,9 +1,14 @@
-"""Running streaming queries to their end in tests: wait for one, or run one with Trigger.AvailableNow."""
+"""Running streaming queries in tests: wait for one, run one with Trigger.AvailableNow, or start a
+driver script in a process of its own (to kill it)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 
@@ -73,3 +78,17 @@ def rate_ids_into_sink(spark: Any, path: str, checkpoint: str, rows_per_batch: i
         .trigger(processingTime=f"{trigger_ms} milliseconds")
         .start()
     )
+
+
+def start_driver_script(script: Path, args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """``script`` (a Spark driver) in a process group of its own, so a test can SIGKILL it with its
+    JVM (``os.killpg``); its standard error appended to ``log``."""
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    with open(log, "ab") as err:
+        return subprocess.Popen(
+            [sys.executable, str(script), *args],
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
