@@ -123,6 +123,17 @@ def test_a_negative_intended_stamp_is_refused_and_an_older_senders_zeros_are_its
     wait_for(lambda: no_intended() == 1, 10, "the worker's stats to count the older sender's bucket")
 
 
+def _held(factory: FactoryHandle, settings: GeneratorSettings) -> tuple[_Generator, int, int]:
+    """A generator started, held by the full spool (nothing consumes it), then HOLD_S of holding:
+    the generator and the TSC readings at the start and the end of the hold."""
+    gen = _Generator(factory.endpoint, settings)
+    _wait_held(Path(factory.spool))
+    assert factory.spool_view().used_bytes() >= 400_000  # held by a full spool
+    held_from = native_tsc.now()
+    time.sleep(HOLD_S)
+    return gen, held_from, native_tsc.now()
+
+
 def _wait_held(spool: Path, timeout: float = 30) -> None:
     """Until the spool is full and the front end has accepted no bucket for 0.5 s: the sender's
     credit has run out and it waits from here on."""
@@ -173,12 +184,7 @@ def test_a_generator_held_by_a_full_spool_shows_the_hold_from_intended_not_from_
     sender waits. The buckets it sent after the hold but was meant to send before it carry at least
     HOLD_S in intended -> gen and in intended -> factory, none of it in gen -> factory."""
     sp = factory.spool_view()
-    gen = _Generator(factory.endpoint, GeneratorSettings(rate=50_000, duration=2.0, bucket=500))
-    _wait_held(Path(factory.spool))
-    assert sp.used_bytes() >= 400_000  # held by a full spool
-    held_from = native_tsc.now()
-    time.sleep(HOLD_S)
-    resumed = native_tsc.now()
+    gen, held_from, resumed = _held(factory, GeneratorSettings(rate=50_000, duration=2.0, bucket=500))
     tables = _take(sp, commit=True)
     while gen.is_alive() or not factory.wait_drained(2, quiet=0.5):
         tables += _take(sp, commit=True)
@@ -243,12 +249,7 @@ def test_translate_from_intended_to_sink_carries_the_hold(
 
     cloudprofiler.register(spark)
     sp = factory.spool_view()
-    gen = _Generator(factory.endpoint, GeneratorSettings(rate=20_000, duration=1.5, bucket=500))
-    _wait_held(Path(factory.spool))
-    assert sp.used_bytes() >= 400_000  # held by a full spool
-    held_from = native_tsc.now()
-    time.sleep(HOLD_S)
-    resumed = native_tsc.now()
+    gen, held_from, resumed = _held(factory, GeneratorSettings(rate=20_000, duration=1.5, bucket=500))
     df = spark.readStream.format("cloudprofiler").option("spool", factory.spool).option("factory", "external")
     records = tmp_path / "records"
     query = (
