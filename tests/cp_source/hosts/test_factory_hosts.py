@@ -309,6 +309,8 @@ def _sink_ids(path: Path) -> Any:
 
     from cp_sink import read_records
 
+    if not path.exists():  # polled before the query's first commit
+        return np.array([], dtype=np.int64)
     return np.sort(read_records(path)["tuple_id"].to_numpy())
 
 
