@@ -88,7 +88,8 @@ def test_streaming_query_with_sync_auto(spark, tmp_path: Path) -> None:
             60,
             "a phase with the new agent",
         )
-        assert sorted(a["domain"] for a in list_agents(endpoint)) == both
+        # the agents' listing follows the new agent's registration: wait for it, do not sample once
+        wait_for(lambda: sorted(a["domain"] for a in list_agents(endpoint)) == both, 30, "both agents listed")
         wait_for(lambda: any(p["numInputRows"] > 0 for p in q.recentProgress), 120, "a batch with rows")
     finally:
         q.stop()
