@@ -138,9 +138,11 @@ def test_each_bucket_arrives_at_least_its_drawn_delay_late_and_none_is_lost(
     factories: Callable[..., FactoryHandle], spec: str, seed: int | None
 ) -> None:
     f = factories(workers=1)
-    # 300 buckets of 10 tuples, 10 ms apart
+    # 300 buckets of 10 tuples, 10 ms apart; a send queue that holds them all, so a factory stalled
+    # by a loaded machine delays a bucket (which the bound below allows) rather than dropping it
     s = run_generator(
-        f.endpoint, GeneratorSettings(rate=1000, duration=3.0, bucket=10, delay=spec, delay_seed=seed)
+        f.endpoint,
+        GeneratorSettings(rate=1000, duration=3.0, bucket=10, delay=spec, delay_seed=seed, hwm=300),
     )
     assert s["delay"] == spec and s["delay_seed"] == seed
     assert s["offered"] == 3000 and s["dropped"] == 0 and not s["generator_bound"], s
@@ -219,6 +221,7 @@ def test_wide_delays_overtake_with_seq_gapless_in_send_order(factories: Callable
             sender_base=2048,
             event_start_ms=START_MS,
             delay="uniform:0,200",
+            hwm=200,  # every bucket fits the send queue: a stalled factory delays, never drops
         ),
     )
     assert s["offered"] == 2000 and s["dropped"] == 0, s
