@@ -19,8 +19,8 @@ from cp_store.location import Location, resolve
 from cp_store.tables import files_under, missing, read_schema
 from native_tsc.stamp_columns import (
     COMMITTED,
+    TSC_PREFIX,
     is_stamp_column,
-    node_column,
     stamp_columns,
     stamp_points,
     tsc_column,
@@ -57,6 +57,24 @@ def commit_stamps(root: Location) -> dict[str, tuple[int, str] | None]:
     return {loc.path: st for loc, st in zip(current_files(root, manifests), stamps, strict=True)}
 
 
+def points_in_files(records_dir: str | os.PathLike[str] | Location) -> tuple[int, dict[str, int]]:
+    """(record files, files holding each stamp point): the points in the order their columns first
+    appear; "committed" counts the files whose batch's manifest stamped it."""
+    root = resolve(records_dir)
+    if not root.is_dir():
+        raise ValueError(str(missing(root, "records directory")))
+    held: dict[str, int] = {}
+    stamps = commit_stamps(root)
+    n = 0
+    for f in record_files(root):
+        names = read_schema(f).names
+        if "tuple_id" in names:
+            n += 1
+            for p in [*stamp_points(names), *([COMMITTED] if stamps.get(f.path) is not None else [])]:
+                held[p] = held.get(p, 0) + 1
+    return n, held
+
+
 def read_points(
     records_dir: str | os.PathLike[str] | Location,
     from_point: str,
@@ -64,23 +82,28 @@ def read_points(
     keys: Sequence[str] = (),
 ) -> pa.Table:
     """tuple_id, the two points' stamp columns and the ``keys`` columns (the sink's ``keepColumns``)
-    from a records directory or URI (staging ignored).
+    from a records directory or URI (staging ignored); records lacking either stamp are left out.
 
     Files without ``tuple_id`` (such as the sink's per-period counts) are not records and are skipped.
     A key column is read with the type its files give it (dictionary-encoded strings as plain strings).
     """
+    t = read_stamps(records_dir, [from_point, to_point], keys)
+    valid = pc.and_(pc.is_valid(t[tsc_column(from_point)]), pc.is_valid(t[tsc_column(to_point)]))
+    return t.filter(valid)
+
+
+def read_stamps(
+    records_dir: str | os.PathLike[str] | Location, points: Sequence[str], keys: Sequence[str] = ()
+) -> pa.Table:
+    """tuple_id, every point's stamp columns (in the order given) and the ``keys`` columns, every
+    record of the files that hold all of them (a stamp may be null: the caller decides)."""
     import pyarrow.dataset as pds
 
     root = resolve(records_dir)
     if not root.is_dir():
         raise ValueError(str(missing(root, "records directory")))
-    cols = [
-        "tuple_id",
-        tsc_column(from_point),
-        node_column(from_point),
-        tsc_column(to_point),
-        node_column(to_point),
-    ]
+    points = list(dict.fromkeys(points))  # one point asked twice is read once
+    cols = ["tuple_id", *(c for p in points for c in stamp_columns(p))]
     # "committed" is not in the files: it comes from each file's manifest (one stamp per batch)
     from_manifest = [c for c in cols if c in stamp_columns(COMMITTED)]
     in_files = [c for c in cols if c not in from_manifest]
@@ -107,21 +130,15 @@ def read_points(
     schema = pa.schema(
         [
             ("tuple_id", pa.int64()),
-            (cols[1], pa.int64()),
-            (cols[2], pa.string()),
-            (cols[3], pa.int64()),
-            (cols[4], pa.string()),
+            *((c, pa.int64() if c.startswith(TSC_PREFIX) else pa.string()) for c in cols[1:]),
             *((k, key_types[k]) for k in keys),
         ]
     )
     if from_manifest:
-        t = _with_commit_stamps(root, files, schema, in_files, keys).select([*cols, *keys])
-    else:
-        t = pds.dataset(files, format="parquet", schema=schema, filesystem=root.fs).to_table(
-            columns=[*cols, *keys]
-        )
-    valid = pc.and_(pc.is_valid(t[cols[1]]), pc.is_valid(t[cols[3]]))
-    return t.filter(valid)
+        return _with_commit_stamps(root, files, schema, in_files, keys).select([*cols, *keys])
+    return pds.dataset(files, format="parquet", schema=schema, filesystem=root.fs).to_table(
+        columns=[*cols, *keys]
+    )
 
 
 def _with_commit_stamps(

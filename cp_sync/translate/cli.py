@@ -53,8 +53,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--sync",
         help="sync tables: a directory or URI (cloudprofiler sync run --out; default: <records>/_sync)",
     )
-    p.add_argument("--from", dest="from_point", required=True, help="start stamp point, e.g. gen")
-    p.add_argument("--to", dest="to_point", required=True, help="end stamp point, e.g. sink")
+    p.add_argument("--from", dest="from_point", help="start stamp point, e.g. gen (not with --waterfall)")
+    p.add_argument("--to", dest="to_point", help="end stamp point, e.g. sink (not with --waterfall)")
+    p.add_argument(
+        "--waterfall",
+        action="store_true",
+        help="every record split into the stages between its consecutive stamp points (intended, gen, "
+        "factory, planned, source, user points, sink, committed): the stage table, and one row per "
+        "record in --out",
+    )
     p.add_argument("--reference", help="reference TSC domain (default: where most end stamps were taken)")
     p.add_argument("--out", required=True, help="output Parquet file: a path or URI")
     p.add_argument("--plot", help="write a latency and error-bound plot (PNG) here: a path or URI")
@@ -101,6 +108,10 @@ def run(args: argparse.Namespace) -> int:
     from cp_sync.translate.records import translate_records
     from native_tsc.stamp_columns import check_point
 
+    if args.waterfall:
+        return _waterfall(args)
+    if args.from_point is None or args.to_point is None:
+        raise ValueError("--from and --to are required (or --waterfall for every stage)")
     methods = _methods(args.method)
     for name in (args.from_point, args.to_point):
         check_point(name)
@@ -147,6 +158,47 @@ def run(args: argparse.Namespace) -> int:
         print(f"report: {_write_report(report_loc, args, out, facts, sync).uri}")
     if args.strict:
         return _strict(facts["status_counts"])
+    return 0
+
+
+# Options that belong to one pair of points: refused with --waterfall rather than ignored.
+_NOT_WITH_WATERFALL = (
+    ("from_point", "--from"),
+    ("to_point", "--to"),
+    ("plot", "--plot"),
+    ("report", "--report"),
+    ("by", "--by"),
+    ("compare", "--compare"),
+    ("strict", "--strict"),
+)
+
+
+def _waterfall(args: argparse.Namespace) -> int:
+    """``translate --waterfall``: the stage table printed, the waterfall table written to --out."""
+    from cp_store.tables import output_file, write_parquet
+    from cp_sync.report import print_table
+    from cp_sync.translate.waterfall import DEFAULT_METHOD, stage_table, waterfall, waterfall_meta
+
+    given = [flag for attr, flag in _NOT_WITH_WATERFALL if getattr(args, attr)]
+    if given:
+        raise ValueError(f"--waterfall takes every stamp point and one table: not with {', '.join(given)}")
+    methods = _methods(args.method) if args.method else (DEFAULT_METHOD,)
+    if len(methods) != 1:
+        raise ValueError(f"--waterfall takes one method: --method {args.method} names {len(methods)}")
+    if not args.stamp_margin >= 0:
+        raise ValueError(f"--stamp-margin must be >= 0, got {args.stamp_margin}")
+    records, sync = inputs(args.records, args.sync)
+    if sync is not None and args.hz is not None:
+        raise ValueError("--hz is for records without sync tables: with them the frequency is measured")
+    if sync is None and args.method:
+        raise ValueError("--method needs sync tables (--sync)")
+    out_loc = output_file("--out", args.out)
+    table = waterfall(records, sync, args.reference, methods[0], args.stamp_margin, args.hz)
+    write_parquet(out_loc, table)
+    print_table(stage_table(table))
+    for note in waterfall_meta(table)["notes"]:
+        print(note)
+    print(f"{table.num_rows:,} rows written to {out_loc.uri}")
     return 0
 
 
