@@ -100,6 +100,7 @@ class LineOffer:
         total = round(rate * duration)
         per = BUCKET / rate
         emitted = dropped = 0
+        dropped_ranges: list[list[int]] = []  # [first id, count] of each bucket the receiver refused
         max_lag = 0.0
         pre = self.prefixes
         t0 = time.perf_counter()
@@ -124,6 +125,7 @@ class LineOffer:
                 emitted += cnt
             else:
                 dropped += cnt
+                dropped_ranges.append([base + n, cnt])
             n += cnt
             k += 1
         elapsed = max(time.perf_counter() - t0, duration)
@@ -135,7 +137,15 @@ class LineOffer:
             "achieved_rate": achieved,
             "generator_bound": bound,
             "max_lag_ms": max_lag * 1e3,
-            "senders": [{"id": sender}],
+            # the generator's summary shape: the trial accounts ids per sender from these
+            "senders": [
+                {
+                    "id": sender,
+                    "first_tuple_id": base,
+                    "next_tuple_id": base + total,
+                    "dropped_ranges": dropped_ranges,
+                }
+            ],
         }
 
 
@@ -644,6 +654,24 @@ def search_system(
     }
 
 
+def failed_or_searched(
+    name: str, start: int, spark: Any, work: Path, args: argparse.Namespace, console: Any, cpu: Any
+) -> dict[str, Any]:
+    """``search_system``, or a row that says why the system failed: one system that cannot start or
+    breaks mid-search is reported in its row, and the others still run."""
+    try:
+        return search_system(name, start, spark, work, args, console, cpu)
+    except Exception as e:  # any failure of one system is that system's result
+        line = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        console.print(f"[red]{name} failed: {line}[/red]")
+        return {
+            "max_rate": None,
+            "load_average": os.getloadavg()[0],
+            "stopped_because": f"failed: {type(e).__name__}: {line}",
+            "failed": True,
+        }
+
+
 def cpu_per_tuple(cpu: Any, t0: float, t1: float, trials: list[dict[str, Any]]) -> dict[str, float]:
     """CPU us per emitted tuple by role over a whole search (warm-ups, trials, drains, idle gaps).
 
@@ -675,8 +703,9 @@ def measure_all(args: argparse.Namespace) -> dict[str, Any]:
     try:
         for i, (name, start) in enumerate(with_rounds(selected_systems(args.only), args.keys_rounds)):
             console.rule(name)
-            results[name] = search_system(name, start, spark, work / f"s{i}", args, console, cpu)
-            console.print(where_time_goes(name, results[name]["trials"]))
+            results[name] = failed_or_searched(name, start, spark, work / f"s{i}", args, console, cpu)
+            if results[name].get("trials"):
+                console.print(where_time_goes(name, results[name]["trials"]))
         if not args.only or "rate" in args.only:
             console.rule("Spark rate source (ceiling)")
             results["Spark rate source (no payload)"] = rate_ceiling(spark, work / "rate", 15.0)
