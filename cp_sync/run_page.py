@@ -198,13 +198,16 @@ def render(
     latency_rows: Sequence[Mapping[str, Any]] = (),
     plots: Sequence[Plot] = (),
     charts: Sequence[tuple[Mapping[str, Any], Plot]] = (),
+    waterfall: str = "",
 ) -> str:
-    """The page: title, verdicts, ledger, the latency table beside its first plot and the other plots
-    under them, each charted table beside its chart, the sync quality, the machine and versions."""
+    """The page: title, verdicts, the waterfall (its HTML section, where there is one), ledger, the
+    latency table beside its first plot and the other plots under them, each charted table beside its
+    chart, the sync quality, the machine and versions."""
     lat = doc.get("latency") or {}
     parts = [
         f"<h1>{_e(doc['title'])}</h1><p class='sub'>{_e(doc['kind'])} run, {_e(doc.get('created', ''))}</p>",
         "<h2>Verdicts</h2>" + _verdicts(doc),
+        waterfall,
     ]
     ledger = doc.get("ledger")
     if ledger:
@@ -297,10 +300,49 @@ def chart_plot(spec: Mapping[str, Any]) -> Plot:
     return Plot(spec.get("name", spec["title"]), svg_text(fig), spec.get("caption", ""), values)
 
 
-def build(run: Location, plots_for: Any = None) -> Location:
-    """Write ``report.html`` into run directory ``run`` from its run.json and latency.parquet; where
-    it went. ``plots_for(series, latency_entry)`` draws the latency plots (default: latency_plots);
-    the table's rows and every plot come from the same LatencySeries."""
+def waterfall_section(run: Location, doc: Mapping[str, Any], phases_for: Any = None) -> str:
+    """The waterfall's section of the page from the run directory's waterfall.parquet ("" without
+    one): run.json's ``waterfall`` entry gives the warm-up's tuple ids (``warmup_ids``: [first, next)
+    ranges), ``phases_for(run, doc)`` Spark's phases on the run's axis (PhaseBars, or None)."""
+    from cp_sync.waterfall_plot import WATERFALL_FILE, waterfall_of
+
+    loc = run.join(WATERFALL_FILE)
+    if not loc.exists():
+        return ""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    with loc.fs.open_input_file(loc.path) as f:
+        table = pq.read_table(f)
+    ids = table["tuple_id"].to_numpy() if "tuple_id" in table.column_names else np.zeros(0, np.int64)
+    warm = np.zeros(len(ids), bool)
+    for lo, hi in (doc.get("waterfall") or {}).get("warmup_ids", []):
+        warm |= (ids >= lo) & (ids < hi)
+    phases = phases_for(run, doc) if phases_for is not None else None
+    return section_html(waterfall_of(table, warm), phases, dict(doc.get("latency") or {}))
+
+
+def section_html(wf: Any, phases: Any, lat: dict[str, Any]) -> str:
+    """The report's waterfall (a cp_sync.waterfall_plot.Waterfall; ``phases``: PhaseBars or None): the
+    line on what dominates, the table beside its bar, the notes, and the stages over time with Spark's
+    phases beneath."""
+    from cp_sync.waterfall_plot import TITLE, dominance_line, plots, quantile_rows, table_html, table_note
+
+    rows = quantile_rows(wf)
+    head = f"<h2>{_e(TITLE)}</h2><p class='dominant'>{_e(dominance_line(wf, rows))}</p>"
+    if not rows:
+        return head + f"<p class='sub'>{_e(table_note(wf))}</p>"
+    bar, when = (Plot(*p) for p in plots(wf, rows, phases, lat))
+    notes = "".join(f"<p class='sub'>{_e(n)}</p>" for n in (table_note(wf), *wf.notes))
+    side = f"<div class='side'><div>{table_html(wf, rows)}{notes}</div>{figure_html(bar)}</div>"
+    return head + side + figure_html(when)
+
+
+def build(run: Location, plots_for: Any = None, phases_for: Any = None) -> Location:
+    """Write ``report.html`` into run directory ``run`` from its run.json, latency.parquet and
+    waterfall.parquet; where it went. ``plots_for(series, latency_entry)`` draws the latency plots
+    (default: latency_plots); the table's rows and every plot come from the same LatencySeries.
+    ``phases_for(run, doc)``: Spark's phases under the waterfall (waterfall_section)."""
     from cp_sync.report import latency_series
 
     doc = read_doc(run)
@@ -319,5 +361,6 @@ def build(run: Location, plots_for: Any = None) -> Location:
         plots = (plots_for or latency_plots)(series, lat_meta)
     charts = [(spec, chart_plot(spec)) for spec in doc.get("charts", [])]
     out = run.join(REPORT_FILE)
-    out.write_bytes(render(doc, rows, plots, charts).encode())
+    section = waterfall_section(run, doc, phases_for)
+    out.write_bytes(render(doc, rows, plots, charts, section).encode())
     return out

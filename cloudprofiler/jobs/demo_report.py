@@ -512,6 +512,9 @@ def run_doc(t: dict[str, Any], series: list[LatencySeries]) -> dict[str, Any]:
         "batches_s": t.get("batch_ends_s") or None,
         "xlabel": XLABEL,
     }
+    if "waterfall" in t:  # the run's axis and the latency query, whose phases go under the waterfall
+        query = (t.get("spark_phases") or {}).get("query_ids", {}).get("latency")
+        doc["waterfall"] = t["waterfall"] | {"query_id": query}
     doc["sync"] = sync_facts(t, series)
     doc["totals"] = {k: v for k, v in t.items() if k not in ("latency", "sync_pairs", "batch_ends_s")}
     return doc
@@ -523,14 +526,22 @@ def write_results(
     series: list[LatencySeries],
     warmup: tuple[float, float],
     doc: dict[str, Any] | None = None,
+    waterfall: pa.Table | None = None,
 ) -> list[Location]:
-    """Write latency.parquet and the plots (PNG) under ``out`` (a directory or URI), each whole or not
-    at all, and with ``doc`` (run_doc) run.json and report.html; where they went, the report last."""
+    """Write latency.parquet, the waterfall (waterfall.parquet, if given) and the plots (PNG) under
+    ``out`` (a directory or URI), each whole or not at all, and with ``doc`` (run_doc) run.json and
+    report.html (Spark's phases under the waterfall from the spark_phases.parquet already there);
+    where they went, the report last."""
+    from cloudprofiler.report.waterfall import phase_bars
     from cp_store.tables import write_figure, write_parquet
     from cp_sync.run_page import LATENCY_FILE, build, write_doc
+    from cp_sync.waterfall_plot import WATERFALL_FILE
 
     written = [out.join(LATENCY_FILE)]
     write_parquet(written[0], lat)
+    if waterfall is not None:
+        written.append(out.join(WATERFALL_FILE))
+        write_parquet(written[-1], waterfall)
     batches = None if doc is None else doc["latency"]["batches_s"]
     figs = figures(series, warmup, batches=batches)
     plots = [] if doc is None else page_plots(series, doc["latency"], figs)  # drawn once: SVG, then PNG
@@ -539,12 +550,17 @@ def write_results(
         write_figure(written[-1], fig)
     if doc is not None:
         written.append(write_doc(out, doc))
-        written.append(build(out, lambda _series, _lat: plots))
+        written.append(build(out, lambda _series, _lat: plots, phase_bars))
     return written
 
 
 def report(
-    console: Any, totals: dict[str, Any], lat: pa.Table, series: list[LatencySeries], out: Location
+    console: Any,
+    totals: dict[str, Any],
+    lat: pa.Table,
+    series: list[LatencySeries],
+    out: Location,
+    waterfall: pa.Table | None = None,
 ) -> None:
     """Print the ingest table, the rate verdict and the latency table; write latency.parquet and plots.
 
@@ -563,7 +579,7 @@ def report(
     print_latency_table(table_rows(series), title)  # and what its distinct stamps mean
     console.print(COUNT_NOTE, soft_wrap=True)
     warmup = (0.0, totals["warmup"]["measured_start_s"])
-    written = write_results(out, lat, series, warmup, run_doc(totals, series))
-    console.print("plots: " + ", ".join(w.uri for w in written[1:-2]), soft_wrap=True)
+    written = write_results(out, lat, series, warmup, run_doc(totals, series), waterfall)
+    console.print("plots: " + ", ".join(w.uri for w in written if w.uri.endswith(".png")), soft_wrap=True)
     console.print(f"output in {out.uri}  ({totals['seconds']} s)")
     console.print(f"report: {written[-1].uri}", soft_wrap=True)

@@ -33,5 +33,7 @@ def run(args: argparse.Namespace) -> int:
         from cloudprofiler.jobs.demo_report import page_plots
 
         plots_for = page_plots
-    print(f"report: {build(where, plots_for).uri}")
+    from cloudprofiler.report.waterfall import phase_bars
+
+    print(f"report: {build(where, plots_for, phase_bars).uri}")
     return 0

@@ -16,6 +16,7 @@ import pytest
 from cloudprofiler.cli import main
 from cp_sync.report import format_duration
 from tests.helpers.demo_run import HZ, MEASURED, START, WARM_IDS, write_run
+from tests.helpers.waterfall_run import STAGES, phase_table, waterfall_table
 
 
 class _Page(HTMLParser):
@@ -24,6 +25,9 @@ class _Page(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
         self.cells: dict[str, dict[str, str]] = {}
+        self.waterfall: dict[str, dict[str, str]] = {}  # the waterfall table's cells per quantile
+        self.dominant = ""
+        self._in_dominant = False
         self.figures: list[dict[str, Any]] = []
         self.svgs = 0
         self._row: str | None = None
@@ -35,6 +39,11 @@ class _Page(HTMLParser):
         if tag == "tr" and a.get("data-path"):
             self._row = str(a["data-path"])
             self.cells[self._row] = {}
+        elif tag == "tr" and a.get("data-quantile"):
+            self._row = "waterfall " + str(a["data-quantile"])
+            self.waterfall[str(a["data-quantile"])] = {}
+        elif tag == "p" and a.get("class") == "dominant":
+            self._in_dominant = True
         elif tag == "td" and self._row and a.get("data-q"):
             self._q = str(a["data-q"])
         elif tag == "figure":
@@ -51,17 +60,27 @@ class _Page(HTMLParser):
             self._q = None
         elif tag == "figcaption":
             self._caption = False
+        elif tag == "p":
+            self._in_dominant = False
 
     def handle_data(self, data: str) -> None:
-        if self._row and self._q:
+        if self._row and self._row.startswith("waterfall ") and self._q:
+            self.waterfall[self._row.removeprefix("waterfall ")][self._q] = data
+        elif self._row and self._q:
             self.cells[self._row][self._q] = data
+        elif self._in_dominant:
+            self.dominant += data
         elif self._caption:
             self.figures[-1]["caption"] = data
 
 
 def demo_run_dir(tmp_path: Path) -> tuple[Path, list[Any]]:
     """A demo-shaped run directory (synthetic stamps, real translation) with run.json and report.html."""
+    import pyarrow.compute as pc
+
     from cloudprofiler.jobs.demo_report import RunClock, demo_series, latencies, with_run_time, write_results
+    from cloudprofiler.report.waterfall import axis_entry
+    from cloudprofiler.spark_phases import write_phases
     from cp_store.location import resolve
     from cp_sync.latency_report import DEFAULT_PAIRS
     from cp_sync.run_page import new_doc
@@ -82,9 +101,54 @@ def demo_run_dir(tmp_path: Path) -> tuple[Path, list[Any]]:
     }
     doc["sync"] = {"reference TSC domain": ref.domain}
     out = tmp_path / "run"
-    written = write_results(resolve(out), lat, series, clock.warmup, doc)
+    out.mkdir()
+    # the waterfall of the end-to-end records, and Spark's phases on the same clock (the run's start)
+    e2e = lat.filter(pc.and_(pc.equal(lat["from_point"], "gen"), pc.equal(lat["to_point"], "sink")))
+    waterfall = waterfall_table(e2e["tuple_id"].to_numpy(), e2e["t_s"].to_numpy())
+    write_phases(phase_table(clock.start_tsc, HZ, ref.domain, PHASE_STARTS), out / "spark_phases.parquet")
+    doc["waterfall"] = axis_entry(clock.start_tsc, HZ, ref.domain, "q-latency") | {"warmup_ids": [WARM_IDS]}
+    written = write_results(resolve(out), lat, series, clock.warmup, doc, waterfall)
     assert written[-1].uri.endswith("/run/report.html")
     return out, series
+
+
+PHASE_STARTS = [30.0 + 0.5 * b for b in range(16)]  # the latency query's batches (s since the start)
+ADVICE = {"waiting in the spool": "a shorter trigger interval", "the query": "a cheaper query"}
+
+
+def check_waterfall(page: _Page, run: Path) -> None:
+    """The waterfall's table is its bar (data-q against data-values), each row the stages of the
+    record at that quantile of end to end; Spark's phases are drawn on the records' time axis."""
+    import pyarrow.parquet as pq
+
+    wf = pq.read_table(run / "waterfall.parquet")
+    ids = wf["tuple_id"].to_numpy()
+    keep = np.flatnonzero((ids < WARM_IDS[0]) | (ids >= WARM_IDS[1]))  # the warm-up is not in the table
+    columns = [f"stage_{a}_{b}_ns" for a, b, _ in STAGES]
+    stages = np.column_stack([wf[c].to_numpy() for c in columns])[keep]
+    ranked = np.lexsort((ids[keep], stages.sum(axis=1)))
+    bar = next(f for f in page.figures if f["name"] == "waterfall")["values"]["bars"]
+    assert list(page.waterfall) == ["p50", "p90", "p99", "max"] == list(bar)
+    for (q, cells), rank in zip(page.waterfall.items(), (249, 449, 494, 499), strict=True):
+        i = ranked[rank]  # nearest rank of 500 records
+        assert cells["record"] == str(ids[keep][i])
+        assert cells["e2e"] == format_duration(stages[i].sum())  # the stages add up to the end to end
+        for j, col in enumerate(columns):
+            assert cells[col] == format_duration(bar[q][col] * 1e6) == format_duration(stages[i, j]), (q, col)
+    p50, p99 = (stages[ranked[r]] for r in (249, 494))
+    for q, row, part in zip(("p50", "p99"), (p50, p99), page.dominant.split("; "), strict=True):
+        label = STAGES[int(np.argmax(row))][2]
+        assert part.startswith(f"at {q} ({format_duration(row.sum())} end to end) {label} dominates "
+                               f"({format_duration(row.max())}, {row.max() / row.sum():.0%}): "
+                               f"{ADVICE[label]}"), part  # fmt: skip
+    when = next(f for f in page.figures if f["name"] == "waterfall_time")["values"]
+    top, low = when["xlim"]
+    assert top == low and top[0] <= float(wf["t_s"].to_numpy().min()) and top[1] >= PHASE_STARTS[-1]
+    # the latency query's batches alone, each at its start on the run's clock, 400 ms long
+    trig = when["phases"]["triggerExecution"]
+    assert [round(a, 6) for a, _ in trig] == PHASE_STARTS
+    assert [round(b - a, 6) for a, b in trig] == [0.4] * len(PHASE_STARTS)
+    assert [round(a, 6) for a, _ in when["phases"]["addBatch"]] == [round(x + 0.07, 6) for x in PHASE_STARTS]
 
 
 def check_page(text: str, series: list[Any]) -> _Page:
@@ -121,13 +185,15 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Any]]
 @pytest.mark.long  # drawing the demo's three figures twice: ~15 s on a busy 2-core machine
 def test_the_demo_report_is_one_page_whose_plots_drew_its_table(demo_run: Any, capsys: Any) -> None:
     out, series = demo_run
-    check_page((out / "report.html").read_text(), series)
+    check_waterfall(check_page((out / "report.html").read_text(), series), out)
     # cloudprofiler report RUN rebuilds it from run.json and latency.parquet alone
     (out / "report.html").unlink()
     assert main(["report", str(out)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"report: {out / 'report.html'}"
     page = check_page((out / "report.html").read_text(), series)
-    assert [f["name"] for f in page.figures] == ["latency", "latency_error", "timeline"]
+    check_waterfall(page, out)
+    assert [f["name"] for f in page.figures] == ["waterfall", "waterfall_time", "latency", "latency_error",
+                                                 "timeline"]  # fmt: skip
     assert [c["count"] for c in page.cells.values()] == ["500", "500", "500", "4"]
 
 
@@ -154,7 +220,18 @@ def _open(browser: str, page: Path, shot: Path, size: str) -> list[str]:
     return [ln for ln in run.stderr.splitlines() if ":CONSOLE" in ln or "Uncaught" in ln]
 
 
-@pytest.mark.long  # the demo's figures and two Chromium starts
+def _dom(browser: str, page: Path, tmp_path: Path) -> str:
+    """The document headless Chromium built from ``page``, serialized (--dump-dom)."""
+    run = subprocess.run(
+        [browser, "--headless", "--disable-gpu", "--no-sandbox", f"--user-data-dir={tmp_path / 'dom'}",
+         "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0 and "</html>" in run.stdout, run.stderr[-2000:]
+    return run.stdout
+
+
+@pytest.mark.long  # the demo's figures and three Chromium starts
 def test_the_report_renders_in_headless_chromium(demo_run: Any, tmp_path: Path) -> None:
     browser = _chromium()
     if browser is None:
@@ -165,10 +242,12 @@ def test_the_report_renders_in_headless_chromium(demo_run: Any, tmp_path: Path) 
     bad = tmp_path / "bad.html"
     bad.write_text("<html><body>x<script>console.error('boom')</script></body></html>")
     assert any("boom" in ln for ln in _open(browser, bad, tmp_path / "bad.png", "300,200"))
-    out, _ = demo_run
+    out, series = demo_run
     shot = tmp_path / "shot.png"
     console = _open(browser, out / "report.html", shot, "1200,2000")
     assert not console, console
+    # the page as Chromium parsed it: the waterfall's table equals its bar, Spark's phases share its axis
+    check_waterfall(check_page(_dom(browser, out / "report.html", tmp_path), series), out)
     img = mpimg.imread(shot)
     assert img.shape[:2] == (2000, 1200)
     colours = np.unique((img[..., :3] * 255).astype(np.uint8).reshape(-1, 3), axis=0)
