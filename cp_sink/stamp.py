@@ -50,6 +50,8 @@ def stamp(df: Any, name: str) -> Any:
     )
 
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return stamp_batches(batches, name)
+        from native_tsc.self_cost import STAMPS, charged
+
+        return charged(stamp_batches(batches, name), STAMPS)  # the whole stage: the profiler's cost
 
     return df.mapInArrow(fn, schema)

@@ -85,3 +85,16 @@ def read_trace(path: str | os.PathLike[str]) -> list[tuple[float, int, str]]:
     except FileNotFoundError:
         return []
     return sorted(out)
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds (user + system) ``pid`` has used so far (Linux), or None if it does not run."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    fields = raw[raw.rfind(b")") + 2 :].split()  # fields 14 and 15 of the whole line
+    try:
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (IndexError, ValueError):
+        return None

@@ -162,6 +162,14 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             from cp_source.reader.ingest_log import IngestLogger
 
             log = IngestLogger(self.opts.progress_log, partition.batch_key)
-        yield from read_partition(partition, target, log)
+        yield from _charged_read(partition, target, log)
         if log is not None:
             log.close()  # only once Spark has taken every row: a failed task logs nothing
+
+
+def _charged_read(partition: SegmentRange | ReadySlice, target: Any, log: Any) -> Iterator[Any]:
+    """The partition's batches, the task's thread CPU over them charged to the source's read in the
+    profiler's own-cost ledger (``native_tsc.self_cost``): per partition, nothing per tuple."""
+    from native_tsc.self_cost import SOURCE_READ, charged
+
+    return charged(read_partition(partition, target, log), SOURCE_READ)
