@@ -102,6 +102,7 @@ class _Positions:
     stage: dict[tuple[str, str], np.ndarray]  # bound of each stage and of end to end (cycles)
     hz: float
     facts: dict[str, Any]
+    anchor: int  # the reference's reading at position 0
 
 
 def waterfall(
@@ -111,12 +112,15 @@ def waterfall(
     method: str = DEFAULT_METHOD,
     stamp_margin: float = STAMP_MARGIN,
     hz: float | None = None,
+    origin_tsc: int | None = None,
 ) -> pa.Table:
     """The waterfall table of a records location (see the module): one row per record.
 
     ``sync``: sync tables (None: ``<records>/_sync`` if there, else every record within one TSC domain,
     at this machine's frequency or ``hz``, as translate). ``reference``, ``method`` (one of minrtt, hull,
-    naive) and ``stamp_margin`` as translate's.
+    naive) and ``stamp_margin`` as translate's. ``t_s`` counts seconds from ``origin_tsc``, a reading
+    of the reference's counter (default: the earliest record's first point); the metadata's
+    ``origin_tsc`` gives the one used, so other events on the reference's clock share the axis.
     """
     from cp_store.manifests import batch_gaps, committed, gaps_note
     from cp_sync.translate.records import SYNC_DIR
@@ -133,7 +137,7 @@ def waterfall(
     gaps = batch_gaps(committed(root))
     if gaps:
         notes.append(f"records {gaps_note(root.uri, gaps)}")
-    return _table(table, points, at, notes)
+    return _table(table, points, at, notes, origin_tsc)
 
 
 def _read(root: Location) -> tuple[list[str], pa.Table, list[str]]:
@@ -198,9 +202,8 @@ def _same_domain(
         "frequency_source": source,
         "frequency_error": same_domain.LOCAL_HZ_ERROR,
     }
-    return _Positions(
-        pos, dict.fromkeys(points, zero), np.zeros(table.num_rows, np.int8), bounds, freq, facts
-    )
+    status = np.zeros(table.num_rows, np.int8)
+    return _Positions(pos, dict.fromkeys(points, zero), status, bounds, freq, facts, base)
 
 
 def _synced(
@@ -255,7 +258,7 @@ def _synced(
         "refused": refused,
         "drift": tr.drift_notes(),
     }
-    return _Positions(pos, half, status, bounds, freq, facts)
+    return _Positions(pos, half, status, bounds, freq, facts, int(anchor[0]))
 
 
 def _tsc(table: pa.Table, point: str) -> np.ndarray:
@@ -283,7 +286,9 @@ def _anchor(table: pa.Table, points: list[str], ref: str, probes: pa.Table) -> i
     return int(min(mins))
 
 
-def _table(table: pa.Table, points: list[str], at: _Positions, notes: list[str]) -> pa.Table:
+def _table(
+    table: pa.Table, points: list[str], at: _Positions, notes: list[str], origin_tsc: int | None
+) -> pa.Table:
     """The output table and its metadata, from every point's position."""
     keep = at.status < ST_NO_RELATION
     if not keep.all():
@@ -303,9 +308,13 @@ def _table(table: pa.Table, points: list[str], at: _Positions, notes: list[str])
     to_ns = 1e9 / at.hz
     first, last = points[0], points[-1]
     start = at.pos[first][keep]
+    if origin_tsc is not None:
+        origin = float(origin_tsc - at.anchor)
+    else:
+        origin = float(start.min()) if len(start) else 0.0
     cols: dict[str, Any] = {
         "tuple_id": table["tuple_id"].filter(pa.array(keep)).cast(pa.int64()),
-        "t_s": pa.array((at.pos[last][keep] - (start.min() if len(start) else 0.0)) / at.hz),
+        "t_s": pa.array((at.pos[last][keep] - origin) / at.hz),
         "e2e_ns": pa.array((at.pos[last][keep] - start) * to_ns),
         "e2e_bound_ns": pa.array(at.stage[(first, last)][keep] * to_ns),
     }
@@ -318,6 +327,7 @@ def _table(table: pa.Table, points: list[str], at: _Positions, notes: list[str])
         "stages": stages,
         "points": points,
         "reference": at.facts["reference"],
+        "origin_tsc": at.anchor + round(origin),
         "method": at.facts["method"],
         "frequency_hz": at.hz,
         "frequency_source": at.facts["frequency_source"],

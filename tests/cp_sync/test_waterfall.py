@@ -102,6 +102,17 @@ def test_stages_across_domains_add_up_and_hold_the_truth_within_their_bounds(tmp
     assert np.all(bounds[("intended", "gen")] > 0)
     assert float(bounds[("intended", "gen")].max()) < 0.1 * widest_cross
     assert not [n for n in meta["notes"] if "left out" in n or "not guaranteed" in n], meta["notes"]
+    # the run's axis: t_s from the earliest first point (the origin on the reference's counter), or
+    # from a reading given; sink is on the reference, so its seconds are exact
+    hz = meta["frequency_hz"]
+    assert abs(meta["origin_tsc"] - raw["intended"].min()) <= bounds[("intended", "sink")].max() * hz / 1e9
+    assert np.allclose(
+        table["t_s"].to_numpy(), (raw["sink"][ids] - meta["origin_tsc"]) / hz, rtol=0, atol=1e-9
+    )
+    at_t0 = waterfall(records, sync, origin_tsc=T0)
+    assert waterfall_meta(at_t0)["origin_tsc"] == T0
+    assert np.allclose(at_t0["t_s"].to_numpy(), (raw["sink"][at_t0["tuple_id"].to_numpy()] - T0) / hz, rtol=0,
+                       atol=1e-9)  # fmt: skip
 
 
 def test_waterfall_command_prints_the_stage_table_and_writes_the_columns(tmp_path: Path, capsys: Any) -> None:
@@ -193,3 +204,36 @@ def test_waterfall_errors_are_one_line(tmp_path: Path, capsys: Any, extra: list[
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
+
+
+@pytest.mark.long  # a real streaming query (generator, factory, Spark, sink): about 50 s on 2 shared cores
+@pytest.mark.factory(workers=1, flush_ms=20)
+def test_a_real_runs_stages_add_up_to_end_to_end_for_every_record(
+    spark: Any, factory: Any, tmp_path: Path
+) -> None:
+    """Generator, factory, the cloudprofiler source, a user stamp point and the sink, on this machine:
+    every point a run stamps is in the waterfall, every tuple once, each record's stages summing to
+    its end to end."""
+    import cloudprofiler
+    from cp_sink.stamp import stamp
+    from cp_source.generate.generator import run_generator
+    from cp_source.generate.settings import GeneratorSettings
+    from tests.helpers.filled_spool import spool_source
+    from tests.helpers.ingest_truth import expected_ids, spool_drained
+    from tests.helpers.polling import wait_for
+    from tests.helpers.streaming import run_available_now
+
+    summary = run_generator(factory.endpoint, GeneratorSettings(rate=4_000, duration=0.5, bucket=200))
+    wait_for(lambda: spool_drained(factory.spool, summary), 30, "the factory to publish everything")
+    records = tmp_path / "records"
+    query = cloudprofiler.records(stamp(spool_source(spark, Path(factory.spool)), "mid"))
+    run_available_now(query, "cloudprofiler", str(tmp_path / "ck"), path=str(records))
+    table = waterfall(records)
+    points = waterfall_meta(table)["points"]
+    # "planned" (the driver's offer of the segment) is used whenever the records hold it
+    assert [p for p in points if p != "planned"] == ["intended", "gen", "factory", "source", "mid", "sink",
+                                                     "committed"]  # fmt: skip
+    ids, _ = expected_ids(summary, factory.spool_view().stats())
+    assert len(ids) == 2_000 and np.array_equal(np.sort(table["tuple_id"].to_numpy()), ids)
+    assert_stages_add_up(table)
+    assert all(float(pc.min(table[f"stage_{a}_{b}_ns"]).as_py()) >= 0 for a, b in stages_of(table))
