@@ -27,6 +27,12 @@ stay affine), drift (no affine relation fits the probes around the span), stamp_
 far outside its domain's probed counter range: probably another domain's), no_relation (no probes
 relate the domains). --strict exits 1 if any record is not ok.
 
+--waterfall (instead of --from/--to) splits every record into the stages between its consecutive
+stamp points (intended, gen, factory, planned, source, the user's points, sink, committed: those
+every record file holds), each point translated to the reference once so that a record's stages add
+up to its end to end, each stage with its bound (0 on the reference's own counter); it prints the
+stage table and writes one row per record to --out (docs/sync.md, "The waterfall").
+
 --records, --sync, --out and --plot take a path or a URI (s3://, Hadoop's s3a://, gs://, hdfs://,
 abfs://, file://); credentials come from the store's usual chain (AWS_* variables, instance roles).
 Without --sync, the sync tables are looked for in <records>/_sync, where the sink's option sync=auto
@@ -43,6 +49,7 @@ examples:
       --out s3://bucket/run1/latency.parquet                  # sync tables from .../records/_sync
   cloudprofiler translate --records r/ --from gen --to sink --out l.parquet   # one machine: no sync
   cloudprofiler translate --records r/ --from gen --to sink --out l.parquet --by user,region --top 5
+  cloudprofiler translate --records r/ --sync s/ --waterfall --out waterfall.parquet
 """
 
 
