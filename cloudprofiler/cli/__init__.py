@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("cloudprofiler.report.cli", "write a run directory's self-contained HTML report"),
     "progress": ("cloudprofiler.progress.cli", "window output latency, SWM prediction, watermark advice"),
     "maxrate": ("cloudprofiler.jobs.maxrate", "find the maximum rate a pipeline sustains without loss"),
+    "calibrate": ("cloudprofiler.jobs.calibrate", "the profiler's cost: maxrate with its sink and into noop"),
     "config-server": ("cp_sink.channels.config_server", "serve channel handler settings over ZeroMQ"),
     "keys": ("native_tsc.curve_keys", "make CurveZMQ key pairs for --curve-keys (generate --out DIR)"),
     "tsc": ("native_tsc.cli", "show this machine's TSC backend, flags, frequency and read cost"),

@@ -135,6 +135,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         f"second over the measured run (as maxrate --latency-slope; default {DEFAULT_SLOPE_LIMIT:g})",
     )
     p.add_argument("--summary", help="also write the totals as JSON to this file (a path or URI)")
+    p.add_argument(
+        "--calibration",
+        metavar="PATH",
+        help="the JSON of 'cloudprofiler calibrate' (a path or URI): the report carries it (default: "
+        "the report says no calibration was run)",
+    )
     p.add_argument("--timeout", type=float, default=300.0, help="give up after N seconds (default 300)")
 
 
@@ -537,13 +543,17 @@ def run(args: argparse.Namespace) -> int:
     from cloudprofiler.spark_local import require_java
 
     require_java()  # before the output directory is made
+    from cloudprofiler.jobs.calibrate import load_calibration
+    from cloudprofiler.jobs.demo_cost import calibration_summary, cost_lines, run_cost
     from cloudprofiler.jobs.demo_report import collect, report
     from cloudprofiler.jobs.demo_verdict import judge
     from cp_store.tables import output_file
     from native_tsc.console import cli_console
+    from native_tsc.self_cost import TreeCpu
 
     console = cli_console()
     summary = output_file("--summary", args.summary) if args.summary else None
+    calibration = load_calibration(args.calibration) if args.calibration else None
     out, results = _prepare_out(args)
     if not results.is_local:
         console.print(f"work files (spools, checkpoints, records) in {out}; results to {results.uri}")
@@ -571,10 +581,12 @@ def run(args: argparse.Namespace) -> int:
         phases = _phase_collector(spark, stack)
         queries_started = time.monotonic()
         demo.warm["start_tsc"] = native_tsc.now()  # time zero of every plot (this is the reference domain)
+        run_cpu = TreeCpu().start()  # the run's CPU, beside the profiler's own (demo_cost)
         demo.start_queries(spark)
         endpoints = demo.warm_up(queries_started)
         demo.generate(endpoints)
         rows_read = demo.wait_caught_up()
+        run_cpu_s = run_cpu.stop()
         phases.stop()
         demo.end_continuous_sync()
         status.update("translating and summing up")
@@ -582,11 +594,15 @@ def run(args: argparse.Namespace) -> int:
             spark, demo.layout, demo.summaries, demo.nodes.virtual, demo.sync_pairs, rows_read, demo.warm
         )
     totals["spark_phases"] = _write_phases(phases, demo.queries, results)
+    totals["profiler_cost"] = run_cost(demo.queries, run_cpu_s)
+    totals["calibration"] = calibration_summary(calibration)
     judge(totals, args.latency_slope)
     totals["seconds"] = round(time.monotonic() - started, 1)
     totals["out"] = results.uri
     _clean_up(out, results)
     if summary is not None:
         summary.write_bytes(json.dumps(totals, indent=2, default=str).encode())
+    for line in cost_lines(totals):
+        console.print(line, soft_wrap=True)
     report(console, totals, lat, series, results)  # its last line: where the HTML report is
     return 0 if totals["consistent"] else 1

@@ -493,6 +493,7 @@ def sync_facts(t: dict[str, Any], series: list[LatencySeries]) -> dict[str, Any]
 
 def run_doc(t: dict[str, Any], series: list[LatencySeries]) -> dict[str, Any]:
     """The demo's run.json: its ledger, verdicts, how its latencies are drawn, its sync quality."""
+    from cloudprofiler.jobs.demo_cost import cost_verdicts
     from cp_sync.latency_report import DEFAULT_PAIRS
     from cp_sync.run_page import new_doc
 
@@ -503,6 +504,7 @@ def run_doc(t: dict[str, Any], series: list[LatencySeries]) -> dict[str, Any]:
          "once (see the ledger)", "good": bool(t["consistent"])},
         {"text": warmup_line(t)},
     ]  # fmt: skip
+    doc["verdicts"] += cost_verdicts(t)  # the profiler's own CPU and its last calibration
     doc["ledger"] = {"title": LEDGER_TITLE, "rows": ledger_rows(t)}
     doc["latency"] = {
         "title": f"steady-state latency (after the warm-up), reference TSC domain {t['reference_domain']}",

@@ -462,16 +462,6 @@ def run(args: argparse.Namespace) -> int:
     from native_tsc.console import cli_console
 
     console = cli_console(min_width=120)  # the step table needs ~110 columns
-
-    def progress(step: Step) -> None:
-        colour = PROGRESS_COLOURS.get(step.verdict, "red")
-        filtered = f", filtered {step.filtered:,}, pending {step.pending:,}" if step.filtered else ""
-        console.print(
-            f"  {step.rate:>12,.0f} tuples/s: emitted {step.emitted:,}, "
-            f"dropped {step.dropped:,}, lost {step.lost:,}, received {step.received:,}{filtered} "
-            f"-> [{colour}]{step.verdict}[/{colour}]"
-        )
-
     names = (
         "method",
         "start",
@@ -484,7 +474,7 @@ def run(args: argparse.Namespace) -> int:
         "retries",
     )
     opts = options_of(args, *names, latency_slope_limit="latency_slope")
-    opts["progress"] = progress
+    opts["progress"] = progress_printer(console)
     if args.sink:
         target = user_target(
             args.sink, args.spool, args.endpoint, args.bucket, args.senders, args.workload, args.schema
@@ -494,6 +484,21 @@ def run(args: argparse.Namespace) -> int:
         _report(result, attempts, trial, args, console, outputs)
         return 0 if result.max_rate is not None else 1
     return _run_built_in(args, opts, transform, console, outputs)
+
+
+def progress_printer(console: Any) -> Callable[[Step], None]:
+    """A search's progress: one line per trial run as it is judged."""
+
+    def progress(step: Step) -> None:
+        colour = PROGRESS_COLOURS.get(step.verdict, "red")
+        filtered = f", filtered {step.filtered:,}, pending {step.pending:,}" if step.filtered else ""
+        console.print(
+            f"  {step.rate:>12,.0f} tuples/s: emitted {step.emitted:,}, "
+            f"dropped {step.dropped:,}, lost {step.lost:,}, received {step.received:,}{filtered} "
+            f"-> [{colour}]{step.verdict}[/{colour}]"
+        )
+
+    return progress
 
 
 def _built_in_label(args: argparse.Namespace) -> str:

@@ -310,6 +310,7 @@ def start_source_query(
     schema: str | None = None,
     may_filter: bool = False,
     source_options: dict[str, str] | None = None,
+    sink_format: str = "cloudprofiler",
 ) -> tuple[Target, Any]:
     """Start the cloudprofiler source (embedded factory) -> ``transform`` -> cloudprofiler sink.
 
@@ -319,7 +320,8 @@ def start_source_query(
     is bounded by ``max_spool_bytes`` (about a second of data is right): an overloaded query fills
     it, the factory stops receiving and the generator counts drops within the trial. Returns the
     target and the running query (stop it when done). ``source_options``: more reader options
-    (``columns=``: only the columns ``transform`` reads).
+    (``columns=``: only the columns ``transform`` reads). ``sink_format="noop"``: the same query into
+    Spark's noop sink, which commits nothing to count: it is judged by what it read (``may_filter``).
     """
     import cloudprofiler
 
@@ -329,12 +331,11 @@ def start_source_query(
     options = {**_source_options(workload, schema, max_spool_bytes), **(source_options or {})}
     events = embedded_source(spark, spool, workers, **options).load()
     out = (transform or (ysb_stateless if workload == "ysb" else identity))(events)
-    writer = (
-        out.writeStream.format("cloudprofiler")
-        .option("path", str(sink))
-        .option("handler", handler)
-        .option("checkpointLocation", str(ckpt))
-    )
+    if sink_format not in ("cloudprofiler", "noop"):
+        raise ValueError(f"sink format {sink_format!r}: expected cloudprofiler or noop")
+    writer = out.writeStream.format(sink_format).option("checkpointLocation", str(ckpt))
+    if sink_format == "cloudprofiler":
+        writer = writer.option("path", str(sink)).option("handler", handler)
     if trigger:
         writer = writer.trigger(processingTime=trigger)
     query = writer.start()
@@ -354,7 +355,7 @@ def start_source_query(
         alive=alive,
         label="cloudprofiler source",
         extra={"endpoint": endpoint, "checkpoint": str(ckpt)},
-        may_filter=may_filter,
+        may_filter=may_filter or sink_format == "noop",
         batches=lambda: batches_read(query),
     )
     return target, query
