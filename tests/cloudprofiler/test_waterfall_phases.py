@@ -1,0 +1,44 @@
+"""Spark's phases placed on a run's axis for the waterfall: one query's, in seconds since the run's
+start, and what is not placed said in the note."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+from cloudprofiler.report.waterfall import axis_entry, phase_bars, place
+from cloudprofiler.spark_phases import write_phases
+from cp_store.location import resolve
+from tests.helpers.waterfall_run import phase_table
+
+HZ, ORIGIN = 2.5e9, 7 * 10**12
+
+
+def test_the_query_s_phases_are_placed_in_seconds_since_the_run_s_start() -> None:
+    table = phase_table(ORIGIN, HZ, "driver@1", [1.0, 1.5, 2.25])
+    bars = place(table, axis_entry(ORIGIN, HZ, "driver@1", "q-latency"))
+    assert bars.order == ["triggerExecution", "latestOffset", "walCommit", "getBatch", "queryPlanning",
+                          "addBatch", "commitOffsets"]  # fmt: skip
+    trig = [(round(a, 6), round(b, 6)) for p, a, b in zip(bars.phase, bars.start_s, bars.end_s, strict=True)
+            if p == "triggerExecution"]  # fmt: skip
+    assert trig == [(1.0, 1.4), (1.5, 1.9), (2.25, 2.65)]  # the other query's batch at 1.2 s is not here
+    assert sorted(set(bars.batch_id)) == [0, 1, 2] and len(bars.phase) == 3 * 7
+    assert bars.note.startswith("Spark's phases of 3 micro-batches, each batch's start within 1.")
+
+
+def test_phases_of_another_domain_or_an_unknown_phase_are_said_not_drawn(tmp_path: Path) -> None:
+    table = phase_table(ORIGIN, HZ, "driver@1", [1.0])
+    other = place(table, axis_entry(ORIGIN, HZ, "ref@2", "q-latency"))
+    assert list(other.phase) == []
+    assert other.note == "Spark's phases not shown: taken in driver@1, not the run's reference ref@2"
+    extra = pa.Table.from_pylist([table.to_pylist()[0] | {"phase": "durationOfSomething", "start_tsc": None,
+                                                          "end_tsc": None}], schema=table.schema)  # fmt: skip
+    bars = place(pa.concat_tables([table, extra]), axis_entry(ORIGIN, HZ, "driver@1", "q-latency"))
+    assert bars.note.endswith("; 1 phases with no place in Spark's order not drawn") and len(bars.phase) == 7
+    run = resolve(tmp_path)
+    assert phase_bars(run, {}).note == "no Spark phases in this run directory (spark_phases.parquet)"
+    write_phases(table, run.join("spark_phases.parquet"))
+    assert phase_bars(run, {}).note == "Spark's phases not shown: run.json gives no axis to place them on"
+    doc = {"waterfall": axis_entry(ORIGIN, HZ, "driver@1", "q-none")}
+    assert phase_bars(run, doc).note == "no Spark phase of query q-none collected"
