@@ -64,6 +64,23 @@ def test_demo_prints_consistent_totals(tmp_path: Path) -> None:
     _check_latencies_against_truth(out, t)
     _check_table_against_parquet(run.stdout, out, t)
     _check_spark_phases(out, t)
+    _check_waterfall(out)
+
+
+def _check_waterfall(out: Path) -> None:
+    """The demo's records, every one once, each split into the stages between its stamp points
+    (intended to committed), which add up to its end-to-end latency."""
+    from cp_sync.translate.waterfall import waterfall, waterfall_meta
+
+    table = waterfall(out / "records", out / "sync")
+    meta = waterfall_meta(table)
+    assert {"intended", "gen", "factory", "source", "sink", "committed"} <= set(meta["points"])
+    assert meta["points"][0] == "intended" and meta["points"][-1] == "committed", meta["points"]
+    ids = np.sort(read_records(out / "records")["tuple_id"].to_numpy())
+    assert np.array_equal(np.sort(table["tuple_id"].to_numpy()), ids), meta["notes"]
+    total = sum(table[f"stage_{s['from']}_{s['to']}_ns"].to_numpy() for s in meta["stages"])
+    e2e = table["e2e_ns"].to_numpy()
+    assert np.all(np.abs(total - e2e) <= 1e-9 * np.abs(e2e) + 1e-3)  # to the float rounding of a position
 
 
 def _check_spark_phases(out: Path, t: dict[str, Any]) -> None:
