@@ -1,6 +1,7 @@
 """The profiler's cost on the YSB query on this machine: ``cloudprofiler calibrate`` with short trials.
 
-Run: python benchmarks/calibrate.py [--start 2000] [--duration 3] [--tolerance 0.25] [--show JSON]
+Run: PYTHONPATH=. python benchmarks/calibrate.py [--start 1000] [--duration 4] [--tolerance 0.25]
+     [--retries 1] [--show JSON]
 
 One ``cloudprofiler calibrate`` run (both searches in one local[2] session: the YSB join into the
 cloudprofiler sink, then into Spark's noop sink), its JSON kept whole in the result file with the
@@ -26,12 +27,14 @@ from rich.console import Console
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
-def calibrate_argv(start: float, duration: float, tolerance: float, max_steps: int) -> list[str]:
+def calibrate_argv(
+    start: float, duration: float, tolerance: float, max_steps: int, retries: int
+) -> list[str]:
     """The ``cloudprofiler calibrate`` arguments this benchmark runs (also printed in its report)."""
     return [
         "calibrate",
         *("--start", f"{start:g}", "--duration", f"{duration:g}", "--tolerance", f"{tolerance:g}"),
-        *("--max-steps", str(max_steps), "--retries", "0"),
+        *("--max-steps", str(max_steps), "--retries", str(retries)),
     ]
 
 
@@ -65,8 +68,9 @@ def show(doc: dict[str, Any]) -> None:
 def main() -> int:
     ap = arg_parser(__doc__, "calibrate")
     add_show(ap)
-    ap.add_argument("--start", type=float, default=2000, help="first rate, tuples/s (default 2000)")
-    ap.add_argument("--duration", type=float, default=3.0, help="seconds per trial (default 3)")
+    ap.add_argument("--start", type=float, default=1000, help="first rate, tuples/s (default 1000)")
+    ap.add_argument("--duration", type=float, default=4.0, help="seconds per trial (default 4)")
+    ap.add_argument("--retries", type=int, default=1, help="re-runs of a failed rate (default 1)")
     ap.add_argument("--tolerance", type=float, default=0.25, help="bisection stop (default 0.25)")
     ap.add_argument("--max-steps", type=int, default=4, help="trials per search (default 4)")
     args = ap.parse_args()
@@ -74,7 +78,7 @@ def main() -> int:
         return 0
     from cloudprofiler.cli import main as cli
 
-    command = calibrate_argv(args.start, args.duration, args.tolerance, args.max_steps)
+    command = calibrate_argv(args.start, args.duration, args.tolerance, args.max_steps, args.retries)
     doc = run_head("calibrate", command=command)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="cp-bench-calibrate-") as tmp:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import tempfile
 import time
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     console.print(summary_table(doc))
     console.print(cpu_line(doc), soft_wrap=True)
     if json_loc is not None:
-        json_loc.write_bytes(json.dumps(doc, indent=2, default=str).encode())
+        json_loc.write_bytes(json.dumps(finite(doc), indent=2, default=str, allow_nan=False).encode())
         console.print(f"calibration written to {json_loc.uri}", soft_wrap=True)
     return 0 if doc["ratio"] is not None else 1
 
@@ -138,6 +139,18 @@ def _search(
     doc["query_id"] = str(query.id)
     doc["cpu"] = cost_doc(query_cost(str(query.id), remove=True), cpu_s)
     return doc
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every infinite or NaN float as None: strict JSON (maxrate's default
+    ``--max-rate`` is infinite), which every JSON reader takes."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
 
 
 def calibration_doc(
