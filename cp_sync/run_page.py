@@ -304,7 +304,7 @@ def waterfall_section(run: Location, doc: Mapping[str, Any], phases_for: Any = N
     """The waterfall's section of the page from the run directory's waterfall.parquet ("" without
     one): run.json's ``waterfall`` entry gives the warm-up's tuple ids (``warmup_ids``: [first, next)
     ranges), ``phases_for(run, doc)`` Spark's phases on the run's axis (PhaseBars, or None)."""
-    from cp_sync.waterfall_plot import WATERFALL_FILE, waterfall_of
+    from cp_sync.waterfall_plot import WATERFALL_FILE, summary_html, waterfall_of
 
     loc = run.join(WATERFALL_FILE)
     if not loc.exists():
@@ -319,13 +319,14 @@ def waterfall_section(run: Location, doc: Mapping[str, Any], phases_for: Any = N
     for lo, hi in (doc.get("waterfall") or {}).get("warmup_ids", []):
         warm |= (ids >= lo) & (ids < hi)
     phases = phases_for(run, doc) if phases_for is not None else None
-    return section_html(waterfall_of(table, warm), phases, dict(doc.get("latency") or {}))
+    wf = waterfall_of(table, warm)
+    return section_html(wf, phases, dict(doc.get("latency") or {}), summary_html(table, wf))
 
 
-def section_html(wf: Any, phases: Any, lat: dict[str, Any]) -> str:
+def section_html(wf: Any, phases: Any, lat: dict[str, Any], summary: str = "") -> str:
     """The report's waterfall (a cp_sync.waterfall_plot.Waterfall; ``phases``: PhaseBars or None): the
-    line on what dominates, the table beside its bar, the notes, and the stages over time with Spark's
-    phases beneath."""
+    line on what dominates, the table beside its bar, the notes, the stages over time with Spark's
+    phases beneath, then ``summary`` (each stage over its own values, as translate prints it)."""
     from cp_sync.waterfall_plot import TITLE, dominance_line, plots, quantile_rows, table_html, table_note
 
     rows = quantile_rows(wf)
@@ -335,7 +336,7 @@ def section_html(wf: Any, phases: Any, lat: dict[str, Any]) -> str:
     bar, when = (Plot(*p) for p in plots(wf, rows, phases, lat))
     notes = "".join(f"<p class='sub'>{_e(n)}</p>" for n in (table_note(wf), *wf.notes))
     side = f"<div class='side'><div>{table_html(wf, rows)}{notes}</div>{figure_html(bar)}</div>"
-    return head + side + figure_html(when)
+    return head + side + figure_html(when) + summary
 
 
 def build(run: Location, plots_for: Any = None, phases_for: Any = None) -> Location:

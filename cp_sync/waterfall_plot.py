@@ -409,6 +409,31 @@ def table_html(wf: Waterfall, rows: Sequence[QuantileRow]) -> str:
     return "".join(out) + "</table>"
 
 
+SUMMARY_TITLE = (
+    "each stage over its own values (the table translate --waterfall prints): a stage's p99 is not the "
+    "p99 record's stage, and the stages' p99s do not add up"
+)
+
+
+def summary_html(table: pa.Table, wf: Waterfall) -> str:
+    """The stage table ``translate --waterfall`` prints (cp_sync.translate.waterfall), of the records
+    the waterfall's table covers (``wf.in_table``: the warm-up and incomplete records left out)."""
+    from cp_sync.translate.waterfall import STAGE_HEADS, stage_cells, waterfall_summary
+
+    rows = waterfall_summary(table.filter(pa.array(wf.in_table)))
+    head, body = _row(STAGE_HEADS, "th"), "".join(_row(stage_cells(r), "td") for r in rows)
+    return f"<table class='stages'><caption class='l'>{_e(SUMMARY_TITLE)}</caption>{head}{body}</table>"
+
+
+def _row(cells: Sequence[str], tag: str) -> str:
+    """One row of the stage table: the label and the points left-aligned, the figures right."""
+    return (
+        "<tr>"
+        + "".join(f"<{tag} class='{'l' if i < 2 else ''}'>{_e(c)}</{tag}>" for i, c in enumerate(cells))
+        + "</tr>"
+    )
+
+
 def plots(
     wf: Waterfall,
     rows: Sequence[QuantileRow],

@@ -590,7 +590,7 @@ def run(args: argparse.Namespace) -> int:
         phases.stop()
         demo.end_continuous_sync()
         status.update("translating and summing up")
-        totals, lat, series = collect(
+        totals, lat, series, waterfall = collect(
             spark, demo.layout, demo.summaries, demo.nodes.virtual, demo.sync_pairs, rows_read, demo.warm
         )
     totals["spark_phases"] = _write_phases(phases, demo.queries, results)
@@ -604,5 +604,5 @@ def run(args: argparse.Namespace) -> int:
         summary.write_bytes(json.dumps(totals, indent=2, default=str).encode())
     for line in cost_lines(totals):
         console.print(line, soft_wrap=True)
-    report(console, totals, lat, series, results)  # its last line: where the HTML report is
+    report(console, totals, lat, series, results, waterfall)  # its last line: where the HTML report is
     return 0 if totals["consistent"] else 1

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from cloudprofiler.errors import CommandError
+from cloudprofiler.report.waterfall import demo_waterfall
 from cp_store.location import Location
 
 if TYPE_CHECKING:
@@ -205,9 +206,9 @@ def collect(
     sync_pairs: dict[str, Any],
     rows_read: int,
     warm: dict[str, Any],
-) -> tuple[dict[str, Any], pa.Table, list[LatencySeries]]:
-    """The run's totals (both queries' ledgers, window counts, records), its translated latencies
-    (with ``t_s`` and ``warmup``) and their LatencySeries.
+) -> tuple[dict[str, Any], pa.Table, list[LatencySeries], pa.Table | None]:
+    """The run's totals (both queries' ledgers, window counts, records), its translated latencies (with
+    ``t_s`` and ``warmup``), their LatencySeries and its waterfall (None: the totals' ``waterfall`` says why).
 
     ``summaries``: each query's generator summary of the measured run; ``warm``: the
     warm-up's (``summaries``, ``ready_s``, ``caught_up_s``, ``start_tsc``, ``measured_tsc``);
@@ -275,7 +276,8 @@ def collect(
     lost = {"windows": stats.lost_in_transit_total, "latency": stats_l.lost_in_transit_total}
     totals["lost_per_query"] = lost
     totals["latency_trend"] = end_to_end_trend(series)
-    return totals, lat, series
+    waterfall, totals["waterfall"] = demo_waterfall(demo.records, demo.sync_dir, reference, warm["start_tsc"])
+    return totals, lat, series, waterfall
 
 
 def timeline_figure(
@@ -514,9 +516,12 @@ def run_doc(t: dict[str, Any], series: list[LatencySeries]) -> dict[str, Any]:
         "batches_s": t.get("batch_ends_s") or None,
         "xlabel": XLABEL,
     }
-    if "waterfall" in t:  # the run's axis and the latency query, whose phases go under the waterfall
+    if "waterfall" in t:  # the latency query, whose phases go under the waterfall, and the warm-up's ids
         query = (t.get("spark_phases") or {}).get("query_ids", {}).get("latency")
-        doc["waterfall"] = t["waterfall"] | {"query_id": query}
+        doc["waterfall"] = t["waterfall"] | {"query_id": query, "warmup_ids": t["warmup"]["id_ranges"]}
+        doc["verdicts"] += (
+            [{"text": t["waterfall"]["error"], "good": False}] if "error" in t["waterfall"] else []
+        )
     doc["sync"] = sync_facts(t, series)
     doc["totals"] = {k: v for k, v in t.items() if k not in ("latency", "sync_pairs", "batch_ends_s")}
     return doc

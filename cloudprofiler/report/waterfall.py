@@ -1,16 +1,19 @@
-"""Spark's micro-batch phases placed on a run's time axis, for the waterfall on its report.
+"""The demo's waterfall, and Spark's micro-batch phases placed on its time axis for the report.
 
 The phase table (cloudprofiler.spark_phases) holds each phase's start and end on the driver's TSC;
-the run's axis is seconds since ``origin_tsc`` in the run's reference domain (run.json's
-``waterfall`` entry: ``origin_tsc``, ``frequency_hz``, ``reference``, ``query_id``). Where the driver's
-domain is the reference (the demo: the driver stamps the run's clock), a phase's second is
-``(tsc - origin_tsc) / frequency_hz``; phases taken in another domain are not placed, and the note
-under the plot says so.
+the waterfall's ``t_s`` is seconds since ``origin_tsc``, a reading of the reference's counter, at
+the reference's ``frequency_hz`` (both in the waterfall table's metadata, cp_sync.translate.waterfall).
+Where the driver's domain is the reference (the demo: the driver stamps the run's clock), a phase's
+second on that axis is ``(tsc - origin_tsc) / frequency_hz``; phases taken in another domain are not
+placed, and the note under the plot says so. run.json's ``waterfall`` entry names the query whose
+phases are drawn (``query_id``) and the warm-up's tuple ids (``warmup_ids``).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,17 +23,33 @@ import pyarrow.compute as pc
 from cloudprofiler.spark_phases import PHASE_ORDER, PHASES_FILE, TRIGGER, read_phases
 from cp_store.location import Location
 from cp_sync.report import format_duration
-from cp_sync.waterfall_plot import PhaseBars
+from cp_sync.waterfall_plot import META_KEY, WATERFALL_FILE, PhaseBars
 
 
 def axis_entry(origin_tsc: int, hz: float, reference: str, query_id: str | None) -> dict[str, Any]:
-    """run.json's ``waterfall`` entry: the run's axis and the query whose phases go under it."""
+    """The axis phases are placed on: ``origin_tsc`` (t_s = 0) and ``frequency_hz`` in ``reference``,
+    and the query whose phases go on it."""
     return {
         "origin_tsc": int(origin_tsc),
         "frequency_hz": float(hz),
         "reference": reference,
         "query_id": query_id,
     }
+
+
+def waterfall_axis(run: Location) -> dict[str, Any] | None:
+    """The axis of a run directory's waterfall.parquet (its metadata), or None without one."""
+    import pyarrow.parquet as pq
+
+    loc = run.join(WATERFALL_FILE)
+    if not loc.exists():
+        return None
+    with loc.fs.open_input_file(loc.path) as f:
+        meta = (pq.read_schema(f).metadata or {}).get(META_KEY)
+    axis = json.loads(meta) if meta else {}
+    if not all(k in axis for k in ("origin_tsc", "frequency_hz", "reference")):
+        return None
+    return axis_entry(axis["origin_tsc"], axis["frequency_hz"], axis["reference"], None)
 
 
 def _of_query(table: pa.Table, query_id: str | None) -> pa.Table:
@@ -68,12 +87,27 @@ def place(table: pa.Table, axis: Mapping[str, Any]) -> PhaseBars:
 
 
 def phase_bars(run: Location, doc: Mapping[str, Any]) -> PhaseBars:
-    """Spark's phases of a run directory (its spark_phases.parquet) on its axis (run.json's
-    ``waterfall`` entry), or a note saying why there are none (cp_sync.run_page.build's phases_for)."""
-    axis = doc.get("waterfall") or {}
+    """Spark's phases of a run directory (its spark_phases.parquet) of run.json's ``waterfall``
+    query on the waterfall's axis, or a note saying why there are none (cp_sync.run_page.build's
+    ``phases_for``)."""
     loc = run.join(PHASES_FILE)
     if not loc.exists():
         return PhaseBars(note=f"no Spark phases in this run directory ({PHASES_FILE})")
-    if "origin_tsc" not in axis:
-        return PhaseBars(note="Spark's phases not shown: run.json gives no axis to place them on")
-    return place(read_phases(loc), axis)
+    axis = waterfall_axis(run)
+    if axis is None:
+        return PhaseBars(note=f"Spark's phases not shown: {WATERFALL_FILE} gives no origin to place them on")
+    return place(read_phases(loc), axis | {"query_id": (doc.get("waterfall") or {}).get("query_id")})
+
+
+def demo_waterfall(
+    records: Path, sync_dir: Path, reference: str, origin_tsc: int
+) -> tuple[pa.Table | None, dict[str, Any]]:
+    """The demo's waterfall (its records translated into ``reference``, ``t_s`` from ``origin_tsc``,
+    the queries' start, as every plot of the demo) and its totals' entry: empty, or the one line
+    saying why there is no waterfall (``error``, a verdict on the page)."""
+    from cp_sync.translate.waterfall import waterfall
+
+    try:
+        return waterfall(records, sync_dir, reference, origin_tsc=origin_tsc), {}
+    except ValueError as e:
+        return None, {"error": f"no waterfall: {e}"}

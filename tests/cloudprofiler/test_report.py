@@ -79,7 +79,6 @@ def demo_run_dir(tmp_path: Path) -> tuple[Path, list[Any]]:
     import pyarrow.compute as pc
 
     from cloudprofiler.jobs.demo_report import RunClock, demo_series, latencies, with_run_time, write_results
-    from cloudprofiler.report.waterfall import axis_entry
     from cloudprofiler.spark_phases import write_phases
     from cp_store.location import resolve
     from cp_sync.latency_report import DEFAULT_PAIRS
@@ -104,9 +103,10 @@ def demo_run_dir(tmp_path: Path) -> tuple[Path, list[Any]]:
     out.mkdir()
     # the waterfall of the end-to-end records, and Spark's phases on the same clock (the run's start)
     e2e = lat.filter(pc.and_(pc.equal(lat["from_point"], "gen"), pc.equal(lat["to_point"], "sink")))
-    waterfall = waterfall_table(e2e["tuple_id"].to_numpy(), e2e["t_s"].to_numpy())
+    ids, t_s = e2e["tuple_id"].to_numpy(), e2e["t_s"].to_numpy()
+    waterfall = waterfall_table(ids, t_s, origin_tsc=clock.start_tsc, hz=HZ, reference=ref.domain)
     write_phases(phase_table(clock.start_tsc, HZ, ref.domain, PHASE_STARTS), out / "spark_phases.parquet")
-    doc["waterfall"] = axis_entry(clock.start_tsc, HZ, ref.domain, "q-latency") | {"warmup_ids": [WARM_IDS]}
+    doc["waterfall"] = {"query_id": "q-latency", "warmup_ids": [WARM_IDS]}
     written = write_results(resolve(out), lat, series, clock.warmup, doc, waterfall)
     assert written[-1].uri.endswith("/run/report.html")
     return out, series
@@ -116,7 +116,7 @@ PHASE_STARTS = [30.0 + 0.5 * b for b in range(16)]  # the latency query's batche
 ADVICE = {"waiting in the spool": "a shorter trigger interval", "the query": "a cheaper query"}
 
 
-def check_waterfall(page: _Page, run: Path) -> None:
+def check_waterfall(page: _Page, run: Path, text: str) -> None:
     """The waterfall's table is its bar (data-q against data-values), each row the stages of the
     record at that quantile of end to end; Spark's phases are drawn on the records' time axis."""
     import pyarrow.parquet as pq
@@ -141,6 +141,13 @@ def check_waterfall(page: _Page, run: Path) -> None:
         assert part.startswith(f"at {q} ({format_duration(row.sum())} end to end) {label} dominates "
                                f"({format_duration(row.max())}, {row.max() / row.sum():.0%}): "
                                f"{ADVICE[label]}"), part  # fmt: skip
+    # beside it, the table translate --waterfall prints, of the same records
+    from cp_sync.translate.waterfall import STAGE_HEADS, stage_cells, waterfall_summary
+
+    tables = _Tables()
+    tables.feed(text)
+    (printed,) = [t for t in tables.tables if t["heads"] == list(STAGE_HEADS)]
+    assert printed["rows"] == [stage_cells(r) for r in waterfall_summary(wf.take(keep))]
     when = next(f for f in page.figures if f["name"] == "waterfall_time")["values"]
     top, low = when["xlim"]
     assert top == low and top[0] <= float(wf["t_s"].to_numpy().min()) and top[1] >= PHASE_STARTS[-1]
@@ -185,13 +192,14 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Any]]
 @pytest.mark.long  # drawing the demo's three figures twice: ~15 s on a busy 2-core machine
 def test_the_demo_report_is_one_page_whose_plots_drew_its_table(demo_run: Any, capsys: Any) -> None:
     out, series = demo_run
-    check_waterfall(check_page((out / "report.html").read_text(), series), out)
+    text = (out / "report.html").read_text()
+    check_waterfall(check_page(text, series), out, text)
     # cloudprofiler report RUN rebuilds it from run.json and latency.parquet alone
     (out / "report.html").unlink()
     assert main(["report", str(out)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"report: {out / 'report.html'}"
     page = check_page((out / "report.html").read_text(), series)
-    check_waterfall(page, out)
+    check_waterfall(page, out, (out / "report.html").read_text())
     assert [f["name"] for f in page.figures] == ["waterfall", "waterfall_time", "latency", "latency_error",
                                                  "timeline"]  # fmt: skip
     assert [c["count"] for c in page.cells.values()] == ["500", "500", "500", "4"]
@@ -247,7 +255,8 @@ def test_the_report_renders_in_headless_chromium(demo_run: Any, tmp_path: Path) 
     console = _open(browser, out / "report.html", shot, "1200,2000")
     assert not console, console
     # the page as Chromium parsed it: the waterfall's table equals its bar, Spark's phases share its axis
-    check_waterfall(check_page(_dom(browser, out / "report.html", tmp_path), series), out)
+    dom = _dom(browser, out / "report.html", tmp_path)
+    check_waterfall(check_page(dom, series), out, dom)
     img = mpimg.imread(shot)
     assert img.shape[:2] == (2000, 1200)
     colours = np.unique((img[..., :3] * 255).astype(np.uint8).reshape(-1, 3), axis=0)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from cloudprofiler.report.waterfall import axis_entry, phase_bars, place
 from cloudprofiler.spark_phases import write_phases
 from cp_store.location import resolve
-from tests.helpers.waterfall_run import phase_table
+from tests.helpers.waterfall_run import phase_table, waterfall_table
 
 HZ, ORIGIN = 2.5e9, 7 * 10**12
 
@@ -39,6 +41,15 @@ def test_phases_of_another_domain_or_an_unknown_phase_are_said_not_drawn(tmp_pat
     run = resolve(tmp_path)
     assert phase_bars(run, {}).note == "no Spark phases in this run directory (spark_phases.parquet)"
     write_phases(table, run.join("spark_phases.parquet"))
-    assert phase_bars(run, {}).note == "Spark's phases not shown: run.json gives no axis to place them on"
-    doc = {"waterfall": axis_entry(ORIGIN, HZ, "driver@1", "q-none")}
-    assert phase_bars(run, doc).note == "no Spark phase of query q-none collected"
+    assert (
+        phase_bars(run, {}).note
+        == "Spark's phases not shown: waterfall.parquet gives no origin to place them on"
+    )
+    wf = waterfall_table(np.arange(3), np.zeros(3), origin_tsc=ORIGIN, hz=HZ, reference="driver@1")
+    pq.write_table(wf, tmp_path / "waterfall.parquet")
+    assert (
+        phase_bars(run, {"waterfall": {"query_id": "q-none"}}).note
+        == "no Spark phase of query q-none collected"
+    )
+    bars = phase_bars(run, {"waterfall": {"query_id": "q-latency"}})  # the waterfall's own axis
+    assert [round(a, 6) for p, a in zip(bars.phase, bars.start_s, strict=True) if p == "addBatch"] == [1.07]

@@ -22,8 +22,16 @@ SCALES_MS = (0.2, 1.0, 60.0, 3.0, 25.0, 2.0)
 WALL0_NS = 1_800_000_000_000_000_000  # the wall clock (ns since the epoch) at the run's start
 
 
-def waterfall_table(ids: np.ndarray, t_s: np.ndarray, seed: int = 3) -> pa.Table:
-    """One row per record: each stage drawn (ns), the end to end their sum, a bound per record."""
+def waterfall_table(
+    ids: np.ndarray,
+    t_s: np.ndarray,
+    seed: int = 3,
+    origin_tsc: int = 0,
+    hz: float = 2.6e9,
+    reference: str = "ref",
+) -> pa.Table:
+    """One row per record: each stage drawn (ns), the end to end their sum, a bound per record; the
+    axis of ``t_s`` (``origin_tsc`` at ``hz`` in ``reference``) in the metadata."""
     rng = np.random.default_rng(seed)
     n = len(ids)
     cols: dict[str, Any] = {"tuple_id": ids.astype(np.int64), "t_s": t_s.astype(np.float64)}
@@ -38,7 +46,9 @@ def waterfall_table(ids: np.ndarray, t_s: np.ndarray, seed: int = 3) -> pa.Table
     meta = {
         "stages": [{"from": a, "to": b, "label": label} for a, b, label in STAGES],
         "points": ["intended", "gen", "factory", "planned", "source", "sink", "committed"],
-        "reference": "ref-node",
+        "reference": reference,
+        "origin_tsc": origin_tsc,
+        "frequency_hz": hz,
         "notes": ["every record has every stage"],
     }
     table = pa.table(cols)
