@@ -203,10 +203,35 @@ def _waterfall(args: argparse.Namespace) -> int:
     table = waterfall(records, sync, args.reference, methods[0], args.stamp_margin, args.hz)
     write_parquet(out_loc, table)
     print_table(stage_table(table))
+    _print_quantile_records(table)
     for note in waterfall_meta(table)["notes"]:
         print(note)
     print(f"{table.num_rows:,} rows written to {out_loc.uri}")
     return 0
+
+
+def _print_quantile_records(table: Any) -> None:
+    """The report's waterfall table (cp_sync.waterfall_plot): the record at p50, p90, p99 and max of
+    end to end with its stages, which add up to it; then the line naming the stage that dominates."""
+    from rich.table import Table
+
+    from cp_sync.report import format_duration, print_table
+    from cp_sync.waterfall_plot import dominance_line, quantile_rows, waterfall_of
+
+    wf = waterfall_of(table)
+    rows = quantile_rows(wf)
+    # one column per quantile (the report's rows, turned to fit a terminal's width)
+    t = Table(title="the record at each quantile of end to end, its stages")
+    t.add_column("")
+    for r in rows:
+        t.add_column(r.quantile, justify="right")
+    t.add_row("record", *(str(r.tuple_id) for r in rows))
+    t.add_row("end to end", *(format_duration(r.e2e_ns) for r in rows))
+    t.add_row("its bound", *(format_duration(r.e2e_bound_ns) for r in rows), end_section=True)
+    for i, stage in enumerate(wf.stages):
+        t.add_row(stage.name, *(format_duration(r.stage_ns[i]) for r in rows))
+    print_table(t)
+    print(dominance_line(wf, rows))
 
 
 def _report_dir(given: str) -> Location:

@@ -135,6 +135,23 @@ def test_waterfall_command_prints_the_stage_table_and_writes_the_columns(tmp_pat
     for r in rows:
         line = next(ln for ln in lines if f"{r['from_point']} -> {r['to_point']}" in ln)
         assert r["label"] in line and f"{N:,}" in line
+    # the report's table: the record at each quantile of end to end, its stages (one column each)
+    from cp_sync.report import format_duration
+    from cp_sync.waterfall_plot import dominance_line, quantile_rows, waterfall_of
+
+    wf = waterfall_of(got)
+    at = quantile_rows(wf)
+    assert [r.quantile for r in at] == ["p50", "p90", "p99", "max"]
+    shown = {
+        ln.split("│")[1].strip(): [c.strip() for c in ln.split("│")[2:-1]]
+        for ln in lines
+        if ln.count("│") == 6
+    }
+    assert shown["record"] == [str(r.tuple_id) for r in at]
+    assert shown["end to end"] == [format_duration(r.e2e_ns) for r in at]
+    for i, stage in enumerate(wf.stages):
+        assert shown[stage.name] == [format_duration(r.stage_ns[i]) for r in at]
+    assert dominance_line(wf, at) in lines
     assert lines[-1] == f"{N:,} rows written to {out}"
 
 
