@@ -9,6 +9,7 @@ points a run actually stamps.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,8 @@ def test_stages_across_domains_add_up_and_hold_the_truth_within_their_bounds(tmp
     assert np.allclose(
         table["t_s"].to_numpy(), (raw["sink"][ids] - meta["origin_tsc"]) / hz, rtol=0, atol=1e-9
     )
+    shutil.copytree(sync, records / "_sync")  # where the sink's sync=auto writes them: found there
+    assert waterfall(records).equals(table, check_metadata=True)
     at_t0 = waterfall(records, sync, origin_tsc=T0)
     assert waterfall_meta(at_t0)["origin_tsc"] == T0
     assert np.allclose(at_t0["t_s"].to_numpy(), (raw["sink"][at_t0["tuple_id"].to_numpy()] - T0) / hz, rtol=0,
