@@ -94,7 +94,8 @@ def stage_label(a: str, b: str) -> str:
 
 @dataclass
 class _Positions:
-    """Per point: position (reference cycles after the anchor), its bound, status, domain ids."""
+    """Per point: position (reference cycles after the anchor) and its bound; per record the worst
+    status; per stage (and end to end) the bound; the frequency and facts of the translation."""
 
     pos: dict[str, np.ndarray]
     half: dict[str, np.ndarray]
