@@ -226,7 +226,7 @@ def test_waterfall_errors_are_one_line(tmp_path: Path, capsys: Any, extra: list[
     assert err.count("\n") == 1 and message in err, err
 
 
-@pytest.mark.long  # a real streaming query (generator, factory, Spark, sink): about 50 s on 2 shared cores
+@pytest.mark.long  # a real streaming query (generator, factory, Spark, sink): 50 to 110 s on 2 shared cores
 @pytest.mark.factory(workers=1, flush_ms=20)
 def test_a_real_runs_stages_add_up_to_end_to_end_for_every_record(
     spark: Any, factory: Any, tmp_path: Path
