@@ -93,6 +93,7 @@ BLOCKS: dict[str, Block] = {
     "windows": Block("windows", "windows.json", _show("show")),
     "scaleout": Block("scaleout", "scaleout.json", _show("print_report")),
     "hellos": Block("hellos", "hellos.json", _show("report")),
+    "calibrate": Block("calibrate", "calibrate.json", _show("show")),
 }
 
 
