@@ -268,7 +268,7 @@ def bar_figure(wf: Waterfall, rows: Sequence[QuantileRow], unit: str = "ms") -> 
         for r, patch in zip(rows, bars.patches, strict=True):
             patch.set_gid(f"{r.quantile}|{stage.column}")
         bottom += h
-    ax.set_xticks(x, [f"{r.quantile}\nrecord {r.tuple_id}" for r in rows], fontsize=8)
+    ax.set_xticks(x, [r.quantile for r in rows])  # each bar's record: in the table beside it
     ax.set_ylabel(f"latency ({name}), stages stacked")
     ax.ticklabel_format(axis="y", style="plain", useOffset=False)
     ax.set_title("where the time goes: the record at each quantile", fontsize=10)
@@ -441,10 +441,11 @@ def plots(
     lat: dict[str, Any],
 ) -> list[tuple[str, str, str, dict[str, Any]]]:
     """The bar (beside the table) and the stages over time with Spark's phases: (name, SVG, caption,
-    the figures it drew) each; ``lat``: run.json's latency entry (unit, warm-up, x label)."""
-    from cp_sync.report import svg_text
+    the figures it drew) each; ``lat``: run.json's latency entry (warm-up, x label). The unit is the
+    one that suits the records' end to end (a backlog's seconds are not drawn as 20,000 ms)."""
+    from cp_sync.report import svg_text, time_unit
 
-    unit = lat.get("unit", "ms")
+    unit = time_unit(np.array([r.e2e_ns for r in rows]))[0]
     warm = lat.get("warmup_s")
     bar = bar_figure(wf, rows, unit)
     bar_drawn = {"unit": unit, "bars": bar_values(bar)}

@@ -127,14 +127,16 @@ def check_waterfall(page: _Page, run: Path, text: str) -> None:
     columns = [f"stage_{a}_{b}_ns" for a, b, _ in STAGES]
     stages = np.column_stack([wf[c].to_numpy() for c in columns])[keep]
     ranked = np.lexsort((ids[keep], stages.sum(axis=1)))
-    bar = next(f for f in page.figures if f["name"] == "waterfall")["values"]["bars"]
+    drawn = next(f for f in page.figures if f["name"] == "waterfall")["values"]
+    bar, per = drawn["bars"], {"s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0}[drawn["unit"]]
+    assert drawn["unit"] == "ms"  # the unit that suits the records' end to end
     assert list(page.waterfall) == ["p50", "p90", "p99", "max"] == list(bar)
     for (q, cells), rank in zip(page.waterfall.items(), (249, 449, 494, 499), strict=True):
         i = ranked[rank]  # nearest rank of 500 records
         assert cells["record"] == str(ids[keep][i])
         assert cells["e2e"] == format_duration(stages[i].sum())  # the stages add up to the end to end
         for j, col in enumerate(columns):
-            assert cells[col] == format_duration(bar[q][col] * 1e6) == format_duration(stages[i, j]), (q, col)
+            assert cells[col] == format_duration(bar[q][col] * per) == format_duration(stages[i, j]), (q, col)
     p50, p99 = (stages[ranked[r]] for r in (249, 494))
     for q, row, part in zip(("p50", "p99"), (p50, p99), page.dominant.split("; "), strict=True):
         label = STAGES[int(np.argmax(row))][2]
