@@ -286,6 +286,37 @@ def test_translate_report_writes_a_run_directory(tmp_path: Path, capsys: Any) ->
     assert [c["count"] for c in page.cells.values()] == ["700", "700"]  # minrtt and naive, every record
 
 
+def test_cloudprofiler_report_draws_a_run_s_waterfall_with_spark_s_phases_on_its_clock(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """A run directory with a waterfall and Spark's phases (no latency table): `cloudprofiler report`
+    puts the waterfall first, its table equal to its bar, the phases on the waterfall's own axis."""
+    import pyarrow.parquet as pq
+
+    from cloudprofiler.spark_phases import write_phases
+    from cp_store.location import resolve
+    from cp_sync.run_page import new_doc, write_doc
+
+    origin, ref = 5 * 10**12, "driver@9"
+    ids = np.concatenate([np.arange(500), np.arange(*WARM_IDS)])
+    t_s = np.random.default_rng(5).uniform(29.0, 38.0, len(ids))
+    table = waterfall_table(ids, t_s, origin_tsc=origin, hz=HZ, reference=ref)
+    pq.write_table(table, tmp_path / "waterfall.parquet")
+    write_phases(phase_table(origin, HZ, ref, PHASE_STARTS), tmp_path / "spark_phases.parquet")
+    doc = new_doc("translate", "a waterfall") | {
+        "waterfall": {"query_id": "q-latency", "warmup_ids": [WARM_IDS]}
+    }
+    write_doc(resolve(tmp_path), doc)
+    assert main(["report", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"report: {tmp_path / 'report.html'}"
+    text = (tmp_path / "report.html").read_text()
+    page = _Page()
+    page.feed(text)
+    assert [f["name"] for f in page.figures] == ["waterfall", "waterfall_time"]
+    assert text.index("Where every millisecond goes") < text.index("<figure")  # the first section
+    check_waterfall(page, tmp_path, text)
+
+
 def test_maxrate_report_charts_the_trials_its_table_lists(tmp_path: Path) -> None:
     import argparse
 
