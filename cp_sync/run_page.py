@@ -309,17 +309,12 @@ def waterfall_section(run: Location, doc: Mapping[str, Any], phases_for: Any = N
     loc = run.join(WATERFALL_FILE)
     if not loc.exists():
         return ""
-    import numpy as np
     import pyarrow.parquet as pq
 
     with loc.fs.open_input_file(loc.path) as f:
         table = pq.read_table(f)
-    ids = table["tuple_id"].to_numpy() if "tuple_id" in table.column_names else np.zeros(0, np.int64)
-    warm = np.zeros(len(ids), bool)
-    for lo, hi in (doc.get("waterfall") or {}).get("warmup_ids", []):
-        warm |= (ids >= lo) & (ids < hi)
     phases = phases_for(run, doc) if phases_for is not None else None
-    wf = waterfall_of(table, warm)
+    wf = waterfall_of(table, warmup_ids=(doc.get("waterfall") or {}).get("warmup_ids", []))
     return section_html(wf, phases, dict(doc.get("latency") or {}), summary_html(table, wf))
 
 

@@ -141,13 +141,20 @@ def _column(table: pa.Table, name: str) -> np.ndarray:
     return table[name].to_numpy(zero_copy_only=False).astype(np.float64)
 
 
-def waterfall_of(table: pa.Table, warmup: np.ndarray | None = None) -> Waterfall:
+def waterfall_of(
+    table: pa.Table, warmup: np.ndarray | None = None, warmup_ids: Sequence[Sequence[int]] = ()
+) -> Waterfall:
     """The arrays of a waterfall table (one row per record, its metadata naming the stages);
-    ``warmup``: per row, the records the table leaves out (default: none)."""
+    ``warmup``: per row, the records the table leaves out (default: none), or ``warmup_ids``: the
+    warm-up's tuple ids, [first, next) ranges."""
     meta = _meta(table)
     stages = meta["stages"]
     n = table.num_rows
     warm = np.zeros(n, bool) if warmup is None else np.asarray(warmup, dtype=bool)
+    if len(warmup_ids):
+        ids = _column(table, "tuple_id").astype(np.int64)
+        for lo, hi in warmup_ids:
+            warm = warm | ((ids >= lo) & (ids < hi))
     if len(warm) != n:
         raise WaterfallError(f"waterfall table: {n} rows but a warm-up mask of {len(warm)}")
     stage_ns = (

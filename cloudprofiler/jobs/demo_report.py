@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from cloudprofiler.errors import CommandError
-from cloudprofiler.report.waterfall import demo_waterfall
+from cloudprofiler.report.waterfall import demo_waterfall, waterfall_line
 from cp_store.location import Location
 
 if TYPE_CHECKING:
@@ -585,6 +585,8 @@ def report(
     title = f"steady-state latency (after the warm-up), reference TSC domain {ref} ({where})"
     print_latency_table(table_rows(series), title)  # and what its distinct stamps mean
     console.print(COUNT_NOTE, soft_wrap=True)
+    if waterfall is not None:  # which stage dominates (the report's first section)
+        console.print(waterfall_line(waterfall, totals["warmup"]["id_ranges"]), soft_wrap=True)
     warmup = (0.0, totals["warmup"]["measured_start_s"])
     written = write_results(out, lat, series, warmup, run_doc(totals, series), waterfall)
     console.print("plots: " + ", ".join(w.uri for w in written if w.uri.endswith(".png")), soft_wrap=True)

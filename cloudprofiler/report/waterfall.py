@@ -23,7 +23,14 @@ import pyarrow.compute as pc
 from cloudprofiler.spark_phases import PHASE_ORDER, PHASES_FILE, TRIGGER, read_phases
 from cp_store.location import Location
 from cp_sync.report import format_duration
-from cp_sync.waterfall_plot import META_KEY, WATERFALL_FILE, PhaseBars
+from cp_sync.waterfall_plot import (
+    META_KEY,
+    WATERFALL_FILE,
+    PhaseBars,
+    dominance_line,
+    quantile_rows,
+    waterfall_of,
+)
 
 
 def axis_entry(origin_tsc: int, hz: float, reference: str, query_id: str | None) -> dict[str, Any]:
@@ -111,3 +118,10 @@ def demo_waterfall(
         return waterfall(records, sync_dir, reference, origin_tsc=origin_tsc), {}
     except ValueError as e:
         return None, {"error": f"no waterfall: {e}"}
+
+
+def waterfall_line(table: pa.Table, warmup_ids: list[list[int]]) -> str:
+    """The report's line on which stage dominates at p50 and p99 and what would shorten it, of the
+    waterfall ``table``'s records outside the warm-up (``warmup_ids``: [first, next) ranges)."""
+    wf = waterfall_of(table, warmup_ids=warmup_ids)
+    return f"waterfall: {dominance_line(wf, quantile_rows(wf))}"

@@ -53,3 +53,14 @@ def test_phases_of_another_domain_or_an_unknown_phase_are_said_not_drawn(tmp_pat
     )
     bars = phase_bars(run, {"waterfall": {"query_id": "q-latency"}})  # the waterfall's own axis
     assert [round(a, 6) for p, a in zip(bars.phase, bars.start_s, strict=True) if p == "addBatch"] == [1.07]
+
+
+def test_the_demo_s_line_leaves_the_warm_up_out() -> None:
+    from cloudprofiler.report.waterfall import waterfall_line
+    from cp_sync.waterfall_plot import dominance_line, quantile_rows, waterfall_of
+
+    table = waterfall_table(np.arange(1000), np.linspace(0.0, 9.0, 1000))
+    measured = waterfall_of(table.slice(300))
+    line = waterfall_line(table, [[0, 300]])
+    assert line == f"waterfall: {dominance_line(measured, quantile_rows(measured))}"
+    assert line != f"waterfall: {dominance_line(waterfall_of(table), quantile_rows(waterfall_of(table)))}"
