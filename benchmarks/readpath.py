@@ -327,6 +327,7 @@ def python_side(spool: Path, arrow_path: str, n: int) -> dict[str, float]:
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    import native_tsc
     from cp_source.reader.coalesce import coalesced
     from cp_source.reader.options import ReaderOptions, source_schema
     from cp_source.reader.partitions import SegmentLoader, SegmentRange, stamped
@@ -348,6 +349,7 @@ def python_side(spool: Path, arrow_path: str, n: int) -> dict[str, float]:
             [(s.number, s.path, s.rows, s.tuple_id_min) for s in sp.segments(w, -1, sp.latest()[w])],
             fetch="local",
             spool_id=sp.spool_id(),
+            planned=native_tsc.reading(),  # as the driver plans it: the planned columns are made too
         )
         for w in sp.workers()
     ]
@@ -357,7 +359,10 @@ def python_side(spool: Path, arrow_path: str, n: int) -> dict[str, float]:
     batches: list[Any] = []
     join = cpu(lambda: batches.extend(coalesced(iter(tables))))
     stamp = cpu(
-        lambda: sum(b.num_rows for b in stamped(iter([pa.Table.from_batches([b]) for b in batches]), target))
+        lambda: sum(
+            b.num_rows
+            for b in stamped(iter([pa.Table.from_batches([b]) for b in batches]), target, part=parts[0])
+        )
     )
     return {
         "bare_read": cpu(bare),

@@ -527,7 +527,10 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
     # ---- driver ----------------------------------------------------------------------------------
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Publish what the tasks of ``batchId`` wrote with one manifest, once per batch id."""
+        """Publish what the tasks of ``batchId`` wrote with one manifest, once per batch id, stamped
+        with the "committed" point (this process's reading, just before the manifest's write)."""
+        import native_tsc
+
         msgs = _ours(messages)
         files = [f for m in msgs for f in m.files]
         rows = [n for m in msgs for n in m.rows]
@@ -535,7 +538,7 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         query_id, staged = _run_of(msgs, batchId)
         run = {"query_id": query_id, "checkpoint": self._checkpoint} if query_id else None
         batch_log.commit(
-            self.location, batchId, files, counts, self.durable, rows, run, staged, _driver_stamp
+            self.location, batchId, files, counts, self.durable, rows, run, staged, native_tsc.reading
         )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -543,13 +546,6 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         msgs = _ours(messages)
         _, staged = _run_of(msgs, batchId)
         batch_log.abort(self.location, batchId, [f for m in msgs for f in m.files], staged)
-
-
-def _driver_stamp() -> tuple[int, str]:
-    """The "committed" stamp: this process's TSC reading and domain id."""
-    import native_tsc
-
-    return native_tsc.now(), native_tsc.domain_id()
 
 
 def _run_of(msgs: list[SinkCommitMessage], batch_id: int) -> tuple[str | None, str | None]:

@@ -91,6 +91,11 @@ def domain_id() -> str:
     return clock.domain_id()
 
 
+def reading() -> tuple[int, str]:
+    """One stamp taken once for many tuples (a batch's plan, its commit): a TSC reading and its domain."""
+    return clock.now(), clock.domain_id()
+
+
 def frequency_hz() -> float:
     """Counts per second of ``now()`` (virtual skew included)."""
     return clock.frequency_hz()

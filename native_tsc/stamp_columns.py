@@ -18,7 +18,9 @@ _POINT_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 # Points the product stamps itself, in pipeline order. ``intended`` is not a reading but the time the
 # generator's schedule meant a bucket to leave (on the generator's TSC): intended -> gen is the time a
 # sender was held by the factory's credit or ran behind its schedule (coordinated omission).
-INTENDED, GEN, FACTORY, SOURCE, SINK = "intended", "gen", "factory", "source", "sink"
+# ``planned`` is the driver's reading as its latestOffset first offered a batch's tuples to Spark (one per
+# batch, carried by the partition plan): factory -> planned is the wait in the spool for a trigger.
+INTENDED, GEN, FACTORY, PLANNED, SOURCE, SINK = "intended", "gen", "factory", "planned", "source", "sink"
 # The driver's reading as the sink's commit publishes a batch (one per batch, kept in its manifest).
 COMMITTED = "committed"
 

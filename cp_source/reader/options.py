@@ -17,7 +17,7 @@ from cp_source.hosts.host_options import HOST_OPTIONS, hosts_options
 from cp_source.klink.admission import KLINK_OPTIONS, KlinkConfig, parse_klink_options
 from cp_source.spool.durability import DURABILITY_LEVELS
 from native_tsc.option_names import unknown_options_error
-from native_tsc.stamp_columns import SOURCE, node_column, tsc_column
+from native_tsc.stamp_columns import PLANNED, SOURCE, node_column, tsc_column
 
 FETCH_MODES = ("auto", "local", "network")
 FACTORY_MODES = ("embedded", "external")
@@ -269,7 +269,8 @@ def _ready_options(opts: Mapping[str, str], has_limit: bool) -> dict[str, Any]:
 
 # ---- the ingest core (workloads, spool, factory) as this reader uses it ---------------------------
 def full_schema(opts: ReaderOptions) -> StructType:
-    """Every column the source can give: the workload's segment columns plus the ``source`` stamp."""
+    """Every column the source can give: the workload's segment columns plus the ``planned`` stamp (the
+    driver's, per batch: ``cp_source.reader.planned``) and the ``source`` stamp."""
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import LongType, StringType, StructField
 
@@ -279,7 +280,8 @@ def full_schema(opts: ReaderOptions) -> StructType:
         check_ndjson_file(opts.workload[5:])
     seg = resolve(opts.workload, opts.schema_ddl).schema
     fields = list(from_arrow_schema(seg).fields)
-    fields += [StructField(tsc_column(SOURCE), LongType()), StructField(node_column(SOURCE), StringType())]
+    for point in (PLANNED, SOURCE):
+        fields += [StructField(tsc_column(point), LongType()), StructField(node_column(point), StringType())]
     return StructType(fields)
 
 

@@ -4,7 +4,8 @@ A partition is a ``SegmentRange`` (consecutive segments of one worker, ordering=
 or a ``ReadySlice`` (an event-time slice over many segments, ordering=ready). Every
 segment is checked against the plan (spool id, worker, number, first tuple id, rows)
 whether it is read from the spool's file or fetched from a segment server, and every
-batch handed to Spark carries the ``source`` stamp columns.
+batch handed to Spark carries the ``source`` stamp columns and, when the query reads them,
+the ``planned`` ones the partition carries (``cp_source.reader.planned``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 from pyspark.sql.datasource import InputPartition
 
 from cp_source.ready.batch_plan import ReadySlice
-from native_tsc.stamp_columns import SOURCE, node_column, tsc_column
+from native_tsc.stamp_columns import PLANNED, SOURCE, stamp_columns
 
 Segment = tuple[int, str, int, int]  # number, path, rows, first tuple id
 
@@ -51,6 +52,7 @@ class SegmentRange(InputPartition):
     spool_id: str = ""  # the spool every segment must come from
     curve_keys: str | None = None  # the keys directory on the executor when the server has keys
     batch_key: str = ""  # the batch's end offset digest, for the ingest log
+    planned: tuple[int, str] | None = None  # the driver's reading as it offered the batch, and its domain
 
     def __post_init__(self) -> None:
         super().__init__(self.worker)
@@ -163,36 +165,53 @@ def pack_segments(segs: list[Any], max_segments: int, max_rows: int) -> list[lis
 
 
 def segment_columns(target: Any, ready: bool, logged: bool) -> list[str] | None:
-    """The segment columns an executor reads for ``target``: its own but the ``source`` stamp (made
-    here), the sort keys too for a ready slice, and every column (None) for the ingest log."""
+    """The segment columns an executor reads for ``target``: its own but the ``source`` and ``planned``
+    stamps (made here), the sort keys too for a ready slice, and every column (None) for the ingest log."""
     from cp_source.ready.batch_plan import SORT_KEYS
 
     if logged:
         return None
-    names = [n for n in target.names if n not in (tsc_column(SOURCE), node_column(SOURCE))]
+    made = (*stamp_columns(SOURCE), *stamp_columns(PLANNED))
+    names = [n for n in target.names if n not in made]
     if ready:
         names += [k for k, _ in SORT_KEYS if k not in names]
     return names
 
 
-def stamped(tables: Iterator[Any], target: Any, log: Any = None) -> Iterator[Any]:
+def stamped(tables: Iterator[Any], target: Any, log: Any = None, part: Any = None) -> Iterator[Any]:
     """The tables' rows joined into large batches (``coalesce``), each with the ``source`` stamp:
-    the moment these rows are handed to Spark on this executor."""
+    the moment these rows are handed to Spark on this executor; and with the ``planned`` stamp that
+    ``part`` (the partition) carries when ``target`` has its columns."""
     import pyarrow as pa
 
     import native_tsc
     from cp_source.reader.coalesce import coalesced
+    from cp_source.reader.planned import planned_arrays, wanted
 
     node = pa.scalar(native_tsc.domain_id(), pa.string())
+    with_planned = wanted(target.names)
+    planned = getattr(part, "planned", None)
     for batch in coalesced(tables):
         n = batch.num_rows
         tsc = pa.repeat(pa.scalar(native_tsc.now(), pa.int64()), n)
         cols = [*batch.columns, tsc, pa.repeat(node, n)]
-        names = [*batch.schema.names, tsc_column(SOURCE), node_column(SOURCE)]
+        names = [*batch.schema.names, *stamp_columns(SOURCE)]
+        if with_planned:
+            cols += planned_arrays(planned, n, _name(part))
+            names += stamp_columns(PLANNED)
         out = pa.RecordBatch.from_arrays(cols, names=names)
         if log is not None:
             log.observe(out)
         yield out.select(target.names).cast(target)
+
+
+def _name(part: Any) -> str:
+    """A partition as an error names it."""
+    if isinstance(part, SegmentRange):
+        return f"the partition of {part.worker} (spool {part.spool_id or '?'})"
+    if isinstance(part, ReadySlice):
+        return f"the ready slice ({part.lo}, {part.hi}]"
+    return "a partition"
 
 
 def read_slice(part: ReadySlice, columns: list[str] | None = None) -> Iterator[Any]:
@@ -228,10 +247,10 @@ def read_partition(partition: SegmentRange | ReadySlice, target: Any, log: Any =
     ready = isinstance(partition, ReadySlice)
     columns = segment_columns(target, ready, log is not None)
     if isinstance(partition, ReadySlice):
-        yield from stamped(read_slice(partition, columns), target, log)
+        yield from stamped(read_slice(partition, columns), target, log, partition)
         return
     loader = SegmentLoader(partition, columns)
     try:
-        yield from stamped((loader.load(*seg) for seg in partition.segments), target, log)
+        yield from stamped((loader.load(*seg) for seg in partition.segments), target, log, partition)
     finally:
         loader.close()

@@ -25,6 +25,9 @@ of another spool (a checkpoint reused on a new spool) or without an id (a
 checkpoint of an earlier version) is refused before anything is read or
 deleted, and an executor checks every segment it reads against what the
 driver planned (spool id, worker, number, first tuple id, rows).
+
+The driver reads the TSC once per latestOffset that offers new tuples and gives the reading to
+every partition of that batch: the ``planned`` stamp point (``cp_source.reader.planned``).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from pyspark.sql.types import StructType
 from cp_source.reader.options import ReaderOptions, check_schema
 from cp_source.reader.partitions import SegmentRange, read_partition
 from cp_source.reader.plan_sources import PlanSource, plan_source
+from cp_source.reader.planned import PlannedStamps
 from cp_source.ready.batch_plan import ReadySlice
 from native_tsc.process_times import mark, mark_process_start
 
@@ -96,11 +100,13 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
             check_progress_log(self.opts.progress_log)  # a missing bucket fails now, not in a task
         self._plans: PlanSource | None = plan_source(self.opts)
+        self.planned = PlannedStamps()
 
     # Driver-side state never travels to executors or planner copies.
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_plans"] = None
+        state["planned"] = PlannedStamps()
         return state
 
     @property
@@ -127,7 +133,9 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         mark("reader: latestOffset")
         rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return self.plans.latest_offset(start, rows)
+        end = self.plans.latest_offset(start, rows)
+        self.planned.offer(start, end)
+        return end
 
     def reportLatestOffset(self) -> dict | None:
         return self.plans.report_latest()
@@ -135,6 +143,9 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         mark("reader: partitions")
         parts = self.plans.partitions(start, end)
+        planned = self.planned.stamp(end)
+        for p in parts:
+            p.planned = planned  # type: ignore[attr-defined]
         if self.opts.progress_log is not None:
             from cp_source.reader.ingest_log import batch_key
 
@@ -146,6 +157,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def commit(self, end: dict) -> None:
         mark("reader: commit")
         self.plans.commit(end)
+        self.planned.commit(end)
 
     def stop(self) -> None:
         if self._plans is not None:

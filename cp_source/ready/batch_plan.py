@@ -65,6 +65,7 @@ class ReadySlice(InputPartition):
     batch_key: str = ""  # the batch's end offset digest, for the ingest log
     # over factory hosts: per segment, the (segment server, spool id) it is fetched from
     sources: list[tuple[str | None, str]] = field(default_factory=list)
+    planned: tuple[int, str] | None = None  # the driver's reading as it offered the batch, and its domain
 
     def __post_init__(self) -> None:
         super().__init__(f"{self.lo}..{self.hi}")

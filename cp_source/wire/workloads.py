@@ -30,7 +30,16 @@ import orjson
 import pyarrow as pa
 
 from cp_source.wire.ddl import parse_fields
-from native_tsc.stamp_columns import FACTORY, GEN, INTENDED, SOURCE, node_column, stamp_columns, tsc_column
+from native_tsc.stamp_columns import (
+    FACTORY,
+    GEN,
+    INTENDED,
+    PLANNED,
+    SOURCE,
+    node_column,
+    stamp_columns,
+    tsc_column,
+)
 
 AD_TYPES = ("banner", "modal", "sponsored-search", "mail", "mobile")
 EVENT_TYPES = ("view", "click", "purchase")
@@ -53,7 +62,8 @@ META_FIELDS = [
 ]
 # Made by the reader from a segment's metadata, not stored per row (cp_source.spool.intended).
 DERIVED = stamp_columns(INTENDED)
-RESERVED = {f.name for f in META_FIELDS} | set(stamp_columns(SOURCE))
+# The reader's own columns too: the driver's planned stamp and the executor's source stamp.
+RESERVED = {f.name for f in META_FIELDS} | set(stamp_columns(PLANNED)) | set(stamp_columns(SOURCE))
 
 
 def ysb_fields() -> pa.Schema:

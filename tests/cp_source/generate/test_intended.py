@@ -341,7 +341,7 @@ def test_the_reader_gives_the_intended_columns_made_from_each_segments_metadata(
     fill_spool(tmp_path / "spool", {"w0": [30, 1, 40]})
     sp = Spool(tmp_path / "spool")
     segs = [(s.number, s.path, s.rows, s.tuple_id_min) for s in sp.segments("w0", -1, 2)]
-    part = SegmentRange("w0", segs, fetch="local", spool_id=sp.spool_id())
+    part = SegmentRange("w0", segs, fetch="local", spool_id=sp.spool_id(), planned=(7, "driver"))
 
     def read(opts: dict[str, str]) -> pa.Table:
         target = to_arrow_schema(source_schema(ReaderOptions.parse(opts)), timezone="UTC")
