@@ -37,6 +37,7 @@ ADVICE = {
     "sink": "a faster sink store (the commit writes the batch's manifest)",
 }
 QUERY_ADVICE = "a cheaper query or more partitions"
+SINK_ADVICE = "a cheaper sink write (the records of each batch written to the sink's store)"
 
 
 class WaterfallError(ValueError):
@@ -62,7 +63,11 @@ class Stage:
 
     @property
     def advice(self) -> str:
-        return ADVICE.get(self.start, QUERY_ADVICE)
+        """What would shorten it: by the point it starts from; the last user point to the sink is the
+        sink's write, any other stage from the source on is the query."""
+        if self.start in ADVICE:
+            return ADVICE[self.start]
+        return SINK_ADVICE if self.end == "sink" and self.start != "source" else QUERY_ADVICE
 
 
 @dataclass(frozen=True)
@@ -266,7 +271,7 @@ def bar_figure(wf: Waterfall, rows: Sequence[QuantileRow], unit: str = "ms") -> 
 
     plt = _pyplot()
     name, ns = axis_unit(unit, np.array([r.e2e_ns for r in rows]))
-    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    fig, ax = plt.subplots(figsize=(8.4, 4.6))
     x = np.arange(len(rows))
     bottom = np.zeros(len(rows))
     for i, stage in enumerate(wf.stages):
@@ -279,7 +284,7 @@ def bar_figure(wf: Waterfall, rows: Sequence[QuantileRow], unit: str = "ms") -> 
     ax.set_ylabel(f"latency ({name}), stages stacked")
     ax.ticklabel_format(axis="y", style="plain", useOffset=False)
     ax.set_title("where the time goes: the record at each quantile", fontsize=10)
-    ax.legend(fontsize=7, loc="upper left", reverse=True)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), reverse=True)  # beside the bars
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     return fig
@@ -350,7 +355,7 @@ def time_figure(
     plt = _pyplot()
     edges, means = stage_means(wf)
     name, ns = axis_unit(unit, np.nansum(means, axis=1) if len(means) else np.zeros(0))
-    fig, (top, low) = plt.subplots(2, 1, figsize=(9.0, 5.8), sharex=True, height_ratios=(3, 2))
+    fig, (top, low) = plt.subplots(2, 1, figsize=(11.0, 5.8), sharex=True, height_ratios=(3, 2))
     bottom = np.zeros(len(edges) - 1 if len(edges) else 0)
     for i, stage in enumerate(wf.stages):
         h = np.nan_to_num(means[:, i]) / ns
@@ -360,7 +365,7 @@ def time_figure(
     top.set_ylabel(f"mean latency ({name}),\nstages stacked", fontsize=8)
     top.ticklabel_format(axis="y", style="plain", useOffset=False)
     top.set_title("the stages over the run", fontsize=10)
-    top.legend(fontsize=6, loc="upper right", reverse=True)
+    top.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), reverse=True)
     if phases is not None and len(phases.phase):
         _draw_phases(low, phases)
     else:

@@ -106,3 +106,18 @@ def test_a_table_that_is_not_a_waterfall_is_refused_in_one_line() -> None:
     with pytest.raises(WaterfallError) as e:
         waterfall_of(bad)
     assert str(e.value) == "waterfall table: its metadata's stages are not readable ('to')"
+
+
+def test_a_user_point_splits_the_query_from_the_sink_s_write() -> None:
+    meta = {"stages": [{"from": "source", "to": "join", "label": "the query"},
+                       {"from": "join", "to": "sink", "label": "sink"}]}  # fmt: skip
+    ms = np.array([[5.0, 1.0], [1.0, 30.0]])
+    table = pa.table({"tuple_id": [1, 2], "t_s": [1.0, 2.0], "e2e_ns": ms.sum(axis=1) * 1e6,
+                      "e2e_bound_ns": [0.0, 0.0], "stage_source_join_ns": ms[:, 0] * 1e6,
+                      "stage_join_sink_ns": ms[:, 1] * 1e6})  # fmt: skip
+    wf = waterfall_of(table.replace_schema_metadata({b"cloudprofiler.waterfall": json.dumps(meta)}))
+    assert dominance_line(wf, quantile_rows(wf)) == (
+        "at p50 (6.00 ms end to end) the query dominates (5.00 ms, 83%): a cheaper query or more partitions "
+        "would shorten it; at p99 (31.0 ms end to end) sink dominates (30.0 ms, 97%): a cheaper sink write "
+        "(the records of each batch written to the sink's store) would shorten it"
+    )
