@@ -25,6 +25,7 @@ NAMES = [
     "skew-and-windows.md",
     "cluster.md",
     "own-pipeline.md",
+    "p99.md",
 ]
 
 
