@@ -118,11 +118,17 @@ def test_the_driver_keeps_the_first_offers_reading_and_stamps_a_replayed_batch_w
     assert len(stamps) == 1 and stamps.stamp(later) == replayed
 
 
-def test_a_partition_without_a_planned_stamp_is_refused_when_the_columns_are_read(tmp_path: Path) -> None:
+@pytest.mark.parametrize("ready", [False, True])
+def test_a_partition_gives_its_planned_stamp_only_when_read_and_refuses_to_without_one(
+    tmp_path: Path, ready: bool
+) -> None:
+    """A partition (of whole segments, or a ready slice) gives every row the stamp it carries, in the
+    source's schema; a projection without the columns needs none; one without a stamp is refused."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from cp_source.reader.options import ReaderOptions, source_schema
     from cp_source.reader.partitions import SegmentRange, read_partition
+    from cp_source.ready.batch_plan import ReadySlice
     from cp_source.spool.segments import Spool
     from tests.helpers.filled_spool import fill_spool
 
@@ -131,13 +137,22 @@ def test_a_partition_without_a_planned_stamp_is_refused_when_the_columns_are_rea
     segs = [(s.number, s.path, s.rows, s.tuple_id_min) for s in sp.segments("w0", -1, 1)]
 
     def read(columns: str, planned: tuple[int, str] | None) -> pa.Table:
-        part = SegmentRange("w0", segs, fetch="local", spool_id=sp.spool_id(), planned=planned)
+        part: SegmentRange | ReadySlice
+        if ready:  # every row: event times 1_700_000_000_000 + i ms, i < 40
+            part = ReadySlice(-(1 << 60), 1 << 60, [("w0", *seg) for seg in segs], fetch="local")
+            part.spool_id, part.planned = sp.spool_id(), planned
+        else:
+            part = SegmentRange("w0", segs, fetch="local", spool_id=sp.spool_id(), planned=planned)
         target = to_arrow_schema(source_schema(ReaderOptions.parse({"columns": columns})), timezone="UTC")
-        return pa.Table.from_batches(list(read_partition(part, target)))
+        t = pa.Table.from_batches(list(read_partition(part, target)), schema=target)
+        assert t.schema == target
+        return t
 
     t = read("tuple_id,cp_tsc_planned,cp_node_planned", (42, "driver"))
+    assert sorted(t["tuple_id"].to_pylist()) == list(range(70))
     assert t["cp_tsc_planned"].to_pylist() == [42] * 70
     assert set(t["cp_node_planned"].to_pylist()) == {"driver"}
     assert read("tuple_id", None).column_names == ["tuple_id"]  # not read: no stamp needed
-    with pytest.raises(RuntimeError, match=r"^the partition of w0 \(spool \w+\) carries no planned stamp"):
+    name = r"the ready slice \(-\d+, \d+\]" if ready else r"the partition of w0 \(spool \w+\)"
+    with pytest.raises(RuntimeError, match=rf"^{name} carries no planned stamp: it was not planned by"):
         read("tuple_id,cp_tsc_planned", None)
