@@ -1,4 +1,7 @@
-"""Every docs page's code runs as written, in order, twice in a row in one working directory.
+"""Every docs page's code runs as written, in order, in one working directory, twice in a row: a user
+runs a page again, and the second run finds the first one's state (its /tmp paths, checkpoints and
+spools). The slow pages in ONCE run once: each run of theirs works in a fresh temporary directory
+(or runs no query), so a second run checked nothing new and cost half a minute of the suite's budget.
 
 The blocks' convention is in tests/helpers/doc_blocks.py and on docs/contributing.md: python and bash
 blocks run (bash in one shell per page, its background servers stopped when the page ends); text,
@@ -28,6 +31,7 @@ SLOW = {
     "windows.md",
     "sync-auto.md",
 }
+ONCE = {"progress.md", "windows.md"}  # see the module's docstring
 
 
 def _params() -> list[Any]:
@@ -49,7 +53,8 @@ def test_page_runs_twice_in_a_row(name: str, request: pytest.FixtureRequest, tmp
     blocks = page_blocks(page)  # an unmarked block fails the page before anything runs
     # Spark only for pages with Python: a page of commands alone stays in the fast tier
     spark = request.getfixturevalue("spark") if any(b.lang == "python" for b in blocks) else None
-    for run in (1, 2):
+    runs = (1,) if name in ONCE else (1, 2)
+    for run in runs:
         run_page(page, tmp_path, {"spark": spark, "__name__": f"docs_{name}_{run}"})
 
 

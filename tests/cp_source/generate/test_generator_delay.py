@@ -196,12 +196,14 @@ def test_the_command_line_delays_two_sender_processes_by_their_own_draws(
 
 def test_normal_delay_matches_its_distribution(factories: Callable[..., FactoryHandle]) -> None:
     f = factories(workers=1)
-    s = run_generator(
-        f.endpoint, GeneratorSettings(rate=1000, duration=4.0, bucket=10, delay="normal:50,10", delay_seed=9)
+    # a send queue that holds the whole run: a factory stalled by a loaded machine delays buckets
+    # (the quantiles below allow for it) instead of making the generator drop them
+    settings = GeneratorSettings(
+        rate=1000, duration=4.0, bucket=10, delay="normal:50,10", delay_seed=9, hwm=400
     )
+    s = run_generator(f.endpoint, settings)
     measured, _ = _measured_ms(_spool_table(f, s), 10)
-    # a loaded machine may make the generator drop a bucket (counted); every other one is here
-    assert len(measured) * 10 == s["offered"] - s["dropped"] and s["offered"] == 4000 and s["dropped"] <= 20
+    assert len(measured) * 10 == s["offered"] == 4000 and s["dropped"] == 0, s
     assert 50.0 - 1.5 < float(measured.mean()) < 50.0 + 5.0
     # quantiles of N(50, 10) at 10..90 %: the sample's sit above by the transit, within sampling noise
     z = np.array([-1.2816, -0.8416, -0.5244, -0.2533, 0.0, 0.2533, 0.5244, 0.8416, 1.2816])
