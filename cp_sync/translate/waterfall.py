@@ -38,6 +38,7 @@ from native_tsc.stamp_columns import (
     FACTORY,
     GEN,
     INTENDED,
+    PLANNED,
     SINK,
     SOURCE,
     node_column,
@@ -47,7 +48,7 @@ from native_tsc.stamp_columns import (
 WATERFALL_KEY = b"cloudprofiler.waterfall"
 WATERFALL_COLUMNS = ("tuple_id", "t_s", "e2e_ns", "e2e_bound_ns")
 DEFAULT_METHOD = "hull"  # never looser than minrtt on the same probes
-PLANNED = "planned"  # the driver's offer of a segment to Spark (optional: used when the records hold it)
+# planned (the driver's offer of a batch to Spark) is used when the records hold it: older ones do not
 _BEFORE_USER = (INTENDED, GEN, FACTORY, PLANNED, SOURCE)
 _AFTER_USER = (SINK, COMMITTED)
 _LABELS = {
