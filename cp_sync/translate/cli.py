@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from cp_store.location import Location
+from cp_store.location import Location, first_line
 
 DESCRIPTION = """Translate the duration between two stamp points of every record into reference-TSC
 cycles and ns, with an error bound and a status per record. Methods: minrtt (the paper's two MinRTT
@@ -162,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"plot written to {plot_loc.uri}")
     print(f"{out.num_rows:,} rows written to {out_loc.uri}")
     if report_loc is not None:
-        print(f"report: {_write_report(report_loc, args, out, facts, sync).uri}")
+        note = _write_waterfall(report_loc, args, records, sync, facts["reference"])
+        print(f"report: {_write_report(report_loc, args, out, facts, sync, note).uri}")
     if args.strict:
         return _strict(facts["status_counts"])
     return 0
@@ -173,7 +174,6 @@ _NOT_WITH_WATERFALL = (
     ("from_point", "--from"),
     ("to_point", "--to"),
     ("plot", "--plot"),
-    ("report", "--report"),
     ("by", "--by"),
     ("compare", "--compare"),
     ("strict", "--strict"),
@@ -200,6 +200,7 @@ def _waterfall(args: argparse.Namespace) -> int:
     if sync is None and args.method:
         raise ValueError("--method needs sync tables (--sync)")
     out_loc = output_file("--out", args.out)
+    report_loc = _report_dir(args.report) if args.report else None
     table = waterfall(records, sync, args.reference, methods[0], args.stamp_margin, args.hz)
     write_parquet(out_loc, table)
     print_table(stage_table(table))
@@ -207,7 +208,32 @@ def _waterfall(args: argparse.Namespace) -> int:
     for note in waterfall_meta(table)["notes"]:
         print(note)
     print(f"{table.num_rows:,} rows written to {out_loc.uri}")
+    if report_loc is not None:
+        print(f"report: {_waterfall_report(report_loc, table, sync).uri}")
     return 0
+
+
+def _waterfall_report(run: Location, table: Any, sync: Location | None) -> Location:
+    """``--waterfall --report DIR``: DIR a run directory whose page is the waterfall (its notes as
+    the verdicts), from the table just written to --out."""
+    from cp_store.tables import write_parquet
+    from cp_sync.run_page import build, new_doc, write_doc
+    from cp_sync.translate.waterfall import waterfall_meta
+    from cp_sync.waterfall_plot import WATERFALL_FILE
+
+    meta = waterfall_meta(table)
+    write_parquet(run.join(WATERFALL_FILE), table)
+    doc = new_doc(
+        "translate", f"translate --waterfall: {table.num_rows:,} records, reference {meta['reference']}"
+    )
+    doc["verdicts"] = [{"text": note, "good": None} for note in meta["notes"]]
+    doc["sync"] = {
+        "sync tables": "none (one TSC domain)" if sync is None else sync.uri,
+        "reference TSC domain": meta["reference"],
+        "method": meta.get("method"),
+    }
+    write_doc(run, doc)
+    return build(run)
 
 
 def _print_quantile_records(table: Any) -> None:
@@ -247,10 +273,35 @@ def _report_dir(given: str) -> Location:
     return loc
 
 
+def _write_waterfall(
+    run: Location, args: argparse.Namespace, records: Location, sync: Location | None, reference: str
+) -> str | None:
+    """The report's centre: the records' waterfall (every stamp point they hold, on the same
+    reference) written to the run directory, where the page draws it first; why not, when it cannot
+    be made (fewer than two points, say), as a line for the page's verdicts."""
+    from cp_store.tables import write_parquet
+    from cp_sync.translate.waterfall import DEFAULT_METHOD, waterfall
+    from cp_sync.waterfall_plot import WATERFALL_FILE
+
+    method = DEFAULT_METHOD if sync is not None else None
+    try:
+        table = waterfall(records, sync, reference, method or DEFAULT_METHOD, args.stamp_margin, args.hz)
+    except ValueError as e:
+        return f"no waterfall: {first_line(e)}"
+    write_parquet(run.join(WATERFALL_FILE), table)
+    return None
+
+
 def _write_report(
-    run: Location, args: argparse.Namespace, out: Any, facts: dict[str, Any], sync: Location | None
+    run: Location,
+    args: argparse.Namespace,
+    out: Any,
+    facts: dict[str, Any],
+    sync: Location | None,
+    waterfall_note: str | None = None,
 ) -> Location:
-    """Make ``run`` a run directory (cp_sync.run_page): latency.parquet, run.json, report.html."""
+    """Make ``run`` a run directory (cp_sync.run_page): latency.parquet, run.json, report.html (and
+    waterfall.parquet, written before: ``waterfall_note`` says why there is none)."""
     from cp_store.manifests import gaps_note
     from cp_store.tables import write_parquet
     from cp_sync.run_page import LATENCY_FILE, build, new_doc, write_doc
@@ -275,6 +326,8 @@ def _write_report(
     verdicts += [
         {"text": f"relation {pair} refused: {why}", "good": False} for pair, why in facts["refused"].items()
     ]
+    if waterfall_note is not None:
+        verdicts.append({"text": waterfall_note, "good": None})
     if facts.get("batch_gaps"):  # records of the missing batches are in no output
         gaps = gaps_note(facts["records"], facts["batch_gaps"])
         verdicts.append({"text": f"records {gaps}", "good": False})

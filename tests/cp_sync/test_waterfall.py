@@ -257,3 +257,43 @@ def test_a_real_runs_stages_add_up_to_end_to_end_for_every_record(
     assert len(ids) == 2_000 and np.array_equal(np.sort(table["tuple_id"].to_numpy()), ids)
     assert_stages_add_up(table)
     assert all(float(pc.min(table[f"stage_{a}_{b}_ns"]).as_py()) >= 0 for a, b in stages_of(table))
+
+
+def test_translate_reports_put_the_waterfall_first(tmp_path: Path, capsys: Any) -> None:
+    """``translate --report`` draws the records' waterfall first on its page (every point, the same
+    reference), and ``--waterfall --report`` makes a page of the waterfall alone; a location the
+    waterfall cannot use says why on the page."""
+    from cp_sync.waterfall_plot import WATERFALL_FILE
+
+    records, sync, _ = _synthetic(tmp_path)
+    base = ["translate", "--records", str(records), "--sync", str(sync)]
+    pair = tmp_path / "pair"
+    assert main([*base, "--from", "gen", "--to", "sink", "--out", str(tmp_path / "l.parquet"), "--report",
+                 str(pair)]) == 0  # fmt: skip
+    whole = tmp_path / "whole"
+    assert main([*base, "--waterfall", "--out", str(tmp_path / "w.parquet"), "--report", str(whole)]) == 0
+    capsys.readouterr()
+    for run in (pair, whole):
+        page = (run / "report.html").read_text()
+        got = pq.read_table(run / WATERFALL_FILE)
+        assert json.loads(got.schema.metadata[WATERFALL_KEY])["points"] == POINTS and got.num_rows == N
+        assert page.index("data-plot='waterfall") < page.index("Sync quality"), run
+    assert pq.read_table(whole / WATERFALL_FILE).equals(pq.read_table(tmp_path / "w.parquet"))
+    one = tmp_path / "one"
+    dom = pa.array([native_tsc.domain_id()])
+    table = pa.table(
+        {
+            "tuple_id": pa.array([1], pa.int64()),
+            "cp_tsc_gen": pa.array([5], pa.int64()),
+            "cp_node_gen": dom,
+            "cp_tsc_sink": pa.array([9], pa.int64()),
+            "cp_node_sink": dom,
+        }
+    )
+    publish(one, 0, {"records-0.parquet": table.drop(["cp_tsc_sink", "cp_node_sink"])})
+    publish(one, 1, {"records-0.parquet": table})
+    bare = tmp_path / "bare"
+    assert main(["translate", "--records", str(one), "--from", "gen", "--to", "sink", "--out",
+                 str(tmp_path / "o.parquet"), "--report", str(bare)]) == 0  # fmt: skip
+    assert not (bare / WATERFALL_FILE).exists()
+    assert "no waterfall: " in (bare / "report.html").read_text()
