@@ -75,8 +75,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--report",
         metavar="DIR",
-        help="also make DIR a run directory: run.json, latency.parquet and report.html (one "
-        "self-contained page: table, plots, statuses, sync, machine); a path or URI",
+        help="also make DIR a run directory: run.json, latency.parquet, waterfall.parquet and "
+        "report.html (one self-contained page: the waterfall first, table, plots, statuses, sync, "
+        "machine; with --waterfall, the waterfall alone); a path or URI",
     )
     p.add_argument(
         "--method", help="comma list of minrtt, hull, naive (default: all three; with sync tables only)"
