@@ -2,8 +2,8 @@
 stage's bound is positive exactly where it crosses TSC domains, and the figures hold the truth.
 
 Synthetic stamps on virtual domains of one raw counter (so the truth is known to the cycle) with real
-sync tables and the real commit protocol; a real run (generator, factory, Spark, sink) checks the
-points a run actually stamps.
+sync tables and the real commit protocol. A real run's points (generator, factory, Spark, a user
+point, sink) are checked in tests/cp_source/reader/test_planned_stamp.py, the demo's in test_demo.py.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import native_tsc
 from cloudprofiler.cli import main
 from cp_store.batch_log import publish
 from cp_sync.translate.waterfall import WATERFALL_KEY, waterfall, waterfall_meta, waterfall_summary
+from tests.helpers.waterfall_run import assert_stages_add_up, stages_of
 
 HZ = 2.6e9
 T0 = 10**13
@@ -30,19 +31,6 @@ N = 400
 POINTS = ["intended", "gen", "factory", "source", "mid", "sink"]
 LABELS = ["held or behind", "transport and parse", "waiting in the spool, task start and read",
           "the query", "sink"]  # fmt: skip
-
-
-def stages_of(table: pa.Table) -> list[tuple[str, str]]:
-    return [(s["from"], s["to"]) for s in waterfall_meta(table)["stages"]]
-
-
-def assert_stages_add_up(table: pa.Table) -> None:
-    """Every record's stages sum to its end to end (to float rounding of the positions)."""
-    total = np.zeros(table.num_rows)
-    for a, b in stages_of(table):
-        total += table[f"stage_{a}_{b}_ns"].to_numpy()
-    e2e = table["e2e_ns"].to_numpy()
-    assert table.num_rows and np.all(np.abs(total - e2e) <= 1e-9 * np.abs(e2e) + 1e-3)
 
 
 def _synthetic(tmp_path: Path) -> tuple[Path, Path, dict[str, np.ndarray]]:
@@ -224,39 +212,6 @@ def test_waterfall_errors_are_one_line(tmp_path: Path, capsys: Any, extra: list[
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
-
-
-@pytest.mark.long  # a real streaming query (generator, factory, Spark, sink): 50 to 110 s on 2 shared cores
-@pytest.mark.factory(workers=1, flush_ms=20)
-def test_a_real_runs_stages_add_up_to_end_to_end_for_every_record(
-    spark: Any, factory: Any, tmp_path: Path
-) -> None:
-    """Generator, factory, the cloudprofiler source, a user stamp point and the sink, on this machine:
-    every point a run stamps is in the waterfall, every tuple once, each record's stages summing to
-    its end to end."""
-    import cloudprofiler
-    from cp_sink.stamp import stamp
-    from cp_source.generate.generator import run_generator
-    from cp_source.generate.settings import GeneratorSettings
-    from tests.helpers.filled_spool import spool_source
-    from tests.helpers.ingest_truth import expected_ids, spool_drained
-    from tests.helpers.polling import wait_for
-    from tests.helpers.streaming import run_available_now
-
-    summary = run_generator(factory.endpoint, GeneratorSettings(rate=4_000, duration=0.5, bucket=200))
-    wait_for(lambda: spool_drained(factory.spool, summary), 30, "the factory to publish everything")
-    records = tmp_path / "records"
-    query = cloudprofiler.records(stamp(spool_source(spark, Path(factory.spool)), "mid"))
-    run_available_now(query, "cloudprofiler", str(tmp_path / "ck"), path=str(records))
-    table = waterfall(records)
-    points = waterfall_meta(table)["points"]
-    # "planned" (the driver's offer of the segment) is used whenever the records hold it
-    assert [p for p in points if p != "planned"] == ["intended", "gen", "factory", "source", "mid", "sink",
-                                                     "committed"]  # fmt: skip
-    ids, _ = expected_ids(summary, factory.spool_view().stats())
-    assert len(ids) == 2_000 and np.array_equal(np.sort(table["tuple_id"].to_numpy()), ids)
-    assert_stages_add_up(table)
-    assert all(float(pc.min(table[f"stage_{a}_{b}_ns"]).as_py()) >= 0 for a, b in stages_of(table))
 
 
 def test_translate_reports_put_the_waterfall_first(tmp_path: Path, capsys: Any) -> None:

@@ -72,3 +72,19 @@ def phase_table(
             batch = BatchProgress(q, q, "run-1", b, wall, durations, 100, pair)
             rows += phase_rows(batch, hz, node, 500)
     return pa.Table.from_pylist(rows, schema=SCHEMA)
+
+
+def stages_of(table: pa.Table) -> list[tuple[str, str]]:
+    """A waterfall table's stages, (from, to) in order, from its metadata."""
+    from cp_sync.translate.waterfall import waterfall_meta
+
+    return [(s["from"], s["to"]) for s in waterfall_meta(table)["stages"]]
+
+
+def assert_stages_add_up(table: pa.Table) -> None:
+    """Every record's stages sum to its end to end (to float rounding of the positions)."""
+    total = np.zeros(table.num_rows)
+    for a, b in stages_of(table):
+        total += table[f"stage_{a}_{b}_ns"].to_numpy()
+    e2e = table["e2e_ns"].to_numpy()
+    assert table.num_rows and np.all(np.abs(total - e2e) <= 1e-9 * np.abs(e2e) + 1e-3)

@@ -43,11 +43,12 @@ def test_every_record_has_its_batchs_planned_stamp_between_its_factory_and_sourc
     import cloudprofiler
     from cloudprofiler import wait_for_factory
     from cp_sink import read_records
+    from cp_sink.stamp import stamp
     from cp_source.spool.segments import Spool
     from cp_sync.translate.records import translate_records
 
     spool, out = tmp_path / "spool", tmp_path / "records"
-    df = cloudprofiler.records(embedded_source(spark, spool, workers="1"))
+    df = cloudprofiler.records(stamp(embedded_source(spark, spool, workers="1"), "mid"))
     query = (
         df.writeStream.format("cloudprofiler")
         .option("path", str(out))
@@ -95,6 +96,22 @@ def test_every_record_has_its_batchs_planned_stamp_between_its_factory_and_sourc
     order = np.argsort(got)
     want_cycles = rec["cp_tsc_sink"].to_numpy()[order] - rec["cp_tsc_planned"].to_numpy()[order]
     assert by_id["duration_cycles"].to_numpy().tolist() == want_cycles.astype(float).tolist()
+    _check_waterfall(out, got)
+
+
+def _check_waterfall(out: Path, ids: np.ndarray) -> None:
+    """The same real run's waterfall: every point it stamps, from the generator's schedule to the
+    sink's commit, every tuple once, each record's stages adding up to its end to end."""
+    from cp_sync.translate.waterfall import waterfall, waterfall_meta
+    from tests.helpers.waterfall_run import assert_stages_add_up, stages_of
+
+    table = waterfall(out)
+    assert waterfall_meta(table)["points"] == [
+        "intended", "gen", "factory", "planned", "source", "mid", "sink", "committed"
+    ]  # fmt: skip
+    assert np.array_equal(np.sort(table["tuple_id"].to_numpy()), np.sort(ids))
+    assert_stages_add_up(table)
+    assert all(float(pc.min(table[f"stage_{a}_{b}_ns"]).as_py()) >= 0 for a, b in stages_of(table))
 
 
 def test_the_driver_keeps_the_first_offers_reading_and_stamps_a_replayed_batch_when_planned() -> None:
