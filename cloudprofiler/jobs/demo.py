@@ -31,7 +31,6 @@ import json
 import os
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -47,7 +46,7 @@ from cloudprofiler.errors import CommandError
 from cloudprofiler.jobs.demo_report import DemoLayout
 from cloudprofiler.jobs.demo_verdict import DEFAULT_SLOPE_LIMIT
 from cp_source.generate.cli import add_bucket_option
-from cp_store.location import Location, resolve
+from cp_store.location import Location
 
 DESCRIPTION = """Run the YSB pipeline on embedded defaults: local Spark (local[2], UI off), the
 "cloudprofiler" stream reader with its embedded factory, generators in background
@@ -488,55 +487,6 @@ def _write_phases(phases: Any, queries: dict[str, Any], results: Location) -> di
     return {"file": PHASES_FILE, "query_ids": ids, "latency": summary_text(phases.table(ids["latency"]))}
 
 
-def _check_results(results: Location) -> None:
-    from cp_store.location import check_writable
-
-    try:
-        check_writable(results)
-    except OSError as e:
-        raise CommandError(f"--out {e}") from None
-
-
-def _prepare_out(args: argparse.Namespace) -> tuple[Path, Location]:
-    """The local work directory (spools, checkpoints, records) and where the results go (--out).
-
-    Both are checked before anything starts. With a URI, the work directory is a local temp dir:
-    spools live on the factory's local disk, and the windows query writes through Spark's own
-    file sink."""
-    from cp_store.tables import resolve_option
-
-    results = resolve_option("--out", args.out) if args.out else None
-    if results is not None:
-        _check_results(results)
-    if results is not None and results.is_local:
-        out = Path(results.path)
-    elif results is not None:
-        out = Path(tempfile.mkdtemp(prefix="cloudprofiler-demo-"))  # removed at the end (_clean_up)
-    else:
-        out = Path(time.strftime("cloudprofiler-demo-%Y%m%d-%H%M%S")).absolute()
-    out.mkdir(parents=True, exist_ok=True)
-    for name in ("spool", "spool-latency"):
-        spool = out / name
-        if spool.exists() and any(spool.iterdir()):
-            raise CommandError(f"{spool} already holds a spool: give an empty --out directory")
-    return out, results or resolve(out)
-
-
-WORK_DIRS = ("spool", "spool-latency", "checkpoint", "checkpoint-latency")
-
-
-def _clean_up(out: Path, results: Location) -> None:
-    """Remove the work files the run no longer needs: the spools and checkpoints (tens of MB), and the
-    whole local work directory when the results went to a URI."""
-    import shutil
-
-    if not results.is_local:
-        shutil.rmtree(out, ignore_errors=True)
-        return
-    for name in WORK_DIRS:
-        shutil.rmtree(out / name, ignore_errors=True)
-
-
 def run(args: argparse.Namespace) -> int:
     """Run the demo."""
     _check(args)
@@ -545,6 +495,7 @@ def run(args: argparse.Namespace) -> int:
     require_java()  # before the output directory is made
     from cloudprofiler.jobs.calibrate import load_calibration
     from cloudprofiler.jobs.demo_cost import calibration_summary, cost_lines, run_cost
+    from cloudprofiler.jobs.demo_out import clean_up, prepare_out
     from cloudprofiler.jobs.demo_report import collect, report
     from cloudprofiler.jobs.demo_verdict import judge
     from cp_store.tables import output_file
@@ -554,7 +505,7 @@ def run(args: argparse.Namespace) -> int:
     console = cli_console()
     summary = output_file("--summary", args.summary) if args.summary else None
     calibration = load_calibration(args.calibration) if args.calibration else None
-    out, results = _prepare_out(args)
+    out, results = prepare_out(args)
     if not results.is_local:
         console.print(f"work files (spools, checkpoints, records) in {out}; results to {results.uri}")
     elif args.out is None:
@@ -564,7 +515,7 @@ def run(args: argparse.Namespace) -> int:
         from cloudprofiler.spark_local import local_session
 
         if not results.is_local:  # the local work directory goes, also when the run fails (run last)
-            stack.callback(_clean_up, out, results)
+            stack.callback(clean_up, out, results)
         demo = _Demo(args, out, stack, status, started + args.timeout, _Nodes(args.simulate_nodes))
         stack.callback(demo.procs.close)
         spark = local_session(
@@ -599,7 +550,7 @@ def run(args: argparse.Namespace) -> int:
     judge(totals, args.latency_slope)
     totals["seconds"] = round(time.monotonic() - started, 1)
     totals["out"] = results.uri
-    _clean_up(out, results)
+    clean_up(out, results)
     if summary is not None:
         summary.write_bytes(json.dumps(totals, indent=2, default=str).encode())
     for line in cost_lines(totals):
