@@ -282,8 +282,16 @@ def test_translate_report_writes_a_run_directory(tmp_path: Path, capsys: Any) ->
     series = latency_series(pq.read_table(run / "latency.parquet"))
     assert pq.read_table(run / "latency.parquet").equals(pq.read_table(out))
     page = check_page((run / "report.html").read_text(), series)
-    assert [f["name"] for f in page.figures] == ["latency", "latency_error"]
+    names = [f["name"] for f in page.figures]
+    assert names[0] == "waterfall" and names[-2:] == ["latency", "latency_error"], names
     assert [c["count"] for c in page.cells.values()] == ["700", "700"]  # minrtt and naive, every record
+    # the records' waterfall first: its table is its bar, each row adding up to its end to end
+    drawn = page.figures[0]["values"]
+    per = {"s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0}[drawn["unit"]]
+    assert list(page.waterfall) == ["p50", "p90", "p99", "max"] == list(drawn["bars"])
+    for q, cells in page.waterfall.items():
+        bar = drawn["bars"][q]
+        assert bar and all(cells[col] == format_duration(v * per) for col, v in bar.items()), q
 
 
 def test_cloudprofiler_report_draws_a_run_s_waterfall_with_spark_s_phases_on_its_clock(

@@ -65,8 +65,9 @@ def test_the_line_names_the_stage_that_dominates_and_what_would_shorten_it() -> 
     wf = waterfall_of(table)
     assert dominance_line(wf, quantile_rows(wf)) == (
         "at p50 (25.0 ms end to end) the query dominates (20.0 ms, 80%): a cheaper query or more partitions "
-        "would shorten it; at p99 (210 ms end to end) held or behind dominates (200 ms, 95%): more factory "
-        "workers or credit (the generator was held or behind its schedule) would shorten it"
+        "would shorten it; at p99 (210 ms end to end) held or behind dominates (200 ms, 95%): a spool that "
+        "drains faster (a cheaper query, a larger spool) or more senders (the generator was held by a full "
+        "spool or ran behind its schedule) would shorten it"
     )
     table = _four([[0, 0, 300, 1, 1, 0], [0, 0, 1, 1, 1, 9], [0, 9, 1, 1, 1, 0], [0, 0, 0, 0, 0, 800]])
     wf = waterfall_of(table)
