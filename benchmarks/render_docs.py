@@ -94,6 +94,7 @@ BLOCKS: dict[str, Block] = {
     "scaleout": Block("scaleout", "scaleout.json", _show("print_report")),
     "hellos": Block("hellos", "hellos.json", _show("report")),
     "calibrate": Block("calibrate", "calibrate.json", _show("show")),
+    "stamp_cost": Block("stamp_cost", "stamp_cost.json", _show("show")),
 }
 
 
