@@ -30,8 +30,8 @@ QUANTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99), ("max", 1.0))
 MAX_BINS = 60  # the stages over time: at most this many bins of the run
 # what would shorten a stage, by the point it starts from (any other start: a stage of the query)
 ADVICE = {
-    "intended": "a spool that drains faster (a cheaper query, a larger spool) or more senders (the generator was "
-    "held by a full spool or ran behind its schedule)",
+    "intended": "a spool that drains faster (a cheaper query, a larger spool) or more senders "
+    "(the generator was held by a full spool or ran behind its schedule)",
     "gen": "more factory workers (transport and parse)",
     "factory": "a shorter trigger interval (segments wait in the spool for the next micro-batch)",
     "planned": "more partitions (task start and read of each segment)",
