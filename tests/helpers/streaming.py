@@ -92,3 +92,15 @@ def start_driver_script(script: Path, args: list[str], log: Path) -> subprocess.
             stdout=subprocess.DEVNULL,
             stderr=err,
         )
+
+
+def start_every(df: Any, fmt: str, out: Path, checkpoint: Path, trigger_ms: int = 200) -> Any:
+    """``df`` written to ``out`` in format ``fmt`` by a query started now, a micro-batch every
+    ``trigger_ms`` (the shape of the tests that feed a running query and watch what it wrote)."""
+    return (
+        df.writeStream.format(fmt)
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime=f"{trigger_ms} milliseconds")
+        .start()
+    )

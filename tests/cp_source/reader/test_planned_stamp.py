@@ -20,6 +20,7 @@ import native_tsc
 from tests.helpers.embedded_source import embedded_source
 from tests.helpers.ingest_truth import assert_exactly_once, expected_ids, spool_drained
 from tests.helpers.polling import wait_for
+from tests.helpers.streaming import start_every
 
 
 def _send_and_read(query: Any, spool: Path, endpoint: str) -> dict[str, Any]:
@@ -49,13 +50,7 @@ def test_every_record_has_its_batchs_planned_stamp_between_its_factory_and_sourc
 
     spool, out = tmp_path / "spool", tmp_path / "records"
     df = cloudprofiler.records(stamp(embedded_source(spark, spool, workers="1"), "mid"))
-    query = (
-        df.writeStream.format("cloudprofiler")
-        .option("path", str(out))
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(processingTime="200 milliseconds")
-        .start()
-    )
+    query = start_every(df, "cloudprofiler", out, tmp_path / "ckpt")
     try:
         endpoint = wait_for_factory(str(spool), query).factory_endpoint
         runs = [_send_and_read(query, spool, endpoint) for _ in range(2)]

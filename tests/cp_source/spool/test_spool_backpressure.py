@@ -12,6 +12,7 @@ from cp_source.spool.segments import Spool, spool_bytes
 from tests.helpers.embedded_source import embedded_source
 from tests.helpers.ingest_truth import assert_exactly_once, expected_ids, output_ids, spool_drained
 from tests.helpers.polling import wait_for
+from tests.helpers.streaming import start_every
 
 
 def test_segments_taken_by_a_batch_do_not_count_against_the_bound(tmp_path: Path) -> None:
@@ -39,13 +40,7 @@ def test_full_spool_with_no_admission_limit_does_not_stall(spark, tmp_path: Path
     bound = 3 << 20  # about 12k YSB rows: far less than the load below
     df = embedded_source(spark, spool, workers="1", maxSpoolBytes=str(bound)).select("tuple_id")
     out = tmp_path / "out"
-    query = (
-        df.writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(processingTime="200 milliseconds")
-        .start()
-    )
+    query = start_every(df, "parquet", out, tmp_path / "ckpt")
     try:
         endpoint = wait_for_factory(str(spool), query).factory_endpoint
         summary = run_generator(endpoint, GeneratorSettings(rate=100_000, duration=2.0, bucket=1000))
