@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from cp_common.options import lower_keys
 from cp_sink.stream_writer import CloudprofilerStreamWriter, SinkCommitMessage
 from cp_sync.auto import SyncOptions, ensure_coordinator
 from cp_sync.host_agent import AgentSpec, ensure_agent
@@ -29,7 +30,7 @@ class AutoSyncStreamWriter(CloudprofilerStreamWriter):
         driver: Mapping[str, str],
     ) -> None:
         super().__init__(schema, options, overwrite)
-        opts = {str(k).lower(): str(v) for k, v in options.items()}
+        opts = lower_keys(options)
         endpoint = ensure_coordinator(opts["path"], sync, driver, opts.get("checkpointlocation"))
         self.agent_spec = AgentSpec(endpoint, sync.curve_keys, sync.port)
         _ensure_quietly(self.agent_spec)  # the driver host's own agent: the source's stamps are taken here
@@ -49,7 +50,7 @@ def _ensure_quietly(spec: AgentSpec) -> None:
 
 def sink_writer(schema: Any, options: dict[str, str], overwrite: bool, driver: Mapping[str, str]) -> Any:
     """The sink's writer for ``options``: with ``sync=auto`` the one that runs sync."""
-    sync = SyncOptions.parse({str(k).lower(): str(v) for k, v in options.items()})
+    sync = SyncOptions.parse(lower_keys(options))
     if sync.mode == "auto":
         return AutoSyncStreamWriter(schema, options, overwrite, sync, driver)
     return CloudprofilerStreamWriter(schema, options, overwrite)

@@ -22,15 +22,49 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-HANDLERS = ("identity", "downsample", "xoy", "firstlast", "pc", "null")
+from cp_common.options import lower_names, suggestion
+
+Keeps = Literal["all", "modulo", "ends", "periods", "none"]
+
+
+@dataclass(frozen=True)
+class Handler:
+    """What a handler is, for the sink and the channels alike."""
+
+    name: str
+    keeps: Keeps  # all tuples, those of an id modulo rule, the first and last, counts per period, none
+    params: tuple[str, ...] = ()  # its parameters (checked by parse_handler)
+    defaults: Mapping[str, int] = field(default_factory=dict)
+    sink: bool = True  # the sink runs it (buffered is a channel's way of writing identity)
+    block: bool = False  # a channel buffers its pairs in blocks: it takes a ``block`` size
+
+    @property
+    def selects(self) -> bool:
+        """Its output is a subset of the tuples (records with stamps)."""
+        return self.keeps in ("all", "modulo", "ends")
+
+
+# The one registry of handler names: the sink, the channels and their config server read it.
+REGISTRY: dict[str, Handler] = {
+    h.name: h
+    for h in (
+        Handler("identity", "all"),
+        Handler("downsample", "modulo", ("n",), block=True),
+        Handler("xoy", "modulo", ("x", "y"), {"x": 2, "y": 1024}, block=True),
+        Handler("firstlast", "ends"),
+        Handler("pc", "periods", ("periodMs",), {"periodMs": 1000}),
+        Handler("null", "none"),
+        Handler("buffered", "all", sink=False, block=True),
+    )
+}
+HANDLERS = tuple(n for n, h in REGISTRY.items() if h.sink)
 # Older spellings, accepted quietly: the sink once called identity "id" where channels did not.
 ALIASES = {"id": "identity"}
-# Handlers whose output is a subset of the tuples (records with stamps).
-SELECTING = ("identity", "downsample", "xoy", "firstlast")
+SELECTING = tuple(n for n in HANDLERS if REGISTRY[n].selects)
 MAX_PARAM = 1 << 62
 
 
@@ -40,6 +74,11 @@ class HandlerSpec:
 
     name: str
     params: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> Handler:
+        """Its entry in the registry."""
+        return REGISTRY[self.name]
 
     @property
     def modulo(self) -> tuple[int, int]:
@@ -61,17 +100,6 @@ class HandlerSpec:
         return f"{self.name}({inner})"
 
 
-_REQUIRED: dict[str, tuple[str, ...]] = {
-    "identity": (),
-    "downsample": ("n",),
-    "xoy": ("x", "y"),
-    "firstlast": (),
-    "pc": ("periodMs",),
-    "null": (),
-}
-_DEFAULTS: dict[str, dict[str, int]] = {"xoy": {"x": 2, "y": 1024}, "pc": {"periodMs": 1000}}
-
-
 def _as_int(name: str, value: Any) -> int:
     if isinstance(value, bool):
         raise ValueError(f"handler parameter {name}={value!r}: expected an integer")
@@ -88,19 +116,18 @@ def parse_handler(name: str, params: Mapping[str, Any] | None = None) -> Handler
     """Check a handler name and its parameters (case-insensitive keys) and fill defaults."""
     key = str(name).strip().lower()
     key = ALIASES.get(key, key)
-    if key not in _REQUIRED:
-        from native_tsc.option_names import suggestion
-
+    if key not in HANDLERS:
         near = suggestion(str(name).strip(), HANDLERS)
         hint = f", did you mean {near!r}?" if near else ""
         raise ValueError(f"unknown handler {name!r}{hint} (expected one of {', '.join(HANDLERS)})")
-    given = {str(k).lower(): v for k, v in (params or {}).items()}
+    given = lower_names(params)
     out: dict[str, int] = {}
-    for p in _REQUIRED[key]:
+    kind = REGISTRY[key]
+    for p in kind.params:
         if p.lower() in given:
             out[p] = _as_int(p, given[p.lower()])
-        elif p in _DEFAULTS.get(key, {}):
-            out[p] = _DEFAULTS[key][p]
+        elif p in kind.defaults:
+            out[p] = kind.defaults[p]
         else:
             raise ValueError(f"handler {key} needs parameter {p}")
     if key == "xoy" and out["x"] > out["y"]:
@@ -117,11 +144,12 @@ def _select_mod(ids: np.ndarray, y: int, x: int) -> np.ndarray:
 def selected_positions(spec: HandlerSpec, ids: np.ndarray) -> np.ndarray | None:
     """Positions (int64) of the tuples the handler keeps; None means all of them."""
     n = ids.shape[0]
-    if spec.name == "identity":
+    keeps = spec.kind.keeps
+    if keeps == "all":
         return None
-    if spec.name in ("downsample", "xoy"):
+    if keeps == "modulo":
         return _select_mod(ids, *spec.modulo)
-    if spec.name == "firstlast":
+    if keeps == "ends":
         return np.array([0, n - 1] if n > 1 else [0] * n, dtype=np.int64)
     return np.empty(0, np.int64)  # pc and null keep no tuples
 

@@ -56,6 +56,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
+from cp_common.options import check_names, flag_option, lower_keys
 from cp_sink.records import (
     PERIODS_PREFIX,
     PERIODS_SCHEMA,
@@ -117,28 +118,11 @@ def _ours(messages: list[WriterCommitMessage | None]) -> list[SinkCommitMessage]
     return out
 
 
-def _options(options: dict[str, str]) -> dict[str, str]:
-    return {str(k).lower(): str(v) for k, v in options.items()}
-
-
 def check_sink_options(options: dict[str, str]) -> None:
     """Refuse option names the sink does not know, in one line naming each (with the nearest valid
     name) and listing the valid ones; Spark's own (checkpointLocation, queryName) pass."""
-    from native_tsc.option_names import unknown_options_error
-
     given = [k for k in options if str(k).lower() not in _SPARK_OPTIONS]
-    message = unknown_options_error(given, SINK_OPTIONS, "the cloudprofiler sink")
-    if message is not None:
-        raise ValueError(message)
-
-
-def _durable(opts: dict[str, str]) -> bool:
-    """The ``durability`` option as "fsync or not"; a bad value raises one line naming it."""
-    given = opts.get("durability", "process")
-    level = given.strip().lower()
-    if level not in DURABILITY_LEVELS:
-        raise ValueError(f"option durability={given!r}: expected one of {', '.join(DURABILITY_LEVELS)}")
-    return level == "strict"
+    check_names(given, SINK_OPTIONS, "the cloudprofiler sink")
 
 
 def _task_identity() -> tuple[int, int, str, str | None]:
@@ -272,7 +256,7 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         from cp_sink.handlers import parse_handler
 
         check_sink_options(options)  # the names as given: Spark's are lower-cased, a caller's may not be
-        opts = _options(options)
+        opts = lower_keys(options)
         if not opts.get("path"):
             raise ValueError("the cloudprofiler sink needs option 'path'")
         loc = resolve(opts["path"])  # an unknown scheme: one line naming the path
@@ -288,7 +272,7 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         self._staged = batch_log.staging(None)  # set per task from the query's id
         self._query_id: str | None = None
         self.spec = parse_handler(opts.get("handler", "identity"), opts)
-        self.durable = _durable(opts)
+        self.durable = flag_option(opts, "durability", DURABILITY_LEVELS, on="strict")  # strict: fsync
         self.overwrite = overwrite
         self.window_column = opts.get("windowcolumn")
         self.key_columns: list[str] = []
@@ -388,15 +372,16 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
                 continue
             ids = self._ids(batch)
             tally.add(ids, tsc)
-            if spec.name == "pc":
+            keeps = spec.kind.keeps
+            if keeps == "periods":
                 batch_tscs.append(tsc)
                 batch_rows.append(n)
                 if self.key_columns:
                     keyed.append(_rows_per_key(batch, self.key_columns, tsc))
                 continue
-            if spec.name == "null":
+            if keeps == "none":
                 continue
-            if spec.name == "firstlast":
+            if keeps == "ends":
                 if fl_first is None:
                     fl_first = self._record_batch(batch.slice(0, 1), ids[:1], tsc, node, partition)
                 fl_last = self._record_batch(batch.slice(n - 1, 1), ids[n - 1 :], tsc, node, partition)

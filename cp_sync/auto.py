@@ -48,17 +48,19 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from cp_common.options import Options, choice_option, given, port_option, seconds_option
 from cp_store.location import check_writable, resolve
 from cp_sync.auto_coordinator import read_state, registry_paths
 from cp_sync.background import start_daemon
 from cp_sync.host_agent import runtime_dir
+from native_tsc.faces import deprecated_names
 
 SYNC_MODES = ("off", "auto")
 DEFAULT_EVERY_S = 60.0
 MIN_EVERY_S, MAX_EVERY_S = 0.5, 86_400.0
 START_TIMEOUT_S = 60.0  # the coordinator process importing and binding, on a busy driver
 STOP_WAIT_S = 120.0  # a coordinator running its stop phase, before a new one may take the path
-_SYNC_ONLY = ("syncevery", "curvekeys", "syncport")
+_SYNC_ONLY = ("syncEvery", "curveKeys", "syncPort")
 
 
 @dataclass(frozen=True)
@@ -71,34 +73,16 @@ class SyncOptions:
     port: int = 0
 
     @classmethod
-    def parse(cls, opts: Mapping[str, str]) -> SyncOptions:
+    def parse(cls, opts: Options) -> SyncOptions:
         """From the sink's options (names lower-cased); a bad value raises one line naming its option."""
-        mode = opts.get("sync", "off").strip().lower()
-        if mode not in SYNC_MODES:
-            raise ValueError(f"option sync={opts['sync']!r}: expected one of {', '.join(SYNC_MODES)}")
+        mode = choice_option(opts, "sync", SYNC_MODES)
         if mode == "off":
-            given = [n for n in _SYNC_ONLY if n in opts]
-            if given:
-                names = {"syncevery": "syncEvery", "curvekeys": "curveKeys", "syncport": "syncPort"}
-                raise ValueError(f"option {names[given[0]]} needs sync=auto (sync is off)")
+            sync_only = given(opts, _SYNC_ONLY)
+            if sync_only:
+                raise ValueError(f"option {sync_only[0]} needs sync=auto (sync is off)")
             return cls()
-        return cls(
-            mode, _every(opts.get("syncevery")), _keys(opts.get("curvekeys")), _port(opts.get("syncport"))
-        )
-
-
-def _every(raw: str | None) -> float:
-    if raw is None:
-        return DEFAULT_EVERY_S
-    try:
-        v = float(raw)
-    except ValueError:
-        v = float("nan")
-    if not MIN_EVERY_S <= v <= MAX_EVERY_S:  # NaN fails too
-        raise ValueError(
-            f"option syncEvery={raw!r}: expected seconds from {MIN_EVERY_S:g} to {MAX_EVERY_S:g}"
-        )
-    return v
+        every = seconds_option(opts, "syncEvery", DEFAULT_EVERY_S, MAX_EVERY_S, lo=MIN_EVERY_S)
+        return cls(mode, every, _keys(opts.get("curvekeys")), port_option(opts, "syncPort"))
 
 
 def _keys(raw: str | None) -> str | None:
@@ -109,15 +93,6 @@ def _keys(raw: str | None) -> str | None:
             f"option curveKeys={raw!r}: not a directory (make one with 'cloudprofiler keys generate')"
         )
     return os.path.abspath(raw)
-
-
-def _port(raw: str | None) -> int:
-    if raw is None:
-        return 0
-    v = int(raw) if raw.strip().isdigit() else -1
-    if v != 0 and not 1024 <= v <= 65535:
-        raise ValueError(f"option syncPort={raw!r}: expected 0 (any free port) or a port from 1024 to 65535")
-    return v
 
 
 # ---- the driver's address ---------------------------------------------------------------------
@@ -458,3 +433,7 @@ def _checkpoint_root(query: Any) -> str | None:
         return str(query._jsq.streamingQuery().resolvedCheckpointRoot())
     except Exception:  # no JVM query behind it (Spark Connect, or gone): nothing to match by
         return None
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["wait_for_stop"])

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from cp_sink.handlers import ALIASES, parse_handler
+from cp_sink.handlers import ALIASES, REGISTRY, parse_handler
 
-CHANNEL_HANDLERS = ("identity", "buffered", "pc", "downsample", "xoy", "firstlast", "null")
+CHANNEL_HANDLERS = tuple(REGISTRY)
 DEFAULT_BLOCK = 1 << 16
 MAX_BLOCK = 1 << 24
-# Handlers whose own parameters (n, x/y, periodMs) are checked by cp_sink.handlers, as in the sink.
-_SPEC_PARAMS = ("downsample", "xoy", "pc")
-# Handlers that buffer pairs in blocks, so take a ``block`` size.
-_BLOCK_PARAMS = ("buffered", "downsample", "xoy")
 
 
 def parse_channel_handler(name: str, params: dict[str, Any] | None = None) -> tuple[str, dict[str, int]]:
@@ -23,9 +19,10 @@ def parse_channel_handler(name: str, params: dict[str, Any] | None = None) -> tu
     if key not in CHANNEL_HANDLERS:
         raise ValueError(f"unknown channel handler {name!r}: expected one of {', '.join(CHANNEL_HANDLERS)}")
     out: dict[str, int] = {}
-    if key in _SPEC_PARAMS:
+    kind = REGISTRY[key]
+    if kind.params:  # n, x/y, periodMs: checked by cp_sink.handlers, as in the sink
         out.update(parse_handler(key, params).params)
-    if key in _BLOCK_PARAMS:
+    if kind.block:
         block = int(params.get("block", DEFAULT_BLOCK))
         if not 1 <= block <= MAX_BLOCK:
             raise ValueError(f"channel parameter block={block}: must be between 1 and 2**24")

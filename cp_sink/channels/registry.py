@@ -11,6 +11,7 @@ from cp_sink.channels.firstlast import FirstLastChannel
 from cp_sink.channels.identity import IdentityChannel
 from cp_sink.channels.null import NullChannel
 from cp_sink.channels.periodic_counter import PeriodicCounterChannel
+from cp_sink.handlers import REGISTRY
 
 # (name, handler, path, fmt, checked params) -> an open channel
 ChannelFactory = Callable[[str, str, Path, str, dict[str, int]], Channel]
@@ -24,3 +25,7 @@ FAMILIES: dict[str, ChannelFactory] = {
     "firstlast": FirstLastChannel,
     "null": NullChannel,
 }
+# every handler of cp_sink.handlers.REGISTRY has its class here: a new one fails at import, not at open
+if FAMILIES.keys() != REGISTRY.keys():
+    missing = sorted(FAMILIES.keys() ^ REGISTRY.keys())
+    raise ImportError(f"channel handlers without a class or a registry entry: {missing}")

@@ -9,9 +9,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Mapping
 from typing import Any
 
+from cp_common.options import Options, given, path_option, seconds_option
 from cp_source.ready.offsets import MAX_FACTORIES
 
 _ENDPOINT_RE = re.compile(r"^tcp://([A-Za-z0-9.\-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]):([0-9]{1,5})$")
@@ -66,19 +66,19 @@ def default_status_dir(factories: tuple[str, ...], registry: str | None = None) 
     return str(default_spool_root() / f"factories-{digest}")
 
 
-def hosts_options(opts: Mapping[str, str]) -> dict[str, Any]:
+def hosts_options(opts: Options) -> dict[str, Any]:
     """``factories`` and the options only it takes, checked against the ones it excludes (one line)."""
     raw = opts.get("factories")
     registry = (opts.get("factoriesdir") or "").strip() or None
     if raw is None and registry is None:
-        given = [n for n in ("factoryTimeout", "statusDir") if n.lower() in opts]
-        if given:
-            raise ValueError(f"option {given[0]}: only factories=... (or factoriesDir) takes it")
+        hosts_only = given(opts, ("factoryTimeout", "statusDir"))
+        if hosts_only:
+            raise ValueError(f"option {hosts_only[0]}: only factories=... (or factoriesDir) takes it")
         return {}
-    if registry is not None and "\0" in registry:
-        raise ValueError(f"option factoriesDir={registry!r}: expected a directory path")
+    if registry is not None:
+        path_option(opts, "factoriesDir")  # refuses a NUL byte in one line
     factories = parse_factories(raw) if raw is not None else ()
-    clash = [n for n in EXCLUSIVE_OPTIONS if n.lower() in opts]
+    clash = given(opts, EXCLUSIVE_OPTIONS)
     if clash:
         raise ValueError(
             f"option {clash[0]}: not with factories=... (each factory host has its own spool and "
@@ -89,13 +89,7 @@ def hosts_options(opts: Mapping[str, str]) -> dict[str, Any]:
             raise ValueError(f"option {name}: {why}")
     if opts.get("fetch", "network").strip().lower() == "local":
         raise ValueError("option fetch=local: with factories executors fetch from the factory hosts")
-    raw_t = opts.get("factorytimeout", "0")
-    try:
-        timeout = float(raw_t)
-    except ValueError:
-        raise ValueError(f"option factoryTimeout={raw_t!r}: expected seconds (0: wait forever)") from None
-    if not 0 <= timeout <= 86400 * 7:
-        raise ValueError(f"option factoryTimeout={timeout:g}: expected 0 <= factoryTimeout <= 604800")
+    timeout = seconds_option(opts, "factoryTimeout", 0.0, 86400 * 7, zero="0: wait forever")
     status = (opts.get("statusdir") or "").strip()
     if "\0" in status:
         raise ValueError(f"option statusDir={status!r}: expected a directory path")

@@ -42,15 +42,14 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import re
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 import orjson
 
+from cp_common.options import Options, choice_option, duration_ms, given, int_option, path_option
 from cp_source.klink.costs import BatchCosts
 from cp_source.klink.reports import KlinkDecision, KlinkReport, KlinkState
 
@@ -78,13 +77,6 @@ KLINK_OPTIONS = (
     "klinkMinSlackMs",
 )
 
-_DURATION = re.compile(
-    r"^\s*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|sec|seconds?|m|min|minutes?|h|hours?)?\s*$", re.I
-)
-_UNIT_MS = {"ms": 1, "millisecond": 1, "milliseconds": 1, "s": 1000, "sec": 1000, "second": 1000}
-_UNIT_MS |= {"seconds": 1000, "m": 60_000, "min": 60_000, "minute": 60_000, "minutes": 60_000}
-_UNIT_MS |= {"h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000}
-
 
 # ---- options ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -101,59 +93,31 @@ class KlinkConfig:
     f: float = 0.95
 
 
-def parse_duration_ms(name: str, raw: str, allow_zero: bool = False) -> int:
-    """``"10 seconds"``, ``"500 ms"``, ``"2s"`` or plain milliseconds; ValueError naming the option."""
-    m = _DURATION.match(str(raw))
-    if m is None:
-        raise ValueError(f"option {name}={raw!r}: expected a duration such as '10 seconds' or '500 ms'")
-    value = float(m.group(1)) * _UNIT_MS[(m.group(2) or "ms").lower()]
-    if value != int(value) or value > 7 * 86_400_000 or (value == 0 and not allow_zero):
-        raise ValueError(f"option {name}={raw!r}: expected whole milliseconds, more than 0, at most 7 days")
-    return int(value)
-
-
-def _int(opts: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
-    raw = opts.get(name.lower())
-    if raw is None:
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise ValueError(f"option {name}={raw!r}: expected an integer") from None
-    if not lo <= value <= hi:
-        raise ValueError(f"option {name}={value}: expected {lo} <= {name} <= {hi}")
-    return value
-
-
-def parse_klink_options(opts: Mapping[str, str]) -> KlinkConfig | None:
+def parse_klink_options(opts: Options) -> KlinkConfig | None:
     """``scheduling`` and the options only ``scheduling=klink`` takes (``opts``: lower-cased keys)."""
-    scheduling = str(opts.get("scheduling", "default")).strip().lower()
-    if scheduling not in SCHEDULING:
-        raise ValueError(f"option scheduling={scheduling!r}: expected one of {', '.join(SCHEDULING)}")
-    given = [n for n in KLINK_OPTIONS if n.lower() in opts]
+    scheduling = choice_option(opts, "scheduling", SCHEDULING)
+    klink_only = given(opts, KLINK_OPTIONS)
     if scheduling != "klink":
-        if given:
-            raise ValueError(f"option {given[0]}: only scheduling=klink takes it")
+        if klink_only:
+            raise ValueError(f"option {klink_only[0]}: only scheduling=klink takes it")
         return None
     for need in ("window", "watermarkDelay"):
-        if need.lower() not in opts:
+        if not given(opts, (need,)):
             raise ValueError(f"option {need}: scheduling=klink needs the query's {need} (as in the query)")
-    window = parse_duration_ms("window", opts["window"])
-    slide = parse_duration_ms("slide", opts["slide"]) if "slide" in opts else window
+    window = duration_ms("window", opts["window"])
+    slide = duration_ms("slide", opts["slide"]) if "slide" in opts else window
     if slide > window:
         raise ValueError(f"option slide={opts['slide']!r}: the slide exceeds the window ({window} ms)")
-    delay = parse_duration_ms("watermarkDelay", opts["watermarkdelay"], allow_zero=True)
-    directory = opts.get("klinkdir")
-    if directory is not None and (not directory.strip() or "\0" in directory):
-        raise ValueError(f"option klinkDir={directory!r}: expected a directory path")
+    delay = duration_ms("watermarkDelay", opts["watermarkdelay"], allow_zero=True)
+    directory = path_option(opts, "klinkDir")
     return KlinkConfig(
         window_ms=window,
         slide_ms=slide,
         delay_ms=delay,
-        directory=directory.strip() if directory else None,
-        max_defer_ms=_int(opts, "maxDeferMs", min(slide, 2000), 0, 3_600_000),
-        h=_int(opts, "klinkHistory", 8, 2, 10_000),
-        min_slack_ms=_int(opts, "klinkMinSlackMs", 500, 0, 3_600_000),
+        directory=directory,
+        max_defer_ms=int_option(opts, "maxDeferMs", min(slide, 2000), 0, 3_600_000),
+        h=int_option(opts, "klinkHistory", 8, 2, 10_000),
+        min_slack_ms=int_option(opts, "klinkMinSlackMs", 500, 0, 3_600_000),
     )
 
 

@@ -32,6 +32,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
+from cp_common.options import lower_keys
 from cp_source.wire.workloads import YSB_FIELDS
 from native_tsc.stamp_columns import GEN, SOURCE, node_column, tsc_column
 
@@ -74,7 +75,7 @@ class NaiveZmqReader(DataSourceStreamReader):
     """Binds on first use in the driver-side runner; ``latestOffset`` drains the socket."""
 
     def __init__(self, options: dict[str, str]) -> None:
-        opts = {k.lower(): v for k, v in options.items()}
+        opts = lower_keys(options)
         unknown = set(opts) - {"endpoint", "statefile", "maxrowsperread", "partitions"}
         if unknown:
             raise ValueError(f"cp_naive_zmq: unknown option(s) {sorted(unknown)}")

@@ -13,10 +13,18 @@ from typing import Any
 
 from pyspark.sql.types import StructType
 
+from cp_common.options import (
+    check_names,
+    choice_option,
+    given,
+    int_option,
+    lower_keys,
+    path_option,
+    seconds_option,
+)
 from cp_source.hosts.host_options import HOST_OPTIONS, hosts_options
 from cp_source.klink.admission import KLINK_OPTIONS, KlinkConfig, parse_klink_options
 from cp_source.spool.durability import DURABILITY_LEVELS
-from native_tsc.option_names import unknown_options_error
 from native_tsc.stamp_columns import PLANNED, SOURCE, node_column, tsc_column
 
 FETCH_MODES = ("auto", "local", "network")
@@ -57,45 +65,9 @@ OPTION_NAMES = (
 )
 
 
-def _int_option(opts: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
-    raw = opts.get(name.lower())
-    if raw is None:
-        return default
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise ValueError(f"option {name}={raw!r}: expected an integer") from None
-    if not lo <= value <= hi:
-        raise ValueError(f"option {name}={value}: expected {lo} <= {name} <= {hi}")
-    return value
-
-
-def _seconds_option(opts: Mapping[str, str], name: str, default: float, hi: float) -> float:
-    raw = opts.get(name.lower())
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"option {name}={raw!r}: expected seconds") from None
-    if not 0 < value <= hi:
-        raise ValueError(f"option {name}={value}: expected 0 < {name} <= {hi:g}")
-    return value
-
-
-def _dir_option(opts: Mapping[str, str], name: str) -> str | None:
-    raw = opts.get(name.lower())
-    if raw is None:
-        return None
-    path = raw.strip()
-    if not path or "\0" in path:
-        raise ValueError(f"option {name}={raw!r}: expected a directory path")
-    return path
-
-
 def _progress_log_option(opts: Mapping[str, str]) -> str | None:
     """progressLog: a directory or URI whose scheme is known (the store is checked at the start)."""
-    path = _dir_option(opts, "progressLog")
+    path = path_option(opts, "progressLog")
     if path is not None:
         from cp_store.location import StoreError, resolve
 
@@ -119,14 +91,6 @@ def _columns_option(opts: Mapping[str, str]) -> tuple[str, ...]:
     if twice is not None:
         raise ValueError(f"option columns={raw!r}: column {twice} is named twice")
     return names
-
-
-def _choice_option(opts: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
-    given = str(opts.get(name.lower(), choices[0]))
-    value = given.strip().lower()
-    if value not in choices:  # the value as the user wrote it, the option as the docs spell it
-        raise ValueError(f"option {name}={given!r}: expected one of {', '.join(choices)}")
-    return value
 
 
 def default_spool(endpoint: str) -> str:
@@ -187,10 +151,9 @@ class ReaderOptions:
         ``strict`` also rejects unknown option names (typos). Spark calls the data source's
         schema() only for a read, so it parses strictly there and a typo fails at ``load()``.
         """
-        unknown = unknown_options_error(dict(options), OPTION_NAMES, "the cloudprofiler source")
-        if unknown is not None and strict:
-            raise ValueError(unknown)
-        opts = {str(k).lower(): str(v) for k, v in dict(options).items()}
+        if strict:
+            check_names(dict(options), OPTION_NAMES, "the cloudprofiler source")
+        opts = lower_keys(options)
         hosts = hosts_options(opts)  # factories=...: refuses the options of a query's own factory
         endpoint = opts.get("endpoint", DEFAULT_ENDPOINT).strip()
         if not endpoint.startswith(("tcp://", "ipc://")):
@@ -206,7 +169,7 @@ class ReaderOptions:
             own = "a Parquet file carries its own" if kind == "parquet" else "ysb has its own"
             raise ValueError(f"option schema: only a file:PATH workload takes a schema ({own})")
         max_records = opts.get("maxrecordspertrigger")
-        fetch_timeout = _seconds_option(opts, "fetchTimeout", 60.0, 3600)
+        fetch_timeout = seconds_option(opts, "fetchTimeout", 60.0, 3600)
         ready = _ready_options(opts, max_records is not None)
         bind = opts.get("serverbind", "127.0.0.1").strip()
         if not bind or any(c in bind for c in "/ "):
@@ -214,23 +177,23 @@ class ReaderOptions:
         return cls(
             endpoint=endpoint,
             spool="" if hosts else opts.get("spool") or default_spool(endpoint),
-            workers=_int_option(opts, "workers", 2, 1, 64),
+            workers=int_option(opts, "workers", 2, 1, 64),
             workload=workload,
             schema_ddl=schema_ddl,
             max_records=(
-                None if max_records is None else _int_option(opts, "maxRecordsPerTrigger", 0, 1, 1 << 62)
+                None if max_records is None else int_option(opts, "maxRecordsPerTrigger", 0, 1, 1 << 62)
             ),
-            factory=_choice_option(opts, "factory", FACTORY_MODES),
+            factory=choice_option(opts, "factory", FACTORY_MODES),
             # from factory hosts a segment is always fetched from its factory's server
-            fetch="network" if hosts else _choice_option(opts, "fetch", FETCH_MODES),
+            fetch="network" if hosts else choice_option(opts, "fetch", FETCH_MODES),
             server_bind=bind,
             server_host=opts.get("serverhost") or None,
-            max_spool_bytes=_int_option(opts, "maxSpoolBytes", 2 << 30, 1 << 20, 1 << 50),
-            segments_per_partition=_int_option(opts, "segmentsPerPartition", 1000, 1, 100_000),
-            rows_per_partition=_int_option(opts, "rowsPerPartition", 500_000, 1, 1 << 40),
+            max_spool_bytes=int_option(opts, "maxSpoolBytes", 2 << 30, 1 << 20, 1 << 50),
+            segments_per_partition=int_option(opts, "segmentsPerPartition", 1000, 1, 100_000),
+            rows_per_partition=int_option(opts, "rowsPerPartition", 500_000, 1, 1 << 40),
             fetch_timeout=fetch_timeout,
-            starting_offsets=_choice_option(opts, "startingOffsets", STARTING_OFFSETS),
-            durability=_choice_option(opts, "durability", DURABILITY_LEVELS),
+            starting_offsets=choice_option(opts, "startingOffsets", STARTING_OFFSETS),
+            durability=choice_option(opts, "durability", DURABILITY_LEVELS),
             curve_keys=opts.get("curvekeys") or None,
             progress_log=_progress_log_option(opts),
             klink=parse_klink_options(opts),
@@ -242,18 +205,18 @@ class ReaderOptions:
 
 def _ready_options(opts: Mapping[str, str], has_limit: bool) -> dict[str, Any]:
     """``ordering`` and the options that only ``ordering=ready`` takes, validated together."""
-    ordering = _choice_option(opts, "ordering", ORDERINGS)
-    given = [n for n in ("senders", "senderIds", "senderTimeout") if n.lower() in opts]
+    ordering = choice_option(opts, "ordering", ORDERINGS)
+    ready_only = given(opts, ("senders", "senderIds", "senderTimeout"))
     if ordering != "ready":
-        if given:
-            raise ValueError(f"option {given[0]}: only ordering=ready takes it")
+        if ready_only:
+            raise ValueError(f"option {ready_only[0]}: only ordering=ready takes it")
         return {}
     if has_limit:
         raise ValueError(
             "option maxRecordsPerTrigger: not with ordering=ready, whose batch is every tuple up to "
             "the ready frontier (a limit would cut a batch inside one event time)"
         )
-    if opts.get("startingoffsets", "earliest").strip().lower() != "earliest":
+    if choice_option(opts, "startingOffsets", STARTING_OFFSETS) != "earliest":
         raise ValueError("option startingOffsets: ordering=ready starts at the spool's committed frontier")
     raw_ids = opts.get("senderids", "").strip()
     try:
@@ -262,8 +225,8 @@ def _ready_options(opts: Mapping[str, str], has_limit: bool) -> dict[str, Any]:
         raise ValueError(f"option senderIds={raw_ids!r}: expected sender ids separated by commas") from None
     if any(not 0 <= i < 1 << 24 for i in ids):
         raise ValueError(f"option senderIds={raw_ids!r}: sender ids are 0..{(1 << 24) - 1}")
-    timeout = _seconds_option(opts, "senderTimeout", 10.0, 86400)
-    senders = _int_option(opts, "senders", 0, 1, 1 << 24) if "senders" in opts else None
+    timeout = seconds_option(opts, "senderTimeout", 10.0, 86400)
+    senders = int_option(opts, "senders", 0, 1, 1 << 24) if "senders" in opts else None
     return {"ordering": "ready", "senders": senders, "sender_ids": ids, "sender_timeout": timeout}
 
 

@@ -100,3 +100,23 @@ def test_the_sinks_handlers_need_no_numba() -> None:
     r = subprocess.run([sys.executable, "-c", NO_NUMBA], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "[2, 3, 5]"  # -1025 mod 1024 = 1023, -3 mod 1024 = 1021
+
+
+def test_one_registry_names_every_handler_for_the_sink_and_the_channels() -> None:
+    from cp_sink.channels import CHANNEL_HANDLERS, parse_channel_handler
+    from cp_sink.channels.registry import FAMILIES
+    from cp_sink.handlers import HANDLERS, REGISTRY, SELECTING
+
+    assert list(REGISTRY) == ["identity", "downsample", "xoy", "firstlast", "pc", "null", "buffered"]
+    assert HANDLERS == ("identity", "downsample", "xoy", "firstlast", "pc", "null")
+    assert SELECTING == ("identity", "downsample", "xoy", "firstlast")
+    assert set(CHANNEL_HANDLERS) == set(FAMILIES) == set(REGISTRY)
+    # the registry's block flag decides which channels take a block size, its params which are checked
+    blocked = {n for n in CHANNEL_HANDLERS if "block" in parse_channel_handler(n, {"n": 2})[1]}
+    assert blocked == {"buffered", "downsample", "xoy"}
+    assert parse_channel_handler("PC") == ("pc", {"periodMs": 1000})
+    with pytest.raises(ValueError) as e:
+        parse_handler("buffered")  # a channel's handler only: the sink names its own
+    assert str(e.value) == (
+        "unknown handler 'buffered' (expected one of identity, downsample, xoy, firstlast, pc, null)"
+    )

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import ast
+import importlib
+import sys
+import textwrap
+import types
+import warnings
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.doc_blocks import FENCE
+
 ROOT = Path(__file__).resolve().parents[2]
 # Each package may import only the packages listed for it (itself aside).
+# The ground floor (cp_common, native_tsc, cp_store) imports no package of the project.
 ALLOWED = {
+    "cp_common": set(),
     "native_tsc": set(),
     "cp_store": set(),
-    "cp_source": {"native_tsc", "cp_store"},
-    "cp_sink": {"native_tsc", "cp_store"},
-    "cp_sync": {"native_tsc", "cp_store"},
-    "cloudprofiler": {"native_tsc", "cp_store", "cp_source", "cp_sink", "cp_sync"},
+    "cp_source": {"cp_common", "native_tsc", "cp_store"},
+    "cp_sink": {"cp_common", "native_tsc", "cp_store"},
+    "cp_sync": {"cp_common", "native_tsc", "cp_store"},
+    "cloudprofiler": {"cp_common", "native_tsc", "cp_store", "cp_source", "cp_sink", "cp_sync"},
 }
 # cp_source's subpackages, top to bottom: each imports only those after it (docs/architecture.md).
 SOURCE_ORDER = ["reader", "generate", "factory", "hosts", "ready", "spool", "wire", "klink"]
@@ -170,3 +179,144 @@ def test_functions_stay_short(mod: str) -> None:
         and (mod, n.name) not in LONG_FUNCTIONS
     ]
     assert not long, f"{mod}: {long}"
+
+
+# Public faces (docs/architecture.md, "Packages"): every package's __init__ lists its API in __all__,
+# and the docs' code imports only names a face lists.
+PACKAGES = sorted(m for m, f in MODULES.items() if f.name == "__init__.py")
+DOC_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+# Where the docs sent users before the faces: module -> (its face now, the names the docs imported).
+OLD_DOC_PATHS = {
+    "cloudprofiler.executor_check": ("cloudprofiler", ["require_executors"]),
+    "cloudprofiler.jobs.maxrate": ("cloudprofiler", ["find_max_rate", "step_table"]),
+    "cloudprofiler.jobs.ordering_compare": ("cloudprofiler", ["run_windowed"]),
+    "cloudprofiler.jobs.partition_load": ("cloudprofiler", ["generator_keys", "partition_load"]),
+    "cloudprofiler.jobs.queries": ("cloudprofiler", ["start_source_query", "throttle", "ysb_stateless"]),
+    "cloudprofiler.spark_local": ("cloudprofiler", ["local_session", "source_end_offset"]),
+    "cloudprofiler.spark_phases": ("cloudprofiler", ["PhaseCollector", "summary_text"]),
+    "cloudprofiler.windows.multi": ("cloudprofiler.windows", ["multi_window_agg", "native_multi"]),
+    "cloudprofiler.windows.shared": ("cloudprofiler.windows", ["native_agg", "plan", "sliding_agg"]),
+    "cloudprofiler.windows.skew": (
+        "cloudprofiler.windows",
+        ["SALT", "adaptive_salt", "assign_key_groups", "balanced_repartition", "compute", "consolidate"]
+        + ["group_loads", "plain_aggregate", "salt_column", "salted_aggregate"],
+    ),
+    "cp_sink.records": ("cloudprofiler", ["published_batches", "read_records", "read_windows"]),
+    "cp_sink.stamp": ("cloudprofiler", ["stamp"]),
+    "cp_sink.window_records": ("cloudprofiler", ["record_windows"]),
+    "cp_source.factory.deadletter": ("cloudprofiler", ["read_dead_letter_records"]),
+    "cp_source.factory.supervisor": ("cloudprofiler", ["start_factory"]),
+    "cp_source.generate.delay": ("cloudprofiler", ["draw_delays_ms"]),
+    "cp_source.generate.events": ("cloudprofiler", ["schedule_event_ms"]),
+    "cp_source.generate.generator": ("cloudprofiler", ["run_generator"]),
+    "cp_source.generate.hot_keys": ("cloudprofiler", ["expected_ads", "hot_key", "parse_key_skew"]),
+    "cp_source.generate.payloads": ("cloudprofiler", ["default_pool"]),
+    "cp_source.generate.settings": ("cloudprofiler", ["GeneratorSettings"]),
+    "cp_source.klink.progress_model": (
+        "cloudprofiler.progress",
+        ["Batches", "Tuples", "epoch_delay_stats", "predict_next_swm", "prediction_table", "slack_ns"]
+        + ["sweeping_watermarks", "watermark_advice", "window_deadlines"],
+    ),
+    "cp_source.klink.pools": ("cloudprofiler", ["KlinkPools", "fair_conf"]),
+    "cp_source.spool.front_records": ("cloudprofiler", ["read_front_progress"]),
+    "cp_source.spool.segments": ("cloudprofiler", ["Spool", "read_segment"]),
+    "cp_source.wire.workloads": ("cloudprofiler", ["AD_TYPES", "EVENT_TYPES", "campaigns_table"]),
+    "cp_sync.auto": ("cloudprofiler", ["wait_for_stop"]),
+    "cp_sync.coordinator": ("cloudprofiler", ["Coordinator"]),
+    "cp_sync.latency_report": ("cloudprofiler", ["latency_report", "latency_table"]),
+    "cp_sync.translate.waterfall": ("cloudprofiler", ["stage_table", "waterfall"]),
+    "cp_sync.waterfall_plot": (
+        "cloudprofiler",
+        ["Stage", "dominance_line", "dominant", "quantile_rows", "waterfall_of"],
+    ),
+    "native_tsc.domain": ("native_tsc", ["make_virtual"]),
+}
+
+
+def _face(package: str) -> list[str] | None:
+    names = getattr(importlib.import_module(package), "__all__", None)
+    return None if names is None else list(names)
+
+
+def test_every_package_has_a_public_face() -> None:
+    """Each name of a face resolves, and to an object, not a submodule: a name shared with a submodule
+    would turn into that module once something imports it."""
+    bad = []
+    for pkg in PACKAGES:
+        names = _face(pkg)
+        if names is None:
+            bad.append(f"{pkg}: no __all__")
+            continue
+        for name in names:
+            if f"{pkg}.{name}" in MODULES:
+                importlib.import_module(f"{pkg}.{name}")
+            value = getattr(sys.modules[pkg], name, None)
+            if value is None or isinstance(value, types.ModuleType):
+                bad.append(f"{pkg}.{name}: {'a module' if value is not None else 'does not resolve'}")
+    assert not bad, bad
+
+
+def _doc_python_blocks(page: Path) -> list[tuple[int, str]]:
+    """(line, code) of every python block of the page, run or not (a reader copies both)."""
+    text = page.read_text()
+    return [
+        (text.count("\n", 0, m.start()) + 1, textwrap.dedent(m.group(3)))
+        for m in FENCE.finditer(text)
+        if m.group(2).strip() == "python"
+    ]
+
+
+def _block_imports(code: str) -> list[ast.stmt]:
+    """The block's import statements; an outline that is not Python as a whole, line by line."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        heads = [line for line in code.splitlines() if line.startswith(("import ", "from "))]
+        tree = ast.parse("\n".join(heads))
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
+
+
+def _private_imports(node: ast.stmt) -> list[str]:
+    """What an import statement takes from this project that no face lists."""
+    if isinstance(node, ast.Import):
+        return [
+            f"import {a.name} (not a package with __all__)"
+            for a in node.names
+            if a.name.split(".")[0] in ALLOWED and (a.name not in PACKAGES or _face(a.name) is None)
+        ]
+    assert isinstance(node, ast.ImportFrom)
+    mod = node.module or ""
+    if mod.split(".")[0] not in ALLOWED:
+        return []
+    face = _face(mod) if mod in PACKAGES else None
+    return [f"from {mod} import {a.name}" for a in node.names if face is None or a.name not in face]
+
+
+def test_docs_code_imports_public_names_only() -> None:
+    bad = []
+    for page in DOC_PAGES:
+        for line, code in _doc_python_blocks(page):
+            for node in _block_imports(code):
+                where = f"{page.relative_to(ROOT)}:{line + node.lineno}"
+                bad += [f"{where}: {what}" for what in _private_imports(node)]
+    assert not bad, bad
+
+
+def test_old_doc_paths_still_work_with_a_deprecation_warning(tmp_path: Path) -> None:
+    """A user's script (a file outside this tree) importing a path the docs once gave gets the same
+    object and one DeprecationWarning naming the face; the project's own code and getattr() (pickle,
+    mocks) are not warned."""
+    old = [(mod, name, home) for mod, (home, names) in OLD_DOC_PATHS.items() for name in names]
+    script = "\n".join(f"from {mod} import {name}" for mod, name, _ in old)
+    ns: dict[str, object] = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exec(compile(script, str(tmp_path / "user_script.py"), "exec"), ns)
+    got = sorted(str(w.message) for w in caught if w.category is DeprecationWarning)
+    assert got == sorted(f"{mod}.{name} is internal: import {name} from {home}" for mod, name, home in old)
+    assert all(ns[name] is getattr(importlib.import_module(home), name) for _, name, home in old)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exec(compile(script, str(ROOT / "cloudprofiler" / "inside.py"), "exec"), {})
+        assert all(getattr(sys.modules[mod], name) is ns[name] for mod, name, _ in old)
+    assert [w for w in caught if w.category is DeprecationWarning] == []
