@@ -343,7 +343,10 @@ def build(name: str, spark: Any, work: Path) -> tuple[Target, Any, Any]:
         df = spark.readStream.format("cp_naive_zmq").option("stateFile", str(state)).load()
         sink, q = _start(ysb_stateless(df), work)
         deadline = time.monotonic() + 120
-        while not state.exists():
+        # The reader answers a generator's hello only in latestOffset, once per micro-batch: its
+        # first (empty) batch waits for Spark's Python workers, which on a loaded machine outlasts
+        # the generator's 10 s wait for an answer. Offer only once that batch is done.
+        while not state.exists() or q.lastProgress is None:
             if time.monotonic() > deadline or not q.isActive:
                 raise RuntimeError(f"naive source did not start: {q.exception()}")
             time.sleep(0.1)

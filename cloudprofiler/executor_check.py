@@ -39,6 +39,7 @@ from cloudprofiler.executor_probe import (
     probe_task,
     spark_problem,
 )
+from native_tsc.faces import deprecated_names
 
 DESCRIPTION = """\
 Run a small Spark job that checks every executor can run cloudprofiler: its
@@ -371,3 +372,7 @@ def run(args: argparse.Namespace) -> int:
     for s in statuses:
         print(s.line())
     return 0 if all(s.ok for s in statuses) else 1
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["require_executors"])

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cloudprofiler.errors import CommandError
+from native_tsc.faces import deprecated_names
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -126,3 +127,7 @@ def source_end_offset(query: Any, source: int = 0) -> dict[str, int] | None:
     end = prog["sources"][source]["endOffset"]
     parsed = json.loads(end) if isinstance(end, str) else end
     return {k: v for k, v in parsed.items() if k != SPOOL_KEY} if isinstance(parsed, dict) else None
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["local_session", "source_end_offset"])

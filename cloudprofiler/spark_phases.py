@@ -43,6 +43,7 @@ import pyarrow as pa
 import native_tsc
 from cp_store.location import Location, StoreError
 from cp_store.tables import output_file, read_table, write_parquet
+from native_tsc.faces import deprecated_names
 
 TRIGGER = "triggerExecution"
 # the order Spark times them inside triggerExecution (getOffset: a V1 source's latestOffset)
@@ -421,3 +422,7 @@ def summary_text(table: pa.Table) -> str:
         f"{top.phase} dominates: {top.share:.0%} of triggerExecution over {trigger.batches} batches "
         f"(p50 {top.p50_ms:g} ms of {trigger.p50_ms:g} ms{every}){tail}"
     )
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["PhaseCollector", "summary_text"])

@@ -47,6 +47,7 @@ from cp_store.location import Location, StoreError, first_line, resolve
 from cp_store.manifests import batch_gaps as _gaps
 from cp_store.manifests import gaps_note, show_gaps
 from cp_store.tables import missing
+from native_tsc.faces import deprecated_names
 from native_tsc.stamp_columns import COMMITTED, SINK, is_stamp_column, node_column, stamp_columns, tsc_column
 
 TUPLE_ID = "tuple_id"
@@ -382,3 +383,7 @@ def total_seen(path: Where) -> int:
     """How many tuples the sink saw in all published micro-batches."""
     counts = read_counts(path)
     return int(pc.sum(counts["seen"]).as_py() or 0) if counts.num_rows else 0
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["published_batches", "read_records", "read_windows"])

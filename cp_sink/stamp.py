@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from native_tsc.faces import deprecated_names
 from native_tsc.stamp_columns import check_point, stamp_columns
 
 check_point_name = check_point  # the name this module has always exported
@@ -55,3 +56,7 @@ def stamp(df: Any, name: str) -> Any:
         return charged(stamp_batches(batches, name), STAMPS)  # the whole stage: the profiler's cost
 
     return df.mapInArrow(fn, schema)
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["stamp"])

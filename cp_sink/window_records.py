@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from cp_sink.records import WINDOWS_PREFIX
 from cp_store import batch_log
 from cp_store.location import Location, resolve
+from native_tsc.faces import deprecated_names
 from native_tsc.stamp_columns import SINK, node_column, stamp_columns, tsc_column
 
 WINDOW_START = "window_start_ms"
@@ -178,3 +179,7 @@ def record_windows(
     files = {f"{WINDOWS_PREFIX}{uuid.uuid4().hex}.parquet": rows} if rows.num_rows else {}
     counts = [{"batch_id": batch_id, **_driver_counts(rows)}]
     batch_log.publish(root, batch_id, files, counts, durability == "strict", write_window_file)
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["record_windows"])

@@ -33,6 +33,7 @@ from cp_sync import control
 from cp_sync.background import start_daemon
 from cp_sync.sync_table import probes_table, write_sync
 from native_tsc import curve_keys as ck
+from native_tsc.faces import deprecated_names
 from native_tsc.zmq_bounds import recv_bounded
 
 _PHASE_RE = re.compile(r"^[A-Za-z0-9_\-]{1,32}$")
@@ -516,3 +517,7 @@ def run_phase(
                 break
     path = write_sync(out, phase, tables, domains)
     return {"path": path.uri, "phase": phase, "pairs": pairs, "failures": failures, "domains": domains}
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["Coordinator"])

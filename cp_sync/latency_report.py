@@ -19,6 +19,7 @@ from cp_store.location import Location, resolve
 from cp_sync.record_points import read_points
 from cp_sync.report import DEFAULT_TOP, latency_table, print_latency_table, print_table, summarize
 from cp_sync.translate.records import default_reference, translate_records
+from native_tsc.faces import deprecated_names
 
 __all__ = ["DEFAULT_PAIRS", "latency_report", "latency_table", "print_latency_table", "print_table"]
 
@@ -75,3 +76,7 @@ def latency_report(
         outs.append(out)
         rows += [r | {"label": label} for r in summarize(out, by, top)]
     return rows, facts, (pa.concat_tables(outs) if outs else None)
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["latency_report", "latency_table"])

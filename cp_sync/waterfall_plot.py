@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from native_tsc.faces import deprecated_names
+
 META_KEY = b"cloudprofiler.waterfall"
 WATERFALL_FILE = "waterfall.parquet"  # its name in a run directory
 QUANTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99), ("max", 1.0))
@@ -470,3 +472,17 @@ def plots(
         ("waterfall", svg_text(bar), BAR_CAPTION, bar_drawn),
         ("waterfall_time", svg_text(when), caption, drawn),
     ]
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(
+    __name__,
+    "cloudprofiler",
+    [
+        "Stage",
+        "dominance_line",
+        "dominant",
+        "quantile_rows",
+        "waterfall_of",
+    ],
+)

@@ -12,6 +12,8 @@ import socket
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
+from native_tsc.faces import deprecated_names
+
 ENV_VIRTUAL = "CP_TSC_VIRTUAL"
 _ID_RE = re.compile(r"^[A-Za-z0-9._@+\-]{1,64}$")
 _E12 = 10**12
@@ -98,3 +100,7 @@ def parse_virtual(spec: str) -> VirtualDomain:
         return make_virtual(domain, skew, off)
     except ValueError as e:
         raise ValueError(f"invalid {ENV_VIRTUAL}={spec!r}: {e}") from None
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "native_tsc", ["make_virtual"])

@@ -25,6 +25,7 @@ from cloudprofiler.jobs.user_query import check_workload, query_transform
 from cp_store.location import Location, redact, resolve
 from cp_store.tables import output_file, resolve_option, write_figure
 from native_tsc.cli_options import options_of
+from native_tsc.faces import deprecated_names
 
 DESCRIPTION = """Find the maximum rate a streaming query sustains: constant-rate trials of
 --duration seconds from fresh sender ids; a trial passes when the generator
@@ -550,3 +551,7 @@ def _run_built_in(
         if owned:
             spark.stop()
     return 0 if result.max_rate is not None else 1
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["find_max_rate", "step_table"])

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cloudprofiler.jobs.queries import embedded_source
+from native_tsc.faces import deprecated_names
 
 if TYPE_CHECKING:
     from cp_source.generate.settings import GeneratorSummary
@@ -376,3 +377,7 @@ def _report(
         },
         "summary": summary,
     }
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["run_windowed"])

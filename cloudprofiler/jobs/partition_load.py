@@ -29,6 +29,7 @@ import pyarrow as pa
 
 import native_tsc
 from cp_sink import read_counts, read_records
+from native_tsc.faces import deprecated_names
 from native_tsc.stamp_columns import SINK, SOURCE, node_column, tsc_column
 
 
@@ -170,3 +171,7 @@ def partition_load(
         "max_rows_imbalance": float(imb.max()) if len(imb) else math.nan,
         "hot_keys": hot,
     }
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["generator_keys", "partition_load"])

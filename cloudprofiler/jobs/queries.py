@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from cloudprofiler.cli.process import cli_argv
 from cloudprofiler.errors import TrialError
+from native_tsc.faces import deprecated_names
 from native_tsc.stamp_columns import is_stamp_column
 
 YSB_ROW_BYTES = 320  # a YSB row in a spool segment, stamps included (upper estimate)
@@ -498,3 +499,7 @@ def window_counts(spark: Any, out: Path) -> tuple[int, int, int]:
     if agg is None:
         return n_windows, 0, 0
     return n_windows, int(agg["n"]), int(agg["v"] or 0)
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["start_source_query", "throttle", "ysb_stateless"])

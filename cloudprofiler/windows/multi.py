@@ -32,6 +32,7 @@ from cloudprofiler.windows.shared import (
     native_agg,
     parse_aggs,
 )
+from native_tsc.faces import deprecated_names
 
 SPEC = "slide_us"  # the output column naming a row's spec (with the window's length)
 MAX_SPECS = 64  # each spec is an array built per pane: a bound on the plan's size
@@ -127,3 +128,7 @@ def native_multi(
         cols = ["window", F.lit(slide).cast("bigint").alias(SPEC), *by, *[a[2] for a in parsed]]
         frames.append(one.select(*cols))
     return reduce(lambda a, b: a.unionByName(b), frames)
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler.windows", ["multi_window_agg", "native_multi"])

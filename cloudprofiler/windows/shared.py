@@ -36,6 +36,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from native_tsc.faces import deprecated_names
+
 log = logging.getLogger("cloudprofiler.windows")  # the name users configure, kept from before the package
 
 FUNCS = ("count", "sum", "min", "max", "mean", "avg")
@@ -403,3 +405,7 @@ def _stream_plan(
     if output_mode == "append":
         return "chained", None
     return "map-side", f"{problem} (Spark chains two aggregations in append mode only)"
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler.windows", ["native_agg", "plan", "sliding_agg"])

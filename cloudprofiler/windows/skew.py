@@ -50,6 +50,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from native_tsc.faces import deprecated_names
+
 SALT = "_cp_salt"
 AGG_FUNCS = ("count", "sum", "min", "max", "avg")
 MAX_SALTS = 4096
@@ -559,3 +561,22 @@ def balanced_repartition(df: Any, keys: Sequence[str], assignment: Sequence[int]
     group = key_group_column(keys, len(assignment))
     target = F.element_at(F.array(*[F.lit(values[p]) for p in assignment]), group + 1)
     return df.withColumn(PARTITION, target.cast("int")).repartition(partitions, PARTITION).drop(PARTITION)
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(
+    __name__,
+    "cloudprofiler.windows",
+    [
+        "SALT",
+        "adaptive_salt",
+        "assign_key_groups",
+        "balanced_repartition",
+        "compute",
+        "consolidate",
+        "group_loads",
+        "plain_aggregate",
+        "salt_column",
+        "salted_aggregate",
+    ],
+)

@@ -24,6 +24,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from native_tsc.faces import deprecated_names
+
 REC_MAGIC = b"CPDL"
 DETAIL_MAGIC = b"CPDD"
 MAX_FRAMES_KEPT = 16
@@ -136,3 +138,7 @@ def _frames(data: bytes, pos: int) -> tuple[int, list[tuple[int, bytes]]] | None
         frames.append((orig, data[pos : pos + stored]))
         pos += stored
     return pos, frames
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["read_dead_letter_records"])

@@ -41,6 +41,7 @@ from cp_source.wire.workload_id import WorkloadId, workload_id
 from cp_source.wire.workloads import resolve
 from cp_store.private_dirs import ensure_private_dir
 from native_tsc import curve_keys as ck
+from native_tsc.faces import deprecated_names
 from native_tsc.process_times import mark
 from native_tsc.zmq_bounds import frame_hard_cap
 
@@ -434,3 +435,7 @@ def start_factory(
             h.stop()
             raise
     return h
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["start_factory"])

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from native_tsc.faces import deprecated_names
+
 MAX_DELAY_MS = 60_000.0  # no injected delay exceeds a minute
 # Buckets one sender may hold for their delayed send (about rate / bucket * the largest delay); a run
 # that could hold more is refused up front, and the loop never holds more (it sends before generating).
@@ -145,3 +147,7 @@ def check_hold(delay: DelaySpec | None, rate: float, senders: int, bucket: int) 
             f"delay {delay.text!r}: at {rate / senders:g} tuples/s per sender in buckets of {bucket} "
             f"a sender may hold {held} buckets, above {MAX_HELD_BUCKETS}: bigger buckets or shorter delays"
         )
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["draw_delays_ms"])

@@ -21,6 +21,7 @@ import numpy as np
 
 from cp_source.generate.delay import DelaySpec, check_delay_seed
 from cp_source.generate.hot_keys import KeySkew
+from native_tsc.faces import deprecated_names
 
 MAX_EVENT_OFFSET_MS = 86_400_000.0  # lag per sender and jitter: at most a day
 MAX_EVENT_START_MS = 4_000_000_000_000  # ~2096: event ns stay far inside a signed 64-bit header field
@@ -98,3 +99,7 @@ def event_clock(ev: EventSettings, sender_index: int) -> tuple[bool, int, float,
     lag_ms = sender_index * ev.lag_ms
     lag_ns, jit_ns = round(lag_ms * 1e6), round(ev.jitter_ms * 1e6)
     return ev.start_ms is not None, ev.start_ms or 0, lag_ms, ev.jitter_ms, lag_ns, jit_ns
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["schedule_event_ms"])

@@ -33,6 +33,7 @@ from cp_source.wire.parquet_rows import ReplayTooLarge
 from cp_source.wire.sender_link import FactoryUnavailable, SenderIdInUse
 from cp_source.wire.workload_id import WorkloadMismatch
 from cp_source.wire.workloads import WORKLOAD_SPELLING, resolve
+from native_tsc.faces import deprecated_names
 
 RATE_TOLERANCE = 0.01
 LAG_TOLERANCE = 0.10  # of the run's duration
@@ -247,3 +248,7 @@ def run_generator(endpoint: str, settings: GeneratorSettings) -> GeneratorSummar
             if s.sender_base is not None or attempt == FRESH_BASE_ATTEMPTS:
                 raise
     return _summary(results, s, endpoint, base, events, lines)
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["run_generator"])

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cp_source.wire.workloads import ADS_PER_CAMPAIGN, N_CAMPAIGNS, ysb_keyed_lines, ysb_rows
+from native_tsc.faces import deprecated_names
 
 MAX_ZIPF_S = 10.0
 SKEW_KEYS = ("campaigns", "ads")
@@ -200,3 +201,7 @@ def skewed_payloads(plan: SkewPlan, seed: int) -> Payloads:
     index = np.searchsorted(np.array(plan.configs), plan.epochs % plan.skew.n_keys)
     changes = np.flatnonzero(np.diff(index)) + 1
     return Payloads(pools, [(int(k), int(index[k])) for k in changes])
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["expected_ads", "hot_key", "parse_key_skew"])

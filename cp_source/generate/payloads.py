@@ -30,6 +30,7 @@ from cp_source.wire.ipc_payload import CONTINUATION as IPC_STREAM
 from cp_source.wire.ipc_payload import head as ipc_head
 from cp_source.wire.ipc_payload import parquet_payloads
 from cp_source.wire.workloads import ysb_rows
+from native_tsc.faces import deprecated_names
 
 __all__ = ["BucketTooLarge", "build_payloads", "check_fits", "file_payloads", "sender_payloads"]
 
@@ -111,3 +112,7 @@ def check_fits(payloads: Payloads, bucket: int, workload: str, cap: int | None) 
     if biggest <= cap:
         return
     raise bucket_too_large(bucket, workload, biggest, cap)
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["default_pool"])

@@ -15,6 +15,7 @@ from cp_source.generate.events import EventSettings
 from cp_source.generate.file_check import LineCheck
 from cp_source.generate.hot_keys import KeySkew, parse_key_skew
 from cp_source.wire.sender_link import DEFAULT_READY_TIMEOUT_S
+from native_tsc.faces import deprecated_names
 
 
 def key_skew_settings(
@@ -220,3 +221,7 @@ class GeneratorSummary(TypedDict):
     skipped_lines: int
     line_check: LineCheck | None
     senders: list[SenderCounters]
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["GeneratorSettings"])

@@ -30,6 +30,7 @@ from typing import Any
 from xml.sax.saxutils import quoteattr
 
 from cp_source.klink.admission import default_klink_dir, peer_slack, query_key, read_peer, read_peers
+from native_tsc.faces import deprecated_names
 
 POOL_PROPERTY = "spark.scheduler.pool"
 URGENT_POOL = "klink-urgent"
@@ -98,3 +99,7 @@ class KlinkPools:
         self.placed[pool] += 1
         batch.sparkSession.sparkContext.setLocalProperty(POOL_PROPERTY, pool)
         self.fn(batch, batch_id)
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["KlinkPools", "fair_conf"])

@@ -76,6 +76,8 @@ import numpy.typing as npt
 # every klink source pays in its first latestOffset (0.23 s against 0.96 s on a quiet host)
 from scipy import special
 
+from native_tsc.faces import deprecated_names
+
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 NS_PER_MS = 1_000_000
@@ -543,3 +545,21 @@ def slack_ns(pred: Prediction, t_ns: float, r_ns: float, cost_ns: float = 0.0) -
         return float(r_ns - cost_ns)
     p = sf - np.append(sf[1:], 0.0)
     return float(np.sum(p / sf[0] * ((x + r_ns - t_ns) - cost_ns)))
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(
+    __name__,
+    "cloudprofiler.progress",
+    [
+        "Batches",
+        "Tuples",
+        "epoch_delay_stats",
+        "predict_next_swm",
+        "prediction_table",
+        "slack_ns",
+        "sweeping_watermarks",
+        "watermark_advice",
+        "window_deadlines",
+    ],
+)

@@ -54,6 +54,7 @@ from cp_source.spool.durability import check_durability
 from cp_source.wire import bucket as bk
 from cp_store.atomic_files import atomic_write, fsync_dirs
 from cp_store.private_dirs import ensure_private_dir
+from native_tsc.faces import deprecated_names
 
 FRONT_DIR = "_front"
 LEDGER_FILE = "ledger.json"
@@ -368,3 +369,7 @@ def read_front_ledger(spool: str | os.PathLike[str]) -> dict[int, dict[str, Any]
                     "eos": v.get("eos") if isinstance(v.get("eos"), dict) else None,
                 }
     return out
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["read_front_progress"])

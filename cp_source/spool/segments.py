@@ -76,6 +76,7 @@ from cp_source.spool.names import WORKER_RE, worker_order
 from cp_source.wire.bucket import merge_ranges
 from cp_store.atomic_files import atomic_write, fsync_dirs, fsync_path
 from cp_store.private_dirs import ensure_private_dir
+from native_tsc.faces import deprecated_names
 
 SEG_RE = re.compile(r"^seg-(\d{12})\.arrow$")
 META_KEY = b"cp_segment"
@@ -477,3 +478,7 @@ class Spool:
             recorded = (self.root / FRONT_DIR / LEDGER_FILE).stat().st_mtime
             return all(w.updated_wall >= recorded + IN_FACTORY_SETTLE_S for w in states.values())
         return False
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["Spool", "read_segment"])

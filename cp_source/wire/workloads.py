@@ -30,6 +30,7 @@ import orjson
 import pyarrow as pa
 
 from cp_source.wire.ddl import parse_fields
+from native_tsc.faces import deprecated_names
 from native_tsc.stamp_columns import (
     FACTORY,
     GEN,
@@ -201,3 +202,7 @@ def resolve(workload: str = "ysb", schema: str | None = None) -> Workload:
             raise ValueError(f"workload {workload}: a Parquet file carries its own schema; give none")
         return Workload("parquet", parquet_fields(path, RESERVED), path)
     raise ValueError(f"unknown workload {workload!r}: expected {WORKLOAD_SPELLING}")
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["AD_TYPES", "EVENT_TYPES", "campaigns_table"])

@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 
 from cp_store.location import Location, resolve
 from cp_sync.translate.relation import ST_NO_RELATION, ST_OK, STAMP_MARGIN, STATUSES
+from native_tsc.faces import deprecated_names
 from native_tsc.stamp_columns import (
     COMMITTED,
     FACTORY,
@@ -400,3 +401,7 @@ def stage_table(table: pa.Table) -> Any:
     for i, row in enumerate(rows):
         t.add_row(*stage_cells(row), end_section=i == len(rows) - 2)
     return t
+
+
+# the paths the docs gave before the package faces: they still work, with a warning
+deprecated_names(__name__, "cloudprofiler", ["stage_table", "waterfall"])
