@@ -6,6 +6,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from cp_source.reader.state import ReaderState
+from native_tsc.faces import lazy_face
 
 if TYPE_CHECKING:  # the module itself is imported when called (it reads spools; the package stays light)
     from cloudprofiler.source_watch import FactoriesStatus, SourceStatus
@@ -79,4 +80,65 @@ def source_status(spool: str | os.PathLike[str], query: Any = None) -> SourceSta
     return status(spool, query)
 
 
-__all__ = ["ReaderState", "records", "register", "source_status", "wait_for_factory"]
+# What a user's script needs, from the package defining it (name -> module), imported on first use:
+# ``import cloudprofiler`` in a Spark runner does not import the generator, the sync or the jobs.
+_FACE = {
+    # the generator and the factory
+    "GeneratorSettings": "cp_source.generate.settings",
+    "run_generator": "cp_source.generate.generator",
+    "draw_delays_ms": "cp_source.generate.delay",
+    "schedule_event_ms": "cp_source.generate.events",
+    "default_pool": "cp_source.generate.payloads",
+    "expected_ads": "cp_source.generate.hot_keys",
+    "hot_key": "cp_source.generate.hot_keys",
+    "parse_key_skew": "cp_source.generate.hot_keys",
+    "start_factory": "cp_source.factory.supervisor",
+    "read_dead_letter_records": "cp_source.factory.deadletter",
+    "Spool": "cp_source.spool.segments",
+    "read_segment": "cp_source.spool.segments",
+    "read_front_progress": "cp_source.spool.front_records",
+    "AD_TYPES": "cp_source.wire.workloads",
+    "EVENT_TYPES": "cp_source.wire.workloads",
+    "campaigns_table": "cp_source.wire.workloads",
+    "KlinkPools": "cp_source.klink.pools",
+    "fair_conf": "cp_source.klink.pools",
+    # the sink: stamps, records, channels
+    "stamp": "cp_sink.stamp",
+    "published_batches": "cp_sink.records",
+    "read_records": "cp_sink.records",
+    "read_windows": "cp_sink.records",
+    "record_windows": "cp_sink.window_records",
+    "open_channel": "cp_sink.channels",
+    "read_channel": "cp_sink.channels",
+    "Location": "cp_store.location",
+    "resolve": "cp_store.location",
+    # cross-node time and the latency reports
+    "Coordinator": "cp_sync.coordinator",
+    "wait_for_stop": "cp_sync.auto",
+    "translate_records": "cp_sync.translate.records",
+    "latency_report": "cp_sync.latency_report",
+    "latency_table": "cp_sync.latency_report",
+    "stage_table": "cp_sync.translate.waterfall",
+    "waterfall": "cp_sync.translate.waterfall",
+    "Stage": "cp_sync.waterfall_plot",
+    "dominance_line": "cp_sync.waterfall_plot",
+    "dominant": "cp_sync.waterfall_plot",
+    "quantile_rows": "cp_sync.waterfall_plot",
+    "waterfall_of": "cp_sync.waterfall_plot",
+    # Spark helpers and the jobs
+    "require_executors": "cloudprofiler.executor_check",
+    "local_session": "cloudprofiler.spark_local",
+    "source_end_offset": "cloudprofiler.spark_local",
+    "PhaseCollector": "cloudprofiler.spark_phases",
+    "summary_text": "cloudprofiler.spark_phases",
+    "find_max_rate": "cloudprofiler.jobs.maxrate",
+    "step_table": "cloudprofiler.jobs.maxrate",
+    "start_source_query": "cloudprofiler.jobs.queries",
+    "throttle": "cloudprofiler.jobs.queries",
+    "ysb_stateless": "cloudprofiler.jobs.queries",
+    "run_windowed": "cloudprofiler.jobs.ordering_compare",
+    "generator_keys": "cloudprofiler.jobs.partition_load",
+    "partition_load": "cloudprofiler.jobs.partition_load",
+}
+__all__ = sorted(["ReaderState", "records", "register", "source_status", "wait_for_factory", *_FACE])
+__getattr__, __dir__ = lazy_face(__name__, _FACE)

@@ -7,6 +7,18 @@ writes latency records; ``read_records(path)`` reads the committed ones.
 
 from __future__ import annotations
 
-from cp_sink.records import read_counts, read_periods, read_records, read_windows, total_seen
+from native_tsc.faces import lazy_face
 
-__all__ = ["read_counts", "read_periods", "read_records", "read_windows", "total_seen"]
+# name -> the module defining it, imported on first use: a Spark runner writing records does not
+# import the readers (pyarrow.parquet, the manifests)
+_FACE = {
+    "published_batches": "cp_sink.records",
+    "read_counts": "cp_sink.records",
+    "read_periods": "cp_sink.records",
+    "read_records": "cp_sink.records",
+    "read_windows": "cp_sink.records",
+    "total_seen": "cp_sink.records",
+    "record_windows": "cp_sink.window_records",
+}
+__all__ = sorted(_FACE)
+__getattr__, __dir__ = lazy_face(__name__, _FACE)

@@ -10,3 +10,21 @@ methods it is compared with (``returntrip``, ``ntp``), and synthetic probes
 with exact truth (``synthetic``). Commands: ``cloudprofiler sync`` and
 ``cloudprofiler translate``.
 """
+
+from __future__ import annotations
+
+from native_tsc.faces import lazy_face
+
+# name -> the module defining it, imported on first use (a worker importing one module of
+# the package does not pay for the others)
+_FACE = {
+    "Coordinator": "cp_sync.coordinator",
+    "Agent": "cp_sync.agent",
+    "wait_for_stop": "cp_sync.auto",
+    "latency_table": "cp_sync.latency_report",
+    "read_sync": "cp_sync.sync_table",
+    "write_sync": "cp_sync.sync_table",
+    "translate_records": "cp_sync.translate.records",
+}
+__all__ = sorted(_FACE)
+__getattr__, __dir__ = lazy_face(__name__, _FACE)

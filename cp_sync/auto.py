@@ -437,7 +437,3 @@ def _checkpoint_root(query: Any) -> str | None:
 
 # the paths the docs gave before the package faces: they still work, with a warning
 deprecated_names(__name__, "cloudprofiler", ["wait_for_stop"])
-
-
-# the paths the docs gave before the package faces: they still work, with a warning
-deprecated_names(__name__, "cloudprofiler", ["wait_for_stop"])

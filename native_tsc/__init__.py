@@ -25,7 +25,7 @@ from typing import Any
 
 from native_tsc.backend_api import ChannelRing, ClockBackend
 from native_tsc.clock import Clock, apply_env
-from native_tsc.domain import ENV_VIRTUAL, VirtualDomain, host_domain_id, parse_virtual
+from native_tsc.domain import ENV_VIRTUAL, VirtualDomain, host_domain_id, make_virtual, parse_virtual
 
 ENV_BACKEND = "CP_TSC_BACKEND"
 
@@ -125,6 +125,7 @@ __all__ = [
     "frequency_hz",
     "host_domain_id",
     "info",
+    "make_virtual",
     "narrow_deltas_c",
     "new_ring",
     "now",

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 
 from cloudprofiler.errors import CommandError, TrialError
 
+__all__ = ["COMMANDS", "main"]
+
 # command -> (module, one-line summary)
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("cloudprofiler.jobs.demo", "run the YSB pipeline on embedded defaults and print its latencies"),

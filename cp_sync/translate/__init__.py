@@ -24,3 +24,23 @@ Every record gets a status (STATUSES): ``ok`` where the bound is guaranteed
 under the model (each clock affine over the span, checked against the
 neighbouring spans), else the reason; a record is refused alone, never the run.
 """
+
+from __future__ import annotations
+
+from native_tsc.faces import lazy_face
+
+# name -> the module defining it, imported on first use (a worker importing one module of
+# the package does not pay for the others)
+_FACE = {
+    "status_counts": "cp_sync.translate.records",
+    "translate_points": "cp_sync.translate.records",
+    "translate_records": "cp_sync.translate.records",
+    "stage_table": "cp_sync.translate.waterfall",
+    "waterfall_summary": "cp_sync.translate.waterfall",
+    "Translator": "cp_sync.translate.translator",
+    "STATUSES": "cp_sync.translate.relation",
+    "Relation": "cp_sync.translate.relation",
+    "fit_relation": "cp_sync.translate.relation",
+}
+__all__ = sorted(_FACE)
+__getattr__, __dir__ = lazy_face(__name__, _FACE)
