@@ -88,12 +88,35 @@ SIM_CLOCKS = [
 ]
 QUERIES = ("latency", "windows")
 QUEUE_MS = 1000
+# Into each of the two queries: both, with their generators, factories and Spark, share the machine's
+# cores. One YSB join into the cloudprofiler sink alone sustains about 87,500 tuples/s on a quiet
+# 2-core machine (docs/benchmarks.md, calibrate); two queries at 50,000 each built a backlog there.
+DEFAULT_RATE = 25_000
+
+
+@dataclass
+class Laps:
+    """The wall time of each phase of the run, in order: each ``lap`` closes the phase then running."""
+
+    last: float
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.seconds[name] = round(now - self.last, 2)
+        self.last = now
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``cloudprofiler demo``."""
     p.add_argument("--duration", type=float, default=10.0, help="seconds of generated load (default 10)")
-    p.add_argument("--rate", type=float, default=50_000, help="tuples per second offered (default 50000)")
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=DEFAULT_RATE,
+        help=f"tuples per second offered into each of the two queries (default {DEFAULT_RATE}: both "
+        "queries share the cores, and this holds its steady state on a quiet 2-core machine)",
+    )
     p.add_argument("--workers", type=int, default=2, help="factory worker processes (default 2)")
     add_bucket_option(p)
     p.add_argument(
@@ -171,6 +194,19 @@ def _wait(predicate: Callable[[], bool], deadline: float, what: str) -> None:
         time.sleep(0.2)
 
 
+def _catch_up(done: Callable[[], bool], what: str, deadline: float, since: float, rate: float) -> None:
+    """Wait for the queries to catch up with a load that ended at ``since``; past ``deadline`` that is
+    the run's verdict, in one line."""
+    try:
+        _wait(done, deadline, what)
+    except CommandError:
+        behind = time.monotonic() - since
+        raise CommandError(
+            f"not sustained: {rate:,.0f} tuples/s into each query: still catching up {behind:.0f} s after "
+            f"the load ended ({what}; --timeout)"
+        ) from None
+
+
 def _stop_query(query: Any) -> None:
     if query.isActive:
         query.stop()
@@ -231,6 +267,7 @@ class _Demo:
     summaries: dict[str, dict[str, Any]] = field(default_factory=dict)
     warm: dict[str, Any] = field(default_factory=dict)  # the warm-up: generator summaries, timings
     sync_pairs: dict[str, Any] = field(default_factory=dict)
+    laps: Laps = field(default_factory=lambda: Laps(time.monotonic()))
     _sync: tuple[threading.Event, threading.Thread, dict[str, Any]] | None = None
 
     @property
@@ -420,11 +457,16 @@ class _Demo:
         """Factories ready, then a --warmup load through both queries until read: the steady state begins."""
         endpoints = self.wait_factories()
         self.warm["ready_s"] = time.monotonic() - started
+        self.laps.lap("startup")
         a = self.args
         self.status.update(f"warm-up: {a.rate:,.0f} tuples/s for {a.warmup:g} s into each query")
         self.warm["summaries"] = self._generators(endpoints, a.warmup, "warmup-")
-        self.wait_read(self.warm["summaries"])
+        self.warm["load_end_s"] = time.monotonic() - started
+        # caught up: every warm-up tuple published, read and its micro-batch done, so the measured
+        # run starts on idle queries with no backlog left
+        self.wait_read(self.warm["summaries"], since=time.monotonic())
         self.warm["caught_up_s"] = time.monotonic() - started
+        self.laps.lap("warmup")
         return endpoints
 
     def generate(self, endpoints: dict[str, str]) -> None:
@@ -433,24 +475,26 @@ class _Demo:
         self.status.update(f"generating {a.rate:,.0f} tuples/s for {a.duration:g} s into each query")
         self.warm["measured_tsc"] = native_tsc.now()  # the warm-up band's end in every plot
         self.summaries = self._generators(endpoints, a.duration, "")
+        self.laps.lap("measured")
 
-    def wait_read(self, *runs: dict[str, dict[str, Any]]) -> None:
-        """Wait until the factories published every tuple of ``runs`` and both queries read it all."""
+    def wait_read(self, *runs: dict[str, dict[str, Any]], since: float) -> None:
+        """Wait until the factories published every tuple of ``runs`` and both queries read it all
+        (the load ended at ``since``, monotonic); past the deadline, the rate was not sustained."""
         from cloudprofiler.spark_local import source_end_offset
         from cp_sink.records import total_seen
         from cp_source.spool.segments import Spool
 
+        wait = partial(_catch_up, deadline=self.deadline, since=since, rate=self.args.rate)
         for name, spool in self.spools.items():
             senders = {int(s["id"]) for run in runs for s in run[name]["senders"]}
-            _wait(partial(Spool(spool).drained, senders), self.deadline, f"the {name} factory to drain")
+            wait(partial(Spool(spool).drained, senders), f"the {name} factory has not published all")
         latest = Spool(self.spools["windows"]).latest()
         qw, ql = self.queries["windows"], self.queries["latency"]
-        _wait(lambda: source_end_offset(qw) == latest or not qw.isActive, self.deadline, "the windows query")
+        wait(lambda: source_end_offset(qw) == latest or not qw.isActive, "the windows query has not read all")
         published = Spool(self.spools["latency"]).stats().rows
-        _wait(
+        wait(
             lambda: not ql.isActive or (self.records.exists() and total_seen(self.records) >= published),
-            self.deadline,
-            "the latency query",
+            "the latency query has not written all",
         )
         for name, q in self.queries.items():
             if q.exception() is not None:
@@ -459,11 +503,12 @@ class _Demo:
     def wait_caught_up(self) -> int:
         """Wait until both queries read the warm-up and the measured run, stop them; windows rows read."""
         self.status.update("waiting for the factories and the queries to catch up")
-        self.wait_read(self.warm["summaries"], self.summaries)
+        self.wait_read(self.warm["summaries"], self.summaries, since=time.monotonic())
         qw = self.queries["windows"]
         rows_read = sum(int(p["numInputRows"]) for p in qw.recentProgress)
         for q in self.queries.values():
             q.stop()
+        self.laps.lap("drain")
         return rows_read
 
 
@@ -516,7 +561,9 @@ def run(args: argparse.Namespace) -> int:
 
         if not results.is_local:  # the local work directory goes, also when the run fails (run last)
             stack.callback(clean_up, out, results)
-        demo = _Demo(args, out, stack, status, started + args.timeout, _Nodes(args.simulate_nodes))
+        demo = _Demo(
+            args, out, stack, status, started + args.timeout, _Nodes(args.simulate_nodes), laps=Laps(started)
+        )
         stack.callback(demo.procs.close)
         spark = local_session(
             "cloudprofiler-demo",
@@ -540,10 +587,14 @@ def run(args: argparse.Namespace) -> int:
         run_cpu_s = run_cpu.stop()
         phases.stop()
         demo.end_continuous_sync()
+        demo.laps.lap("final_sync")
         status.update("translating and summing up")
         totals, lat, series, waterfall = collect(
             spark, demo.layout, demo.summaries, demo.nodes.virtual, demo.sync_pairs, rows_read, demo.warm
         )
+        demo.laps.lap("translate")
+    demo.laps.lap("shutdown")  # the queries, sync, child processes and Spark stopped
+    totals["phases_s"] = demo.laps.seconds
     totals["spark_phases"] = _write_phases(phases, demo.queries, results)
     totals["profiler_cost"] = run_cost(demo.queries, run_cpu_s)
     totals["calibration"] = calibration_summary(calibration)
@@ -551,9 +602,11 @@ def run(args: argparse.Namespace) -> int:
     totals["seconds"] = round(time.monotonic() - started, 1)
     totals["out"] = results.uri
     clean_up(out, results)
-    if summary is not None:
-        summary.write_bytes(json.dumps(totals, indent=2, default=str).encode())
     for line in cost_lines(totals):
         console.print(line, soft_wrap=True)
     report(console, totals, lat, series, results, waterfall)  # its last line: where the HTML report is
+    demo.laps.lap("report")  # the tables, plots, latency.parquet and report.html
+    if summary is not None:  # last, so that it holds every phase
+        totals["total_s"] = round(time.monotonic() - started, 1)
+        summary.write_bytes(json.dumps(totals, indent=2, default=str).encode())
     return 0 if totals["consistent"] else 1

@@ -168,6 +168,8 @@ def _warmup_totals(warm: dict[str, Any], series: list[LatencySeries], clock: Run
         "dropped": {name: s[name]["dropped"] for name in ("windows", "latency")},
         "factories_ready_s": round(warm["ready_s"], 1),
         "caught_up_s": round(warm["caught_up_s"], 1),
+        # from the warm-up's last tuple sent to its last micro-batch done
+        "catch_up_s": round(warm["caught_up_s"] - warm["load_end_s"], 1),
         "measured_start_s": clock.measured_s,
         "end_to_end_p50_ms": float(np.percentile(ms, 50)) if len(ms) else None,
         "end_to_end_max_ms": float(ms.max()) if len(ms) else None,
@@ -443,7 +445,8 @@ COUNT_NOTE = (
 
 
 def warmup_line(t: dict[str, Any]) -> str:
-    """The warm-up on one line: when the factories were ready, when both queries had read it, drops."""
+    """The warm-up on one line: when the factories were ready, when both queries had caught up with
+    it, its drops and its end-to-end latency; it is not judged (the verdict is the steady state's)."""
     from cp_sync.report import format_duration
 
     w = t["warmup"]
@@ -451,12 +454,14 @@ def warmup_line(t: dict[str, Any]) -> str:
     p50 = (
         ""
         if w["end_to_end_p50_ms"] is None
-        else f"; end to end p50 {format_duration(w['end_to_end_p50_ms'] * 1e6)}"
+        else f"; end to end p50 {format_duration(w['end_to_end_p50_ms'] * 1e6)}, "
+        f"peak {format_duration(w['end_to_end_max_ms'] * 1e6)}"
     )
     return (
         f"warm-up: factories ready {w['factories_ready_s']:g} s after the queries started; "
-        f"{w['seconds']:g} s at {t['target_rate']:,.0f} tuples/s into each query, read by both "
-        f"{w['caught_up_s']:g} s after the start (dropped: {drops}{p50}); not in the tables below"
+        f"{w['seconds']:g} s at {t['target_rate']:,.0f} tuples/s into each query, caught up (read by "
+        f"both, no backlog) {w['caught_up_s']:g} s after the start, {w['catch_up_s']:g} s after its "
+        f"load ended (dropped: {drops}{p50}); not judged, not in the tables below"
     )
 
 
@@ -545,10 +550,10 @@ def write_results(
     from cp_sync.waterfall_plot import WATERFALL_FILE
 
     written = [out.join(LATENCY_FILE)]
-    write_parquet(written[0], lat)
+    write_parquet(lat, written[0])
     if waterfall is not None:
         written.append(out.join(WATERFALL_FILE))
-        write_parquet(written[-1], waterfall)
+        write_parquet(waterfall, written[-1])
     batches = None if doc is None else doc["latency"]["batches_s"]
     figs = figures(series, warmup, batches=batches)
     plots = [] if doc is None else page_plots(series, doc["latency"], figs)  # drawn once: SVG, then PNG

@@ -5,6 +5,12 @@ transit, and the end-to-end latency did not climb over the measured run (Karimov
 criterion, as ``cloudprofiler maxrate --latency-slope``): a pipeline that falls behind builds
 a backlog, so each tuple waits longer than the one before even when nothing is dropped. When
 the run is not sustained, the verdict names every criterion that failed, with its figures.
+
+Only the steady state is judged: the measured run starts once the warm-up's load has been read
+and its micro-batches are done (the demo's ``warm_up``), and the climb is the median latency of
+the measured run's last third of time against its middle third (``latency_slope.settled_trend``):
+the first third, where micro-batches grow from an idle start to their cadence, does not decide it,
+while a backlog, which climbs to the end, still does.
 """
 
 from __future__ import annotations
@@ -12,25 +18,26 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from cloudprofiler.jobs.latency_slope import LatencyTrend, latency_trend
+from cloudprofiler.jobs.latency_slope import LatencyTrend, settled_trend
 
 if TYPE_CHECKING:
     from cp_sync.report import LatencySeries
 
 DEFAULT_SLOPE_LIMIT = 0.05  # s of latency gained per s of run: 0.5 s over the default 10 s run
 QUERIES = ("windows", "latency")
+CRITERION = "p50 of the measured run's middle third -> its last third"
 
 
 def end_to_end_trend(series: list[LatencySeries]) -> dict[str, Any] | None:
-    """The trend of end-to-end (gen -> sink) latency over the measured run: the table's records,
-    on the plots' time axis; None when there are too few records to tell."""
+    """The trend of end-to-end (gen -> sink) latency over the measured run (``CRITERION``): the
+    table's records, on the plots' time axis; None when there are too few records to tell."""
     for s in series:
         if (s.key["from_point"], s.key["to_point"]) != ("gen", "sink"):
             continue
         f = s.steady().figured()
         if f.t_s is None:
             return None
-        trend = latency_trend(f.t_s, f.duration_ns / 1e9)
+        trend = settled_trend(f.t_s, f.duration_ns / 1e9)
         return None if trend is None else asdict(trend)
     return None
 
@@ -47,7 +54,7 @@ def failures(t: dict[str, Any], limit: float) -> list[str]:
     out += [f"the {q} query lost {n:,} in transit" for q, n in t["lost_per_query"].items() if n]
     trend = t["latency_trend"]
     if trend is not None and trend["slope"] > limit:
-        out.append(f"latency climbs {climb(LatencyTrend(**trend))} (limit {limit:g} s/s)")
+        out.append(f"latency climbs {climb(LatencyTrend(**trend))} ({CRITERION}; limit {limit:g} s/s)")
     return out
 
 
@@ -61,9 +68,11 @@ def _seconds(s: float) -> str:
 
 
 def judge(t: dict[str, Any], limit: float = DEFAULT_SLOPE_LIMIT) -> str:
-    """Set ``t["sustained"]``, ``t["failed"]`` and ``t["verdict"]`` (the line printed); return the line."""
+    """Set ``t["sustained"]``, ``t["failed"]`` and ``t["verdict"]`` (the line printed); return the line.
+
+    The warm-up is never weighed here: its drops and latency are on its own line (``warmup_line``)."""
     failed = failures(t, limit)
-    rate = f"{t['target_rate']:,.0f} tuples/s into each query ({', '.join(QUERIES)})"
+    rate = f"{t['target_rate']:,.0f} tuples/s into each query ({', '.join(QUERIES)}), steady state"
     trend = t["latency_trend"]
     if failed:
         line = f"not sustained: {rate}: {'; '.join(failed)}"
@@ -71,6 +80,6 @@ def judge(t: dict[str, Any], limit: float = DEFAULT_SLOPE_LIMIT) -> str:
         line = f"sustained {rate}: no drop, no loss (too few records to tell the latency trend)"
     else:
         flat = climb(LatencyTrend(**trend))
-        line = f"sustained {rate}: no drop, no loss, latency flat: {flat} (limit {limit:g} s/s)"
+        line = f"sustained {rate}: no drop, no loss, latency flat: {flat} ({CRITERION}; limit {limit:g} s/s)"
     t.update(sustained=not failed, failed=failed, verdict=line, latency_slope_limit=limit)
     return line

@@ -43,6 +43,30 @@ def latency_trend(t_s: np.ndarray, latency_s: np.ndarray) -> LatencyTrend | None
     return LatencyTrend(float(slope), float(intercept), float(intercept + slope * (hi - lo)), hi - lo, len(t))
 
 
+def settled_trend(t_s: np.ndarray, latency_s: np.ndarray) -> LatencyTrend | None:
+    """How latency moves once the pipeline has settled: the median latency of the middle third of
+    the run's time (``first_s``) and of its last third (``last_s``), ``span_s`` the time between the
+    two thirds' median times and ``slope`` the change over it; None as for ``latency_trend``.
+
+    A run that starts on idle queries spends its first micro-batches growing to its cadence (each
+    batch takes longer as it brings more), so its first third may climb and then level off: that
+    third is left out. A backlog climbs on to the end, and is measured at the least-squares line's
+    slope (the median of a third of a straight line is the line at the third's middle); one slow
+    micro-batch moves a median by little."""
+    t, lat = np.asarray(t_s, dtype=np.float64), np.asarray(latency_s, dtype=np.float64)
+    ok = np.isfinite(t) & np.isfinite(lat)
+    t, lat = t[ok], lat[ok]
+    if len(t) < MIN_SAMPLES or np.ptp(t) == 0:
+        return None
+    lo, third = float(t.min()), float(np.ptp(t)) / 3
+    middle, last = (t > lo + third) & (t < lo + 2 * third), t >= lo + 2 * third
+    if not middle.any():  # every record at either end: nothing settled to compare
+        return None
+    first_s, last_s = float(np.median(lat[middle])), float(np.median(lat[last]))
+    span = float(np.median(t[last]) - np.median(t[middle]))
+    return LatencyTrend((last_s - first_s) / span, first_s, last_s, span, len(t))
+
+
 def latency_slope(sink: str | Path, senders: set[int]) -> tuple[float | None, int]:
     """Seconds of gen->sink latency gained per second of the trial, from records of one TSC domain.
 

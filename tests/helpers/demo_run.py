@@ -15,9 +15,14 @@ MEASURED = START + int(33 * HZ)  # the measured run begins: the warm-up band end
 WARM_IDS, RUN_IDS = (1000, 1200), (0, 500)  # the measured run numbered lower, as the demo may
 
 
-def write_run(tmp_path: Path) -> tuple[Path, Path, Path, Any, Any]:
+def write_run(
+    tmp_path: Path, run: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[Path, Path, Path, Any, Any]:
     """A demo-shaped run: a simulated generator node, source, sink and window stamps on the reference
-    node; a warm-up of slow records (up to 29.5 s), then a measured run of fast ones; sync throughout."""
+    node; a warm-up of slow records (up to 29.5 s), then a measured run of fast ones; sync throughout.
+
+    ``run``: the measured run's 500 records instead, as their gen and sink times in seconds since it
+    began (default: over 4 s, each done 1 to 50 ms after its gen stamp)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -46,6 +51,8 @@ def write_run(tmp_path: Path) -> tuple[Path, Path, Path, Any, Any]:
     warm_end = warm_gen + np.linspace(0.5 * HZ, 25 * HZ, 200).astype(np.int64)
     run_gen = MEASURED + np.linspace(0.1 * HZ, 4 * HZ, 500).astype(np.int64)
     run_end = run_gen + rng.integers(int(1e-3 * HZ), int(50e-3 * HZ), 500)
+    if run is not None:
+        run_gen, run_end = (MEASURED + (np.asarray(x) * HZ).astype(np.int64) for x in run)
     from cp_store.batch_log import publish
 
     records, windows = tmp_path / "records", tmp_path / "windows"
