@@ -19,11 +19,10 @@ import sys
 import types
 import warnings
 from collections.abc import Callable, Collection, Mapping
-from pathlib import Path
 from typing import Any
 
 # The directory holding the packages: a checkout, or site-packages for an installed wheel.
-_TREE = str(Path(__file__).resolve().parents[1]) + os.sep
+_TREE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 # Only a name written in the caller's source (an import, an attribute) warns; getattr() from
 # pickle, unittest.mock or a face's own loader (a CALL) does not.
 _SOURCE_OPS = {dis.opmap[op] for op in ("IMPORT_FROM", "LOAD_ATTR", "LOAD_METHOD") if op in dis.opmap}
