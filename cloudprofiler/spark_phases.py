@@ -347,7 +347,7 @@ def write_phases(table: pa.Table, where: str | os.PathLike[str] | Location) -> L
         doc = {"metadata": phases_metadata(table), "rows": table.to_pylist()}
         loc.write_bytes(json.dumps(doc).encode())
     else:
-        write_parquet(loc, table)
+        write_parquet(table, loc)
     return loc
 
 

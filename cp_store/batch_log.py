@@ -57,8 +57,6 @@ import pyarrow.fs as pafs
 from cp_store import manifests, spark_log
 from cp_store.atomic_files import fsync_path
 from cp_store.location import Location, StoreError, first_line, resolve
-
-# The manifests' side (names, parsing, reading), re-exported: callers use this module alone.
 from cp_store.manifests import (
     _BATCH_DIR_RE,
     _STAGED_RE,
@@ -80,6 +78,9 @@ from cp_store.manifests import (
     read_manifest,
     read_manifests,
 )
+
+# The manifests' side (names, parsing, reading), re-exported: callers use this module alone.
+from cp_store.tables import write_parquet  # re-exported: the sink and tools write through it
 
 __all__ = [
     "COMMITS",
@@ -399,19 +400,6 @@ def publish(
         files.append(rel)
         rows.append(table.num_rows)
     return commit(loc, batch_id, files, counts, durable, rows=rows, staged=staged)
-
-
-def write_parquet(table: pa.Table, loc: Location, durable: bool = False, **options: Any) -> None:
-    """One Parquet file (zstd unless ``options`` say otherwise) at ``loc``; fsynced if ``durable``."""
-    import pyarrow.parquet as pq
-
-    prepare(loc)
-    try:
-        pq.write_table(table, loc.path, filesystem=loc.fs, **{"compression": "zstd", **options})
-    except OSError as e:
-        raise StoreError(f"{loc.uri}: {first_line(e)}") from None
-    if durable:
-        sync_file(loc)
 
 
 # ---- sweeping --------------------------------------------------------------------------------------------

@@ -117,22 +117,27 @@ def read_table(loc: Location, **kw: Any) -> pa.Table:
         raise StoreError(f"{loc.uri}: {first_line(e)}") from None
 
 
-def write_parquet(loc: Location, table: pa.Table, compression: str = "zstd") -> None:
-    """Write ``table`` as one Parquet file that a reader sees whole or not at all."""
-    if loc.is_local:
-        # streamed to a temporary file beside the target: no second copy of a large output in memory
-        directory = posixpath.dirname(loc.path)
-        tmp = posixpath.join(directory, f".{posixpath.basename(loc.path)}.tmp-{uuid.uuid4().hex[:12]}")
-        try:
+def write_parquet(table: pa.Table, loc: Location, durable: bool = False, **options: Any) -> None:
+    """Write ``table`` as one Parquet file (zstd unless ``options`` say otherwise) that a reader sees
+    whole or not at all: locally streamed to a temporary file beside ``loc`` and renamed over it (no
+    second copy of a large output in memory); on an object store one upload, which appears complete.
+
+    ``durable``: the file is fsynced before its rename; its directory is left to the caller (the
+    sink's commit fsyncs each batch directory once).
+    """
+    options = {"compression": "zstd", **options}
+    try:
+        if loc.is_local:
+            directory = posixpath.dirname(loc.path)
+            tmp = posixpath.join(directory, f".{posixpath.basename(loc.path)}.tmp-{uuid.uuid4().hex[:12]}")
             os.makedirs(directory, exist_ok=True)
-            with replacing(loc.path, tmp=tmp, mode=0o666) as f:  # an ordinary output's mode
-                pq.write_table(table, f, compression=compression)
-        except OSError as e:
-            raise StoreError(f"{loc.uri}: {first_line(e)}") from None
-        return
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression=compression)
-    loc.write_bytes(sink.getvalue().to_pybytes())
+            with replacing(loc.path, durable=durable, sync_dir=False, tmp=tmp, mode=0o666) as f:
+                pq.write_table(table, f, **options)  # an ordinary output's mode
+            return
+        with loc.fs.open_output_stream(loc.path) as out:
+            pq.write_table(table, out, **options)
+    except OSError as e:
+        raise StoreError(f"{loc.uri}: {first_line(e)}") from None
 
 
 def write_figure(loc: Location, fig: Any, dpi: int = 110) -> None:

@@ -81,7 +81,7 @@ def write_sync(
     table = pa.concat_tables(tabs) if tabs else SCHEMA.empty_table()
     table = table.replace_schema_metadata({_META_KEY: orjson.dumps(dict(domains_hz))})
     path = out.join(f"sync-{phase}-{time.time_ns()}.parquet")
-    write_parquet(path, table)
+    write_parquet(table, path)
     return path
 
 

@@ -163,7 +163,7 @@ def write_maxrate_run(
     run.make_dirs()
     doc = maxrate_doc(result, attempts, args, label, ingestion)
     if latency is not None:
-        write_parquet(run.join(LATENCY_FILE), latency)
+        write_parquet(latency, run.join(LATENCY_FILE))
         doc["latency"] = latency_entry(latency)
     write_doc(run, doc)
     return build(run)

@@ -132,7 +132,7 @@ class IngestLogger:
         )
         name = f"{self.key}-{time.time_ns():020d}-{uuid.uuid4().hex}.parquet"
         try:
-            write_parquet(log_location(self._log_dir).join(name), out)
+            write_parquet(out, log_location(self._log_dir).join(name))
         except OSError as e:
             # the task fails and Spark retries it: its rows are not taken without their log
             raise OSError(e.errno, f"option progressLog: cannot write the ingest log: {e}") from None

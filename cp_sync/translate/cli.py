@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     out, facts = translate_records(
         records, sync, args.from_point, args.to_point, args.reference, methods, args.stamp_margin, by, args.hz
     )
-    write_parquet(out_loc, out)
+    write_parquet(out, out_loc)
     _summary(args, out, facts, by)
     print_table(status_table(status_rows(out)))
     if sync is None:
@@ -203,7 +203,7 @@ def _waterfall(args: argparse.Namespace) -> int:
     out_loc = output_file("--out", args.out)
     report_loc = _report_dir(args.report) if args.report else None
     table = waterfall(records, sync, args.reference, methods[0], args.stamp_margin, args.hz)
-    write_parquet(out_loc, table)
+    write_parquet(table, out_loc)
     print_table(stage_table(table))
     _print_quantile_records(table)
     for note in waterfall_meta(table)["notes"]:
@@ -223,7 +223,7 @@ def _waterfall_report(run: Location, table: Any, sync: Location | None) -> Locat
     from cp_sync.waterfall_plot import WATERFALL_FILE
 
     meta = waterfall_meta(table)
-    write_parquet(run.join(WATERFALL_FILE), table)
+    write_parquet(table, run.join(WATERFALL_FILE))
     doc = new_doc(
         "translate", f"translate --waterfall: {table.num_rows:,} records, reference {meta['reference']}"
     )
@@ -289,7 +289,7 @@ def _write_waterfall(
         table = waterfall(records, sync, reference, method or DEFAULT_METHOD, args.stamp_margin, args.hz)
     except ValueError as e:
         return f"no waterfall: {first_line(e)}"
-    write_parquet(run.join(WATERFALL_FILE), table)
+    write_parquet(table, run.join(WATERFALL_FILE))
     return None
 
 
@@ -307,7 +307,7 @@ def _write_report(
     from cp_store.tables import write_parquet
     from cp_sync.run_page import LATENCY_FILE, build, new_doc, write_doc
 
-    write_parquet(run.join(LATENCY_FILE), out)
+    write_parquet(out, run.join(LATENCY_FILE))
     doc = new_doc(
         "translate", f"translate: {args.from_point} -> {args.to_point}, reference {facts['reference']}"
     )

@@ -184,3 +184,19 @@ def test_a_bad_counts_value_or_an_oversized_manifest_is_refused(
     with pytest.raises(ManifestError, match=r"^batch 1: manifest of \d+ bytes is over the cap of 64$"):
         commit(root, 1, ["batch=1/" + "x" * 80 + ".parquet"], [], rows=[0])
     assert not batch_log.is_committed(root, 1)
+
+
+def test_one_parquet_writer_replaces_a_file_whole_or_not_at_all(tmp_path: Path) -> None:
+    """The sink's files and the tools' tables go through one writer: a write that fails midway keeps
+    the file that was there and leaves no temporary file."""
+    from cp_store import tables
+
+    assert batch_log.write_parquet is tables.write_parquet
+    loc = resolve(tmp_path / "out" / "records-a.parquet")
+    batch_log.write_parquet(_ids(0, 3), loc)
+    with pytest.raises(pa.ArrowException, match="Unsupported compression: bogus"):
+        batch_log.write_parquet(_ids(0, 5), loc, compression="bogus")
+    assert tables.read_table(loc)["tuple_id"].to_pylist() == [0, 1, 2]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["records-a.parquet"]
+    tables.write_parquet(_ids(7, 9), loc, durable=True)  # fsynced before its rename
+    assert tables.read_table(loc)["tuple_id"].to_pylist() == [7, 8]

@@ -72,7 +72,7 @@ def _write_run(records: str, sync: str, n: int = 300) -> dict[int, int]:
     for b, part in enumerate((t.slice(0, n // 2), t.slice(n // 2))):
         assert publish(records, b, {"records-p0-a0.parquet": part})
     # a failed attempt's file no manifest lists: never read
-    write_parquet(resolve(records).join("batch=1", "records-p0-a1-x.parquet"), t.slice(0, 7))
+    write_parquet(t.slice(0, 7), resolve(records).join("batch=1", "records-p0-a1-x.parquet"))
     truth = stamp(DOMAINS[0], re_) - stamp(DOMAINS[0], rs)
     return dict(zip(ids.tolist(), truth.tolist(), strict=True))
 
