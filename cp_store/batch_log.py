@@ -57,6 +57,8 @@ import pyarrow.fs as pafs
 from cp_store import manifests, spark_log
 from cp_store.atomic_files import fsync_path
 from cp_store.location import Location, StoreError, first_line, resolve
+
+# The manifests' side (names, parsing, reading), re-exported: callers use this module alone.
 from cp_store.manifests import (
     _BATCH_DIR_RE,
     _STAGED_RE,
@@ -78,9 +80,7 @@ from cp_store.manifests import (
     read_manifest,
     read_manifests,
 )
-
-# The manifests' side (names, parsing, reading), re-exported: callers use this module alone.
-from cp_store.tables import write_parquet  # re-exported: the sink and tools write through it
+from cp_store.tables import write_parquet  # the one Parquet writer, re-exported for the sink
 
 __all__ = [
     "COMMITS",

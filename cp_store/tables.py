@@ -131,8 +131,9 @@ def write_parquet(table: pa.Table, loc: Location, durable: bool = False, **optio
             directory = posixpath.dirname(loc.path)
             tmp = posixpath.join(directory, f".{posixpath.basename(loc.path)}.tmp-{uuid.uuid4().hex[:12]}")
             os.makedirs(directory, exist_ok=True)
+            # mode 0o666: an ordinary output's (before the umask), not a private temporary file's
             with replacing(loc.path, durable=durable, sync_dir=False, tmp=tmp, mode=0o666) as f:
-                pq.write_table(table, f, **options)  # an ordinary output's mode
+                pq.write_table(table, f, **options)
             return
         with loc.fs.open_output_stream(loc.path) as out:
             pq.write_table(table, out, **options)
