@@ -16,5 +16,10 @@ setup(
             depends=["native_tsc/tsc_counter.h"],
             extra_compile_args=["-O2"],
         ),
+        Extension(
+            "cp_source.factory._ysb",  # the factory's YSB row parser: workers start without numba's JIT
+            ["cp_source/factory/_ysb.c"],
+            extra_compile_args=["-O2"],
+        ),
     ]
 )

@@ -6,7 +6,7 @@ high-water mark: when the spool is full the worker stops receiving and the queue
 the generator, whose non-blocking sends fail as counted drops.
 
 Each worker validates the bucket (cp_source.wire.bucket), parses the payload into
-Arrow columns (the numba parser for all-string workloads such as YSB,
+Arrow columns (the C YSB parser for all-string workloads such as YSB,
 pyarrow's JSON reader for file workloads), adds ``event_time``, ``tuple_id``,
 ``sender_id`` and the ``gen``/``factory`` stamp columns, and publishes a
 segment every ``flush_rows`` rows or ``flush_ms`` milliseconds.
@@ -72,9 +72,11 @@ PARSERS = ("auto", "numba", "arrow-json", "orjson", "naive")
 def make_accumulator(workload: Workload, parser: str = "auto") -> Any:
     """A payload parser for a workload's fields, as an accumulator (add / take).
 
-    ``auto`` picks the fastest correct one: the numba parser for all-string fields, pyarrow's JSON
-    reader otherwise. The others exist to compare them (benchmarks/ingest.py). Every one gives the
-    same values, or the same refusal, for the same payload (``cp_source.factory.parse_json``'s rules).
+    ``auto`` picks the fastest correct one: the C YSB parser for all-string fields (no JIT: a worker
+    that uses it never imports numba), pyarrow's JSON reader otherwise. ``numba`` is the same
+    all-string parser compiled by numba. The others exist to compare them (benchmarks/ingest.py).
+    Every one gives the same values, or the same refusal, for the same payload
+    (``cp_source.factory.parse_json``'s rules).
     """
     fields = workload.fields
     if workload.arrow_payload:  # Arrow IPC payloads: checked, not parsed (cp_source.factory.parse_ipc)
@@ -91,8 +93,8 @@ def make_accumulator(workload: Workload, parser: str = "auto") -> Any:
     if parser in ("auto", "numba") and all_strings:
         from cp_source.factory.parse_ysb import StringRowAccumulator
 
-        return StringRowAccumulator(fields)
-    from cp_source.factory import parse_json  # here: the numba path above needs none of it
+        return StringRowAccumulator(fields, kernel="c" if parser == "auto" else "numba")
+    from cp_source.factory import parse_json  # here: the all-string path above needs none of it
 
     if parser == "orjson":
         return BatchAccumulator(lambda p, c: parse_json.parse_orjson(p, fields, c), fields)

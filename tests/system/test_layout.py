@@ -34,7 +34,7 @@ MAX_FUNCTION_LINES = 80
 # Measured exceptions, each with its reason.
 LONG_FUNCTIONS = {
     # the YSB JSON kernel compiled by numba: split into helpers it ran 1.3x slower (NRT calls per field)
-    ("cp_source.factory.parse_ysb", "_parse"),
+    ("cp_source.factory.ysb_numba", "_parse"),
 }
 
 

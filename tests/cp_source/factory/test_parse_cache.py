@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cp_source.factory.parse_ysb import numba_cache_dir
+from cp_source.factory.ysb_numba import numba_cache_dir
 
 
 def _blocked(tmp_path: Path, name: str) -> Path:
@@ -54,7 +54,7 @@ def test_a_worker_parses_with_the_numba_kernel_without_importing_scipy() -> None
         fields = resolve("ysb", None).fields
         rows = [{f.name: f"{f.name}-{i}" for f in fields} for i in range(3)]
         payload = b"\\n".join(orjson.dumps(r) for r in rows) + b"\\n"
-        batch = StringRowParser(fields).fast(payload, 3)
+        batch = StringRowParser(fields, "numba").fast(payload, 3)
         assert batch is not None, "the numba kernel gave up on canonical rows"
         assert batch.to_pylist() == rows, batch.to_pylist()
         assert not [m for m in sys.modules if m.startswith("scipy") and sys.modules[m] is not None]
