@@ -1,4 +1,9 @@
-"""cloudprofiler: the command line, the data source registration and the jobs that tie the packages."""
+"""cloudprofiler: the command line, the data source registration and the jobs that tie the packages.
+
+Its face (``__all__``) is what a user's script imports: the generator and the factory, the sink's
+records and stamps, channels, cross-node sync and the latency reports, the jobs; the window
+functions are in ``cloudprofiler.windows`` and the progress model in ``cloudprofiler.progress``.
+"""
 
 from __future__ import annotations
 
