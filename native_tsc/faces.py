@@ -6,8 +6,8 @@ the face it never uses (pyarrow.parquet, pyspark, rich), so ``lazy_face`` maps e
 module defining it and imports that module on the first access (PEP 562).
 
 Paths the docs once gave users (``from cp_source.generate.generator import run_generator``) keep
-working; ``deprecated_names`` makes them warn when code outside this project's tree imports or reads
-them. The project's own modules and tests import internals by design and are never warned.
+working; ``deprecated_names`` makes them warn when a script file outside this project's tree imports
+or reads them. The project's own modules and tests import internals by design and are never warned.
 """
 
 from __future__ import annotations
@@ -65,6 +65,8 @@ def deprecated_names(module: str, home: str, names: Collection[str]) -> None:
 
 
 def _from_user_source(frame: types.FrameType) -> bool:
-    if frame.f_code.co_filename.startswith(_TREE):
+    # code given as a string (python -c, exec) is the project's own: its tests and benchmarks
+    # start children that way, and a warning would land in the output they read
+    if frame.f_code.co_filename.startswith((_TREE, "<")):
         return False
     return frame.f_code.co_code[frame.f_lasti] in _SOURCE_OPS
