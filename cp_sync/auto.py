@@ -31,6 +31,7 @@ on :func:`stop`.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import ipaddress
 import os
@@ -46,11 +47,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import orjson
-
 from cp_common.options import Options, choice_option, given, port_option, seconds_option
 from cp_store.location import check_writable, resolve
-from cp_sync.auto_coordinator import read_state, registry_paths
+from cp_sync.auto_coordinator import CoordinatorSettings, read_state, registry_paths
 from cp_sync.background import start_daemon
 from cp_sync.host_agent import runtime_dir
 from native_tsc.faces import deprecated_names
@@ -155,7 +154,7 @@ def _spark_default_host() -> str:
         return "127.0.0.1"
 
 
-def _jvm() -> list[int] | None:
+def _jvm() -> tuple[int, int] | None:
     """(pid, start time) of the JVM this Python worker descends from, for the coordinator to watch."""
     pid = os.getppid()
     for _ in range(8):
@@ -166,7 +165,7 @@ def _jvm() -> list[int] | None:
             return None
         fields = stat.rsplit(")", 1)[1].split()
         if exe.startswith("java"):
-            return [pid, int(fields[19])]
+            return pid, int(fields[19])
         pid = int(fields[1])
         if pid <= 1:
             return None
@@ -209,7 +208,7 @@ def _lock_held(lock_path: Path) -> bool:
         return False
 
 
-def _spawn_coordinator(cfg: dict[str, Any], log_path: Path) -> subprocess.Popen[bytes]:
+def _spawn_coordinator(cfg: CoordinatorSettings, log_path: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
@@ -224,7 +223,7 @@ def _spawn_coordinator(cfg: dict[str, Any], log_path: Path) -> subprocess.Popen[
     finally:
         os.close(fd)
     assert proc.stdin is not None
-    proc.stdin.write(orjson.dumps(cfg))  # the path may carry credentials: never on the command line
+    proc.stdin.write(cfg.to_json())  # the path may carry credentials: never on the command line
     proc.stdin.close()
     start_daemon(proc.wait, "cp-sync-coordinator-reaper")
     return proc
@@ -242,24 +241,24 @@ def ensure_coordinator(
     key = path_key(loc.identity)
     lock_path, state_path, stop_path, log_path = registry_paths(runtime_dir(), key)
     bind, advertise = coordinator_address(driver)
-    cfg = {
-        "key": key,
-        "path": path if "://" in path else loc.path,  # relative paths as this process sees them
-        "every": opts.every,
-        "curve_keys": opts.curve_keys,
-        "port": opts.port,
-        "bind": bind,
-        "advertise": advertise,
-        "checkpoint": normalize_checkpoint(checkpoint),
-        "jvm": _jvm(),
-    }
+    cfg = CoordinatorSettings(
+        key=key,
+        path=path if "://" in path else loc.path,  # relative paths as this process sees them
+        every=opts.every,
+        curve_keys=opts.curve_keys,
+        port=opts.port,
+        bind=bind,
+        advertise=advertise,
+        checkpoint=normalize_checkpoint(checkpoint),
+        jvm=_jvm(),
+    )
     proc: subprocess.Popen[bytes] | None = None
     deadline = time.monotonic() + START_TIMEOUT_S + STOP_WAIT_S
     while True:
         held = _lock_held(lock_path)
         state = read_state(state_path) or {}
         if held and state.get("state") == "running" and not _stop_pending(state, stop_path):
-            if state.get("checkpoint") == cfg["checkpoint"]:
+            if state.get("checkpoint") == cfg.checkpoint:
                 return str(state["endpoint"])
             # Another query's coordinator (its checkpoint differs): it ends, and this query gets its own.
             _request_stop(state_path, stop_path)
@@ -275,9 +274,9 @@ def ensure_coordinator(
                 check_writable(loc.join("_sync"))  # a store that cannot take the phases fails now
             # A coordinator that died mid-query comes back on its old port if it is free: the executors
             # hold the endpoint their writer was given at the start.
-            cfg["port_hint"] = _port_of(state.get("endpoint")) if not opts.port else 0
+            hint = _port_of(state.get("endpoint")) if not opts.port else 0
             state_path.unlink(missing_ok=True)
-            proc = _spawn_coordinator(cfg, log_path)
+            proc = _spawn_coordinator(dataclasses.replace(cfg, port_hint=hint), log_path)
             deadline = min(deadline, time.monotonic() + START_TIMEOUT_S)
         if time.monotonic() > deadline:
             raise TimeoutError(f"the sync coordinator for {loc.uri} did not start in time; log: {log_path}")

@@ -23,6 +23,7 @@ stdin, never from the command line.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import os
@@ -32,6 +33,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,46 @@ POLL_S = 0.2
 PHASE_RE = re.compile(r"^sync-(?:start|periodic|stop)-(\d{4,})-\d+\.parquet$")
 START_WAIT_MAX_S = 10.0  # the start phase waits this long (at most a period) for a second agent
 PHASE_WAIT_S = 5.0  # how long a phase waits for agents that list_agents showed a moment before
+
+
+@dataclass(frozen=True)
+class CoordinatorSettings:
+    """What the sink's writer hands its coordinator process, as JSON on stdin (``to_json`` and
+    ``from_json``, the one place it is written and read): the path may carry credentials."""
+
+    key: str  # the sink path's key: the names of the lock and registry files
+    path: str  # the sink path as the writer's process sees it
+    every: float  # seconds between periodic phases (checked by cp_sync.auto.SyncOptions)
+    bind: str  # the address the coordinator binds
+    advertise: str  # the address agents reach it at
+    curve_keys: str | None = None
+    port: int = 0  # syncPort; 0: any free port
+    port_hint: int = 0  # without syncPort: the port of the coordinator this one replaces, tried first
+    checkpoint: str | None = None  # the query's checkpoint, matched when the query stops
+    jvm: tuple[int, int] | None = None  # the driver JVM's pid and start time: gone, the stop phase runs
+    rounds: int = 100  # probe rounds per ordered pair in a phase
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, data: bytes) -> CoordinatorSettings:
+        """The settings ``to_json`` wrote; anything else raises ValueError naming the field."""
+        doc = orjson.loads(data)
+        if not isinstance(doc, dict):
+            raise ValueError("coordinator settings: expected a JSON object")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(doc) - set(fields))
+        if unknown:
+            raise ValueError(f"coordinator settings: unknown field {unknown[0]!r}")
+        jvm = doc.get("jvm")
+        try:
+            return cls(
+                **{k: v for k, v in doc.items() if k != "jvm"},
+                jvm=None if jvm is None else (int(jvm[0]), int(jvm[1])),
+            )
+        except (TypeError, IndexError, ValueError) as e:
+            raise ValueError(f"coordinator settings: {first_line(e)}") from None
 
 
 def registry_paths(rundir: Path, key: str) -> tuple[Path, Path, Path, Path]:
@@ -80,7 +122,7 @@ def next_index(sync_dir: Location) -> int:
     return max(found) + 1 if found else 0
 
 
-def jvm_alive(jvm: list[int] | None) -> bool:
+def jvm_alive(jvm: tuple[int, int] | None) -> bool:
     """False once the driver's JVM (pid and start time, from /proc) has exited."""
     if not jvm:
         return True
@@ -94,11 +136,11 @@ def jvm_alive(jvm: list[int] | None) -> bool:
 class PhaseRunner:
     """Runs the phases of one coordinator and records each."""
 
-    def __init__(self, cfg: dict[str, Any], server: str, sync_dir: Location) -> None:
+    def __init__(self, cfg: CoordinatorSettings, server: str, sync_dir: Location) -> None:
         self.cfg = cfg
         self.server = server
         self.sync_dir = sync_dir
-        self.keys: str | None = cfg.get("curve_keys")
+        self.keys = cfg.curve_keys
         self.index = next_index(sync_dir)
 
     def agents(self) -> list[dict[str, Any]]:
@@ -127,7 +169,7 @@ class PhaseRunner:
                 res = run_phase(
                     self.server,
                     name,
-                    int(self.cfg.get("rounds", 100)),
+                    self.cfg.rounds,
                     self.sync_dir,
                     expect=2,
                     wait_s=PHASE_WAIT_S,
@@ -151,30 +193,29 @@ class PhaseRunner:
         return rec
 
 
-def _bind(cfg: dict[str, Any]) -> Coordinator:
-    """The coordinator on the configured address, or on every interface when that one is not local.
+def _bind(cfg: CoordinatorSettings) -> tuple[Coordinator, str]:
+    """The coordinator on the configured address, or on every interface when that one is not local;
+    with the address it bound.
 
     Without a fixed port it first tries ``port_hint``, the port of the coordinator it replaces.
     """
-    port = int(cfg.get("port", 0))
-    hint = int(cfg.get("port_hint", 0))
-    if not port and hint:
+    if not cfg.port and cfg.port_hint:
         with contextlib.suppress(zmq.ZMQError):
-            return Coordinator(f"{cfg['bind']}:{hint}", curve_keys=cfg.get("curve_keys"))
+            return Coordinator(f"{cfg.bind}:{cfg.port_hint}", curve_keys=cfg.curve_keys), cfg.bind
     try:
-        return Coordinator(f"{cfg['bind']}:{port}", curve_keys=cfg.get("curve_keys"))
+        return Coordinator(f"{cfg.bind}:{cfg.port}", curve_keys=cfg.curve_keys), cfg.bind
     except zmq.ZMQError as e:
-        if e.errno != errno.EADDRNOTAVAIL or cfg["bind"] in ("0.0.0.0", "127.0.0.1"):
+        if e.errno != errno.EADDRNOTAVAIL or cfg.bind in ("0.0.0.0", "127.0.0.1"):
             raise
-        cfg["bind"] = "0.0.0.0"  # spark.driver.host names an address this host does not have
-        return Coordinator(f"0.0.0.0:{port}", curve_keys=cfg.get("curve_keys"))
+        # spark.driver.host names an address this host does not have
+        return Coordinator(f"0.0.0.0:{cfg.port}", curve_keys=cfg.curve_keys), "0.0.0.0"
 
 
-def serve(cfg: dict[str, Any], rundir: Path) -> int:
+def serve(cfg: CoordinatorSettings, rundir: Path) -> int:
     """Hold the lock, run the coordinator and its phases until the query stops; the exit code."""
     import fcntl
 
-    lock_path, state_path, stop_path, _ = registry_paths(rundir, cfg["key"])
+    lock_path, state_path, stop_path, _ = registry_paths(rundir, cfg.key)
     lock = open(lock_path, "a+b")  # noqa: SIM115  (held for the life of the process)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -184,27 +225,28 @@ def serve(cfg: dict[str, Any], rundir: Path) -> int:
     stop_path.unlink(missing_ok=True)
     token = secrets.token_hex(8)
     try:
-        sync_dir = resolve(cfg["path"]).join("_sync")
-        coord = _bind(cfg).start()
+        sync_dir = resolve(cfg.path).join("_sync")
+        coord, bound = _bind(cfg)
+        coord.start()
     except (OSError, ValueError, zmq.ZMQError) as e:
-        where = f"{cfg['bind']}:{cfg.get('port', 0)}"
+        where = f"{cfg.bind}:{cfg.port}"
         text = first_line(e).split(" (addr=")[0]  # ZeroMQ's message repeats the address
         why = f"the sync coordinator cannot start on {where}: {text}"
-        if int(cfg.get("port", 0)):
-            why = f"option syncPort={cfg['port']}: {why}"
+        if cfg.port:
+            why = f"option syncPort={cfg.port}: {why}"
         write_state(state_path, {"state": "failed", "error": why, "pid": os.getpid()})
         print(why, flush=True)
         return 1
     port = coord.address.rpartition(":")[2]
-    local = "127.0.0.1" if cfg["bind"] in ("0.0.0.0", "127.0.0.1") else cfg["bind"]
+    local = "127.0.0.1" if bound in ("0.0.0.0", "127.0.0.1") else bound
     server = f"tcp://{local}:{port}"
     state = {
         "state": "running",
         "pid": os.getpid(),
         "token": token,
-        "endpoint": f"tcp://{cfg['advertise']}:{port}",
-        "path": resolve(cfg["path"]).uri,
-        "checkpoint": cfg.get("checkpoint"),
+        "endpoint": f"tcp://{cfg.advertise}:{port}",
+        "path": resolve(cfg.path).uri,
+        "checkpoint": cfg.checkpoint,
     }
     write_state(state_path, state)
     print(
@@ -219,13 +261,13 @@ def serve(cfg: dict[str, Any], rundir: Path) -> int:
         asked = False
         with contextlib.suppress(OSError):
             asked = stop_path.read_text().strip() == token
-        if asked or stop["signal"] or not jvm_alive(cfg.get("jvm")):
+        if asked or stop["signal"] or not jvm_alive(cfg.jvm):
             stop["seen"] = True
             write_state(state_path, {**state, "state": "stopping"})  # a new query does not adopt it now
         return bool(stop["seen"])
 
     try:
-        run_phases(PhaseRunner(cfg, server, sync_dir), float(cfg["every"]), stopping)
+        run_phases(PhaseRunner(cfg, server, sync_dir), cfg.every, stopping)
         write_state(state_path, {**state, "state": "stopped"})
     finally:
         coord.stop()
@@ -256,7 +298,7 @@ def run_phases(runner: PhaseRunner, every: float, stopping: Callable[[], bool]) 
 def main() -> int:
     from cp_sync.host_agent import runtime_dir, sweep_logs
 
-    cfg = json.loads(sys.stdin.buffer.read())
+    cfg = CoordinatorSettings.from_json(sys.stdin.buffer.read())
     rundir = runtime_dir()
     with contextlib.suppress(OSError):
         sweep_logs(rundir)

@@ -103,6 +103,20 @@ def test_checkpoints_compare_as_spark_reports_them(tmp_path: Path) -> None:
     assert auto.normalize_checkpoint("s3a://b/x/ck/") == auto.normalize_checkpoint("s3a://b/x/ck") == "/x/ck"
 
 
+def test_coordinator_settings_cross_to_its_process_in_one_typed_form() -> None:
+    from cp_sync.auto_coordinator import CoordinatorSettings
+
+    cfg = CoordinatorSettings("k1", "s3://b/p", 2.5, "127.0.0.1", "127.0.0.1", port=5000, jvm=(41, 7))
+    assert CoordinatorSettings.from_json(cfg.to_json()) == cfg
+    doc = json.loads(cfg.to_json())
+    assert doc["every"] == 2.5 and doc["jvm"] == [41, 7] and doc["rounds"] == 100
+    with pytest.raises(ValueError) as e:
+        CoordinatorSettings.from_json(json.dumps({**doc, "evry": 1}).encode())
+    assert str(e.value) == "coordinator settings: unknown field 'evry'"
+    with pytest.raises(ValueError, match=r"^coordinator settings: .*'every'"):
+        CoordinatorSettings.from_json(json.dumps({k: v for k, v in doc.items() if k != "every"}).encode())
+
+
 def test_a_taken_sync_port_fails_in_one_line_naming_the_option(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
