@@ -7,8 +7,9 @@ Side by side in one run:
   receiver that only drains: which rates it sustains (no drop, on schedule);
 * YSB bucket deserialization per core (CPU time, so a busy shared host does
   not distort it): the naive path (per-row orjson into Python rows), generic
-  orjson-to-Arrow, pyarrow's JSON reader, the numba parser, and the whole
-  worker path (parse, stamp, build and write a segment);
+  orjson-to-Arrow, pyarrow's JSON reader, the numba parser, the C one (the same
+  kernel, the workers' default), and the whole worker path with the numba parser
+  (parse, stamp, build and write a segment);
 * the factory with real ZeroMQ fed by the generator, with each worker parser
   (naive, generic orjson-to-Arrow, pyarrow JSON, numba) and with 2 numba
   workers, while a consumer commits what is published (as the stream reader
@@ -121,17 +122,18 @@ def _cpu_rate(fn: Any, payloads: list[bytes], bucket: int, seconds: float) -> fl
 def bench_parsers(bucket: int, seconds: float) -> dict[str, float]:
     fields = ysb_fields()
     pays = build_payloads("ysb", bucket)
-    numba = StringRowParser(fields)
+    numba, c_kernel = StringRowParser(fields, "numba"), StringRowParser(fields, "c")
     paths = {
         "naive: per-row orjson into Python rows": lambda p: parse_naive_rows(p, fields, bucket),
         "generic: orjson to Arrow": lambda p: parse_orjson(p, fields, bucket),
         "pyarrow.json reader": lambda p: parse_arrow_json(p, fields, bucket),
         "numba YSB parser": lambda p: numba.fast(p, bucket),
+        "C YSB parser (the workers' default)": lambda p: c_kernel.fast(p, bucket),
     }
     out = {name: _cpu_rate(fn, pays, bucket, seconds) for name, fn in paths.items()}
     # the whole worker path: validate, parse, stamp, build the segment and publish it
     with tempfile.TemporaryDirectory() as d:
-        w = FactoryWorker(WorkerConfig(backend="tcp://127.0.0.1:1", spool=d, worker="w0"))
+        w = FactoryWorker(WorkerConfig(backend="tcp://127.0.0.1:1", spool=d, worker="w0", parser="numba"))
         pk = bk.HeaderPacker(1, "bench@0")
         state = {"seq": 0}
 

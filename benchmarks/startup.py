@@ -15,17 +15,22 @@ append timestamped events, and the stages below are spans between them (seconds)
 * ``factory spawn``: the reader's first offset call to the worker processes spawned;
 * ``worker imports``: a worker process started to its module imported (interpreter, numpy,
   pyarrow, zmq, ours), mean over the run's workers;
-* ``parser``: module imported to the parser loaded (numba's import and its cached machine code);
+* ``parser``: module imported to the parser loaded (the C YSB kernel: an import; with
+  ``parser="numba"``, numba's import and its cached machine code);
 * ``warm-up``: the parser loaded to one warm-up parse done; ``connect``: to the worker ready;
+* ``our part``: ``factory spawn`` + ``worker imports`` + ``parser`` + ``warm-up`` + ``connect``,
+  the start that is ours, from the reader's first offset call to every factory ready (Spark's
+  runner start aside). The goal: within 1 s (median of the rounds);
 * ``factories ready``: the first ``load()`` to the last factory ready; ``first batches``: to the
   last query's first micro-batch. The goal: factories ready within 5 s.
 
-``worker CPU``: a factory worker's own start, alone and timed in CPU seconds (what four of them
-and Spark's start share 2 cores with): a new interpreter that builds a worker as
-``python -m cp_source.factory.workers`` does (imports, the cached parser loaded, the warm-up parse)
-and exits, ``--worker-runs`` times after one untimed start (which, on a fresh copy of the code,
-compiles the numba parser into its cache: 1.6 CPU s more). CPU time, unlike wall time, hardly
-moves with the load.
+``worker CPU``: a factory worker's own start, alone and timed in CPU seconds and peak RSS (what
+four of them and Spark's start share 2 cores and the memory with): a new interpreter that builds a
+worker as ``python -m cp_source.factory.workers`` does (imports, the parser loaded, the warm-up
+parse) and exits, ``--worker-runs`` times per parser, ``auto`` (the C kernel) and ``numba``
+interleaved, after one untimed start of each (which, on a fresh copy of the code, compiles the
+numba parser into its cache: 1.6 CPU s more). CPU time, unlike wall time, hardly moves with the
+load.
 
 ``--before COMMIT`` runs every round twice, alternating: on ``COMMIT``'s packages (``git archive``
 into a temporary directory put first on ``PYTHONPATH``, the compiled C extension taken from
@@ -56,6 +61,9 @@ from bench_common import (
 
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_S = 5.0
+OUR_GOAL_S = 1.0
+OURS = ("factory spawn", "worker imports", "parser", "warm-up", "connect")  # the start that is ours
+WORKER_PARSERS = ("auto", "numba")  # auto: the C YSB kernel
 PACKAGES = ("cp_source", "cp_sink", "cp_store", "cp_sync", "cloudprofiler")
 STAGES = (
     "runner",
@@ -64,6 +72,7 @@ STAGES = (
     "parser",
     "warm-up",
     "connect",
+    "our part",
     "factories ready",
     "first batches",
 )
@@ -144,7 +153,7 @@ def stages(events: list[tuple[float, int, str]]) -> dict[str, float]:
         return sum(spans) / len(spans) if spans else float("nan")
 
     t0 = first("bench: load()")
-    return {
+    out = {
         "runner": first("reader: constructed") - t0,
         "factory spawn": first("factory: spawning workers") - first("reader: initialOffset"),
         "worker imports": per_worker("process started", "module imported"),
@@ -154,6 +163,12 @@ def stages(events: list[tuple[float, int, str]]) -> dict[str, float]:
         "factories ready": last("bench: factory ready") - t0,
         "first batches": last("bench: first batch") - t0,
     }
+    return {**out, "our part": our_part(out)}
+
+
+def our_part(run: dict[str, float]) -> float:
+    """The start that is ours: the reader's first offset call to every factory ready, by stage."""
+    return sum(run[s] for s in OURS)
 
 
 def one_round(code: Path | None) -> dict[str, Any]:
@@ -174,27 +189,35 @@ def one_round(code: Path | None) -> dict[str, Any]:
 
 
 WORKER_START = """
-import tempfile
+import sys, tempfile
 from cp_source.factory import workers as w
 w.skip_scipy()
-w.FactoryWorker(w.WorkerConfig(backend="ipc:///nonexistent", spool=tempfile.mkdtemp(), worker="w0"))
+cfg = w.WorkerConfig(backend="ipc:///nonexistent", spool=tempfile.mkdtemp(), worker="w0", parser=sys.argv[1])
+w.FactoryWorker(cfg)
 """
 
 
-def worker_cpu(code: Path | None) -> dict[str, float]:
-    """CPU and wall seconds of one factory worker's start, in a new interpreter."""
+def worker_cpu(code: Path | None, parser: str = "auto") -> dict[str, Any]:
+    """CPU and wall seconds and peak RSS (MB) of one factory worker's start, in a new interpreter."""
     env = {**os.environ, "NUMBA_NUM_THREADS": "1"}
     if code is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(code), str(ROOT)])
     load = os.getloadavg()[0]
     t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-c", WORKER_START], env=env, cwd=code or ROOT)
+    proc = subprocess.Popen([sys.executable, "-c", WORKER_START, parser], env=env, cwd=code or ROOT)
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"a worker start failed with status {proc.returncode}")
     cpu = usage.ru_utime + usage.ru_stime
-    return {"load_average": load, "cpu_s": cpu, "wall_s": time.monotonic() - t0}
+    rss_mb = usage.ru_maxrss / 1024  # kB on Linux
+    return {
+        "load_average": load,
+        "parser": parser,
+        "cpu_s": cpu,
+        "rss_mb": rss_mb,
+        "wall_s": time.monotonic() - t0,
+    }
 
 
 def archive(commit: str, into: Path) -> Path:
@@ -208,9 +231,10 @@ def archive(commit: str, into: Path) -> Path:
 
 def report(doc: dict[str, Any]) -> None:
     cols = ("code", "round", "load", *STAGES)
+    runs = [{"our part": our_part(r), **r} for r in doc["runs"]]  # a file written before "our part"
     rows = [
         (r["code"], str(r["round"]), f"{r['load_average']:.1f}", *(f"{r[s]:.2f}" for s in STAGES))
-        for r in doc["runs"]
+        for r in runs
     ]
     title = "demo start-up by stage: seconds (two queries, 2 factory workers each, cold local[2])"
     from rich.console import Console
@@ -218,11 +242,15 @@ def report(doc: dict[str, Any]) -> None:
     if rows:  # --rounds 0: the worker table only
         Console(width=150).print(make_table(title, cols, rows, left={"code"}))
     goals = {}
-    for code in dict.fromkeys(r["code"] for r in doc["runs"]):
-        ready = sorted(r["factories ready"] for r in doc["runs"] if r["code"] == code)
+    for code in dict.fromkeys(r["code"] for r in runs):
+        ready = sorted(r["factories ready"] for r in runs if r["code"] == code)
         median = ready[len(ready) // 2]
         print(f"{code}: factories ready after {median:.2f} s (median of {len(ready)} rounds)")
         goals[f"{code}: factories ready within {GOAL_S:g} s of the first load() (median)"] = median <= GOAL_S
+        ours = [r["our part"] for r in runs if r["code"] == code]
+        mid = sorted(ours)[len(ours) // 2]
+        print(f"{code}: our part {mid:.2f} s (median; per round {', '.join(f'{x:.2f}' for x in ours)})")
+        goals[f"{code}: our part of the start within {OUR_GOAL_S:g} s (median)"] = mid <= OUR_GOAL_S
     print_goals(goals)
     worker_report(doc)
     print_load(doc)
@@ -234,13 +262,26 @@ def worker_report(doc: dict[str, Any]) -> None:
 
     starts = doc.get("worker_starts", [])
     rows = [
-        (w["code"], f"{w['load_average']:.1f}", f"{w['cpu_s']:.2f}", f"{w['wall_s']:.2f}") for w in starts
+        (
+            w["code"],
+            w.get("parser", "-"),  # "-": a file written before the parser was a choice (numba then)
+            f"{w['load_average']:.1f}",
+            f"{w['cpu_s']:.2f}",
+            f"{w['rss_mb']:.0f}" if "rss_mb" in w else "-",
+            f"{w['wall_s']:.2f}",
+        )
+        for w in starts
     ]
-    title = "one factory worker's start (imports, cached parser, warm-up), alone"
-    Console(width=150).print(make_table(title, ("code", "load", "CPU s", "wall s"), rows, left={"code"}))
-    for code in dict.fromkeys(w["code"] for w in starts):
-        cpu = sorted(w["cpu_s"] for w in starts if w["code"] == code)
-        print(f"{code}: a worker's start takes {cpu[len(cpu) // 2]:.2f} CPU s (median of {len(cpu)})")
+    title = "one factory worker's start (imports, parser, warm-up), alone"
+    cols = ("code", "parser", "load", "CPU s", "peak RSS MB", "wall s")
+    Console(width=150).print(make_table(title, cols, rows, left={"code", "parser"}))
+    for code, parser in dict.fromkeys((w["code"], w.get("parser")) for w in starts):
+        mine = [w for w in starts if w["code"] == code and w.get("parser") == parser]
+        cpu = sorted(w["cpu_s"] for w in mine)[len(mine) // 2]
+        rss = sorted(w.get("rss_mb", 0.0) for w in mine)[len(mine) // 2]
+        with_parser = f" with parser {parser}" if parser else ""
+        peak = f", peak RSS {rss:.0f} MB" if rss else ""
+        print(f"{code}: a worker's start{with_parser} takes {cpu:.2f} CPU s{peak} (median of {len(mine)})")
 
 
 def main() -> int:
@@ -257,12 +298,15 @@ def main() -> int:
         if args.before:
             codes = [(f"before {args.before[:10]}", archive(args.before, Path(old))), ("after", None)]
         for _, code in codes:  # not timed: a fresh copy's first start compiles the numba parser
-            worker_cpu(code)
+            for parser in WORKER_PARSERS:
+                worker_cpu(code, parser)
         starts = []
-        for i in range(args.worker_runs):
-            for label, code in codes if i % 2 == 0 else codes[::-1]:
-                starts.append({"code": label, **worker_cpu(code)})
-                print(f"{label} worker start: {starts[-1]['cpu_s']:.2f} CPU s", flush=True)
+        pairs = [(label, code, parser) for label, code in codes for parser in WORKER_PARSERS]
+        for i in range(args.worker_runs):  # interleaved, the order reversed every other time
+            for label, code, parser in pairs if i % 2 == 0 else pairs[::-1]:
+                starts.append({"code": label, **worker_cpu(code, parser)})
+                w = starts[-1]
+                print(f"{label} worker start, parser {parser}: {w['cpu_s']:.2f} CPU s, {w['rss_mb']:.0f} MB")
         for i in range(args.rounds):
             for label, code in codes if i % 2 == 0 else codes[::-1]:
                 runs.append({"code": label, "round": i + 1, **one_round(code)})
