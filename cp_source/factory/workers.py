@@ -9,7 +9,8 @@ Each worker validates the bucket (cp_source.wire.bucket), parses the payload int
 Arrow columns (the C YSB parser for all-string workloads such as YSB,
 pyarrow's JSON reader for file workloads), adds ``event_time``, ``tuple_id``,
 ``sender_id`` and the ``gen``/``factory`` stamp columns, and publishes a
-segment every ``flush_rows`` rows or ``flush_ms`` milliseconds.
+segment every ``flush_rows`` rows or ``flush_ms`` milliseconds, or as soon as the reader plans a
+batch (``cp_source.spool.demand``): a tuple waits for the next micro-batch, not for the flush.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import zmq
 import native_tsc
 from cp_source.factory.bad_rows import BadRows, parse_bucket
 from cp_source.factory.deadletter import DeadLetterWriter, read_dead_letters
+from cp_source.spool.demand import POLL_S, DemandAnswer
 from cp_source.spool.front_records import read_front_ledger
 from cp_source.spool.segment_writer import SegmentWriter
 from cp_source.spool.segments import spool_bytes
@@ -160,6 +162,7 @@ class FactoryWorker:
             cfg.spool, cfg.worker, lock_timeout=cfg.lock_timeout, durability=cfg.durability
         )
         self.dead = DeadLetterWriter(self.writer.dir / "deadletter.bin")
+        self.demand = DemandAnswer(cfg.spool, self.writer.dir)  # the reader's batch being planned
         self.max_seq = self.writer.max_seq_by_sender()
         # the front end's highest seq per sender when this worker started: a worker that has seen
         # none of a sender's buckets yet (new, or restarted with more workers) still places its window
@@ -263,6 +266,7 @@ class FactoryWorker:
         if not self.pending:
             self.oldest = time.monotonic()
             self.pending = True
+            self.demand.holding()
         now = native_tsc.now()
         intended = h.intended or h.tsc  # 0: an older sender's padding, no schedule given
         if not h.intended:
@@ -327,6 +331,7 @@ class FactoryWorker:
         self.meta.clear()
         self.gen_domains.clear()
         self.retry_publish()
+        self.demand.answer()  # holds nothing now: no reader waits for this worker
 
     def retry_publish(self) -> bool:
         """Publish the built segment; on a write error (a full disk) keep it and pause. True if none waits.
@@ -408,7 +413,8 @@ class FactoryWorker:
                         self.flush()
                     time.sleep(0.02 if self.disk_error is None else 0.2)
                 else:
-                    wait = flush_s if not self.pending else max(0.0, self.oldest + flush_s - now)
+                    # holding rows: look for the reader's demand every POLL_S
+                    wait = flush_s if not self.pending else min(POLL_S, max(0.0, self.oldest + flush_s - now))
                     if sock.poll(min(int(wait * 1000) + 1, 100), zmq.POLLIN):
                         while self.pending_rows < self.cfg.flush_rows:
                             try:
@@ -419,7 +425,9 @@ class FactoryWorker:
                             self.last_recv_wall = time.time()
                             self.handle([f.buffer for f in frames])
                     if self.pending and (
-                        self.pending_rows >= self.cfg.flush_rows or time.monotonic() - self.oldest >= flush_s
+                        self.pending_rows >= self.cfg.flush_rows
+                        or time.monotonic() - self.oldest >= flush_s
+                        or self.demand.due()
                     ):
                         before = self.writer.next_number
                         self.flush()

@@ -34,6 +34,7 @@ class LocalArrival:
 
     def latest_offset(self, start: dict, max_rows: int | None) -> dict:
         self.local.check_factory()
+        self.local.ask_workers()
         begin = self.local.upto(start)
         workers = list(begin)
         latest = self.local.latest()
@@ -147,6 +148,7 @@ class LocalReady:
 
     def latest_offset(self, start: dict, max_rows: int | None) -> dict:
         self.local.check_factory()
+        self.local.ask_workers()
         end = self._latest_ready(start)
         if self.opts.klink is None or self.local.target is not None:
             return end

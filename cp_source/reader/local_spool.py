@@ -21,6 +21,7 @@ from typing import Any
 from cp_source.reader.options import ReaderOptions
 from cp_source.reader.state import clear_reader_state, write_reader_state
 from cp_source.ready.offsets import check_ordering, spool_positions
+from cp_source.spool.demand import Demand
 from cp_source.spool.names import worker_name, worker_order
 from native_tsc.process_times import mark
 
@@ -132,6 +133,7 @@ class LocalSpool:
         self.opts = opts
         self._state: DriverState | None = None
         self.target: dict[str, int] | None = None  # Trigger.AvailableNow: what the spool held then
+        self.demand = Demand(opts.spool)
 
     def state(self) -> DriverState:
         """The spool opened and taken, the factory and the segment server started (once)."""
@@ -230,6 +232,12 @@ class LocalSpool:
         """Every worker's position in ``offset``."""
         positions = self.positions(offset)
         return fill(self.workers(positions), positions)
+
+    def ask_workers(self) -> None:
+        """Make the workers publish what they hold now, before a batch is planned: a tuple waits for
+        the next micro-batch, not for a worker's flush (cp_source.spool.demand)."""
+        if self.target is None:  # Trigger.AvailableNow reads what the spool held when it started
+            self.demand.ask(self.workers())
 
     def latest(self) -> dict[str, int]:
         """Every worker's latest published segment (at most the Trigger.AvailableNow target)."""
