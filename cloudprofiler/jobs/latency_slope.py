@@ -52,7 +52,8 @@ def settled_trend(t_s: np.ndarray, latency_s: np.ndarray) -> LatencyTrend | None
     batch takes longer as it brings more), so its first third may climb and then level off: that
     third is left out. A backlog climbs on to the end, and is measured at the least-squares line's
     slope (the median of a third of a straight line is the line at the third's middle); one slow
-    micro-batch moves a median by little."""
+    micro-batch moves a median by little. With no record in the middle third (a run of two or three
+    micro-batches), everything before the last third stands in for it."""
     t, lat = np.asarray(t_s, dtype=np.float64), np.asarray(latency_s, dtype=np.float64)
     ok = np.isfinite(t) & np.isfinite(lat)
     t, lat = t[ok], lat[ok]
@@ -60,8 +61,8 @@ def settled_trend(t_s: np.ndarray, latency_s: np.ndarray) -> LatencyTrend | None
         return None
     lo, third = float(t.min()), float(np.ptp(t)) / 3
     middle, last = (t > lo + third) & (t < lo + 2 * third), t >= lo + 2 * third
-    if not middle.any():  # every record at either end: nothing settled to compare
-        return None
+    if not middle.any():  # a run of a few micro-batches (records share their batch's sink stamp)
+        middle = ~last
     first_s, last_s = float(np.median(lat[middle])), float(np.median(lat[last]))
     span = float(np.median(t[last]) - np.median(t[middle]))
     return LatencyTrend((last_s - first_s) / span, first_s, last_s, span, len(t))

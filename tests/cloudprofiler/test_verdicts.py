@@ -165,3 +165,11 @@ def test_a_steady_state_that_climbs_is_not_sustained_with_its_figures(tmp_path: 
     climbs = f"latency climbs +0.17 s/s, 1.54 s -> 2.19 s in 3.9 s ({CRITERION}; limit 0.05 s/s)"
     assert totals["sustained"] is False and totals["failed"] == [climbs]
     assert line == f"not sustained: {STEADY}: {climbs}"
+
+
+def test_a_run_of_two_micro_batches_is_judged_on_them() -> None:
+    # records share their micro-batch's sink stamp: two batches leave the middle third empty
+    t, lat = np.repeat([0.0, 0.6], 50), np.repeat([0.3, 0.9], 50)
+    trend = settled_trend(t, lat)
+    assert trend is not None and (trend.first_s, trend.last_s, trend.span_s) == (0.3, 0.9, 0.6)
+    assert trend.slope == pytest.approx(1.0) and trend.samples == 100
