@@ -35,7 +35,7 @@ import posixpath
 import re
 import warnings
 from collections.abc import Iterable
-from typing import Any, TypeAlias
+from typing import Any, NotRequired, TypeAlias, TypedDict
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -80,6 +80,26 @@ COUNTS_SCHEMA = pa.schema(
         ("last_tsc_sink", pa.int64()),
     ]
 )
+
+
+class CommitCounts(TypedDict):
+    """One task attempt's counts row, as its commit message carries it and its batch's manifest lists
+    it (with ``batch_id``); ``read_counts`` reads them as ``COUNTS_SCHEMA``."""
+
+    partition: int
+    task_attempt: int | None
+    handler: str  # as HandlerSpec.describe() says it: xoy(x=2,y=1024)
+    seen: int  # tuples the task was handed
+    written: int  # records it wrote
+    # the task's tuple ids: window records have none
+    first_tuple_id: NotRequired[int | None]
+    last_tuple_id: NotRequired[int | None]
+    min_tuple_id: NotRequired[int | None]
+    max_tuple_id: NotRequired[int | None]
+    cp_node_sink: str  # node_column(SINK): the node the task ran on
+    first_tsc_sink: int | None  # the sink stamps of its first and last Arrow batch
+    last_tsc_sink: int | None
+
 
 PERIODS_SCHEMA = pa.schema(
     [

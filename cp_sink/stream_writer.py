@@ -63,6 +63,7 @@ from cp_sink.records import (
     RECORDS_PREFIX,
     TUPLE_ID,
     WINDOWS_PREFIX,
+    CommitCounts,
     sink_input_columns,
 )
 from cp_sink.window_records import parquet_options, window_columns, window_counts, window_rows
@@ -100,7 +101,7 @@ class SinkCommitMessage(WriterCommitMessage):
     until the commit publishes it) with their row counts, its counts row and its query's id."""
 
     files: list[str]
-    counts: dict[str, Any] = field(default_factory=dict)
+    counts: CommitCounts
     rows: list[int] = field(default_factory=list)
     query_id: str | None = None
     staged: str | None = None
@@ -229,14 +230,21 @@ class _Tally:
         self.max_id = hi if self.max_id is None else max(self.max_id, hi)
         self.last_id, self.last_tsc = int(ids[-1]), tsc
 
-    def counts(self, written: int) -> dict[str, Any]:
+    def counts(self, partition: int, attempt: int, handler: str, node: str, written: int) -> CommitCounts:
+        """The task's counts row (its manifest lists it)."""
         return {
+            "partition": partition,
+            "task_attempt": attempt,
+            "handler": handler,
             "seen": self.seen,
             "written": written,
             "first_tuple_id": self.first_id,
             "last_tuple_id": self.last_id,
             "min_tuple_id": self.min_id,
             "max_tuple_id": self.max_id,
+            "cp_node_sink": node,
+            "first_tsc_sink": self.first_tsc,
+            "last_tsc_sink": self.last_tsc,
         }
 
 
@@ -396,15 +404,7 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
         if fl_first is not None and fl_last is not None:
             written += _add_first_last(records, tally.seen, fl_first, fl_last)
         files, rows = ([records.rel], [records.total]) if records.close() else ([], [])
-        counts = {
-            "partition": partition,
-            "task_attempt": attempt,
-            "handler": spec.describe(),
-            **tally.counts(written),
-            node_column(SINK): node,
-            "first_tsc_sink": tally.first_tsc,
-            "last_tsc_sink": tally.last_tsc,
-        }
+        counts = tally.counts(partition, attempt, spec.describe(), node, written)
         name = f"{base}/{batch_log.data_file(PERIODS_PREFIX, partition, attempt)}"
         n_periods = self._write_periods(name, partition, node, period_cycles, batch_tscs, batch_rows, keyed)
         if n_periods:
@@ -412,7 +412,7 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
             rows.append(n_periods)
         return self._message(files, rows, counts)
 
-    def _message(self, files: list[str], rows: list[int], counts: dict[str, Any]) -> SinkCommitMessage:
+    def _message(self, files: list[str], rows: list[int], counts: CommitCounts) -> SinkCommitMessage:
         return SinkCommitMessage(files, counts, rows, self._query_id, self._staged)
 
     def _file(self, base: str, prefix: str, partition: int, attempt: int) -> _RecordFile:

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cp_sink.records import WINDOWS_PREFIX
+from cp_sink.records import WINDOWS_PREFIX, CommitCounts
 from cp_store import batch_log
 from cp_store.location import Location, resolve
 from native_tsc.faces import deprecated_names
@@ -106,7 +106,7 @@ def window_rows(data: T, window_column: str, keep: list[str]) -> T:
 
 def window_counts(
     rows: int, node: str, tscs: list[int], partition: int, task_attempt: int | None
-) -> dict[str, Any]:
+) -> CommitCounts:
     """The counts row of window records (``batch_id`` aside): seen = written = rows,
     no tuple ids, the sink stamps of the first and last batch."""
     return {
@@ -115,7 +115,7 @@ def window_counts(
         "handler": "identity",
         "seen": rows,
         "written": rows,
-        node_column(SINK): node,
+        "cp_node_sink": node,
         "first_tsc_sink": tscs[0] if tscs else None,
         "last_tsc_sink": tscs[-1] if tscs else None,
     }
@@ -138,7 +138,7 @@ def write_window_file(table: pa.Table, loc: Location, durable: bool = False) -> 
     batch_log.write_parquet(table, loc, durable, **parquet_options(table.schema))
 
 
-def _driver_counts(rows: pa.Table) -> dict[str, Any]:
+def _driver_counts(rows: pa.Table) -> CommitCounts:
     """record_windows' one counts row: the driver collected every partition (no task attempt)."""
     import native_tsc
 

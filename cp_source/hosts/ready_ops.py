@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from cp_source.hosts.server_answers import ReadyAnswer, ReadyCommitAnswer, ReadyPlanAnswer
 from cp_source.ready.frontier import NO_FRONTIER, ReadyFrontier
 from cp_source.spool.names import worker_number
 
@@ -74,7 +75,7 @@ class ReadyControl:
 
     def ready(
         self, sid: str, floor: int, timeout: float, after: Mapping[str, int], cap: Mapping[str, int] | None
-    ) -> dict[str, Any]:
+    ) -> ReadyAnswer:
         """This host's frontier over its published segments (up to ``cap`` under AvailableNow)."""
         from cp_source.ready.batch_plan import ReadyState
 
@@ -112,7 +113,7 @@ class ReadyControl:
 
     def plan(
         self, sid: str, lo: int, hi: int, upto: Mapping[str, int], after: tuple[int, int] | None
-    ) -> dict[str, Any]:
+    ) -> ReadyPlanAnswer:
         """The segments (at most ``upto[w]``) overlapping ``(lo, hi]``, ordered by worker and number,
         one page after ``after``; the first page marks them taken (``mark_planned``)."""
         from cp_source.ready.batch_plan import consumed_prefix, overlapping
@@ -128,7 +129,7 @@ class ReadyControl:
         page = rows[:MAX_PLAN_SEGMENTS]
         return {"ok": True, "spool": sid, "segments": [list(r) for r in page], "more": len(rows) > len(page)}
 
-    def commit(self, sid: str, frontier: int, upto: dict[str, int], since: int | None) -> dict[str, Any]:
+    def commit(self, sid: str, frontier: int, upto: dict[str, int], since: int | None) -> ReadyCommitAnswer:
         """``commit_ready`` on this spool (idempotent: a commit sent again changes nothing)."""
         from cp_source.ready.batch_plan import ReadyState, commit_ready
 

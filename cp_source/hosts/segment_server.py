@@ -25,12 +25,25 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import zmq
 
 from cp_source.hosts.ready_ops import READY_OPS, ReadyControl, event_ms, plan_after, sender_timeout
+from cp_source.hosts.server_answers import (
+    ControlAnswer,
+    ErrorAnswer,
+    LatestAnswer,
+    ReadyAnswer,
+    ReadyCommitAnswer,
+    ReadyPlanAnswer,
+    SegmentHeader,
+    ServerStats,
+    StatsAnswer,
+    WorkerSegments,
+    WorkloadFields,
+)
 from cp_source.spool.names import SPOOL_ID_RE, WIRE_WORKER_RE
 from cp_source.wire.workload_id import WorkloadId
 from cp_store.atomic_files import atomic_write
@@ -64,6 +77,10 @@ _OP_COUNTERS = {
 }
 
 
+def _refuse(why: str) -> list[bytes]:
+    return [orjson.dumps(ErrorAnswer(ok=False, error=why))]
+
+
 class FetchError(RuntimeError):
     """A segment could not be fetched from the segment server."""
 
@@ -90,7 +107,8 @@ class SpoolControl:
     def __init__(self, spool: Any, workload: WorkloadId | None = None) -> None:
         self.spool = spool
         self.ready = ReadyControl(spool)
-        self.workload = workload.to_json() if workload is not None else None  # said in every answer
+        # said in every answer
+        self.workload = cast(WorkloadFields, workload.to_json()) if workload is not None else None
 
     def lookup(self, worker: str, number: int) -> SegmentRef | None:
         """A published, uncommitted segment of this spool (the manifest's own facts)."""
@@ -101,7 +119,7 @@ class SpoolControl:
                 return SegmentRef(seg.path, seg.rows, seg.nbytes)
         return None
 
-    def answer(self, req: ControlRequest) -> dict[str, Any]:
+    def answer(self, req: ControlRequest) -> ControlAnswer:
         """The reply to one control op (never raises for a bad request: an error reply instead),
         with this host's workload: a query of another workload refuses it at start."""
         reply = self._answer_op(req)
@@ -109,7 +127,7 @@ class SpoolControl:
             reply["workload"] = self.workload
         return reply
 
-    def _answer_op(self, req: ControlRequest) -> dict[str, Any]:
+    def _answer_op(self, req: ControlRequest) -> ControlAnswer:
         sid = self.spool.ensure_spool_id()
         if req.op == "latest":
             return self._latest(sid, req.offsets)
@@ -136,7 +154,7 @@ class SpoolControl:
             self.spool.mark_planned(req.offsets, sid)
         return {"ok": True, "spool": sid, "committed": self.spool.committed()}
 
-    def _ready(self, sid: str, req: ControlRequest) -> dict[str, Any]:
+    def _ready(self, sid: str, req: ControlRequest) -> ReadyAnswer | ReadyPlanAnswer | ReadyCommitAnswer:
         a = req.args
         if req.op == "ready":
             return self.ready.ready(sid, a["floor"], a["timeout"], req.offsets, a["cap"])
@@ -144,14 +162,14 @@ class SpoolControl:
             return self.ready.plan(sid, a["lo"], a["hi"], req.offsets, a["after"])
         return self.ready.commit(sid, a["frontier"], req.offsets, a["since"])
 
-    def _latest(self, sid: str, after: dict[str, int]) -> dict[str, Any]:
+    def _latest(self, sid: str, after: dict[str, int]) -> LatestAnswer:
         """Per worker: committed, latest (gapless, as the local reader's latestOffset), and the segments
         after ``after[w]`` (default: the committed one) as [number, rows, first tuple id]."""
         committed = self.spool.committed()
         latest = self.spool.latest()
         workers = self.spool.workers()
         cap = MAX_LISTED // max(1, len(workers))
-        out = {}
+        out: dict[str, WorkerSegments] = {}
         for w in workers:
             start = after.get(w, committed.get(w, -1))
             segs = self.spool.segments(w, start, latest.get(w, -1))[:cap]
@@ -344,10 +362,10 @@ class SegmentServer:
             raise
         return sock
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> ServerStats:
         """Counters of what was served so far (and, on a factory host, which spool it serves)."""
         with self._lock:
-            out: dict[str, Any] = dict(self._counters, endpoint=self.endpoint)
+            out = cast(ServerStats, dict(self._counters, endpoint=self.endpoint))
         if self._control is not None:
             out["spool"] = self._control.spool.spool_id()
         return out
@@ -372,7 +390,7 @@ class SegmentServer:
         try:
             reply = self._control.answer(req)
         except (OSError, ValueError) as e:  # a full disk, a spool replaced under the server
-            reply = {"ok": False, "error": f"{req.op}: {e}"}
+            reply = ErrorAnswer(ok=False, error=f"{req.op}: {e}")
         if not reply["ok"]:
             self._count(control_errors=1)
         return [orjson.dumps(reply)]
@@ -385,22 +403,22 @@ class SegmentServer:
                 req = parse_request(raw)
         except ValueError as e:
             self._count(rejected=1)
-            return [orjson.dumps({"ok": False, "error": str(e)})]
+            return _refuse(str(e))
         if isinstance(req, ControlRequest):
             return self._answer_control(req)
         op, worker, number = req
         if op == "stats":
-            return [orjson.dumps({"ok": True, **self.stats()})]
+            return [orjson.dumps(StatsAnswer(ok=True, **self.stats()))]
         assert worker is not None and number is not None
         ref = self._lookup(worker, number)
         if ref is None:
             self._count(missing=1)
-            return [orjson.dumps({"ok": False, "error": f"segment {worker}/{number} not in the spool"})]
+            return _refuse(f"segment {worker}/{number} not in the spool")
         path = Path(ref.path).resolve()
         # The manifest is trusted, but a path outside the spool is never served.
         if not path.is_relative_to(self._root):
             self._count(rejected=1)
-            return [orjson.dumps({"ok": False, "error": "segment outside the spool"})]
+            return _refuse("segment outside the spool")
         try:
             size = path.stat().st_size
             if size > MAX_SEGMENT_BYTES:
@@ -408,8 +426,8 @@ class SegmentServer:
             body = path.read_bytes()
         except OSError as e:
             self._count(missing=1)
-            return [orjson.dumps({"ok": False, "error": f"segment {worker}/{number}: {e.strerror or e}"})]
-        return [orjson.dumps({"ok": True, "rows": ref.rows, "nbytes": len(body)}), body]
+            return _refuse(f"segment {worker}/{number}: {e.strerror or e}")
+        return [orjson.dumps(SegmentHeader(ok=True, rows=ref.rows, nbytes=len(body))), body]
 
     def _serve(self) -> None:
         for _ in while_serving(self._sock, self._stop):
