@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from cp_common.options import canonical, suggestion, unknown_options_error
 from cp_sink.handlers import parse_handler
 from cp_sink.stream_writer import SINK_OPTIONS, CloudprofilerStreamWriter, check_sink_options
-from cp_common.options import canonical, suggestion, unknown_options_error
 
 VALID = ", ".join(SINK_OPTIONS)
 
