@@ -37,6 +37,7 @@ from typing import Any
 from bench_common import add_show, arg_parser, finish, make_table, print_goals, print_load, run_head, shown
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT))  # after PYTHONPATH: the tree the demo runs from (its cwd) unless one is given
 GOAL_WALL_S = 30.0
 GOAL_RSS_MB = 800.0
 PERIOD_S = 0.1
