@@ -82,6 +82,7 @@ BLOCKS: dict[str, Block] = {
     ),
     "sink_overhead": Block("sink_overhead", "sink_overhead.json", _show("show")),
     "startup": Block("startup", "startup.json", _show("report")),
+    "demo_run": Block("demo_run", "demo_run.json", _show("report")),
     "channels": Block("channels", "channels.json", _show("report")),
     "probe_guard": Block("probe_guard", "probe_guard.json", _show("report")),
     "viper": Block("viper", "viper.json", _show("print_report")),
