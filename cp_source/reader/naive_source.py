@@ -32,7 +32,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from cp_common.options import lower_keys
+from cp_common.options import check_names, int_option, lower_keys
 from cp_source.wire.workloads import YSB_FIELDS
 from native_tsc.stamp_columns import GEN, SOURCE, node_column, tsc_column
 
@@ -46,6 +46,7 @@ SCHEMA = ", ".join(
     ]
 )
 DEFAULT_MAX_ROWS = 1_000_000
+NAIVE_OPTIONS = ("endpoint", "stateFile", "maxRowsPerRead", "partitions")
 RCV_HWM = 16  # as the factory's front socket: a slow reader fills the queues back to the generator
 UTC = dt.UTC
 
@@ -75,18 +76,12 @@ class NaiveZmqReader(DataSourceStreamReader):
     """Binds on first use in the driver-side runner; ``latestOffset`` drains the socket."""
 
     def __init__(self, options: dict[str, str]) -> None:
+        check_names(options, NAIVE_OPTIONS, "the cp_naive_zmq source")
         opts = lower_keys(options)
-        unknown = set(opts) - {"endpoint", "statefile", "maxrowsperread", "partitions"}
-        if unknown:
-            raise ValueError(f"cp_naive_zmq: unknown option(s) {sorted(unknown)}")
         self.endpoint = opts.get("endpoint", "tcp://127.0.0.1:0")
         self.state_file = opts.get("statefile")
-        self.max_rows = int(opts.get("maxrowsperread", DEFAULT_MAX_ROWS))
-        if not 1 <= self.max_rows <= 10_000_000:
-            raise ValueError(f"cp_naive_zmq: maxRowsPerRead={self.max_rows}: expected 1..10000000")
-        self.n_partitions = int(opts.get("partitions", 2))
-        if not 1 <= self.n_partitions <= 256:
-            raise ValueError(f"cp_naive_zmq: partitions={self.n_partitions}: expected 1..256")
+        self.max_rows = int_option(opts, "maxRowsPerRead", DEFAULT_MAX_ROWS, 1, 10_000_000)
+        self.n_partitions = int_option(opts, "partitions", 2, 1, 256)
         self._sock: Any = None
         self._pending: dict[int, list[tuple[int, int, int, str, int, bytes]]] = {}  # batch end -> buckets
         self._received = 0

@@ -73,3 +73,17 @@ def test_naive_source_rejects_unknown_option(spark: Any) -> None:
         NaiveZmqReader({"endpont": "tcp://127.0.0.1:1"})
     with pytest.raises(ValueError, match="maxRowsPerRead"):
         NaiveZmqReader({"maxRowsPerRead": "0"})
+
+
+def test_naive_source_options_are_read_by_the_toolkit() -> None:
+    import pytest
+
+    from cp_source.reader.naive_source import NaiveZmqReader
+
+    with pytest.raises(ValueError) as e:
+        NaiveZmqReader({"partitions": "lots"})
+    assert str(e.value) == "option partitions='lots': expected an integer"
+    with pytest.raises(ValueError, match=r"^unknown option for the cp_naive_zmq source: 'endpont', did you"):
+        NaiveZmqReader({"endpont": "tcp://127.0.0.1:1"})
+    r = NaiveZmqReader({"MaxRowsPerRead": "5", "PARTITIONS": "3"})
+    assert (r.max_rows, r.n_partitions) == (5, 3)
