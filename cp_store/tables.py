@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from cp_store.atomic_files import replacing
+from cp_store.atomic_files import fsync_path, replacing
 from cp_store.location import Location, StoreError, check_writable, first_line, resolve
 
 HIDDEN = ("_", ".")
@@ -122,8 +122,9 @@ def write_parquet(table: pa.Table, loc: Location, durable: bool = False, **optio
     whole or not at all: locally streamed to a temporary file beside ``loc`` and renamed over it (no
     second copy of a large output in memory); on an object store one upload, which appears complete.
 
-    ``durable``: the file is fsynced before its rename; its directory is left to the caller (the
-    sink's commit fsyncs each batch directory once).
+    ``durable`` (the sink's ``durability=strict``): the file is fsynced by its name once it has it,
+    before this returns; its directory is left to the caller, who publishes only after fsyncing it
+    (the sink's commit fsyncs each batch directory once, then writes the manifest that names it).
     """
     options = {"compression": "zstd", **options}
     try:
@@ -132,8 +133,10 @@ def write_parquet(table: pa.Table, loc: Location, durable: bool = False, **optio
             tmp = posixpath.join(directory, f".{posixpath.basename(loc.path)}.tmp-{uuid.uuid4().hex[:12]}")
             os.makedirs(directory, exist_ok=True)
             # mode 0o666: an ordinary output's (before the umask), not a private temporary file's
-            with replacing(loc.path, durable=durable, sync_dir=False, tmp=tmp, mode=0o666) as f:
+            with replacing(loc.path, tmp=tmp, mode=0o666) as f:
                 pq.write_table(table, f, **options)
+            if durable:
+                fsync_path(loc.path)
             return
         with loc.fs.open_output_stream(loc.path) as out:
             pq.write_table(table, out, **options)

@@ -19,6 +19,8 @@ ledger or a commit claims is on disk is on disk:
 
 from __future__ import annotations
 
+from cp_common.options import choice_option
+
 DURABILITY_LEVELS = ("process", "strict")
 
 
@@ -32,7 +34,4 @@ class DurabilityError(RuntimeError):
 
 def check_durability(value: str, name: str = "durability") -> str:
     """``value`` as a level (case-insensitive); a bad one raises a one-line ValueError naming ``name``."""
-    level = str(value).strip().lower()
-    if level not in DURABILITY_LEVELS:
-        raise ValueError(f"option {name}={value!r}: expected one of {', '.join(DURABILITY_LEVELS)}")
-    return level
+    return choice_option({name.lower(): str(value)}, name, DURABILITY_LEVELS)
