@@ -67,6 +67,7 @@ BLOCKS: dict[str, Block] = {
     "endtoend.projection": Block(
         "endtoend", "endtoend_projection.json", _show("show"), "^load average at start"
     ),
+    "latency": Block("latency", "latency.json", _show("report")),
     "readpath.throughput": Block("readpath", "readpath.json", _show("print_report"), "^read path,", "^start"),
     "readpath.floor": Block("readpath", "readpath.json", _show("print_report"), "^per-batch floor"),
     "sync": Block("sync", "sync.json", _show("show")),
