@@ -173,3 +173,21 @@ def test_a_run_of_two_micro_batches_is_judged_on_them() -> None:
     trend = settled_trend(t, lat)
     assert trend is not None and (trend.first_s, trend.last_s, trend.span_s) == (0.3, 0.9, 0.6)
     assert trend.slope == pytest.approx(1.0) and trend.samples == 100
+
+
+def test_queries_that_never_catch_up_are_the_verdict_in_one_line() -> None:
+    import time
+
+    from cloudprofiler.errors import CommandError
+    from cloudprofiler.jobs.demo import _catch_up
+
+    now = time.monotonic()
+    with pytest.raises(CommandError) as e:
+        _catch_up(
+            lambda: False, "the windows query has not read all", deadline=now + 0.3, since=now - 5, rate=25e3
+        )
+    assert str(e.value) == (
+        "not sustained: 25,000 tuples/s into each query: still catching up 5 s after the load ended "
+        "(the windows query has not read all; --timeout)"
+    )
+    _catch_up(lambda: True, "never asked", deadline=now - 1, since=now, rate=25e3)  # caught up: no verdict
