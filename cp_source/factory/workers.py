@@ -413,7 +413,6 @@ class FactoryWorker:
                         self.flush()
                     time.sleep(0.02 if self.disk_error is None else 0.2)
                 else:
-                    # holding rows: look for the reader's demand every POLL_S
                     wait = flush_s if not self.pending else min(POLL_S, max(0.0, self.oldest + flush_s - now))
                     if sock.poll(min(int(wait * 1000) + 1, 100), zmq.POLLIN):
                         while self.pending_rows < self.cfg.flush_rows:
@@ -424,11 +423,7 @@ class FactoryWorker:
                                 break
                             self.last_recv_wall = time.time()
                             self.handle([f.buffer for f in frames])
-                    if self.pending and (
-                        self.pending_rows >= self.cfg.flush_rows
-                        or time.monotonic() - self.oldest >= flush_s
-                        or self.demand.due()
-                    ):
+                    if _flush_due(self, flush_s):
                         before = self.writer.next_number
                         self.flush()
                         if self.writer.next_number != before:
@@ -450,6 +445,14 @@ class FactoryWorker:
         self.write_stats(ready=False)
         self.dead.close()
         self.writer.close()
+
+
+def _flush_due(w: FactoryWorker, flush_s: float) -> bool:
+    """Publish now: rows pending and ``flush_rows`` of them, or the oldest ``flush_s`` old, or a reader
+    planning a batch asked (``cp_source.spool.demand``, looked at every POLL_S while rows are held)."""
+    return w.pending and (
+        w.pending_rows >= w.cfg.flush_rows or time.monotonic() - w.oldest >= flush_s or w.demand.due()
+    )
 
 
 def _tell_first(w: FactoryWorker, e: bk.BucketError, h: bk.Header) -> None:
