@@ -14,8 +14,10 @@ and workers, the generators, the sync agents) and sums them at each sample: the 
 sum is the run's peak RSS over all its processes at once. Pages shared between processes (a
 forked worker's copy-on-write pages, shared libraries) count once per process, so the sum is an
 upper bound of the memory the run needs. The peak of each role is given beside it (each role's
-own peak, which need not fall at the same sample as the total's). A process that lives less
-than 100 ms may be missed.
+own peak, which need not fall at the same sample as the total's). Once a second the summed
+proportional set size (``/proc/PID/smaps_rollup``: each shared page split among the processes that
+share it) is read too; its peak is the memory the run's processes hold between them. A process
+that lives less than 100 ms may be missed.
 
 Goals: the demo within 30 s on a quiet machine (wall time from launch to exit) and its peak
 RSS over all processes at most 800 MB; each run's verdict is printed beside them.
@@ -41,6 +43,7 @@ sys.path.append(str(ROOT))  # after PYTHONPATH: the tree the demo runs from (its
 GOAL_WALL_S = 30.0
 GOAL_RSS_MB = 800.0
 PERIOD_S = 0.1
+PSS_EVERY = 10  # samples: the proportional set size walks every mapping, so it is read once a second
 PAGE = os.sysconf("SC_PAGE_SIZE")
 PHASES = (
     ("startup", "start-up to factories ready"),
@@ -84,6 +87,17 @@ def _ppid_rss(pid: str) -> tuple[int, int] | None:
     return int(stat[stat.rfind(")") + 2 :].split()[1]), rss_pages * PAGE
 
 
+def _pss(pid: str) -> int:
+    """Proportional set size of ``pid`` in bytes (each shared page split among its sharers), or 0."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def role(argv: list[str], is_root: bool) -> str:
     """Which part of the demo a process is, from its command line."""
     if is_root:
@@ -108,6 +122,7 @@ class RssByRole:
         self.root = str(root)
         self.peak = 0
         self.peak_at_s = 0.0
+        self.peak_pss = 0
         self.role_peak = dict.fromkeys(ROLES, 0)
         self.samples = 0
         self._t0 = time.monotonic()
@@ -152,6 +167,8 @@ class RssByRole:
             self.peak, self.peak_at_s = total, time.monotonic() - self._t0
         for k, v in per.items():
             self.role_peak[k] = max(self.role_peak[k], v)
+        if self.samples % PSS_EVERY == 1:
+            self.peak_pss = max(self.peak_pss, sum(_pss(p) for p in tree))
 
 
 def one_run(i: int, demo_args: list[str]) -> dict[str, Any]:
@@ -181,6 +198,7 @@ def one_run(i: int, demo_args: list[str]) -> dict[str, Any]:
         "sustained": t.get("sustained"),
         "peak_rss_mb": round(rss.peak / 1e6, 1),
         "peak_at_s": round(rss.peak_at_s, 1),
+        "peak_pss_mb": round(rss.peak_pss / 1e6, 1),
         "rss_samples": rss.samples,
         "peak_rss_mb_by_role": {k: round(v / 1e6, 1) for k, v in rss.role_peak.items()},
     }
@@ -199,10 +217,10 @@ def report(doc: dict[str, Any]) -> None:
     ]  # fmt: skip
     console = Console(width=150)
     console.print(make_table("cloudprofiler demo (default arguments): wall time and phases, s", cols, rows))
-    mem_cols = ("run", "peak RSS, all processes (MB)", "at s", *ROLES)
+    mem_cols = ("run", "peak RSS, all processes (MB)", "at s", "peak PSS (MB)", *ROLES)
     mem_rows = [
         (str(r["run"]), f"{r['peak_rss_mb']:,.0f}", f"{r['peak_at_s']:.1f}",
-         *(f"{r['peak_rss_mb_by_role'][k]:,.0f}" for k in ROLES))
+         _cell(r.get("peak_pss_mb"), ",.0f"), *(f"{r['peak_rss_mb_by_role'][k]:,.0f}" for k in ROLES))
         for r in runs
     ]  # fmt: skip
     console.print(make_table("peak RSS of the demo's processes by role (MB; each role's own peak)",
@@ -224,8 +242,8 @@ def report(doc: dict[str, Any]) -> None:
     print_load(doc)
 
 
-def _cell(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1f}"
+def _cell(v: float | None, fmt: str = ".1f") -> str:
+    return "-" if v is None else format(v, fmt)
 
 
 def main() -> int:

@@ -576,8 +576,9 @@ def run(args: argparse.Namespace) -> int:
                 "spark.sql.streaming.noDataMicroBatches.enabled": "false",
                 # rows read are summed over every batch's progress: keep them all
                 "spark.sql.streaming.numRecentProgressUpdates": "100000",
-                # the JVM's heap: its micro-batches hold seconds of YSB rows at most; with the default
-                # 1 GB heap the JVM grew to 1.8 GB resident, with 512 MB to 0.83 GB (benchmarks/demo_run.py)
+                # the JVM's heap: its micro-batches hold seconds of YSB rows at most. The rest of the JVM
+                # (code, metaspace, threads, off-heap buffers) is not bounded by it: 0.8 to 1.5 GB resident
+                # in default runs with 512 MB, 1.8 GB in one with the 1 GB default (benchmarks/demo_run.py)
                 "spark.driver.memory": DRIVER_MEMORY,
             },
         )
