@@ -234,7 +234,11 @@ def our_run(spark: Any, work: Path, rate: float, trigger_s: float, duration: flo
     took = keep & (nxt < len(triggers))
     trig = triggers[np.minimum(nxt, len(triggers) - 1)]
     out["trigger_wait_p50_s"] = _q((trig - col[FACTORY])[took] / hz, 50)
-    out["beyond_trigger_p50_s"] = _q((col[PLANNED] - trig)[took] / hz, 50)
+    beyond = (col[PLANNED] - trig)[took] / hz
+    out["beyond_trigger_p50_s"] = _q(beyond, 50)
+    out["beyond_trigger_mean_s"] = float(beyond.mean()) if len(beyond) else None
+    # planned by a later batch than the first whose trigger came after they reached the factory
+    out["missed_trigger_share"] = float((beyond > trigger_s / 2).mean()) if len(beyond) else None
     return out
 
 
@@ -335,6 +339,12 @@ def report(doc: dict[str, Any]) -> None:
             left=("stage",),
         )
     )
+    missed = o.get("missed_trigger_share")
+    if missed is not None:
+        con.print(
+            f"beyond the trigger: mean {ms(o['beyond_trigger_mean_s'])} ms; {missed:.1%} of the tuples were "
+            "planned by a later batch than the first triggered after they reached the factory"
+        )
     con.print(
         f"clocks: Spark's wall-clock ms against the sink's TSC stamp within "
         f"{f['clock_error_s'] * 1e3:.2f} ms (same machine); the floor's {f['batches']} batches "
