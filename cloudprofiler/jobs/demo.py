@@ -43,153 +43,16 @@ from typing import Any
 import native_tsc
 from cloudprofiler.cli.process import cli_argv, stop_processes
 from cloudprofiler.errors import CommandError
+from cloudprofiler.jobs.demo_args import DESCRIPTION as DESCRIPTION  # the command's face (cloudprofiler.cli)
+from cloudprofiler.jobs.demo_args import SIM_CLOCKS, check_args
+from cloudprofiler.jobs.demo_args import add_arguments as add_arguments
+from cloudprofiler.jobs.demo_phases import Laps, phase_collector, write_phase_table
 from cloudprofiler.jobs.demo_report import DemoLayout
-from cloudprofiler.jobs.demo_verdict import DEFAULT_SLOPE_LIMIT
-from cp_source.generate.cli import add_bucket_option
 from cp_store.location import Location
 
-DESCRIPTION = """Run the YSB pipeline on embedded defaults: local Spark (local[2], UI off), the
-"cloudprofiler" stream reader with its embedded factory, generators in background
-processes, the YSB query (filter views, join the campaigns table on ad_id,
-10-second event-time windowed count per campaign) and a per-tuple latency query
-into the cloudprofiler sink, MinRTT sync phases every few seconds throughout.
-Warms up first (the queries, their factories and a --warmup load, until both
-queries have caught up with it; reported on one line, never judged), then measures
-on idle queries. Prints what was offered, dropped (per query), lost and ingested,
-whether the steady state sustained the rate (no drop, no loss, and end-to-end
-latency not climbing faster than --latency-slope from the measured run's middle
-third to its last, by their medians; otherwise which of them failed), and the
-steady-state latency table (generator to
-source, source to sink, end to end, windowed output) with error bounds; writes
-latency.parquet (one row per record and pair of points), latency.png (the table's
-records: latency and error-bound distributions, whiskers at min and max),
-latency_error.png (latency with its error bound per record) and timeline.png
-(end-to-end and windowed-output latency over the run), the last two over seconds
-since the queries started with the warm-up shaded and the micro-batch ends marked,
-and report.html (one self-contained page: ledger, verdicts, tables and plots, sync
-quality, machine; cloudprofiler report DIR rebuilds it from run.json) into --out
-(default: ./cloudprofiler-demo-DATE-TIME, named when it starts). Spools and
-checkpoints are removed at the end.
-
-examples:
-  cloudprofiler demo
-  cloudprofiler demo --duration 5 --rate 20000
-  cloudprofiler demo --warmup 5                    # a longer warm-up before measuring
-  cloudprofiler demo --simulate-nodes 2            # generator and factory on simulated nodes
-  cloudprofiler demo --out /tmp/ysb --summary /tmp/ysb/summary.json
-  cloudprofiler demo --out s3://bucket/demo1 --summary s3://bucket/demo1/summary.json
-"""
-
-# Simulated nodes: (rate error in ppm, offset cycles) of each virtual TSC domain (clock rate and offset;
-# "skew" in this package means data skew, cloudprofiler.windows.skew).
-SIM_CLOCKS = [
-    ("85.5", 700_000_000_000_000),
-    ("-142", -300_000_000_000_000),
-    ("230", 50_000_000_000_000),
-    ("-37.25", 900_000_000_000_000),
-]
 QUERIES = ("latency", "windows")
 QUEUE_MS = 1000
-# Into each of the two queries: both, with their generators, factories and Spark, share the machine's
-# cores. One YSB join into the cloudprofiler sink alone sustains about 87,500 tuples/s on a quiet
-# 2-core machine (docs/benchmarks.md, calibrate); two queries at 50,000 each built a backlog there.
-DEFAULT_RATE = 25_000
 DRIVER_MEMORY = "512m"
-
-
-@dataclass
-class Laps:
-    """The wall time of each phase of the run, in order: each ``lap`` closes the phase then running."""
-
-    last: float
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    def lap(self, name: str) -> None:
-        now = time.monotonic()
-        self.seconds[name] = round(now - self.last, 2)
-        self.last = now
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of ``cloudprofiler demo``."""
-    p.add_argument("--duration", type=float, default=10.0, help="seconds of generated load (default 10)")
-    p.add_argument(
-        "--rate",
-        type=float,
-        default=DEFAULT_RATE,
-        help=f"tuples per second offered into each of the two queries (default {DEFAULT_RATE}: both "
-        "queries share the cores, and this holds its steady state on a quiet 2-core machine)",
-    )
-    p.add_argument("--workers", type=int, default=2, help="factory worker processes (default 2)")
-    add_bucket_option(p)
-    p.add_argument(
-        "--warmup",
-        type=float,
-        default=2.0,
-        metavar="SECONDS",
-        help="seconds of warm-up load at --rate before the measured run, reported apart (default 2)",
-    )
-    p.add_argument(
-        "--simulate-nodes",
-        type=int,
-        default=0,
-        metavar="K",
-        help="run the generators and factories under K virtual TSC domains (1 to 4; default 0: "
-        "everything on this node's real TSC)",
-    )
-    p.add_argument("--rounds", type=int, default=100, help="probes per pair and sync phase (default 100)")
-    p.add_argument(
-        "--sync-every",
-        type=float,
-        default=5.0,
-        metavar="SECONDS",
-        help="with --simulate-nodes: a sync phase every SECONDS for the whole run (default 5)",
-    )
-    p.add_argument(
-        "--out",
-        help="directory for records, plots and report.html (default: ./cloudprofiler-demo-DATE-TIME); "
-        "a URI (s3://, s3a://, gs://, hdfs://, abfs://) takes latency.parquet, the plots and the "
-        "report, the work files go to a local temp dir removed at the end",
-    )
-    p.add_argument(
-        "--latency-slope",
-        type=float,
-        default=DEFAULT_SLOPE_LIMIT,
-        metavar="X",
-        help="the rate counts as sustained only if end-to-end latency climbs by at most X seconds per "
-        "second over the measured run, its middle third's median to its last third's (the first third "
-        "grows from idle queries to their cadence; as maxrate --latency-slope; default "
-        f"{DEFAULT_SLOPE_LIMIT:g})",
-    )
-    p.add_argument("--summary", help="also write the totals as JSON to this file (a path or URI)")
-    p.add_argument(
-        "--calibration",
-        metavar="PATH",
-        help="the JSON of 'cloudprofiler calibrate' (a path or URI): the report carries it (default: "
-        "the report says no calibration was run)",
-    )
-    p.add_argument("--timeout", type=float, default=300.0, help="give up after N seconds (default 300)")
-
-
-def _check(args: argparse.Namespace) -> None:
-    if not 0 < args.duration <= 3600:
-        raise CommandError(f"--duration {args.duration}: expected 0 < seconds <= 3600")
-    if not 0 < args.rate <= 1e8:
-        raise CommandError(f"--rate {args.rate}: expected 0 < tuples/s <= 1e8")
-    if not 1 <= args.workers <= 64:
-        raise CommandError(f"--workers {args.workers}: expected 1..64")
-    if not 0.5 <= args.warmup <= 600:
-        raise CommandError(f"--warmup {args.warmup}: expected 0.5 to 600 seconds")
-    if not 1 <= args.bucket <= 1 << 20:
-        raise CommandError(f"--bucket {args.bucket}: expected 1..1048576")
-    if not 0 <= args.simulate_nodes <= len(SIM_CLOCKS):
-        raise CommandError(f"--simulate-nodes {args.simulate_nodes}: expected 0..{len(SIM_CLOCKS)}")
-    if not 2 <= args.rounds <= 10_000:
-        raise CommandError(f"--rounds {args.rounds}: expected 2..10000")
-    if not 0 < args.latency_slope <= 100:
-        raise CommandError(f"--latency-slope {args.latency_slope}: expected 0 < seconds per second <= 100")
-    if not 0.1 <= args.sync_every <= 3600:
-        raise CommandError(f"--sync-every {args.sync_every}: expected 0.1 to 3600 seconds")
 
 
 def _wait(predicate: Callable[[], bool], deadline: float, what: str) -> None:
@@ -517,37 +380,33 @@ class _Demo:
         return rows_read
 
 
-def _phase_collector(spark: Any, stack: ExitStack) -> Any:
-    """Spark's micro-batch phases of both queries, collected from before they start (stopped also
-    when the run fails, before Spark is)."""
-    from cloudprofiler.jobs.queries import DEMO_TRIGGER_MS
-    from cloudprofiler.spark_phases import PhaseCollector
+def _session() -> Any:
+    """The demo's local Spark."""
+    from cloudprofiler.spark_local import local_session
 
-    phases = PhaseCollector(spark, trigger_interval_ms=DEMO_TRIGGER_MS).start()
-    stack.callback(phases.stop)
-    return phases
-
-
-def _write_phases(phases: Any, queries: dict[str, Any], results: Location) -> dict[str, Any]:
-    """The phase table into the run directory; which query is which, and the latency query's line."""
-    from cloudprofiler.spark_phases import PHASES_FILE, summary_text, write_phases
-
-    write_phases(phases.table(), results.join(PHASES_FILE))
-    ids = {name: str(q.id) for name, q in queries.items()}
-    return {"file": PHASES_FILE, "query_ids": ids, "latency": summary_text(phases.table(ids["latency"]))}
+    return local_session(
+        "cloudprofiler-demo",
+        conf={
+            "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+            # rows read are summed over every batch's progress: keep them all
+            "spark.sql.streaming.numRecentProgressUpdates": "100000",
+            # the JVM's heap: its micro-batches hold seconds of YSB rows at most. The rest of the JVM
+            # (code, metaspace, threads, off-heap buffers) is not bounded by it: 0.8 to 1.5 GB resident
+            # in default runs with 512 MB, 1.8 GB in one with the 1 GB default (benchmarks/demo_run.py)
+            "spark.driver.memory": DRIVER_MEMORY,
+        },
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo."""
-    _check(args)
+    check_args(args)
     from cloudprofiler.spark_local import require_java
 
     require_java()  # before the output directory is made
     from cloudprofiler.jobs.calibrate import load_calibration
-    from cloudprofiler.jobs.demo_cost import calibration_summary, cost_lines, run_cost
     from cloudprofiler.jobs.demo_out import clean_up, prepare_out
-    from cloudprofiler.jobs.demo_report import collect, report
-    from cloudprofiler.jobs.demo_verdict import judge
+    from cloudprofiler.jobs.demo_report import collect
     from cp_store.tables import output_file
     from native_tsc.console import cli_console
     from native_tsc.self_cost import TreeCpu
@@ -562,30 +421,17 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"output directory (records, plots, report): {out}", soft_wrap=True)
     started = time.monotonic()
     with ExitStack() as stack, console.status("starting Spark (local[2])") as status:
-        from cloudprofiler.spark_local import local_session
-
         if not results.is_local:  # the local work directory goes, also when the run fails (run last)
             stack.callback(clean_up, out, results)
         demo = _Demo(
             args, out, stack, status, started + args.timeout, _Nodes(args.simulate_nodes), laps=Laps(started)
         )
         stack.callback(demo.procs.close)
-        spark = local_session(
-            "cloudprofiler-demo",
-            conf={
-                "spark.sql.streaming.noDataMicroBatches.enabled": "false",
-                # rows read are summed over every batch's progress: keep them all
-                "spark.sql.streaming.numRecentProgressUpdates": "100000",
-                # the JVM's heap: its micro-batches hold seconds of YSB rows at most. The rest of the JVM
-                # (code, metaspace, threads, off-heap buffers) is not bounded by it: 0.8 to 1.5 GB resident
-                # in default runs with 512 MB, 1.8 GB in one with the 1 GB default (benchmarks/demo_run.py)
-                "spark.driver.memory": DRIVER_MEMORY,
-            },
-        )
+        spark = _session()
         stack.callback(spark.stop)
         demo.start_sync()
         demo.start_continuous_sync()
-        phases = _phase_collector(spark, stack)
+        phases = phase_collector(spark, stack)
         queries_started = time.monotonic()
         demo.warm["start_tsc"] = native_tsc.now()  # time zero of every plot (this is the reference domain)
         run_cpu = TreeCpu().start()  # the run's CPU, beside the profiler's own (demo_cost)
@@ -603,8 +449,46 @@ def run(args: argparse.Namespace) -> int:
         )
         demo.laps.lap("translate")
     demo.laps.lap("shutdown")  # the queries, sync, child processes and Spark stopped
+    translated = (lat, series, waterfall)
+    return _finish(
+        args,
+        console,
+        demo,
+        totals,
+        translated,
+        phases,
+        run_cpu_s,
+        (summary, calibration),
+        (out, results),
+        started,
+    )
+
+
+def _finish(
+    args: argparse.Namespace,
+    console: Any,
+    demo: _Demo,
+    totals: dict[str, Any],
+    translated: tuple[Any, Any, Any],
+    phases: Any,
+    run_cpu_s: float,
+    checked: tuple[Any, Any],
+    dirs: tuple[Path, Location],
+    started: float,
+) -> int:
+    """After Spark stopped: the phases, the cost, the verdict, the report and the summary (its file and
+    the calibration: ``checked``, both read before the run started; ``dirs``: the work directory and
+    where the results go)."""
+    out, results = dirs
+    from cloudprofiler.jobs.demo_cost import calibration_summary, cost_lines, run_cost
+    from cloudprofiler.jobs.demo_out import clean_up
+    from cloudprofiler.jobs.demo_report import report
+    from cloudprofiler.jobs.demo_verdict import judge
+
+    summary, calibration = checked
+    lat, series, waterfall = translated
     totals["phases_s"] = demo.laps.seconds
-    totals["spark_phases"] = _write_phases(phases, demo.queries, results)
+    totals["spark_phases"] = write_phase_table(phases, demo.queries, results)
     totals["profiler_cost"] = run_cost(demo.queries, run_cpu_s)
     totals["calibration"] = calibration_summary(calibration)
     judge(totals, args.latency_slope)
