@@ -415,7 +415,7 @@ class FactoryWorker:
                 else:
                     wait = flush_s if not self.pending else min(POLL_S, max(0.0, self.oldest + flush_s - now))
                     if sock.poll(min(int(wait * 1000) + 1, 100), zmq.POLLIN):
-                        while self.pending_rows < self.cfg.flush_rows:
+                        while _take_more(self):
                             try:
                                 # no identity frame on the workers' socket
                                 frames, _ = recv_bounded(sock, bk.MAX_FRAMES - 1, copy=False)
@@ -445,6 +445,12 @@ class FactoryWorker:
         self.write_stats(ready=False)
         self.dead.close()
         self.writer.close()
+
+
+def _take_more(w: FactoryWorker) -> bool:
+    """Receive more before publishing: fewer than ``flush_rows`` rows held and no reader waiting for
+    them (a worker parsing a backlog answers a demand within a bucket, not after ``flush_rows``)."""
+    return w.pending_rows < w.cfg.flush_rows and not (w.pending and w.demand.due())
 
 
 def _flush_due(w: FactoryWorker, flush_s: float) -> bool:
