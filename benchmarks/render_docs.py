@@ -97,6 +97,7 @@ BLOCKS: dict[str, Block] = {
     "hellos": Block("hellos", "hellos.json", _show("report")),
     "calibrate": Block("calibrate", "calibrate.json", _show("show")),
     "stamp_cost": Block("stamp_cost", "stamp_cost.json", _show("show")),
+    "trees": Block("trees", "trees.json", _show("show")),
 }
 
 
