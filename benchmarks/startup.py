@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -64,7 +65,7 @@ GOAL_S = 5.0
 OUR_GOAL_S = 1.0
 OURS = ("factory spawn", "worker imports", "parser", "warm-up", "connect")  # the start that is ours
 WORKER_PARSERS = ("auto", "numba")  # auto: the C YSB kernel
-PACKAGES = ("cp_source", "cp_sink", "cp_store", "cp_sync", "cloudprofiler")
+PACKAGES = ("native_tsc", "cp_common", "cp_source", "cp_sink", "cp_store", "cp_sync", "cloudprofiler")
 STAGES = (
     "runner",
     "factory spawn",
@@ -221,11 +222,15 @@ def worker_cpu(code: Path | None, parser: str = "auto") -> dict[str, Any]:
 
 
 def archive(commit: str, into: Path) -> Path:
-    """``commit``'s packages under ``into`` (the C extension's build taken from this tree)."""
-    tar = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", commit, *PACKAGES], capture_output=True, check=True
-    )
-    subprocess.run(["tar", "-x", "-C", str(into)], input=tar.stdout, check=True)
+    """``commit``'s packages under ``into``, each compiled C extension copied from this tree (a
+    commit's packages import each other by their own layout, so all of them come from it)."""
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", commit], capture_output=True, check=True)
+    # a package the commit does not have yet (tar names it and goes on) is simply not there
+    subprocess.run(["tar", "-x", "-C", str(into), *PACKAGES], input=tar.stdout, stderr=subprocess.DEVNULL)
+    for so in ROOT.glob("*/**/*.so"):
+        dest = into / so.relative_to(ROOT)
+        if dest.parent.is_dir() and not dest.exists():
+            shutil.copy2(so, dest)
     return into
 
 
