@@ -115,12 +115,15 @@ def test_a_reader_never_misses_a_sender_while_the_log_is_folded_into_snapshots(
     seen: list[int] = []
     wrong: list[list[int]] = []  # reads that were not 1..k (asserted in the test's own thread)
 
+    read_once = threading.Event()  # the reader has read since the writer last paused
+
     def read() -> None:
         while not done.is_set():
             got = read_front_progress(tmp_path)
             if set(got) != set(range(1, len(got) + 1)):
                 wrong.append(sorted(got))
             seen.append(len(got))
+            read_once.set()
 
     reader = threading.Thread(target=read)
     switch = sys.getswitchinterval()
@@ -130,6 +133,9 @@ def test_a_reader_never_misses_a_sender_while_the_log_is_folded_into_snapshots(
         for sid in range(1, 3_001):
             p.hello(sid)
             p.write()
+            if sid % 300 == 0:  # let the reader read at least once here: a loaded machine may starve it
+                read_once.clear()
+                assert read_once.wait(30)
     finally:
         done.set()
         reader.join()
