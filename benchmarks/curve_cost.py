@@ -30,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import zmq
 
+from cp_common import curve_keys
 from cp_source.generate.generator import run_generator
 from cp_source.generate.settings import GeneratorSettings
 from cp_source.hosts.segment_server import SegmentRef, SegmentServer, fetch_segment
 from cp_source.spool.segments import Spool
-from native_tsc import curve_keys
 
 MSG_BYTES = 64 << 10
 

@@ -286,7 +286,7 @@ def start_network_source(spark: Any, work: Path, keys: str | None) -> tuple[Targ
 
 def make_keys(work: Path) -> str:
     """A fresh keys directory, as ``cloudprofiler keys generate --out DIR`` makes it."""
-    from native_tsc import curve_keys
+    from cp_common import curve_keys
 
     out = work / "keys"
     curve_keys.generate(out)
@@ -309,8 +309,8 @@ def with_rounds(systems: list[tuple[str, int]], rounds: int) -> list[tuple[str, 
 def ysb_columns() -> list[str]:
     """What the YSB query (``ysb_stateless``) and the sink read of the source: its join key, the
     columns it keeps and every stamp column."""
+    from cp_common.stamp_columns import is_stamp_column
     from cp_source.reader.options import ReaderOptions, full_schema
-    from native_tsc.stamp_columns import is_stamp_column
 
     stamps = [n for n in full_schema(ReaderOptions.parse({})).fieldNames() if is_stamp_column(n)]
     return ["ad_id", "event_type", "event_time", "tuple_id", *stamps]
@@ -768,8 +768,8 @@ def steady_latency(spark: Any, work: Path, rate: float, duration: float, warmup:
     import numpy as np
 
     import native_tsc
+    from cp_common.stamp_columns import GEN, SINK, tsc_column
     from cp_sink.records import read_records, total_seen
-    from native_tsc.stamp_columns import GEN, SINK, tsc_column
 
     target, q = start_source_query(spark, work, max_spool_bytes=256 << 20, handler="xoy")
     try:

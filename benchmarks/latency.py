@@ -47,7 +47,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 from endtoend import _wall  # noqa: E402  (a progress event's time, as the end-to-end comparison reads it)
 
 from cloudprofiler.jobs.queries import start_source_query, ysb_stateless  # noqa: E402
-from native_tsc.stamp_columns import FACTORY, GEN, INTENDED, PLANNED, SINK, SOURCE, tsc_column  # noqa: E402
+from cp_common.stamp_columns import FACTORY, GEN, INTENDED, PLANNED, SINK, SOURCE, tsc_column  # noqa: E402
 
 OUR_STAGES = ((GEN, FACTORY), (FACTORY, PLANNED), (PLANNED, SOURCE))
 FLOOR_GOAL = 1.5  # our p50 at most this many times the floor's

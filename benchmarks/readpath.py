@@ -70,7 +70,7 @@ class BareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """One micro-batch of every row of the file, split into ``partitions`` row ranges."""
 
     def __init__(self, options: dict[str, str]) -> None:
-        from native_tsc.process_times import mark, mark_process_start
+        from cp_common.process_times import mark, mark_process_start
 
         mark_process_start("bare reader")
         mark("bare reader: constructed")
@@ -379,7 +379,7 @@ def _first_rows_s(q: Any, t0: float, timeout: float = 180.0) -> float:
     """Seconds from ``t0`` until the query's progress shows a finished micro-batch with rows."""
     while time.monotonic() < t0 + timeout:
         if any(int(p["numInputRows"]) > 0 for p in q.recentProgress):
-            from native_tsc.process_times import mark
+            from cp_common.process_times import mark
 
             mark("bench: first rows seen")
             return time.monotonic() - t0
@@ -396,9 +396,9 @@ def _ours_live(spark: Any, work: Path, name: str, rate: float, seconds: float, b
     import threading
 
     import cloudprofiler
+    from cp_common.process_times import mark
     from cp_source.generate.generator import run_generator
     from cp_source.reader.state import wait_reader_state
-    from native_tsc.process_times import mark
 
     spool = work / f"{name}-spool"
     df = spark.readStream.format("cloudprofiler").option("endpoint", "tcp://127.0.0.1:0")
@@ -440,14 +440,14 @@ def _batches(q: Any, wall0: float, n: int = 3) -> list[dict[str, Any]]:
 
 def _timeline(path: str, wall0: float, wall1: float) -> list[tuple[float, int, str]]:
     """The trace's events between ``wall0`` and ``wall1``, as seconds after ``wall0``."""
-    from native_tsc.process_times import read_trace
+    from cp_common.process_times import read_trace
 
     return [(round(t - wall0, 3), pid, ev) for t, pid, ev in read_trace(path) if wall0 <= t <= wall1]
 
 
 def _first_rows_of(df: Any, work: Path, trace: str | None) -> tuple[float, list[dict[str, Any]]]:
     """Seconds from start() to the first micro-batch with rows, and the first micro-batches."""
-    from native_tsc.process_times import mark
+    from cp_common.process_times import mark
 
     ckpt = tempfile.mkdtemp(prefix="ckpt-", dir=work)
     t0, wall0 = time.monotonic(), time.time()
@@ -612,7 +612,7 @@ def main() -> int:
         work = Path(tmp)
         trace = None
         if args.trace:
-            from native_tsc.process_times import TRACE_ENV
+            from cp_common.process_times import TRACE_ENV
 
             trace = str(work / "startup-trace.txt")
             os.environ[TRACE_ENV] = trace  # before the session: Spark's Python workers inherit it

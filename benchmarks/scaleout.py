@@ -64,8 +64,8 @@ def _sink_ids(path: Path) -> Any:
 
 def _sink_stamps(path: Path) -> tuple[Any, Any]:
     """The generator and sink TSC stamps of every record under ``path``."""
+    from cp_common.stamp_columns import GEN, SINK, tsc_column
     from cp_sink.records import read_records
-    from native_tsc.stamp_columns import GEN, SINK, tsc_column
 
     rec = read_records(path)
     return rec.column(tsc_column(GEN)).to_numpy(), rec.column(tsc_column(SINK)).to_numpy()

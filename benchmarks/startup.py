@@ -97,7 +97,7 @@ def parse_args() -> argparse.Namespace:
 def child(work: Path) -> None:
     """Start the demo's two queries on a cold session; the trace file is under ``work``."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from native_tsc.process_times import TRACE_ENV, mark
+    from cp_common.process_times import TRACE_ENV, mark
 
     os.environ[TRACE_ENV] = str(work / "trace.txt")  # before the session: its workers inherit it
     import cloudprofiler
@@ -174,7 +174,7 @@ def our_part(run: dict[str, float]) -> float:
 
 def one_round(code: Path | None) -> dict[str, Any]:
     """A round in a new process on this tree (``code`` None) or on the packages under ``code``."""
-    from native_tsc.process_times import read_trace
+    from cp_common.process_times import read_trace
 
     env = dict(os.environ)
     if code is not None:

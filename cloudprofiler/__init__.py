@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from cp_common.faces import lazy_face
 from cp_source.reader.state import ReaderState
-from native_tsc.faces import lazy_face
 
 if TYPE_CHECKING:  # the module itself is imported when called (it reads spools; the package stays light)
     from cloudprofiler.source_watch import FactoriesStatus, SourceStatus

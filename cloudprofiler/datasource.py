@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
-from cp_store.location import first_line
+from cp_common.printable import first_line
 
 
 class CloudprofilerDataSource(DataSource):

@@ -39,7 +39,7 @@ from cloudprofiler.executor_probe import (
     probe_task,
     spark_problem,
 )
-from native_tsc.faces import deprecated_names
+from cp_common.faces import deprecated_names
 
 DESCRIPTION = """\
 Run a small Spark job that checks every executor can run cloudprofiler: its

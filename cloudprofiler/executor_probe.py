@@ -28,7 +28,7 @@ DOCS = "docs/deployment.md"
 # What executors import to run the reader's read() and the sink's write().
 EXECUTOR_MODULES = ("cp_source.reader.stream_reader", "cp_sink.stream_writer", "cp_store.location")
 # cloudprofiler's own packages: an import failing inside them is not a missing dependency.
-OWN_PACKAGES = ("cloudprofiler", "native_tsc", "cp_source", "cp_sink", "cp_store", "cp_sync")
+OWN_PACKAGES = ("cloudprofiler", "cp_common", "native_tsc", "cp_source", "cp_sink", "cp_store", "cp_sync")
 
 
 class Probe(NamedTuple):

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
+from cp_common.process_times import process_start_ticks
 from cp_source.hosts.links import FactoryHostStatus, HostsReady
 from cp_source.klink.reports import KlinkReport
 from cp_source.reader.state import read_reader_state
@@ -25,7 +26,6 @@ from cp_source.ready.frontier import ReadyReport
 from cp_source.spool.ledger import SpoolStats, WorkerState
 from cp_source.spool.names import WORKER_RE
 from cp_source.spool.segments import SPOOL_FILE, Spool, SpoolMismatchError
-from native_tsc.process_times import process_start_ticks
 
 READ_ATTEMPTS = 3  # a commit or compaction between two reads makes them disagree: read again
 

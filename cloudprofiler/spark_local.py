@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cloudprofiler.errors import CommandError
-from native_tsc.faces import deprecated_names
+from cp_common.faces import deprecated_names
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",

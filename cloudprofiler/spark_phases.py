@@ -41,9 +41,9 @@ import numpy as np
 import pyarrow as pa
 
 import native_tsc
+from cp_common.faces import deprecated_names
 from cp_store.location import Location, StoreError
 from cp_store.tables import output_file, read_table, write_parquet
-from native_tsc.faces import deprecated_names
 
 TRIGGER = "triggerExecution"
 # the order Spark times them inside triggerExecution (getOffset: a V1 source's latestOffset)

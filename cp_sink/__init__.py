@@ -7,7 +7,7 @@ writes latency records; ``read_records(path)`` reads the committed ones.
 
 from __future__ import annotations
 
-from native_tsc.faces import lazy_face
+from cp_common.faces import lazy_face
 
 # name -> the module defining it, imported on first use: a Spark runner writing records does not
 # import the readers (pyarrow.parquet, the manifests)

@@ -42,13 +42,14 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from cp_common.faces import deprecated_names
+from cp_common.printable import first_line
+from cp_common.stamp_columns import COMMITTED, SINK, is_stamp_column, node_column, stamp_columns, tsc_column
 from cp_store.batch_log import COMMITS, Manifest, committed, parallel, read_data, read_manifests
-from cp_store.location import Location, StoreError, first_line, resolve
+from cp_store.location import Location, StoreError, resolve
 from cp_store.manifests import batch_gaps as _gaps
 from cp_store.manifests import gaps_note, show_gaps
 from cp_store.tables import missing
-from native_tsc.faces import deprecated_names
-from native_tsc.stamp_columns import COMMITTED, SINK, is_stamp_column, node_column, stamp_columns, tsc_column
 
 TUPLE_ID = "tuple_id"
 # Columns a record gets from the sink itself (and the reader): a kept query column may not share a name.

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from native_tsc.faces import deprecated_names
-from native_tsc.stamp_columns import check_point, stamp_columns
+from cp_common.faces import deprecated_names
+from cp_common.stamp_columns import check_point, stamp_columns
 
 check_point_name = check_point  # the name this module has always exported
 
@@ -51,7 +51,7 @@ def stamp(df: Any, name: str) -> Any:
     )
 
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from native_tsc.self_cost import STAMPS, charged
+        from cp_common.self_cost import STAMPS, charged
 
         return charged(stamp_batches(batches, name), STAMPS)  # the whole stage: the profiler's cost
 

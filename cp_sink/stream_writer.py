@@ -57,6 +57,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from cp_common.options import check_names, flag_option, lower_keys
+from cp_common.printable import first_line, redact
+from cp_common.stamp_columns import SINK, is_stamp_column, node_column, stamp_columns, tsc_column
 from cp_sink.records import (
     PERIODS_PREFIX,
     PERIODS_SCHEMA,
@@ -68,8 +70,7 @@ from cp_sink.records import (
 )
 from cp_sink.window_records import parquet_options, window_columns, window_counts, window_rows
 from cp_store import batch_log
-from cp_store.location import Location, StoreError, check_writable, first_line, redact, resolve
-from native_tsc.stamp_columns import SINK, is_stamp_column, node_column, stamp_columns, tsc_column
+from cp_store.location import Location, StoreError, check_writable, resolve
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # set by Spark's micro-batch engine on every task
 QUERY_ID_PROPERTY = "sql.streaming.queryId"  # the query's id, kept in its checkpoint across restarts
@@ -341,8 +342,8 @@ class CloudprofilerStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         """One partition's records, its thread CPU (the batches received included) charged to the
-        profiler's own cost (``native_tsc.self_cost``): two clock reads per partition."""
-        from native_tsc import self_cost
+        profiler's own cost (``cp_common.self_cost``): two clock reads per partition."""
+        from cp_common import self_cost
 
         t0 = time.thread_time_ns()
         msg = self._write_partition(iterator)

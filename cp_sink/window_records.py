@@ -24,11 +24,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cp_common.faces import deprecated_names
+from cp_common.stamp_columns import SINK, node_column, stamp_columns, tsc_column
 from cp_sink.records import WINDOWS_PREFIX, CommitCounts
 from cp_store import batch_log
 from cp_store.location import Location, resolve
-from native_tsc.faces import deprecated_names
-from native_tsc.stamp_columns import SINK, node_column, stamp_columns, tsc_column
 
 WINDOW_START = "window_start_ms"
 WINDOW_END = "window_end_ms"

@@ -54,9 +54,10 @@ import orjson
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from cp_common.printable import first_line
 from cp_store import manifests, spark_log
 from cp_store.atomic_files import fsync_path
-from cp_store.location import Location, StoreError, first_line, resolve
+from cp_store.location import Location, StoreError, resolve
 
 # The manifests' side (names, parsing, reading), re-exported: callers use this module alone.
 from cp_store.manifests import (

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from cp_store.location import first_line
+from cp_common.printable import first_line
 
 
 def json_object(

@@ -21,23 +21,19 @@ import re
 import uuid
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import pyarrow.fs as pafs
 
+from cp_common.printable import first_line, is_uri, redact, scrub, userinfo
 from cp_store.atomic_files import atomic_write
 from cp_store.place import stand_in, store_of
 
 # Schemes pyarrow resolves itself; "" is a plain local path.
 _PYARROW_SCHEMES = ("", "file", "local", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
 _HADOOP_S3 = ("s3a", "s3n")
-_SECRET_QUERY = re.compile(r"(secret|token|key|password|credential|sas|sig)", re.IGNORECASE)
-_WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
 # RFC 3986 user info: unreserved, sub-delims, ':' and percent-escapes.
 _USERINFO_OK = re.compile(r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:]|%[0-9A-Fa-f]{2})*")
-_HOST_PORT = re.compile(r"[A-Za-z0-9._-]*:[0-9]*")
-_PORTED = ("hdfs", "viewfs", "abfs", "abfss", "file", "local")  # stores whose hosts have ports (not s3, gs)
-_HOST_AFTER_AT = re.compile(r"@(?=[A-Za-z0-9._-]*(?::[0-9]*)?(?:[/?#]|$))")
 
 
 class StoreError(OSError):
@@ -160,7 +156,7 @@ def resolve(where: str | os.PathLike[str] | Location) -> Location:
     if not raw.strip():
         raise StoreError("empty path: give a directory or a URI such as s3://bucket/prefix")
     scheme = _scheme(raw)
-    if not _USERINFO_OK.fullmatch(_userinfo(raw)):  # what pyarrow would refuse, quoting the secret
+    if not _USERINFO_OK.fullmatch(userinfo(raw)):  # what pyarrow would refuse, quoting the secret
         raise StoreError(
             f"{redact(raw)}: the credentials in the URI hold characters a URI cannot carry as they "
             "are (such as '/', '?', '#', '@', '%', '['): percent-encode them ('/' as %2F) or give "
@@ -221,70 +217,6 @@ def one_file(where: str, what: str, hint: str = "") -> Location:
     return loc
 
 
-def redact(uri: str) -> str:
-    """``uri`` without user info or secret-looking query values: safe for logs and errors.
-
-    The user info is cut before anything parses the URI, since a secret may hold ``/``, ``?``,
-    ``#``, ``@`` or ``[`` unencoded (AWS secret keys often hold ``/``): see :func:`_userinfo_end`
-    for the rule. Never raises; a plain or Windows path comes back as it is.
-    """
-    if "://" not in uri or _WINDOWS_DRIVE.match(uri):
-        return uri
-    scheme, rest = uri.split("://", 1)
-    rest = rest[_userinfo_end(scheme, rest) :]
-    rest, hashmark, fragment = rest.partition("#")
-    rest, mark, query = rest.partition("?")
-    pairs = [p.partition("=") for p in query.split("&")] if mark else []
-    query = "&".join(k + eq + ("***" if eq and _SECRET_QUERY.search(k) else v) for k, eq, v in pairs)
-    return f"{scheme}://{rest}{mark}{query}{hashmark}{fragment}"
-
-
-def scrub(text: str, raw: str) -> str:
-    """``text`` (a store library's message about ``raw``) with ``raw``'s user info taken out,
-    as written and percent-decoded: pyarrow quotes the URI it was given in its errors."""
-    if "://" not in raw or _WINDOWS_DRIVE.match(raw):
-        return text
-    info = _userinfo(raw)
-    secrets = {info, unquote(info), info.partition(":")[2], unquote(info.partition(":")[2])}
-    for s in sorted((s for s in secrets if s), key=len, reverse=True):
-        text = text.replace(s, "***")
-    return text
-
-
-def _userinfo(raw: str) -> str:
-    """The user info of ``raw`` as written (``KEY:SECRET``), "" if none."""
-    if "://" not in raw or _WINDOWS_DRIVE.match(raw):
-        return ""
-    scheme, rest = raw.split("://", 1)
-    return rest[: max(_userinfo_end(scheme, rest) - 1, 0)]
-
-
-def _userinfo_end(scheme: str, rest: str) -> int:
-    """Where the host starts in ``rest`` (a URI after ``scheme://``): 0 if it has no user info.
-
-    User info ends at an ``@`` followed by a host name (letters, digits, ``.``, ``_``, ``-``,
-    an optional ``:port``) and then ``/``, ``?``, ``#`` or the end. If the text before the first
-    ``/``, ``?`` or ``#`` holds an ``@`` or a ``:`` (``KEY:SECRET`` with a secret holding an
-    unencoded ``/``), the LAST such ``@`` in the whole URI ends it: a secret can never show
-    through, at the price of cutting up to an ``@`` in an object key after such credentials
-    (``s3://K:S/X@bucket/a@b`` prints as ``s3://b``). Otherwise (``s3://bucket/key@x``, or
-    ``hdfs://host:8020/key@x`` on a store whose hosts have ports) there is no user info and the
-    key is left alone.
-    """
-    first = re.search(r"[/?#]", rest)
-    head = rest[: first.start()] if first else rest
-    if "@" not in head and (":" not in head or _HOST_PORT.fullmatch(head) and scheme.lower() in _PORTED):
-        return 0
-    ends = [m.start() + 1 for m in _HOST_AFTER_AT.finditer(rest)]
-    return ends[-1] if ends else 0
-
-
-def first_line(e: BaseException) -> str:
-    """The first line of an exception's message (pyarrow's S3 errors run over several)."""
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
-
-
 def _s3_single_put(raw: str) -> str:
     """``raw`` with pyarrow's delayed open on: a small file (a manifest, a task's Parquet file) then
     goes up in one PUT at close instead of a three-request multipart upload, and is all-or-nothing
@@ -297,7 +229,7 @@ def _s3_single_put(raw: str) -> str:
 
 
 def _scheme(raw: str) -> str:
-    if _WINDOWS_DRIVE.match(raw) or "://" not in raw:
+    if not is_uri(raw):
         return ""
     return raw.split("://", 1)[0].lower()
 

@@ -18,9 +18,10 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from cp_common.printable import first_line
 from cp_store import spark_log
 from cp_store.json_object import json_object
-from cp_store.location import Location, StoreError, first_line
+from cp_store.location import Location, StoreError
 
 COMMITS = "_commits"
 MANIFEST_VERSION = 2  # 2 added "run" and "rows"; a version 1 manifest is still read

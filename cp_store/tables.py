@@ -23,8 +23,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from cp_common.printable import first_line
 from cp_store.atomic_files import fsync_path, replacing
-from cp_store.location import Location, StoreError, check_writable, first_line, resolve
+from cp_store.location import Location, StoreError, check_writable, resolve
 
 HIDDEN = ("_", ".")
 

@@ -13,7 +13,7 @@ with exact truth (``synthetic``). Commands: ``cloudprofiler sync`` and
 
 from __future__ import annotations
 
-from native_tsc.faces import lazy_face
+from cp_common.faces import lazy_face
 
 # name -> the module defining it, imported on first use (a worker importing one module of
 # the package does not pay for the others)

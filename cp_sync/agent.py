@@ -24,9 +24,9 @@ import numpy as np
 import zmq
 
 import native_tsc
+from cp_common import curve_keys as ck
 from cp_sync import control
 from cp_sync.probe import Responder, initiate
-from native_tsc import curve_keys as ck
 from native_tsc import probe_loops
 
 # how long a refused registration is retried: the coordinator frees a silent agent's domain after 5 s

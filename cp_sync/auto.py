@@ -47,12 +47,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from cp_common.faces import deprecated_names
 from cp_common.options import Options, choice_option, given, port_option, seconds_option
 from cp_store.location import check_writable, resolve
 from cp_sync.auto_coordinator import CoordinatorSettings, read_state, registry_paths
 from cp_sync.background import start_daemon
 from cp_sync.host_agent import runtime_dir
-from native_tsc.faces import deprecated_names
 
 SYNC_MODES = ("off", "auto")
 DEFAULT_EVERY_S = 60.0

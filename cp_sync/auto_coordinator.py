@@ -40,8 +40,9 @@ from typing import Any
 import orjson
 import zmq
 
+from cp_common.printable import first_line
 from cp_store.atomic_files import atomic_write
-from cp_store.location import Location, first_line, resolve
+from cp_store.location import Location, resolve
 from cp_sync.coordinator import Coordinator, list_agents, run_phase
 from cp_sync.sync_table import sync_files, write_sync
 

@@ -198,9 +198,9 @@ def _phase_kw(args: argparse.Namespace) -> dict[str, Any]:
 def _run_once(args: argparse.Namespace) -> int:
     from rich.table import Table
 
+    from cp_common.console import cli_console
     from cp_sync.coordinator import run_phase
     from cp_sync.periodic import Load
-    from native_tsc.console import cli_console
 
     if args.phase is None:
         raise ValueError("sync run needs --phase NAME (one phase) or --every SECONDS (periodic phases)")

@@ -28,13 +28,13 @@ from typing import Any
 import numpy as np
 import zmq
 
+from cp_common import curve_keys as ck
+from cp_common.faces import deprecated_names
+from cp_common.zmq_bounds import recv_bounded
 from cp_store.location import Location, check_writable, resolve
 from cp_sync import control
 from cp_sync.background import start_daemon
 from cp_sync.sync_table import probes_table, write_sync
-from native_tsc import curve_keys as ck
-from native_tsc.faces import deprecated_names
-from native_tsc.zmq_bounds import recv_bounded
 
 _PHASE_RE = re.compile(r"^[A-Za-z0-9_\-]{1,32}$")
 AGENT_STALE_S = 5.0

@@ -15,11 +15,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from cp_common.faces import deprecated_names
 from cp_store.location import Location, resolve
 from cp_sync.record_points import read_points
 from cp_sync.report import DEFAULT_TOP, latency_table, print_latency_table, print_table, summarize
 from cp_sync.translate.records import default_reference, translate_records
-from native_tsc.faces import deprecated_names
 
 __all__ = ["DEFAULT_PAIRS", "latency_report", "latency_table", "print_latency_table", "print_table"]
 

@@ -15,9 +15,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cp_store.location import Location, resolve
-from cp_store.tables import files_under, missing, read_schema
-from native_tsc.stamp_columns import (
+from cp_common.stamp_columns import (
     COMMITTED,
     TSC_PREFIX,
     is_stamp_column,
@@ -25,6 +23,8 @@ from native_tsc.stamp_columns import (
     stamp_points,
     tsc_column,
 )
+from cp_store.location import Location, resolve
+from cp_store.tables import files_under, missing, read_schema
 
 # What a sink record holds besides stamps and kept columns (cp_sink.records.RECORD_OWN_COLUMNS).
 RECORD_COLUMNS = ("tuple_id", "partition", "batch_id", "role")

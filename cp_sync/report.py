@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from cp_common.console import cli_console
 from cp_sync.translate.relation import STATUSES
-from native_tsc.console import cli_console
 
 _KEYS = ["from_point", "to_point", "method", "scenario"]
 STAMP_COLUMNS = ("from_tsc", "to_tsc")  # translate's raw stamps of the two points, per record

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from native_tsc.faces import deprecated_names
+from cp_common.faces import deprecated_names
 
 META_KEY = b"cloudprofiler.waterfall"
 WATERFALL_FILE = "waterfall.parquet"  # its name in a run directory

@@ -12,7 +12,7 @@ import socket
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from native_tsc.faces import deprecated_names
+from cp_common.faces import deprecated_names
 
 ENV_VIRTUAL = "CP_TSC_VIRTUAL"
 _ID_RE = re.compile(r"^[A-Za-z0-9._@+\-]{1,64}$")

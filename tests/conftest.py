@@ -88,8 +88,8 @@ def ctx() -> Iterator[zmq.Context]:
 
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A generated set of CurveZMQ keys (native_tsc.curve_keys), one per test module."""
-    from native_tsc import curve_keys
+    """A generated set of CurveZMQ keys (cp_common.curve_keys), one per test module."""
+    from cp_common import curve_keys
 
     d = tmp_path_factory.mktemp("curve") / "keys"
     curve_keys.generate(d)

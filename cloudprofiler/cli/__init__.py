@@ -7,8 +7,9 @@ and ``run(args) -> int``; it is imported only when its command runs, so
 
 One naming scheme: a command that only parses and prints is the ``cli`` module
 of the (sub)package doing its work (``cp_source.generate.cli``,
-``cp_sync.translate.cli``, ``native_tsc.cli``); a job that is its own command
-keeps the job's module (``cloudprofiler.jobs.demo``, ``native_tsc.curve_keys``).
+``cp_sync.translate.cli``); a job that is its own command keeps the job's module
+(``cloudprofiler.jobs.demo``, ``cp_common.curve_keys``). The clock's package holds
+the clock alone, so its command, ``cloudprofiler tsc``, is ``cloudprofiler.cli.tsc``.
 No module is named ``*_cli``.
 """
 
@@ -35,8 +36,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "maxrate": ("cloudprofiler.jobs.maxrate", "find the maximum rate a pipeline sustains without loss"),
     "calibrate": ("cloudprofiler.jobs.calibrate", "the profiler's cost: maxrate with its sink and into noop"),
     "config-server": ("cp_sink.channels.config_server", "serve channel handler settings over ZeroMQ"),
-    "keys": ("native_tsc.curve_keys", "make CurveZMQ key pairs for --curve-keys (generate --out DIR)"),
-    "tsc": ("native_tsc.cli", "show this machine's TSC backend, flags, frequency and read cost"),
+    "keys": ("cp_common.curve_keys", "make CurveZMQ key pairs for --curve-keys (generate --out DIR)"),
+    "tsc": ("cloudprofiler.cli.tsc", "show this machine's TSC backend, flags, frequency and read cost"),
     "check-executors": ("cloudprofiler.executor_check", "check that every executor can run cloudprofiler"),
 }
 

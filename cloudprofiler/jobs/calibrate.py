@@ -3,7 +3,7 @@
 The maximum sustainable rate (``cloudprofiler maxrate``'s search and trials) of the same query
 twice, one after the other in one SparkSession: into the cloudprofiler sink, and into Spark's
 ``noop`` sink. Their ratio is the share of the query's capacity the profiler's sink and stamp
-points leave; the profiler's own CPU (``native_tsc.self_cost``) during the first search is its
+points leave; the profiler's own CPU (``cp_common.self_cost``) during the first search is its
 share of the run's CPU.
 """
 
@@ -20,7 +20,8 @@ from typing import Any
 
 from cloudprofiler.errors import CommandError
 from cloudprofiler.jobs import maxrate
-from cp_store.location import Location, redact, resolve
+from cp_common.printable import redact
+from cp_store.location import Location, resolve
 from cp_store.tables import output_file
 
 DESCRIPTION = """Calibrate the profiler's cost on a query: its maximum sustainable rate (the search
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     _check(args)
     json_loc = output_file("--json", args.json) if args.json else None
     from cloudprofiler.jobs.user_query import query_transform
-    from native_tsc.console import cli_console
+    from cp_common.console import cli_console
 
     transform = query_transform(args.query) if args.query else None  # a bad spec costs no session
     console = cli_console(min_width=120)
@@ -108,8 +109,8 @@ def _search(
 ) -> dict[str, Any]:
     """maxrate's search on the query into ``variant``'s sink; its result document (and CPU)."""
     from cloudprofiler.jobs.queries import start_source_query
-    from native_tsc.cli_options import options_of
-    from native_tsc.self_cost import TreeCpu, cost_doc, query_cost
+    from cp_common.cli_options import options_of
+    from cp_common.self_cost import TreeCpu, cost_doc, query_cost
 
     tree = TreeCpu().start()
     target, query = start_source_query(
@@ -198,7 +199,7 @@ def _rate(rate: float | None) -> str:
 
 def cpu_line(doc: dict[str, Any]) -> str:
     """The profiler's CPU share during the search with its sink, and the load around both."""
-    from native_tsc.self_cost import share_line
+    from cp_common.self_cost import share_line
 
     load = doc["load_average"]
     return (

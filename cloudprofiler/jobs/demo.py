@@ -407,9 +407,9 @@ def run(args: argparse.Namespace) -> int:
     from cloudprofiler.jobs.calibrate import load_calibration
     from cloudprofiler.jobs.demo_out import clean_up, prepare_out
     from cloudprofiler.jobs.demo_report import collect
+    from cp_common.console import cli_console
+    from cp_common.self_cost import TreeCpu
     from cp_store.tables import output_file
-    from native_tsc.console import cli_console
-    from native_tsc.self_cost import TreeCpu
 
     console = cli_console()
     summary = output_file("--summary", args.summary) if args.summary else None

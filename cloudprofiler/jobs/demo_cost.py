@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from native_tsc.self_cost import QueryCost, cost_doc, query_cost, share_line
+from cp_common.self_cost import QueryCost, cost_doc, query_cost, share_line
 
 
 def run_cost(queries: dict[str, Any], run_cpu_s: float) -> dict[str, Any]:
     """The profiler's CPU over the demo's queries (their ledgers, removed once read) beside the
-    run's CPU (``native_tsc.self_cost.TreeCpu`` over the same span)."""
+    run's CPU (``cp_common.self_cost.TreeCpu`` over the same span)."""
     total = QueryCost({"sink_write": 0, "stamps": 0, "source_read": 0}, 0, 0)
     for q in queries.values():
         total = total + query_cost(str(q.id), remove=True)

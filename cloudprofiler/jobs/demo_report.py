@@ -68,8 +68,8 @@ def _last_stamps(root: Path, end: str, reference: str) -> tuple[np.ndarray, np.n
     stamp checked to be in ``reference``: it is read as the run's clock, with no translation."""
     import pyarrow.compute as pc
 
+    from cp_common.stamp_columns import node_column, tsc_column
     from cp_sync.record_points import read_points
-    from native_tsc.stamp_columns import node_column, tsc_column
 
     pts = read_points(str(root), "gen", end)
     other = sorted(set(pc.unique(pts[node_column(end)]).to_pylist()) - {reference})

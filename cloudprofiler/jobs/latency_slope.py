@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cp_common.stamp_columns import GEN, SINK, node_column, tsc_column
 from cp_source.wire.bucket import SEQ_BITS
-from native_tsc.stamp_columns import GEN, SINK, node_column, tsc_column
 
 MIN_SAMPLES = 10  # fewer records than this say nothing about a trend
 

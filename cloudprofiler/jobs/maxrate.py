@@ -22,10 +22,11 @@ from cloudprofiler.jobs.pipeline_trial import PipelineTrial
 from cloudprofiler.jobs.queries import Target
 from cloudprofiler.jobs.rate_search import SearchResult, Step, Trial, bisect_search, linear_search
 from cloudprofiler.jobs.user_query import check_workload, query_transform
-from cp_store.location import Location, redact, resolve
+from cp_common.cli_options import options_of
+from cp_common.faces import deprecated_names
+from cp_common.printable import redact
+from cp_store.location import Location, resolve
 from cp_store.tables import output_file, resolve_option, write_figure
-from native_tsc.cli_options import options_of
-from native_tsc.faces import deprecated_names
 
 DESCRIPTION = """Find the maximum rate a streaming query sustains: constant-rate trials of
 --duration seconds from fresh sender ids; a trial passes when the generator
@@ -460,7 +461,7 @@ def run(args: argparse.Namespace) -> int:
     # loaded before Spark starts: a bad spec costs no session
     transform = query_transform(args.query) if args.query else None
     from cloudprofiler.jobs.queries import user_target
-    from native_tsc.console import cli_console
+    from cp_common.console import cli_console
 
     console = cli_console(min_width=120)  # the step table needs ~110 columns
     names = (

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cloudprofiler.jobs.queries import embedded_source
-from native_tsc.faces import deprecated_names
+from cp_common.faces import deprecated_names
 
 if TYPE_CHECKING:
     from cp_source.generate.settings import GeneratorSummary

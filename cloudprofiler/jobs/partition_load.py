@@ -28,9 +28,9 @@ import numpy as np
 import pyarrow as pa
 
 import native_tsc
+from cp_common.faces import deprecated_names
+from cp_common.stamp_columns import SINK, SOURCE, node_column, tsc_column
 from cp_sink import read_counts, read_records
-from native_tsc.faces import deprecated_names
-from native_tsc.stamp_columns import SINK, SOURCE, node_column, tsc_column
 
 
 def generator_keys(summary: dict[str, Any], key: str = "campaign_id") -> pa.Table:

@@ -20,8 +20,8 @@ from typing import Any, NamedTuple
 
 from cloudprofiler.cli.process import cli_argv
 from cloudprofiler.errors import TrialError
-from native_tsc.faces import deprecated_names
-from native_tsc.stamp_columns import is_stamp_column
+from cp_common.faces import deprecated_names
+from cp_common.stamp_columns import is_stamp_column
 
 YSB_ROW_BYTES = 320  # a YSB row in a spool segment, stamps included (upper estimate)
 
@@ -448,7 +448,7 @@ def start_windows_query(events: Any, campaigns: Any, out: Path, checkpoint: Path
     from pyspark.sql import functions as F
 
     import native_tsc
-    from native_tsc.stamp_columns import GEN, node_column, stamp_columns, tsc_column
+    from cp_common.stamp_columns import GEN, node_column, stamp_columns, tsc_column
 
     gen_tsc, gen_node = tsc_column(GEN), node_column(GEN)
     # The latest tuple by event time (ties: the higher id), not the highest id: two generator runs

@@ -24,8 +24,8 @@ from types import ModuleType
 from typing import Any
 
 from cloudprofiler.errors import CommandError
-from cp_store.location import first_line
-from native_tsc.stamp_columns import GEN, stamp_columns
+from cp_common.printable import first_line
+from cp_common.stamp_columns import GEN, stamp_columns
 
 TUPLE_ID = "tuple_id"
 # what the sink's ledger needs from every output row: the id it counts by sender, and the generator's
@@ -65,7 +65,8 @@ def check_workload(workload: str, schema: str | None) -> None:
     # resolve() has read a Parquet file's footer (a path or URI); an NDJSON file is read by the
     # generator alone, once Spark is up: look for it now (a path or URI, as the generator reads it)
     if w.name == "file":
-        from cp_store.location import one_file, redact
+        from cp_common.printable import redact
+        from cp_store.location import one_file
 
         try:
             one_file(w.path, "NDJSON file")

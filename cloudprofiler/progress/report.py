@@ -36,9 +36,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from cp_common.stamp_columns import FACTORY, GEN, SINK, SOURCE, node_column, tsc_column
 from cp_source.klink import progress_model as pm
 from cp_store.location import Location, resolve
-from native_tsc.stamp_columns import FACTORY, GEN, SINK, SOURCE, node_column, tsc_column
 
 MAX_CHECKPOINT_BATCHES = 10_000_000
 MAX_OFFSET_FILE_BYTES = 1 << 20

@@ -32,7 +32,7 @@ from cloudprofiler.windows.shared import (
     native_agg,
     parse_aggs,
 )
-from native_tsc.faces import deprecated_names
+from cp_common.faces import deprecated_names
 
 SPEC = "slide_us"  # the output column naming a row's spec (with the window's length)
 MAX_SPECS = 64  # each spec is an array built per pane: a bound on the plan's size

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from native_tsc.faces import deprecated_names
+from cp_common.faces import deprecated_names
 
 log = logging.getLogger("cloudprofiler.windows")  # the name users configure, kept from before the package
 

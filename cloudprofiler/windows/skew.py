@@ -50,7 +50,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from native_tsc.faces import deprecated_names
+from cp_common.faces import deprecated_names
 
 SALT = "_cp_salt"
 AGG_FUNCS = ("count", "sum", "min", "max", "avg")

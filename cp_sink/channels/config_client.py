@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import zmq
 
-from native_tsc import curve_keys as ck
+from cp_common import curve_keys as ck
 
 ENV_SERVER = "CP_CONFIG_SERVER"
 ENV_TIMEOUT = "CP_CONFIG_TIMEOUT"  # seconds a channel waits for the server before using its own handler

@@ -30,10 +30,10 @@ from typing import Any
 import orjson
 import zmq
 
+from cp_common import curve_keys as ck
+from cp_common.zmq_bounds import recv_bounded, while_serving
 from cp_sink.channels.config_client import MAX_MESSAGE, request
 from cp_sink.channels.handler_spec import parse_channel_handler
-from native_tsc import curve_keys as ck
-from native_tsc.zmq_bounds import recv_bounded, while_serving
 
 DEFAULT_BIND = "tcp://127.0.0.1:5590"
 MAX_CHANNELS = 10_000

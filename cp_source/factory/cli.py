@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cp_common.cli_options import options_of
 from cp_source.factory.credit import parse_max_lead
 from cp_source.factory.workers import PARSERS
 from cp_source.spool.durability import DURABILITY_LEVELS
-from native_tsc.cli_options import options_of
 
 DESCRIPTION = """\
 Run a deserializing factory: bind a ZeroMQ PULL socket, spread buckets over

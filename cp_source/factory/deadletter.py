@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from native_tsc.faces import deprecated_names
+from cp_common.faces import deprecated_names
 
 REC_MAGIC = b"CPDL"
 DETAIL_MAGIC = b"CPDD"

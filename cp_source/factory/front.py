@@ -40,6 +40,7 @@ from typing import Any
 
 import zmq
 
+from cp_common.zmq_bounds import cut_frames, recv_bounded
 from cp_source.factory.credit import AUTO, DEFAULT_TIMEOUT_S, CreditBook
 from cp_source.spool.front_records import MAX_GREETED, FrontLedger, FrontProgress
 from cp_source.wire import bucket as bk
@@ -52,7 +53,6 @@ from cp_source.wire.sender_link import (
 )
 from cp_source.wire.workload_id import WorkloadId, hello_fingerprint, hello_wants_credit, hello_wants_schema
 from cp_source.wire.workload_id import refusal as workload_refusal
-from native_tsc.zmq_bounds import cut_frames, recv_bounded
 
 POLL_MS = 50
 MAX_PENDING_HELLOS = 1024  # senders waiting for the workers: bounded, a hello is a few bytes

@@ -29,6 +29,10 @@ import orjson
 import pyarrow as pa
 import zmq
 
+from cp_common import curve_keys as ck
+from cp_common.faces import deprecated_names
+from cp_common.process_times import mark
+from cp_common.zmq_bounds import frame_hard_cap
 from cp_source.factory.credit import AUTO, DEFAULT_TIMEOUT_S, parse_max_lead
 from cp_source.factory.front import FrontEnd
 from cp_source.factory.workers import DEFAULT_FLUSH_MS, DEFAULT_FLUSH_ROWS, HWM, PARSERS, free_bytes
@@ -40,10 +44,6 @@ from cp_source.wire import bucket as bk
 from cp_source.wire.workload_id import WorkloadId, workload_id
 from cp_source.wire.workloads import resolve
 from cp_store.private_dirs import ensure_private_dir
-from native_tsc import curve_keys as ck
-from native_tsc.faces import deprecated_names
-from native_tsc.process_times import mark
-from native_tsc.zmq_bounds import frame_hard_cap
 
 FRONT_HWM = 16  # absorbs scheduling hiccups of a busy host
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])

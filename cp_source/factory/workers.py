@@ -32,6 +32,8 @@ import pyarrow as pa
 import zmq
 
 import native_tsc
+from cp_common.process_times import mark, mark_process_start
+from cp_common.zmq_bounds import recv_bounded
 from cp_source.factory.bad_rows import BadRows, parse_bucket
 from cp_source.factory.deadletter import DeadLetterWriter, read_dead_letters
 from cp_source.spool.demand import POLL_S, DemandAnswer
@@ -40,8 +42,6 @@ from cp_source.spool.segment_writer import SegmentWriter
 from cp_source.spool.segments import spool_bytes
 from cp_source.wire import bucket as bk
 from cp_source.wire.workloads import Workload, resolve
-from native_tsc.process_times import mark, mark_process_start
-from native_tsc.zmq_bounds import recv_bounded
 
 # Segments are not published into the last this many bytes of the spool's filesystem, so the ledger's
 # small writes (end-of-streams, worker stats) still succeed on a full disk.

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from native_tsc.faces import deprecated_names
+from cp_common.faces import deprecated_names
 
 MAX_DELAY_MS = 60_000.0  # no injected delay exceeds a minute
 # Buckets one sender may hold for their delayed send (about rate / bucket * the largest delay); a run

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cp_common.faces import deprecated_names
 from cp_source.generate.delay import DelaySpec, check_delay_seed
 from cp_source.generate.hot_keys import KeySkew
-from native_tsc.faces import deprecated_names
 
 MAX_EVENT_OFFSET_MS = 86_400_000.0  # lag per sender and jitter: at most a day
 MAX_EVENT_START_MS = 4_000_000_000_000  # ~2096: event ns stay far inside a signed 64-bit header field

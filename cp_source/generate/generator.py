@@ -22,6 +22,7 @@ from typing import Any
 
 import zmq
 
+from cp_common.faces import deprecated_names
 from cp_source.generate.events import EventSettings
 from cp_source.generate.file_check import BadFileLine, FileLines, read_workload_file
 from cp_source.generate.hot_keys import plan_skew
@@ -33,7 +34,6 @@ from cp_source.wire.parquet_rows import ReplayTooLarge
 from cp_source.wire.sender_link import FactoryUnavailable, SenderIdInUse
 from cp_source.wire.workload_id import WorkloadMismatch
 from cp_source.wire.workloads import WORKLOAD_SPELLING, resolve
-from native_tsc.faces import deprecated_names
 
 RATE_TOLERANCE = 0.01
 LAG_TOLERANCE = 0.10  # of the run's duration

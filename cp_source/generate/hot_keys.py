@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cp_common.faces import deprecated_names
 from cp_source.wire.workloads import ADS_PER_CAMPAIGN, N_CAMPAIGNS, ysb_keyed_lines, ysb_rows
-from native_tsc.faces import deprecated_names
 
 MAX_ZIPF_S = 10.0
 SKEW_KEYS = ("campaigns", "ads")

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import orjson
 
+from cp_common.faces import deprecated_names
 from cp_source.generate.file_check import FileLines, check_file, file_path
 from cp_source.generate.file_pool import FileBuckets
 from cp_source.generate.frame_cap import BucketTooLarge, bucket_too_large
@@ -30,7 +31,6 @@ from cp_source.wire.ipc_payload import CONTINUATION as IPC_STREAM
 from cp_source.wire.ipc_payload import head as ipc_head
 from cp_source.wire.ipc_payload import parquet_payloads
 from cp_source.wire.workloads import ysb_rows
-from native_tsc.faces import deprecated_names
 
 __all__ = ["BucketTooLarge", "build_payloads", "check_fits", "file_payloads", "sender_payloads"]
 

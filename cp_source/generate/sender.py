@@ -21,6 +21,7 @@ from typing import Any
 import zmq
 
 import native_tsc
+from cp_common.process_times import mark
 from cp_source.generate.credit import POLL_MS, CreditGate
 from cp_source.generate.delayed import DelayedEmitter
 from cp_source.generate.events import EventSettings
@@ -33,7 +34,6 @@ from cp_source.generate.settings import CreditCounters, SenderCounters, SenderSe
 from cp_source.wire import bucket as bk
 from cp_source.wire.sender_link import AckInfo, DisconnectWatch, close_stream_info, open_link
 from cp_source.wire.workload_id import WorkloadMismatch, identify
-from native_tsc.process_times import mark
 
 SEND_HWM = 8  # at least this many buckets may wait in a sender's queue ...
 SEND_QUEUE_S = 0.05  # ... or as many as it offers in 50 ms, so scheduling jitter is not a drop

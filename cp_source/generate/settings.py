@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, TypedDict
 
+from cp_common.faces import deprecated_names
 from cp_source.generate.delay import check_hold, parse_delay
 from cp_source.generate.events import EventSettings
 from cp_source.generate.file_check import LineCheck
 from cp_source.generate.hot_keys import KeySkew, parse_key_skew
 from cp_source.wire.sender_link import DEFAULT_READY_TIMEOUT_S
-from native_tsc.faces import deprecated_names
 
 
 def key_skew_settings(

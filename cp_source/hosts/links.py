@@ -23,11 +23,11 @@ from typing import Any, Literal, NotRequired, TypedDict, cast
 
 import orjson
 
+from cp_common.process_times import process_start_ticks
 from cp_source.hosts.registry import read_registry
 from cp_source.ready.offsets import MAX_FACTORIES
 from cp_source.spool.names import SPOOL_ID_RE, WIRE_WORKER_RE
 from cp_source.wire.workload_id import WorkloadId, WorkloadMismatch, parse_id
-from native_tsc.process_times import process_start_ticks
 
 STATUS_FILE = "_factories.json"
 MAX_WORKERS = 64  # per factory, as the factory's --workers allows

@@ -30,6 +30,8 @@ from typing import Any, cast
 import orjson
 import zmq
 
+from cp_common import curve_keys as ck
+from cp_common.zmq_bounds import recv_bounded, while_serving
 from cp_source.hosts.ready_ops import READY_OPS, ReadyControl, event_ms, plan_after, sender_timeout
 from cp_source.hosts.server_answers import (
     ControlAnswer,
@@ -47,8 +49,6 @@ from cp_source.hosts.server_answers import (
 from cp_source.spool.names import SPOOL_ID_RE, WIRE_WORKER_RE
 from cp_source.wire.workload_id import WorkloadId
 from cp_store.atomic_files import atomic_write
-from native_tsc import curve_keys as ck
-from native_tsc.zmq_bounds import recv_bounded, while_serving
 
 # A request is a tiny JSON object; anything longer is refused by ZeroMQ itself.
 MAX_REQUEST_BYTES = 512

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
+from cp_common.faces import deprecated_names
 from cp_source.klink.admission import default_klink_dir, peer_slack, query_key, read_peer, read_peers
-from native_tsc.faces import deprecated_names
 
 POOL_PROPERTY = "spark.scheduler.pool"
 URGENT_POOL = "klink-urgent"

@@ -76,7 +76,7 @@ import numpy.typing as npt
 # every klink source pays in its first latestOffset (0.23 s against 0.96 s on a quiet host)
 from scipy import special
 
-from native_tsc.faces import deprecated_names
+from cp_common.faces import deprecated_names
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]

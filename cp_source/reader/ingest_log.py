@@ -34,9 +34,10 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from cp_store.location import Location, check_writable, first_line, resolve
+from cp_common.printable import first_line
+from cp_common.stamp_columns import FACTORY, GEN, SOURCE, node_column, tsc_column
+from cp_store.location import Location, check_writable, resolve
 from cp_store.tables import HIDDEN, parent, write_parquet
-from native_tsc.stamp_columns import FACTORY, GEN, SOURCE, node_column, tsc_column
 
 INGEST_DIR = "ingest"
 MAX_LOG_FILES = 1_000_000  # bounds what read_ingest_log will open

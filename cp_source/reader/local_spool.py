@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cp_common.process_times import mark
 from cp_source.reader.options import ReaderOptions
 from cp_source.reader.state import clear_reader_state, write_reader_state
 from cp_source.ready.offsets import check_ordering, spool_positions
 from cp_source.spool.demand import Demand
 from cp_source.spool.names import worker_name, worker_order
-from native_tsc.process_times import mark
 
 SERVER_STATS_FILE = "_segment_server.json"
 READER_LOCK_FILE = "_reader.lock"  # held by the one query whose embedded factory writes the spool

@@ -33,8 +33,8 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
 from cp_common.options import check_names, int_option, lower_keys
+from cp_common.stamp_columns import GEN, SOURCE, node_column, tsc_column
 from cp_source.wire.workloads import YSB_FIELDS
-from native_tsc.stamp_columns import GEN, SOURCE, node_column, tsc_column
 
 SCHEMA = ", ".join(
     [

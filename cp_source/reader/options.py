@@ -22,10 +22,10 @@ from cp_common.options import (
     path_option,
     seconds_option,
 )
+from cp_common.stamp_columns import PLANNED, SOURCE, node_column, tsc_column
 from cp_source.hosts.host_options import HOST_OPTIONS, hosts_options
 from cp_source.klink.admission import KLINK_OPTIONS, KlinkConfig, parse_klink_options
 from cp_source.spool.durability import DURABILITY_LEVELS
-from native_tsc.stamp_columns import PLANNED, SOURCE, node_column, tsc_column
 
 FETCH_MODES = ("auto", "local", "network")
 FACTORY_MODES = ("embedded", "external")
@@ -256,7 +256,8 @@ def check_ndjson_file(path: str) -> None:
     that checks it (Spark's, which the message names), not necessarily the generator's."""
     import os
 
-    from cp_store.location import one_file, redact
+    from cp_common.printable import redact
+    from cp_store.location import one_file
 
     relative = "://" not in path and not os.path.isabs(os.path.expanduser(path))
     where = f", a relative path resolved in Spark's working directory {os.getcwd()}" if relative else ""

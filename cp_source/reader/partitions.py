@@ -17,8 +17,8 @@ from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
+from cp_common.stamp_columns import PLANNED, SOURCE, stamp_columns
 from cp_source.ready.batch_plan import ReadySlice
-from native_tsc.stamp_columns import PLANNED, SOURCE, stamp_columns
 
 Segment = tuple[int, str, int, int]  # number, path, rows, first tuple id
 

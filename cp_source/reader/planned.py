@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from native_tsc.stamp_columns import PLANNED, node_column, tsc_column
+from cp_common.stamp_columns import PLANNED, node_column, tsc_column
 
 COLUMNS = (tsc_column(PLANNED), node_column(PLANNED))
 
@@ -47,7 +47,7 @@ class PlannedStamps:
         key = _key(end)
         got = self._by_end.get(key)
         if got is None:
-            from native_tsc.process_times import mark
+            from cp_common.process_times import mark
 
             mark("reader: planned stamp of a batch this driver did not offer (replayed)")
             got = self._by_end[key] = native_tsc.reading()

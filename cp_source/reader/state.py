@@ -20,8 +20,8 @@ from pathlib import Path
 
 import orjson
 
+from cp_common.process_times import process_start_ticks
 from cp_store.atomic_files import atomic_write
-from native_tsc.process_times import process_start_ticks
 
 READER_STATE_FILE = "_reader.json"
 

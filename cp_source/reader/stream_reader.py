@@ -44,12 +44,12 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from cp_common.process_times import mark, mark_process_start
 from cp_source.reader.options import ReaderOptions, check_schema
 from cp_source.reader.partitions import SegmentRange, read_partition
 from cp_source.reader.plan_sources import PlanSource, plan_source
 from cp_source.reader.planned import PlannedStamps
 from cp_source.ready.batch_plan import ReadySlice
-from native_tsc.process_times import mark, mark_process_start
 
 
 class RefusedStreamReader(DataSourceStreamReader):
@@ -181,7 +181,7 @@ class CloudprofilerStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
 def _charged_read(partition: SegmentRange | ReadySlice, target: Any, log: Any) -> Iterator[Any]:
     """The partition's batches, the task's thread CPU over them charged to the source's read in the
-    profiler's own-cost ledger (``native_tsc.self_cost``): per partition, nothing per tuple."""
-    from native_tsc.self_cost import SOURCE_READ, charged
+    profiler's own-cost ledger (``cp_common.self_cost``): per partition, nothing per tuple."""
+    from cp_common.self_cost import SOURCE_READ, charged
 
     return charged(read_partition(partition, target, log), SOURCE_READ)

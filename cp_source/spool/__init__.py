@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from native_tsc.faces import lazy_face
+from cp_common.faces import lazy_face
 
 # name -> the module defining it, imported on first use (a worker importing one module of
 # the package does not pay for the others)

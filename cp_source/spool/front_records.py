@@ -50,11 +50,11 @@ from typing import Any
 
 import orjson
 
+from cp_common.faces import deprecated_names
 from cp_source.spool.durability import check_durability
 from cp_source.wire import bucket as bk
 from cp_store.atomic_files import atomic_write, fsync_dirs
 from cp_store.private_dirs import ensure_private_dir
-from native_tsc.faces import deprecated_names
 
 FRONT_DIR = "_front"
 LEDGER_FILE = "ledger.json"

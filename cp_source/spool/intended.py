@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from native_tsc.stamp_columns import GEN, INTENDED, node_column, tsc_column
+from cp_common.stamp_columns import GEN, INTENDED, node_column, tsc_column
 
 INTENDED_KEY = "intended"  # in a segment's metadata: one int64 per record of its "buckets"
 COLUMNS = (tsc_column(INTENDED), node_column(INTENDED))

@@ -53,6 +53,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from cp_common.faces import deprecated_names
 from cp_source.spool.compact import (
     ABSORB_MIN_SEGMENTS,
     MANIFEST_KEEP,
@@ -76,7 +77,6 @@ from cp_source.spool.names import WORKER_RE, worker_order
 from cp_source.wire.bucket import merge_ranges
 from cp_store.atomic_files import atomic_write, fsync_dirs, fsync_path
 from cp_store.private_dirs import ensure_private_dir
-from native_tsc.faces import deprecated_names
 
 SEG_RE = re.compile(r"^seg-(\d{12})\.arrow$")
 META_KEY = b"cp_segment"

@@ -28,10 +28,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from cp_common.printable import first_line
 from cp_source.wire.bucket import DEFAULT_MAX_TUPLES, BucketError
 from cp_source.wire.parquet_rows import ROWS_MAX_BYTES, ReplayTooLarge, parquet_rows
 from cp_source.wire.workloads import resolve
-from cp_store.location import first_line
 
 CONTINUATION = b"\xff\xff\xff\xff"  # how an IPC stream's every message starts (NDJSON starts with "{")
 _U16 = struct.Struct("<H")

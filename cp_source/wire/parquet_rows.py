@@ -27,7 +27,8 @@ from collections.abc import Collection
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cp_store.location import StoreError, first_line, one_file
+from cp_common.printable import first_line
+from cp_store.location import StoreError, one_file
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 ROWS_MAX_BYTES = 64 << 20  # a replayed file's rows, all held by each sender (Arrow, in memory): at most this

@@ -45,10 +45,10 @@ import orjson
 import zmq
 
 import native_tsc
+from cp_common import curve_keys as ck
+from cp_common.process_times import mark
 from cp_source.wire import bucket as bk
 from cp_source.wire.workload_id import WorkloadId, WorkloadMismatch, hello_payload, refused_by
-from native_tsc import curve_keys as ck
-from native_tsc.process_times import mark
 
 DEFAULT_READY_TIMEOUT_S = 10.0
 RESEND_S = 1.0

@@ -12,7 +12,7 @@
 Every segment carries, after the workload's fields, ``event_time`` (Spark
 TimestampType, i.e. Arrow ``timestamp[us, UTC]``, at millisecond precision),
 ``tuple_id`` (int64), ``sender_id`` (int32) and the stamp columns of the
-``intended``, ``gen`` and ``factory`` points (see ``native_tsc.stamp_columns``): the source's
+``intended``, ``gen`` and ``factory`` points (see ``cp_common.stamp_columns``): the source's
 columns (``Workload.schema``). A segment file stores all but the ``intended`` pair
 (``Workload.stored_schema``): that stamp is per bucket, so the segment keeps one value per bucket
 run in its metadata, and the reader makes the two columns only for a query that reads them
@@ -29,9 +29,8 @@ from dataclasses import dataclass
 import orjson
 import pyarrow as pa
 
-from cp_source.wire.ddl import parse_fields
-from native_tsc.faces import deprecated_names
-from native_tsc.stamp_columns import (
+from cp_common.faces import deprecated_names
+from cp_common.stamp_columns import (
     FACTORY,
     GEN,
     INTENDED,
@@ -41,6 +40,7 @@ from native_tsc.stamp_columns import (
     stamp_columns,
     tsc_column,
 )
+from cp_source.wire.ddl import parse_fields
 
 AD_TYPES = ("banner", "modal", "sponsored-search", "mail", "mobile")
 EVENT_TYPES = ("view", "click", "purchase")

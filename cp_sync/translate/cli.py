@@ -6,7 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from cp_store.location import Location, first_line
+from cp_common.printable import first_line
+from cp_store.location import Location
 
 DESCRIPTION = """Translate the duration between two stamp points of every record into reference-TSC
 cycles and ns, with an error bound and a status per record. Methods: minrtt (the paper's two MinRTT
@@ -111,10 +112,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Translate, write, summarise."""
+    from cp_common.stamp_columns import check_point
     from cp_store.tables import output_file, write_figure, write_parquet
     from cp_sync.report import box_figure, latency_series, print_table, status_rows, status_table
     from cp_sync.translate.records import translate_records
-    from native_tsc.stamp_columns import check_point
 
     if args.waterfall:
         return _waterfall(args)

@@ -11,13 +11,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cp_common.stamp_columns import node_column, tsc_column
 from cp_store.location import Location, resolve
 from cp_store.manifests import batch_gaps, committed
 from cp_sync.record_points import read_points
 from cp_sync.sync_table import minrtt
 from cp_sync.translate.relation import METHODS, SCENARIOS, STAMP_MARGIN, STATUSES
 from cp_sync.translate.translator import Translator
-from native_tsc.stamp_columns import node_column, tsc_column
 
 SYNC_DIR = "_sync"  # where the sink's option sync=auto writes the probe tables, under its path
 # The columns translate writes; a key column (--by) of one of these names is refused.

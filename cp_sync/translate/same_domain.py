@@ -19,8 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cp_common.stamp_columns import node_column, tsc_column
 from cp_sync.translate.relation import SCENARIOS, STATUSES
-from native_tsc.stamp_columns import node_column, tsc_column
 
 METHOD = "same-domain"
 # The relative error allowed for this machine's frequency: what a sync agent reports for it too

@@ -31,10 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cp_store.location import Location, resolve
-from cp_sync.translate.relation import ST_NO_RELATION, ST_OK, STAMP_MARGIN, STATUSES
-from native_tsc.faces import deprecated_names
-from native_tsc.stamp_columns import (
+from cp_common.faces import deprecated_names
+from cp_common.stamp_columns import (
     COMMITTED,
     FACTORY,
     GEN,
@@ -45,6 +43,8 @@ from native_tsc.stamp_columns import (
     node_column,
     tsc_column,
 )
+from cp_store.location import Location, resolve
+from cp_sync.translate.relation import ST_NO_RELATION, ST_OK, STAMP_MARGIN, STATUSES
 
 WATERFALL_KEY = b"cloudprofiler.waterfall"
 WATERFALL_COLUMNS = ("tuple_id", "t_s", "e2e_ns", "e2e_bound_ns")

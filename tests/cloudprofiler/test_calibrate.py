@@ -78,7 +78,7 @@ def test_a_json_that_is_not_a_calibration_is_refused(tmp_path: Path) -> None:
 
 def test_the_demo_prints_its_cpu_share_and_the_calibration_it_was_given(tmp_path: Path) -> None:
     from cloudprofiler.jobs.demo_cost import calibration_summary, cost_lines
-    from native_tsc.self_cost import QueryCost, cost_doc
+    from cp_common.self_cost import QueryCost, cost_doc
 
     cost = QueryCost(
         {"sink_write": 300_000_000, "stamps": 100_000_000, "source_read": 500_000_000}, 200_000, 5

@@ -269,9 +269,9 @@ def test_the_table_and_every_plot_show_the_same_steady_state_records(tmp_path: P
         table_rows,
         with_run_time,
     )  # fmt: skip
+    from cp_common.stamp_columns import tsc_column
     from cp_sync.record_points import read_points
     from cp_sync.report import LEFT_OUT_LABEL, WARMUP_COLOR, WARMUP_LABEL, print_latency_table
-    from native_tsc.stamp_columns import tsc_column
 
     records, windows, sync, ref, ends = write_run(tmp_path)
     lat, facts = latencies(records, windows, sync, ref.domain)

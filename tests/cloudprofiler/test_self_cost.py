@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from cp_common.self_cost import TreeCpu, cost_doc, query_cost, share_line
 from cp_sink.stamp import stamp
-from native_tsc.self_cost import TreeCpu, cost_doc, query_cost, share_line
 
 ROWS = 3000
 
@@ -54,7 +54,7 @@ def _busy_partition(query_id: str, part: int, n: int) -> None:
     """A worker's partition: thread CPU spent, charged, then alive long enough to be sampled."""
     import time
 
-    from native_tsc.self_cost import charge
+    from cp_common.self_cost import charge
 
     t0 = time.thread_time_ns()
     sum(range(n))
@@ -68,7 +68,7 @@ def test_the_ledger_sums_each_process_once_within_the_tree_cpu(
 ) -> None:
     import multiprocessing
 
-    from native_tsc.self_cost import LEDGER_ENV, SINK_WRITE, STAMPS
+    from cp_common.self_cost import LEDGER_ENV, SINK_WRITE, STAMPS
 
     monkeypatch.setenv(LEDGER_ENV, str(tmp_path))
     tree = TreeCpu(period=0.05).start()

@@ -11,12 +11,12 @@ import pyarrow as pa
 from pyspark.sql.types import LongType, StructField, StructType
 
 import native_tsc
+from cp_common.stamp_columns import SINK, node_column
 from cp_sink.records import COUNTS_SCHEMA, CommitCounts, read_counts
 from cp_sink.stream_writer import CloudprofilerStreamWriter
 from cp_sink.window_records import window_counts
 from cp_store import batch_log
 from cp_store.location import resolve
-from native_tsc.stamp_columns import SINK, node_column
 from tests.helpers.typed_keys import assert_keys
 
 

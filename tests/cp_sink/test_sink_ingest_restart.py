@@ -24,7 +24,7 @@ DRIVER = textwrap.dedent(
     """
     import sys
     from cloudprofiler.spark_local import local_session
-    from native_tsc.stamp_columns import FACTORY, SOURCE, node_column, tsc_column
+    from cp_common.stamp_columns import FACTORY, SOURCE, node_column, tsc_column
 
     out, checkpoint, spool, mode = sys.argv[1:5]
     spark = local_session("sink-ingest-restart", conf={"spark.driver.memory": "1g"})

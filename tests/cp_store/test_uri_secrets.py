@@ -13,8 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cp_common.printable import redact, scrub
 from cp_sink import read_records
-from cp_store.location import StoreError, redact, resolve, scrub
+from cp_store.location import StoreError, resolve
 
 ALPHABET = "".join(c for c in string.printable if not c.isspace())
 # A secret of 8 characters or more: a shorter one could be part of the bucket or path by chance.

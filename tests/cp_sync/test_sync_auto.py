@@ -23,6 +23,7 @@ import pytest
 
 import native_tsc
 from cloudprofiler.sync_sink import sink_writer
+from cp_common import curve_keys as ck
 from cp_sync import auto
 from cp_sync.auto import SyncOptions, coordinator_state, ensure_coordinator
 from cp_sync.coordinator import Coordinator, list_agents
@@ -31,7 +32,6 @@ from cp_sync.sync_table import read_sync
 from cp_sync.synthetic import DOMAINS, synth_phases
 from cp_sync.translate.relation import STATUSES
 from cp_sync.translate.translator import Translator
-from native_tsc import curve_keys as ck
 from native_tsc.domain import VirtualDomain, make_virtual
 from tests.helpers.polling import wait_for
 

@@ -14,12 +14,12 @@ import orjson
 import pytest
 
 from cloudprofiler.cli.process import cli_argv
+from cp_common import curve_keys
 from cp_source.factory.supervisor import FactoryHandle, start_factory
 from cp_source.generate.generator import run_generator
 from cp_source.generate.settings import GeneratorSettings
 from cp_source.spool.segments import Spool
 from cp_source.wire.sender_link import FactoryUnavailable
-from native_tsc import curve_keys
 from tests.helpers.embedded_source import embedded_source
 from tests.helpers.ingest_truth import assert_exactly_once, expected_ids, published_ids, spool_drained
 from tests.helpers.polling import wait_for

@@ -553,8 +553,8 @@ def test_the_other_factories_go_on_while_one_is_stopped(
 
 
 def test_a_keyed_factory_host_answers_only_key_holders(tmp_path: Path, hosts: list[FactoryHost]) -> None:
+    from cp_common import curve_keys
     from cp_source.hosts.segment_server import ask_servers
-    from native_tsc import curve_keys
 
     keys = tmp_path / "keys"
     curve_keys.generate(keys)

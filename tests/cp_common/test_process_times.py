@@ -1,4 +1,4 @@
-"""native_tsc.process_times: off unless asked; one line per mark, across processes, in time order."""
+"""cp_common.process_times: off unless asked; one line per mark, across processes, in time order."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from native_tsc.process_times import TRACE_ENV, mark, mark_process_start, read_trace
+from cp_common.process_times import TRACE_ENV, mark, mark_process_start, read_trace
 
 
 def test_marks_are_written_only_when_the_trace_file_is_named(
@@ -33,7 +33,7 @@ def test_a_child_process_appends_to_the_same_trace_with_its_start_time(
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     mark("parent: before")
     script = (
-        "from native_tsc.process_times import mark, mark_process_start\n"
+        "from cp_common.process_times import mark, mark_process_start\n"
         "mark_process_start('child')\n"
         "mark('child: ran')\n"
     )

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from rich.table import Table
 
-    from native_tsc.console import cli_console
+    from cp_common.console import cli_console
 
     t = Table(title="native_tsc", show_header=False)
     for k, v in facts.items():

@@ -10,7 +10,7 @@ _PRINT = """
 import sys
 from rich.console import Console
 from rich.table import Table
-from native_tsc.console import cli_console
+from cp_common.console import cli_console
 t = Table(title="wide")
 for i in range(6):
     t.add_column(f"column {i}")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from native_tsc.process_times import process_cpu_seconds, process_start_ticks
+from cp_common.process_times import process_cpu_seconds, process_start_ticks
 
 PARTS = ("sink_write", "stamps", "source_read")
 SINK_WRITE, STAMPS, SOURCE_READ = range(3)
