@@ -15,7 +15,7 @@ from bench_common import add_show, arg_parser, make_table, result_head, shown, w
 from rich.console import Console
 
 import native_tsc
-from cp_sync import probe
+from cp_sync.probe import native as probe
 
 KEY = bytes(range(16))
 ALLOW = [f"10.9.{i // 256}.{i % 256}" for i in range(511)] + ["127.0.0.1"]

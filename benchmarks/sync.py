@@ -35,13 +35,14 @@ from bench_common import (
 from rich.console import Console
 
 import native_tsc
-from cp_sync import probe, probe_python
-from cp_sync.coordinator import Coordinator, run_phase
-from cp_sync.ntp import ntp_bound
-from cp_sync.periodic import Schedule, run_periodic, wait_agents
-from cp_sync.returntrip import probe_returntrip
+from cp_sync.compare.ntp import ntp_bound
+from cp_sync.compare.returntrip import probe_returntrip
+from cp_sync.compare.synthetic import DOMAINS, synth_phases, synth_probes
+from cp_sync.nodes.coordinator import Coordinator, run_phase
+from cp_sync.nodes.periodic import Schedule, run_periodic, wait_agents
+from cp_sync.probe import native as probe
+from cp_sync.probe import python_twin as probe_python
 from cp_sync.sync_table import read_sync
-from cp_sync.synthetic import DOMAINS, synth_phases, synth_probes
 from cp_sync.translate.relation import METHODS
 from cp_sync.translate.translator import Translator
 from native_tsc.domain import VirtualDomain, make_virtual

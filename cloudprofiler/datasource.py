@@ -93,7 +93,7 @@ def register_source(spark: Any) -> None:
     (Spark pickles a class made at run time by value, class attributes included). The session also
     gets the listener that runs a query's last sync phase when the query stops.
     """
-    from cp_sync.auto import driver_info, watch_queries
+    from cp_sync.auto.driver import driver_info, watch_queries
 
     attrs = {"driver": driver_info(spark), "__qualname__": "register_source.<locals>.CloudprofilerDataSource"}
     with _runner_keys_in_env(spark):

@@ -1,7 +1,7 @@
 """The sink's writer with ``sync=auto``: the sink (cp_sink) with the sync processes (cp_sync).
 
 Here, above both packages, because it ties them: on the driver it starts the coordinator for the
-sink path (cp_sync.auto), and every task makes sure its host runs an agent before it writes.
+sink path (cp_sync.auto.driver), and every task makes sure its host runs an agent before it writes.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pyarrow as pa
 
 from cp_common.options import lower_keys
 from cp_sink.stream_writer import CloudprofilerStreamWriter, SinkCommitMessage
-from cp_sync.auto import SyncOptions, ensure_coordinator
-from cp_sync.host_agent import AgentSpec, ensure_agent
+from cp_sync.auto.driver import SyncOptions, ensure_coordinator
+from cp_sync.auto.host_agent import AgentSpec, ensure_agent
 
 
 class AutoSyncStreamWriter(CloudprofilerStreamWriter):

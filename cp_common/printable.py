@@ -4,10 +4,12 @@ Every error, log line and printed result that names a place (a path or a URI: ``
 ``hdfs://``, ...) names it through :func:`redact`, and an error quoting a store library's message
 about a URI takes the URI's user info out of it with :func:`scrub`. :func:`first_line` keeps a
 long message (pyarrow's S3 errors run over several lines) to the line that says what failed.
+:func:`format_duration` is how every table and line prints a duration.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from urllib.parse import unquote
 
@@ -85,3 +87,25 @@ def first_line(e: BaseException) -> str:
     """The first line of an exception's message (pyarrow's S3 errors run over several)."""
     text = str(e).strip().splitlines()
     return text[0] if text else type(e).__name__
+
+
+UNITS = (("s", 1e9), ("ms", 1e6), ("us", 1e3), ("ns", 1.0))  # a duration's units, largest first
+NEGLIGIBLE_NS = 1.0  # below a nanosecond (a TSC cycle): one TSC domain's bound, drawn as 0, printed "<1 ns"
+
+
+def format_duration(ns: float) -> str:
+    """A duration given in nanoseconds, as every table and line prints one: 3 significant digits in the
+    unit that suits its size (ns, us, ms or s), so six seconds read "6.23 s", not "6,234,567.891 us";
+    "n/a" for NaN, and below a nanosecond (under a TSC cycle: a rounding margin) "<1 ns". Machine-readable
+    outputs keep the exact number."""
+    if not math.isfinite(ns):
+        return "n/a"
+    if ns == 0:
+        return "0 ns"
+    if abs(ns) < NEGLIGIBLE_NS:
+        return "<1 ns" if ns > 0 else ">-1 ns"
+    r = float(f"{ns:.3g}")  # rounded first, so 999.7 us reads 1.00 ms, not 1,000 us
+    unit, per = next(((u, n) for u, n in UNITS if abs(r) >= n), ("ns", 1.0))
+    v = r / per
+    decimals = max(0, 2 - math.floor(math.log10(abs(v))))
+    return f"{v:,.{decimals}f} {unit}"

@@ -7,7 +7,7 @@ and ``run(args) -> int``; it is imported only when its command runs, so
 
 One naming scheme: a command that only parses and prints is the ``cli`` module
 of the (sub)package doing its work (``cp_source.generate.cli``,
-``cp_sync.translate.cli``); a job that is its own command keeps the job's module
+``cloudprofiler.cli.translate``); a job that is its own command keeps the job's module
 (``cloudprofiler.jobs.demo``, ``cp_common.curve_keys``). The clock's package holds
 the clock alone, so its command, ``cloudprofiler tsc``, is ``cloudprofiler.cli.tsc``.
 No module is named ``*_cli``.
@@ -29,8 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("cloudprofiler.jobs.demo", "run the YSB pipeline on embedded defaults and print its latencies"),
     "generate": ("cp_source.generate.cli", "offer tuples at an exact rate over ZeroMQ"),
     "factory": ("cp_source.factory.cli", "deserialize buckets into an Arrow spool"),
-    "sync": ("cp_sync.cli", "MinRTT probes between TSC domains (serve | agent | run)"),
-    "translate": ("cp_sync.translate.cli", "turn records and sync tables into latencies with bounds"),
+    "sync": ("cloudprofiler.cli.sync", "MinRTT probes between TSC domains (serve | agent | run)"),
+    "translate": ("cloudprofiler.cli.translate", "turn records and sync tables into latencies with bounds"),
     "report": ("cloudprofiler.report.cli", "write a run directory's self-contained HTML report"),
     "progress": ("cloudprofiler.progress.cli", "window output latency, SWM prediction, watermark advice"),
     "maxrate": ("cloudprofiler.jobs.maxrate", "find the maximum rate a pipeline sustains without loss"),

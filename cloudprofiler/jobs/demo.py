@@ -162,8 +162,8 @@ class _Demo:
         """Sync agents: this process (Spark's driver and executors share this TSC) and one per sim node."""
         if not self.nodes.virtual:
             return
-        from cp_sync.agent import Agent
-        from cp_sync.coordinator import Coordinator
+        from cp_sync.nodes.agent import Agent
+        from cp_sync.nodes.coordinator import Coordinator
 
         self.status.update("starting sync agents")
         coord = Coordinator("127.0.0.1:0").start()
@@ -185,7 +185,7 @@ class _Demo:
         if self.sync_server is None:
             self.sync_phase("before")
             return
-        from cp_sync.periodic import Schedule, run_periodic
+        from cp_sync.nodes.periodic import Schedule, run_periodic
 
         self.status.update("sync: the first phase")
         stop, result = threading.Event(), dict[str, Any]()
@@ -234,7 +234,7 @@ class _Demo:
             write_sync(self.sync_dir, phase, [], {native_tsc.domain_id(): native_tsc.frequency_hz()})
             self.sync_pairs[phase] = []
             return
-        from cp_sync.coordinator import run_phase
+        from cp_sync.nodes.coordinator import run_phase
 
         expect = len(self.nodes.virtual) + 1
         r = run_phase(self.sync_server, phase, self.args.rounds, self.sync_dir, expect=expect, wait_s=30.0)

@@ -14,7 +14,7 @@ from cloudprofiler.report.waterfall import demo_waterfall, waterfall_line
 from cp_store.location import Location
 
 if TYPE_CHECKING:
-    from cp_sync.report import LatencySeries
+    from cloudprofiler.report.summary import LatencySeries
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def _last_stamps(root: Path, end: str, reference: str) -> tuple[np.ndarray, np.n
     import pyarrow.compute as pc
 
     from cp_common.stamp_columns import node_column, tsc_column
-    from cp_sync.record_points import read_points
+    from cp_sync.translate.record_points import read_points
 
     pts = read_points(str(root), "gen", end)
     other = sorted(set(pc.unique(pts[node_column(end)]).to_pylist()) - {reference})
@@ -94,7 +94,7 @@ def latencies(records: Path, windows: Path, sync_dir: Path, reference: str) -> t
 
     Each row also carries ``end_tsc``, its record's last stamp (sink, or window output) in
     ``reference``: when the record was done, on the run's clock."""
-    from cp_sync.latency_report import DEFAULT_PAIRS, latency_report
+    from cloudprofiler.report.latency import DEFAULT_PAIRS, latency_report
 
     _, facts, out = latency_report(records, sync_dir, DEFAULT_PAIRS, reference=reference)
     _, wfacts, wout = latency_report(windows, sync_dir, (WINDOW_PAIR,), reference=reference)
@@ -135,8 +135,8 @@ def with_run_time(lat: pa.Table, warmup_ids: list[tuple[int, int]], clock: RunCl
 def demo_series(lat: pa.Table) -> list[LatencySeries]:
     """The demo's pairs of points as LatencySeries, in the table's order: the one source of the
     table's figures and of every plot (``lat`` as ``with_run_time`` gives it)."""
-    from cp_sync.latency_report import DEFAULT_PAIRS
-    from cp_sync.report import latency_series
+    from cloudprofiler.report.latency import DEFAULT_PAIRS
+    from cloudprofiler.report.summary import latency_series
 
     return latency_series(lat, (*DEFAULT_PAIRS, WINDOW_PAIR))
 
@@ -149,7 +149,7 @@ def table_rows(series: list[LatencySeries]) -> list[dict[str, Any]]:
 
 def latency_totals(series: list[LatencySeries]) -> dict[str, Any]:
     """The summary's latency: the table's rows and the lines saying what their distinct stamps mean."""
-    from cp_sync.report import stamp_notes
+    from cloudprofiler.report.summary import stamp_notes
 
     rows = table_rows(series)
     return {"latency": rows, "resolution": stamp_notes(rows)}
@@ -296,7 +296,7 @@ def timeline_figure(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from cp_sync.report import axis_unit, latency_axis, mark_batches, shade_warmup
+    from cloudprofiler.report.summary import axis_unit, latency_axis, mark_batches, shade_warmup
 
     _, ns = axis_unit(unit, np.zeros(0))
     fig, axes = plt.subplots(2, 1, figsize=(9, 5.6), sharex=True)
@@ -344,7 +344,7 @@ def figures(
     """The demo's plots, by file name, drawn from ``series`` (the table's source) in the table's unit:
     the box plot of the table's records alone, the per-record views over the run with the warm-up
     shaded (``warmup``: seconds since the start) and the micro-batch ends ``batches`` marked."""
-    from cp_sync.report import box_figure, error_figure
+    from cloudprofiler.report.summary import box_figure, error_figure
 
     steady = [s.steady() for s in series]
     return {
@@ -357,11 +357,11 @@ def figures(
 def page_plots(
     series: list[LatencySeries], lat: dict[str, Any], figs: dict[str, Any] | None = None
 ) -> list[Any]:
-    """The demo's plots for its HTML page (cp_sync.run_page.build's ``plots_for``): ``figs`` (default:
+    """The demo's plots for its HTML page (report.run_page.build's ``plots_for``): ``figs`` (default:
     figures() of ``series`` as ``lat`` says), as SVG, each with its caption; the box plot's drawn
     figures as its values."""
-    from cp_sync.report import box_values, svg_text
-    from cp_sync.run_page import Plot
+    from cloudprofiler.report.run_page import Plot
+    from cloudprofiler.report.summary import box_values, svg_text
 
     if figs is None:
         warm = lat.get("warmup_s")
@@ -447,7 +447,7 @@ COUNT_NOTE = (
 def warmup_line(t: dict[str, Any]) -> str:
     """The warm-up on one line: when the factories were ready, when both queries had caught up with
     it, its drops and its end-to-end latency; it is not judged (the verdict is the steady state's)."""
-    from cp_sync.report import format_duration
+    from cloudprofiler.report.summary import format_duration
 
     w = t["warmup"]
     drops = ", ".join(f"{n} {d:,}" for n, d in w["dropped"].items())
@@ -474,7 +474,7 @@ def rate_line(t: dict[str, Any]) -> str:
 def sync_facts(t: dict[str, Any], series: list[LatencySeries]) -> dict[str, Any]:
     """The sync quality on the page: the reference, its frequency, the phases, each pair's probes,
     losses and best round trip, and how many records have a guaranteed bound."""
-    from cp_sync.report import format_duration
+    from cloudprofiler.report.summary import format_duration
 
     hz = float(t["frequency_hz"])
     facts: dict[str, Any] = {
@@ -501,8 +501,8 @@ def sync_facts(t: dict[str, Any], series: list[LatencySeries]) -> dict[str, Any]
 def run_doc(t: dict[str, Any], series: list[LatencySeries]) -> dict[str, Any]:
     """The demo's run.json: its ledger, verdicts, how its latencies are drawn, its sync quality."""
     from cloudprofiler.jobs.demo_cost import cost_verdicts
-    from cp_sync.latency_report import DEFAULT_PAIRS
-    from cp_sync.run_page import new_doc
+    from cloudprofiler.report.latency import DEFAULT_PAIRS
+    from cloudprofiler.report.run_page import new_doc
 
     doc = new_doc("demo", f"cloudprofiler demo: YSB at {t['target_rate']:,.0f} tuples/s into each query")
     doc["verdicts"] = [
@@ -544,10 +544,10 @@ def write_results(
     ``out`` (a directory or URI), each whole or not at all, and with ``doc`` (run_doc) run.json and
     report.html (Spark's phases under the waterfall from the spark_phases.parquet already there);
     where they went, the report last."""
+    from cloudprofiler.report.run_page import LATENCY_FILE, build, write_doc
     from cloudprofiler.report.waterfall import phase_bars
+    from cloudprofiler.report.waterfall_plot import WATERFALL_FILE
     from cp_store.tables import write_figure, write_parquet
-    from cp_sync.run_page import LATENCY_FILE, build, write_doc
-    from cp_sync.waterfall_plot import WATERFALL_FILE
 
     written = [out.join(LATENCY_FILE)]
     write_parquet(lat, written[0])
@@ -578,7 +578,7 @@ def report(
 
     The table and every plot come from ``series``: the plots are in the table's unit (ms), the box
     plot shows the table's records alone, the others shade the warm-up the table leaves out."""
-    from cp_sync.report import print_latency_table
+    from cloudprofiler.report.summary import print_latency_table
 
     console.print(warmup_line(totals), soft_wrap=True)  # one line, also into a pipe
     for table in _ingest_tables(totals):

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from cloudprofiler.jobs.latency_slope import LatencyTrend, settled_trend
 
 if TYPE_CHECKING:
-    from cp_sync.report import LatencySeries
+    from cloudprofiler.report.summary import LatencySeries
 
 DEFAULT_SLOPE_LIMIT = 0.05  # s of latency gained per s of run: 0.5 s over the default 10 s run
 QUERIES = ("windows", "latency")

@@ -24,8 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Build the page, print where it went."""
+    from cloudprofiler.report.run_page import build, read_doc
     from cp_store.tables import resolve_option
-    from cp_sync.run_page import build, read_doc
 
     where = resolve_option("RUN", args.run)
     plots_for = None

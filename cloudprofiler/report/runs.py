@@ -106,7 +106,7 @@ def maxrate_doc(
     """maxrate's run.json: the verdict (the maximum rate and why the search stopped), the ledger, every
     trial and, given ``ingestion`` (rows of time, ingested and offered rate, and where they came
     from), the ingestion rate over the search."""
-    from cp_sync.run_page import new_doc
+    from cloudprofiler.report.run_page import new_doc
 
     doc = new_doc("maxrate", f"maxrate: {label}, {result.method} search, {args.duration:g} s per trial")
     found = result.max_rate is not None
@@ -157,8 +157,8 @@ def write_maxrate_run(
 ) -> Location:
     """Make ``run`` maxrate's run directory (run.json, report.html, with ``latency``, maxrate_latency's
     rows, latency.parquet); where the report went."""
+    from cloudprofiler.report.run_page import LATENCY_FILE, build, write_doc
     from cp_store.tables import write_parquet
-    from cp_sync.run_page import LATENCY_FILE, build, write_doc
 
     run.make_dirs()
     doc = maxrate_doc(result, attempts, args, label, ingestion)

@@ -20,10 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cloudprofiler.spark_phases import PHASE_ORDER, PHASES_FILE, TRIGGER, read_phases
-from cp_store.location import Location
-from cp_sync.report import format_duration
-from cp_sync.waterfall_plot import (
+from cloudprofiler.report.summary import format_duration
+from cloudprofiler.report.waterfall_plot import (
     META_KEY,
     WATERFALL_FILE,
     PhaseBars,
@@ -31,6 +29,8 @@ from cp_sync.waterfall_plot import (
     quantile_rows,
     waterfall_of,
 )
+from cloudprofiler.spark_phases import PHASE_ORDER, PHASES_FILE, TRIGGER, read_phases
+from cp_store.location import Location
 
 
 def axis_entry(origin_tsc: int, hz: float, reference: str, query_id: str | None) -> dict[str, Any]:
@@ -95,7 +95,7 @@ def place(table: pa.Table, axis: Mapping[str, Any]) -> PhaseBars:
 
 def phase_bars(run: Location, doc: Mapping[str, Any]) -> PhaseBars:
     """Spark's phases of a run directory (its spark_phases.parquet) of run.json's ``waterfall``
-    query on the waterfall's axis, or a note saying why there are none (cp_sync.run_page.build's
+    query on the waterfall's axis, or a note saying why there are none (cloudprofiler.report.run_page.build's
     ``phases_for``)."""
     loc = run.join(PHASES_FILE)
     if not loc.exists():

@@ -1,7 +1,7 @@
 """Translation of stamps between TSC domains with an error bound and a status per record.
 
 Relations between domains come from the sync table's probes over any number
-of phases (cp_sync.phase_spans): each record is translated with the relation
+of phases (cp_sync.translate.phase_spans): each record is translated with the relation
 of the span between the two phases that bracket its stamp, by one of two
 methods that share the same evaluation:
 
@@ -11,7 +11,7 @@ methods that share the same evaluation:
   convex-hull / LP bound: never looser than ``minrtt``).
 
 Each relation is the exact polygon of affine maps its probes allow
-(cp_sync.hull). Per record the scenario decides how the two stamps are
+(cp_sync.translate.hull). Per record the scenario decides how the two stamps are
 combined (docs/sync.md derives every formula): 0 both stamps on the
 reference, 1 both on one other domain (the rate error only, 2 d/D e), 2 one on
 the reference (the value error, e), 3 two other domains (the best of the

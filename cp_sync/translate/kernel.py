@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from cp_sync.phase_spans import PairSpans
+from cp_sync.translate.phase_spans import PairSpans
 from cp_sync.translate.relation import ST_DRIFT, ST_OK
 
 # -- kernels -------------------------------------------------------------------------------------
@@ -72,7 +72,7 @@ def _stamp(RI, edges, SI, SF, AL, RT, r, y):
 @njit(cache=True, inline="always")
 def _allow(RI, edges, SI, SF, r, sp, y):
     """How far a value at stamp y may move off span sp's relation through a rate change its
-    neighbours cannot reveal (cp_sync.phase_spans.span_cover)."""
+    neighbours cannot reveal (cp_sync.translate.phase_spans.span_cover)."""
     s = RI[r, 0] + sp
     c = SI[s, 4]
     w = 0.0

@@ -14,8 +14,8 @@ import pyarrow.compute as pc
 from cp_common.stamp_columns import node_column, tsc_column
 from cp_store.location import Location, resolve
 from cp_store.manifests import batch_gaps, committed
-from cp_sync.record_points import read_points
 from cp_sync.sync_table import minrtt
+from cp_sync.translate.record_points import read_points
 from cp_sync.translate.relation import METHODS, SCENARIOS, STAMP_MARGIN, STATUSES
 from cp_sync.translate.translator import Translator
 
@@ -81,7 +81,7 @@ def _np(t: pa.Table, col: str) -> np.ndarray:
 
 
 # -- records -------------------------------------------------------------------------------------
-# read_points (cp_sync.record_points) reads them from a path or URI.
+# read_points (cp_sync.translate.record_points) reads them from a path or URI.
 
 
 def default_reference(points: pa.Table, to_point: str) -> str:
@@ -109,7 +109,7 @@ def translate_points(
     ``bound_ns`` is ``bound_cycles`` converted at ``hz`` (the frequency's own error excluded);
     ``bound_ns_with_hz_error`` also covers a relative error ``hz_error`` of ``hz``. ``from_tsc`` and
     ``to_tsc`` are the raw stamps, each in its own domain (their distinct values are the durations'
-    resolution: cp_sync.report.LatencySeries). The ``keys``
+    resolution: cloudprofiler.report.summary.LatencySeries). The ``keys``
     columns of ``points`` are carried as they are, after the others.
     """
     ys = points[tsc_column(from_point)].to_numpy()

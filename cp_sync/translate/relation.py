@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from cp_sync.hull import Polygon
-from cp_sync.phase_spans import PairSpans, PhaseProbes, fit_spans, pair_phases
+from cp_sync.translate.hull import Polygon
+from cp_sync.translate.phase_spans import PairSpans, PhaseProbes, fit_spans, pair_phases
 
 METHODS = ("minrtt", "hull", "naive")
 SCENARIOS = {0: "reference", 1: "same-node", 2: "reference-node", 3: "two-nodes"}

@@ -9,7 +9,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cp_sync.phase_spans import PairSpans, PhaseProbes, fit_spans, pair_phases, span_cover, span_drift
 from cp_sync.translate.kernel import (
     K_NAIVE,
     K_NONE,
@@ -20,6 +19,14 @@ from cp_sync.translate.kernel import (
     K_TWO,
     _pack,
     _translate_kernel,
+)
+from cp_sync.translate.phase_spans import (
+    PairSpans,
+    PhaseProbes,
+    fit_spans,
+    pair_phases,
+    span_cover,
+    span_drift,
 )
 from cp_sync.translate.relation import METHODS, STAMP_MARGIN, Relation, _relation
 

@@ -146,7 +146,7 @@ def waterfall(
 def _read(root: Location) -> tuple[list[str], pa.Table, list[str]]:
     """The points every record file holds (pipeline order), their stamps for every record holding all
     of them, and the notes on what was left out."""
-    from cp_sync.record_points import points_in_files, read_stamps
+    from cp_sync.translate.record_points import points_in_files, read_stamps
 
     files, held = points_in_files(root)
     if not files:
@@ -378,7 +378,7 @@ STAGE_HEADS = ("stage", "points", "count", "p50", "p90", "p99", "max", "bound ma
 
 def stage_cells(row: dict[str, Any]) -> list[str]:
     """A waterfall_summary row as the stage table prints it (STAGE_HEADS)."""
-    from cp_sync.report import format_duration
+    from cp_common.printable import format_duration
 
     figures = [row[f"p{q}_ns"] for q in QUANTILES] + [row["max_ns"], row["bound_max_ns"]]
     return [

@@ -24,7 +24,7 @@ IMG = Path(__file__).resolve().parents[1] / "img"
 PNG, FACTS = IMG / "demo-report.png", IMG / "demo-report.json"
 WIDTH = 1200
 TALLEST = 16_000  # the window's height: the page is drawn whole in it, then cut below its content
-MARGIN = 24  # the page's own bottom margin (body margin in cp_sync.run_page.CSS), kept under the content
+MARGIN = 24  # the page's own bottom margin (body margin in cloudprofiler.report.run_page.CSS), kept under the content
 
 
 def browser() -> str:

@@ -28,7 +28,7 @@ def test_sync_subcommand_help_has_description_and_examples(
         main(["sync", action, "--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    from cp_sync import cli as sync_cli
+    from cloudprofiler.cli import sync as sync_cli
 
     head, _, examples = out.partition("examples:")
     assert examples, out

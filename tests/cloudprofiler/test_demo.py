@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from cloudprofiler.cli.process import CLI_ARGV
+from cloudprofiler.report.summary import format_duration
 from cp_sink.records import read_records
-from cp_sync.report import format_duration
 from native_tsc.domain import VirtualDomain, parse_virtual
 from tests.helpers.demo_run import HZ, MEASURED, START, WARM_IDS, write_run
 
@@ -269,9 +269,9 @@ def test_the_table_and_every_plot_show_the_same_steady_state_records(tmp_path: P
         table_rows,
         with_run_time,
     )  # fmt: skip
+    from cloudprofiler.report.summary import LEFT_OUT_LABEL, WARMUP_COLOR, WARMUP_LABEL, print_latency_table
     from cp_common.stamp_columns import tsc_column
-    from cp_sync.record_points import read_points
-    from cp_sync.report import LEFT_OUT_LABEL, WARMUP_COLOR, WARMUP_LABEL, print_latency_table
+    from cp_sync.translate.record_points import read_points
 
     records, windows, sync, ref, ends = write_run(tmp_path)
     lat, facts = latencies(records, windows, sync, ref.domain)

@@ -13,7 +13,7 @@ import pytest
 from cloudprofiler.progress import report as pr
 from cloudprofiler.progress.cli import duration_ms
 from cp_source.reader.ingest_log import INGEST_SCHEMA, batch_key
-from cp_sync.synthetic import DOMAINS, synth_phases
+from cp_sync.compare.synthetic import DOMAINS, synth_phases
 from cp_sync.translate.translator import Translator
 from tests.helpers.progress_run import ingest_table, spool_offset, windows_table, write_checkpoint
 

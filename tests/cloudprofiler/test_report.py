@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from cloudprofiler.cli import main
-from cp_sync.report import format_duration
+from cloudprofiler.report.summary import format_duration
 from tests.helpers.demo_run import HZ, MEASURED, START, WARM_IDS, write_run
 from tests.helpers.waterfall_run import STAGES, phase_table, waterfall_table
 
@@ -79,10 +79,10 @@ def demo_run_dir(tmp_path: Path) -> tuple[Path, list[Any]]:
     import pyarrow.compute as pc
 
     from cloudprofiler.jobs.demo_report import RunClock, demo_series, latencies, with_run_time, write_results
+    from cloudprofiler.report.latency import DEFAULT_PAIRS
+    from cloudprofiler.report.run_page import new_doc
     from cloudprofiler.spark_phases import write_phases
     from cp_store.location import resolve
-    from cp_sync.latency_report import DEFAULT_PAIRS
-    from cp_sync.run_page import new_doc
 
     records, windows, sync, ref, _ = write_run(tmp_path)
     lat, _ = latencies(records, windows, sync, ref.domain)
@@ -268,7 +268,7 @@ def test_the_report_renders_in_headless_chromium(demo_run: Any, tmp_path: Path) 
 
 
 def test_translate_report_writes_a_run_directory(tmp_path: Path, capsys: Any) -> None:
-    from cp_sync.report import latency_series
+    from cloudprofiler.report.summary import latency_series
 
     records, _, sync, ref, _ = write_run(tmp_path)
     run, out = tmp_path / "run", tmp_path / "lat.parquet"
@@ -301,9 +301,9 @@ def test_cloudprofiler_report_draws_a_run_s_waterfall_with_spark_s_phases_on_its
     puts the waterfall first, its table equal to its bar, the phases on the waterfall's own axis."""
     import pyarrow.parquet as pq
 
+    from cloudprofiler.report.run_page import new_doc, write_doc
     from cloudprofiler.spark_phases import write_phases
     from cp_store.location import resolve
-    from cp_sync.run_page import new_doc, write_doc
 
     origin, ref = 5 * 10**12, "driver@9"
     ids = np.concatenate([np.arange(500), np.arange(*WARM_IDS)])

@@ -57,7 +57,7 @@ def test_phases_of_another_domain_or_an_unknown_phase_are_said_not_drawn(tmp_pat
 
 def test_the_demo_s_line_leaves_the_warm_up_out() -> None:
     from cloudprofiler.report.waterfall import waterfall_line
-    from cp_sync.waterfall_plot import dominance_line, quantile_rows, waterfall_of
+    from cloudprofiler.report.waterfall_plot import dominance_line, quantile_rows, waterfall_of
 
     table = waterfall_table(np.arange(1000), np.linspace(0.0, 9.0, 1000))
     measured = waterfall_of(table.slice(300))

@@ -18,7 +18,7 @@ from cp_sink import read_records, total_seen
 from cp_sink.records import published_batches
 from cp_store.location import resolve
 from cp_store.place import STAND_IN
-from cp_sync.auto import path_key
+from cp_sync.auto.driver import path_key
 from tests.helpers.polling import wait_for
 from tests.helpers.streaming import rate_ids_into_sink, worker_env
 

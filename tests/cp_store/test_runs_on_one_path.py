@@ -15,7 +15,7 @@ from cp_sink.records import read_records
 from cp_store import batch_log
 from cp_store.batch_log import RunClash, commit, staging
 from cp_store.location import Location
-from cp_sync.record_points import record_files
+from cp_sync.translate.record_points import record_files
 
 A = {"query_id": "0c579629-9313-4832-9531-6836f80f8af7", "checkpoint": "/ckpt/a"}
 B = {"query_id": "d5b1f86b-dd6d-4c6c-ad13-fc385d77e73b", "checkpoint": "/ckpt/b"}

@@ -17,8 +17,8 @@ import pytest
 
 from cloudprofiler.cli import main
 from cp_store.location import resolve
+from cp_sync.compare.synthetic import DOMAINS, stamp, synth_probes
 from cp_sync.sync_table import read_sync, write_sync
-from cp_sync.synthetic import DOMAINS, stamp, synth_probes
 from tests.helpers.s3_server import ACCESS_KEY, SECRET_KEY, s3  # noqa: F401  (the fixture every test here uses)
 
 T0 = 10**13
@@ -143,7 +143,7 @@ def test_a_bad_location_is_one_line_without_credentials(tmp_path: Path, capsys: 
 
 
 def test_sync_tables_on_s3_are_whole_objects_read_back_as_written(tmp_path: Path) -> None:
-    from cp_sync.periodic import first_index
+    from cp_sync.nodes.periodic import first_index
 
     rng = np.random.default_rng(3)
     table = synth_probes(DOMAINS[:2], {"p0000": T0, "p0001": T0 + SPAN}, 20, rng)
@@ -165,7 +165,7 @@ def test_sync_tables_on_s3_are_whole_objects_read_back_as_written(tmp_path: Path
 
 def test_a_sync_phase_to_a_missing_bucket_fails_before_probing() -> None:
     from cp_store.location import StoreError
-    from cp_sync.coordinator import run_phase
+    from cp_sync.nodes.coordinator import run_phase
 
     # no coordinator listens at this address: the location is checked first, so no wait for agents
     with pytest.raises(StoreError, match="bucket 'nobucket' is missing") as e:
@@ -216,7 +216,7 @@ def test_the_progress_log_is_written_to_and_read_from_s3() -> None:
 def test_the_progress_report_reads_its_log_checkpoint_and_sync_from_s3(tmp_path: Path, capsys: Any) -> None:
     from cp_source.reader.ingest_log import batch_key
     from cp_store.batch_log import publish
-    from cp_sync.synthetic import synth_phases
+    from cp_sync.compare.synthetic import synth_phases
     from tests.helpers.progress_run import ingest_table, spool_offset, windows_table, write_checkpoint
 
     n, hz = 10, 2.6e9

@@ -1,4 +1,4 @@
-"""The one latency table renderer (cp_sync.report): columns, each figure in the unit that suits it
+"""The one latency table renderer (report.summary): columns, each figure in the unit that suits it
 (format_duration), the distinct stamps and what they mean, and full width in a pipe."""
 
 from __future__ import annotations
@@ -9,7 +9,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from cp_sync.report import format_duration, latency_table, print_latency_table, print_table, summarize
+from cloudprofiler.report.summary import (
+    format_duration,
+    latency_table,
+    print_latency_table,
+    print_table,
+    summarize,
+)
 
 
 def _out(stamps: bool = True) -> pa.Table:

@@ -27,8 +27,8 @@ import pytest
 import native_tsc
 from cloudprofiler.cli import main
 from cloudprofiler.cli.process import stop_processes
+from cp_sync.compare.synthetic import stamp
 from cp_sync.sync_table import read_sync
-from cp_sync.synthetic import stamp
 from native_tsc.domain import make_virtual
 from tests.helpers import SCRIPTS
 

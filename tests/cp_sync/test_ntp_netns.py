@@ -29,8 +29,8 @@ import pytest
 import native_tsc
 from cloudprofiler.cli import main
 from cloudprofiler.cli.process import stop_processes
-from cp_sync.ntp import NtpBound, PrivateChrony, chrony_missing
-from cp_sync.synthetic import stamp
+from cp_sync.compare.ntp import NtpBound, PrivateChrony, chrony_missing
+from cp_sync.compare.synthetic import stamp
 from native_tsc.domain import make_virtual
 
 pytestmark = [

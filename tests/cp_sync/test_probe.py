@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import native_tsc
-from cp_sync import probe_python
-from cp_sync.probe import Responder, initiate
+from cp_sync.probe import python_twin as probe_python
+from cp_sync.probe.native import Responder, initiate
 from native_tsc import _probe, _tsc, probe_loops
 from native_tsc.domain import make_virtual
 
@@ -191,12 +191,12 @@ def test_probe_loop_releases_the_gil() -> None:
 
 def test_fallback_backend_refuses_c_probes() -> None:
     code = (
-        "from cp_sync.probe import Responder, ProbeUnavailable\n"
+        "from cp_sync.probe.native import Responder, ProbeUnavailable\n"
         "try:\n    Responder()\nexcept ProbeUnavailable as e:\n    print('refused:', e)\n"
     )
     env = dict(os.environ, CP_TSC_BACKEND="fallback")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    assert "refused:" in r.stdout and "probe_python" in r.stdout
+    assert "refused:" in r.stdout and "cp_sync.probe.python_twin" in r.stdout
     cmd = [sys.executable, "-m", "cloudprofiler.cli", "sync", "agent", "--server", "127.0.0.1:9"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2

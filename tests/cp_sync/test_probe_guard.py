@@ -23,9 +23,12 @@ import zmq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cp_sync import control, probe, probe_python
-from cp_sync.coordinator import Coordinator, list_agents, run_phase
-from native_tsc import _probe, curve_keys, probe_loops
+from cp_common import curve_keys
+from cp_sync.nodes import control
+from cp_sync.nodes.coordinator import Coordinator, list_agents, run_phase
+from cp_sync.probe import native as probe
+from cp_sync.probe import python_twin as probe_python
+from native_tsc import _probe, probe_loops
 from native_tsc.domain import make_virtual
 from tests.helpers import SCRIPTS
 from tests.helpers.polling import wait_for
@@ -361,7 +364,7 @@ def test_an_agent_that_never_confirms_its_peers_fails_its_pairs(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """A registered agent that ignores ``peers``: the run ends with its pairs failed and named, no hang."""
-    from cp_sync import coordinator as coord_mod
+    from cp_sync.nodes import coordinator as coord_mod
 
     monkeypatch.setattr(coord_mod, "PEERS_ACK_S", 1.0)
     coord = Coordinator("127.0.0.1:0").start()
@@ -518,7 +521,7 @@ def test_a_relay_that_forwards_from_its_own_address_needs_probe_allow(
 
 
 def test_an_agent_registers_where_its_probes_leave_from() -> None:
-    from cp_sync.agent import Agent
+    from cp_sync.nodes.agent import Agent
 
     cases = [
         ({"probe_bind": "127.0.0.2"}, "127.0.0.2"),  # bound: its probes leave from there

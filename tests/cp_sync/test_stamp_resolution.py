@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 
 import native_tsc
 from cloudprofiler.cli import main
+from cloudprofiler.report.summary import format_duration
 from cp_store.batch_log import publish
-from cp_sync.report import format_duration
 
 N, BUCKET, BATCH = 4_000, 100, 1_000  # 40 generator buckets, 4 micro-batches
 CARRIERS = ["AA", "B6", "DL", "UA", "WN"]

@@ -15,9 +15,9 @@ import pytest
 
 import native_tsc
 from cloudprofiler.cli import main
-from cp_sync.coordinator import Coordinator, list_agents, run_phase
+from cp_sync.compare.synthetic import invert, stamp
+from cp_sync.nodes.coordinator import Coordinator, list_agents, run_phase
 from cp_sync.sync_table import read_sync
-from cp_sync.synthetic import invert, stamp
 from native_tsc.domain import make_virtual
 
 VIRTUAL = [
@@ -258,7 +258,7 @@ def test_sync_run_errors_are_one_line(tmp_path, capsys) -> None:
 def test_coordinator_survives_malformed_and_oversized_messages() -> None:
     import zmq
 
-    from cp_sync import control
+    from cp_sync.nodes import control
 
     with Coordinator("127.0.0.1:0") as coord:
         ctx = zmq.Context.instance()
@@ -290,7 +290,7 @@ def test_agent_refused_its_domain_fails_in_one_line(monkeypatch: pytest.MonkeyPa
     """A second agent of a domain a live agent holds is refused; it retries, then fails naming why."""
     import threading
 
-    from cp_sync import agent as agent_mod
+    from cp_sync.nodes import agent as agent_mod
 
     monkeypatch.setattr(agent_mod, "REFUSED_GIVE_UP_S", 1.0)
     coord = Coordinator("127.0.0.1:0").start()

@@ -24,12 +24,12 @@ import pytest
 import native_tsc
 from cloudprofiler.sync_sink import sink_writer
 from cp_common import curve_keys as ck
-from cp_sync import auto
-from cp_sync.auto import SyncOptions, coordinator_state, ensure_coordinator
-from cp_sync.coordinator import Coordinator, list_agents
-from cp_sync.host_agent import AgentSpec, agent_pids, ensure_agent, sweep_logs
+from cp_sync.auto import driver as auto
+from cp_sync.auto.driver import SyncOptions, coordinator_state, ensure_coordinator
+from cp_sync.auto.host_agent import AgentSpec, agent_pids, ensure_agent, sweep_logs
+from cp_sync.compare.synthetic import DOMAINS, synth_phases
+from cp_sync.nodes.coordinator import Coordinator, list_agents
 from cp_sync.sync_table import read_sync
-from cp_sync.synthetic import DOMAINS, synth_phases
 from cp_sync.translate.relation import STATUSES
 from cp_sync.translate.translator import Translator
 from native_tsc.domain import VirtualDomain, make_virtual
@@ -104,7 +104,7 @@ def test_checkpoints_compare_as_spark_reports_them(tmp_path: Path) -> None:
 
 
 def test_coordinator_settings_cross_to_its_process_in_one_typed_form() -> None:
-    from cp_sync.auto_coordinator import CoordinatorSettings
+    from cp_sync.auto.coordinator import CoordinatorSettings
 
     cfg = CoordinatorSettings("k1", "s3://b/p", 2.5, "127.0.0.1", "127.0.0.1", port=5000, jvm=(41, 7))
     assert CoordinatorSettings.from_json(cfg.to_json()) == cfg
@@ -170,7 +170,7 @@ def test_one_agent_per_host_whatever_races_to_start_it(coordinator) -> None:
 
 def _virtual_agent(endpoint: str, keys: Path | None, virtual: VirtualDomain = VIRTUAL) -> subprocess.Popen:
     """An agent of another TSC domain on this machine (the second 'host' of a phase)."""
-    argv = [sys.executable, "-m", "cp_sync.host_agent", "--server", endpoint, "--gone-after", "2"]
+    argv = [sys.executable, "-m", "cp_sync.auto.host_agent", "--server", endpoint, "--gone-after", "2"]
     return subprocess.Popen(
         argv + (["--keys", str(keys)] if keys else []),
         env=dict(os.environ, CP_TSC_VIRTUAL=virtual.spec()),

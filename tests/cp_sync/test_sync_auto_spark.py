@@ -25,9 +25,9 @@ import native_tsc
 from cloudprofiler.cli import main
 from cp_sink import read_records
 from cp_sink.stamp import stamp
-from cp_sync.auto import coordinator_state
-from cp_sync.coordinator import list_agents
-from cp_sync.host_agent import agent_pids
+from cp_sync.auto.driver import coordinator_state
+from cp_sync.auto.host_agent import agent_pids
+from cp_sync.nodes.coordinator import list_agents
 from native_tsc.domain import make_virtual
 from tests.helpers.polling import wait_for
 

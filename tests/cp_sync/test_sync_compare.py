@@ -10,9 +10,9 @@ import numpy as np
 import pyarrow.compute as pc
 import pytest
 
-from cp_sync.ntp import ntp_bound, parse_tracking
-from cp_sync.returntrip import probe_returntrip
-from cp_sync.synthetic import DOMAINS, invert, synth_probes
+from cp_sync.compare.ntp import ntp_bound, parse_tracking
+from cp_sync.compare.returntrip import probe_returntrip
+from cp_sync.compare.synthetic import DOMAINS, invert, synth_probes
 
 T0 = 10**13
 CHRONY = """Reference ID    : A9FEA97B (169.254.169.123)

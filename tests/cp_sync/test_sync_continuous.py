@@ -17,8 +17,8 @@ import pytest
 
 from cloudprofiler.cli import main
 from cloudprofiler.cli.process import stop_processes
-from cp_sync.coordinator import Coordinator
-from cp_sync.periodic import Load, Schedule, check_prefix, first_index, phase_name
+from cp_sync.nodes.coordinator import Coordinator
+from cp_sync.nodes.periodic import Load, Schedule, check_prefix, first_index, phase_name
 from cp_sync.sync_table import phase_order, read_sync
 from native_tsc.domain import VirtualDomain, make_virtual
 
@@ -202,8 +202,8 @@ def test_bad_periodic_options_are_one_line(tmp_path: Path, capsys: pytest.Captur
 
 def test_a_failed_phase_is_counted_and_the_run_goes_on(agents, tmp_path: Path) -> None:
     """An agent leaves after the second phase and is back after the third: only the third fails."""
-    from cp_sync.coordinator import list_agents
-    from cp_sync.periodic import run_periodic, wait_agents
+    from cp_sync.nodes.coordinator import list_agents
+    from cp_sync.nodes.periodic import run_periodic, wait_agents
 
     sync = tmp_path / "sync"
     stop = threading.Event()
@@ -239,7 +239,7 @@ def test_a_failed_phase_is_counted_and_the_run_goes_on(agents, tmp_path: Path) -
 
 
 def test_responder_reports_its_cpu() -> None:
-    from cp_sync.probe import Responder, initiate
+    from cp_sync.probe.native import Responder, initiate
 
     r = Responder()
     assert r.cpu_ns() is None  # no thread yet

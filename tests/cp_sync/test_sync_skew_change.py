@@ -31,9 +31,9 @@ import pytest
 import native_tsc
 from cloudprofiler.cli import main
 from cloudprofiler.cli.process import stop_processes
-from cp_sync.coordinator import Coordinator
+from cp_sync.compare.synthetic import invert, stamp
+from cp_sync.nodes.coordinator import Coordinator
 from cp_sync.sync_table import phase_order, read_sync
-from cp_sync.synthetic import invert, stamp
 from native_tsc.domain import VirtualDomain, make_virtual
 
 pytestmark = pytest.mark.long

@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cloudprofiler.cli import main
-from cp_sync.hull import AssumptionViolated, feasible_polygon
-from cp_sync.phase_spans import hull_constraints, pair_phases
+from cp_sync.compare.synthetic import DOMAINS, Paths, stamp, synth_phases, synth_probes
 from cp_sync.sync_table import minrtt, read_sync, write_sync
-from cp_sync.synthetic import DOMAINS, Paths, stamp, synth_phases, synth_probes
+from cp_sync.translate.hull import AssumptionViolated, feasible_polygon
+from cp_sync.translate.phase_spans import hull_constraints, pair_phases
 from cp_sync.translate.records import reference_hz
 from cp_sync.translate.relation import STATUSES, fit_relation
 from cp_sync.translate.translator import Translator

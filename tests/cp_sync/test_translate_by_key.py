@@ -21,10 +21,10 @@ import pytest
 import cloudprofiler
 import native_tsc
 from cloudprofiler.cli import main
+from cloudprofiler.report.summary import OTHER
 from cp_sink import read_records
 from cp_sink.stamp import stamp
 from cp_sink.stream_writer import CloudprofilerStreamWriter
-from cp_sync.report import OTHER
 from tests.helpers.streaming import run_available_now
 
 N = 600
@@ -196,8 +196,8 @@ def test_bad_by_is_one_line(tmp_path: Path, capsys: Any, by: str, message: str) 
 
 
 def test_latency_report_by_key_on_one_machine(tmp_path: Path) -> None:
+    from cloudprofiler.report.latency import latency_report, latency_table
     from cp_store.batch_log import publish
-    from cp_sync.latency_report import latency_report, latency_table
 
     gen = np.arange(1_000, 1_030, dtype=np.int64) * 1_000
     here = native_tsc.domain_id()
@@ -228,8 +228,8 @@ def test_latency_report_by_key_on_one_machine(tmp_path: Path) -> None:
 
 def test_by_key_with_sync_tables_carries_the_keys_for_every_method(tmp_path: Path, capsys: Any) -> None:
     from cp_store.batch_log import publish
+    from cp_sync.compare.synthetic import DOMAINS, synth_probes
     from cp_sync.sync_table import write_sync
-    from cp_sync.synthetic import DOMAINS, synth_probes
 
     t0, span, n = 10**13, 2_600_000_000, 50
     rng = np.random.default_rng(3)

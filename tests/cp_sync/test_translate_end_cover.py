@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cp_sync.synthetic import Drift, Paths, synth_phases
+from cp_sync.compare.synthetic import Drift, Paths, synth_phases
 from cp_sync.translate.translator import Translator
 from native_tsc.domain import make_virtual
 

@@ -12,9 +12,9 @@ from itertools import combinations
 import numpy as np
 import pytest
 
-from cp_sync.hull import feasible_polygon
-from cp_sync.phase_spans import hull_constraints, pair_phases
-from cp_sync.synthetic import Paths, synth_phases
+from cp_sync.compare.synthetic import Paths, synth_phases
+from cp_sync.translate.hull import feasible_polygon
+from cp_sync.translate.phase_spans import hull_constraints, pair_phases
 from cp_sync.translate.relation import STATUSES
 from cp_sync.translate.translator import Translator
 from native_tsc.domain import make_virtual

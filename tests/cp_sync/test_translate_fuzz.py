@@ -4,7 +4,7 @@ Each trial draws (numpy RNG, fixed seeds): 2 to 4 domains with skews up to +-500
 to 1e15 cycles, 2 to 6 phases over a window of 5 ms to 30 days, 1 to 50 probes per pair and phase,
 asymmetric paths with outliers, in runs of three phases or more sometimes a skew change of up to
 +-50 ppm in one domain (the reference included) at a random instant, and events from two windows
-before the first phase to two after the last. Ground truth is exact (cp_sync.synthetic); every
+before the first phase to two after the last. Ground truth is exact (cp_sync.compare.synthetic); every
 status is allowed except a wrong ``ok``.
 """
 
@@ -19,7 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 import pytest
 
-from cp_sync.synthetic import Drift, Paths, synth_phases
+from cp_sync.compare.synthetic import Drift, Paths, synth_phases
 from cp_sync.translate.relation import STATUSES
 from cp_sync.translate.translator import Translator
 from native_tsc.domain import make_virtual

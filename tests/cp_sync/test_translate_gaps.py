@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 
 import native_tsc
 from cloudprofiler.cli import main
+from cloudprofiler.report.run_page import read_doc
 from cp_store.batch_log import publish
 from cp_store.location import resolve
-from cp_sync.run_page import read_doc
 
 
 def _records(lo: int, hi: int) -> pa.Table:

@@ -1,6 +1,6 @@
 """Per-record status of the translation: every reason a bound is not guaranteed, each refused alone.
 
-Synthetic probes between virtual domains of one raw counter (cp_sync.synthetic) give the exact truth
+Synthetic probes between virtual domains of one raw counter (cp_sync.compare.synthetic) give the exact truth
 for every record; a Drift domain drifts at a known instant.
 """
 
@@ -12,8 +12,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cloudprofiler.cli import main
+from cp_sync.compare.synthetic import DOMAINS, Drift, Paths, synth_phases
 from cp_sync.sync_table import write_sync
-from cp_sync.synthetic import DOMAINS, Drift, Paths, synth_phases
 from cp_sync.translate.relation import STATUSES
 from cp_sync.translate.translator import Translator
 from native_tsc.domain import make_virtual
@@ -236,7 +236,7 @@ def test_translate_command_reports_statuses_and_strict_fails_alone(tmp_path, cap
 
 
 def test_summaries_count_every_status_and_skip_rows_without_figures() -> None:
-    from cp_sync.report import status_rows, summarize
+    from cloudprofiler.report.summary import status_rows, summarize
     from cp_sync.translate.records import translate_points
 
     rng = np.random.default_rng(3)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cp_sync import auto
-from cp_sync.auto import SyncOptions, ensure_coordinator
+from cp_sync.auto import driver as auto
+from cp_sync.auto.driver import SyncOptions, ensure_coordinator
 
 
 @pytest.fixture

@@ -36,8 +36,8 @@ LABELS = ["held or behind", "transport and parse", "waiting in the spool, task s
 def _synthetic(tmp_path: Path) -> tuple[Path, Path, dict[str, np.ndarray]]:
     """Records of N tuples: intended and gen on a generator node, factory on a factory node, source, a
     user point and sink on the reference (raw counter); sync tables over the run. Raw stamps returned."""
+    from cp_sync.compare.synthetic import synth_phases
     from cp_sync.sync_table import write_sync
-    from cp_sync.synthetic import synth_phases
     from native_tsc.domain import make_virtual
 
     ref = make_virtual("ref-node", "0", 0)
@@ -127,8 +127,8 @@ def test_waterfall_command_prints_the_stage_table_and_writes_the_columns(tmp_pat
         line = next(ln for ln in lines if f"{r['from_point']} -> {r['to_point']}" in ln)
         assert r["label"] in line and f"{N:,}" in line
     # the report's table: the record at each quantile of end to end, its stages (one column each)
-    from cp_sync.report import format_duration
-    from cp_sync.waterfall_plot import dominance_line, quantile_rows, waterfall_of
+    from cloudprofiler.report.summary import format_duration
+    from cloudprofiler.report.waterfall_plot import dominance_line, quantile_rows, waterfall_of
 
     wf = waterfall_of(got)
     at = quantile_rows(wf)
@@ -218,7 +218,7 @@ def test_translate_reports_put_the_waterfall_first(tmp_path: Path, capsys: Any) 
     """``translate --report`` draws the records' waterfall first on its page (every point, the same
     reference), and ``--waterfall --report`` makes a page of the waterfall alone; a location the
     waterfall cannot use says why on the page."""
-    from cp_sync.waterfall_plot import WATERFALL_FILE
+    from cloudprofiler.report.waterfall_plot import WATERFALL_FILE
 
     records, sync, _ = _synthetic(tmp_path)
     base = ["translate", "--records", str(records), "--sync", str(sync)]

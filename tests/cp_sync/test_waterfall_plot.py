@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from cp_sync.waterfall_plot import (
+from cloudprofiler.report.waterfall_plot import (
     WaterfallError,
     bar_figure,
     bar_values,

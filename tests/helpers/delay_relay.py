@@ -2,7 +2,7 @@
 
 tests/cp_sync/test_netns_sync.py starts this file by path inside a network namespace,
 so it imports nothing from tests/. Synthetic probes with exact ground truth
-live in the package, ``cp_sync.synthetic``.
+live in the package, ``cp_sync.compare.synthetic``.
 """
 
 from __future__ import annotations

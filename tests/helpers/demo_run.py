@@ -26,8 +26,8 @@ def write_run(
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from cp_sync.compare.synthetic import synth_phases
     from cp_sync.sync_table import write_sync
-    from cp_sync.synthetic import synth_phases
     from native_tsc.domain import make_virtual
 
     ref, gen = make_virtual("ref-node", "0", 0), make_virtual("gen-node", "87.5", 3_000_000_000_000)

@@ -34,7 +34,7 @@ def _config() -> tuple[str, Any]:
 
 
 def _coordinator() -> tuple[str, Any]:
-    from cp_sync.coordinator import Coordinator
+    from cp_sync.nodes.coordinator import Coordinator
 
     c = Coordinator("127.0.0.1:0").start()
     return c.address, c.stop

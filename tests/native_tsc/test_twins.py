@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 import native_tsc
-from cp_sync import probe, probe_python
-from cp_sync.probe_api import ProbeLoops, ProbeResponder, ProbeResult
+from cp_sync.probe import native as probe
+from cp_sync.probe import python_twin as probe_python
+from cp_sync.probe.api import ProbeLoops, ProbeResponder, ProbeResult
 from native_tsc import _tsc, tsc_python
 from native_tsc.backend_api import ClockBackend
 
@@ -117,9 +118,10 @@ def test_a_module_missing_a_member_is_not_a_backend() -> None:
 # Each line that should pass, and each that mypy must refuse (a module without the members, or another
 # Protocol's), so the check can fail as well as pass.
 _MYPY_CHECK = """
-from cp_sync import probe, probe_python
+from cp_sync.probe import native as probe
+from cp_sync.probe import python_twin as probe_python
 import os.path
-from cp_sync.probe_api import ProbeLoops
+from cp_sync.probe.api import ProbeLoops
 from native_tsc import _tsc, tsc_python
 from native_tsc.backend_api import ClockBackend
 

@@ -50,8 +50,8 @@ from cp_source.factory.supervisor import start_factory
 from cp_source.generate.generator import run_generator
 from cp_source.generate.settings import GeneratorSettings
 from cp_source.spool.segments import Spool
-from cp_sync.host_agent import agent_pids
-from cp_sync.synthetic import invert
+from cp_sync.auto.host_agent import agent_pids
+from cp_sync.compare.synthetic import invert
 from native_tsc.domain import make_virtual
 from tests.helpers.ingest_truth import assert_exactly_once, expected_ids
 from tests.helpers.netns_hosts import Namespaces
@@ -93,7 +93,7 @@ from cloudprofiler.executor_check import require_executors
 from cp_sink import read_records
 from cp_sink.stamp import stamp
 from cp_store.location import resolve
-from cp_sync.auto import coordinator_state, wait_for_stop
+from cp_sync.auto.driver import coordinator_state, wait_for_stop
 def say(**kw):
     print(json.dumps(kw), flush=True)
 conf = {"spark.driver.host": host, "spark.driver.bindAddress": host, "spark.executor.memory": "512m",

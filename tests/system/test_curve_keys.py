@@ -300,7 +300,7 @@ def _end(procs: list[subprocess.Popen]) -> None:
 def test_sync_with_keys_probes_keyed_agents_and_refuses_the_others(
     keys: Path, other_keys: Path, tmp_path: Path
 ) -> None:
-    from cp_sync.coordinator import Coordinator, list_agents, run_phase
+    from cp_sync.nodes.coordinator import Coordinator, list_agents, run_phase
 
     with Coordinator("127.0.0.1:0", curve_keys=str(keys)) as coord:
         good = [_agent(coord.address, f"keyed-{i}", str(keys)) for i in range(2)]

@@ -29,8 +29,14 @@ ALLOWED = {
 }
 # The clock's package holds the clock alone: the TSC behind its C extension and its pure-Python twins.
 CLOCK_MODULES = {"backend_api", "clock", "domain", "probe_loops", "ring_python", "tsc_python"}
-# cp_source's subpackages, top to bottom: each imports only those after it (docs/architecture.md).
-SOURCE_ORDER = ["reader", "generate", "factory", "hosts", "ready", "spool", "wire", "klink"]
+# Subpackages of a package, top to bottom: each imports only those after it, and the modules at the
+# package's top import none of them (docs/architecture.md).
+SUBPACKAGE_ORDER = {
+    "cp_source": ["reader", "generate", "factory", "hosts", "ready", "spool", "wire", "klink"],
+    "cp_sync": ["auto", "nodes", "probe", "compare", "translate"],
+}
+# A package grouped by concern keeps few modules at its top: its floor, not its rooms.
+MAX_TOP_MODULES = {"cp_source": 0, "cp_sync": 6}
 MAX_MODULE_LINES = 600
 MAX_CLASS_LINES = 300
 MAX_FUNCTION_LINES = 80
@@ -112,19 +118,31 @@ def test_the_clock_package_is_the_clock_alone() -> None:
     assert {p.stem for p in (ROOT / "native_tsc").glob("*.py")} == CLOCK_MODULES | {"__init__"}
 
 
-def test_source_subpackages_import_only_downwards() -> None:
-    subpackages = {p.name for p in (ROOT / "cp_source").iterdir() if (p / "__init__.py").exists()}
-    assert subpackages == set(SOURCE_ORDER)
+def _level(package: str, dotted: str) -> int:
+    """Where a module of ``package`` stands: its subpackage's place in the order, or below them all."""
+    parts = dotted.split(".")
+    order = SUBPACKAGE_ORDER[package]
+    return order.index(parts[1]) if len(parts) > 2 and parts[1] in order else len(order)
+
+
+@pytest.mark.parametrize("package", sorted(SUBPACKAGE_ORDER))
+def test_subpackages_import_only_downwards(package: str) -> None:
+    subpackages = {p.name for p in (ROOT / package).iterdir() if (p / "__init__.py").exists()}
+    assert subpackages == set(SUBPACKAGE_ORDER[package])
     bad = []
     for mod, path in MODULES.items():
-        parts = mod.split(".")
-        if parts[0] != "cp_source" or len(parts) < 3:
+        if mod.split(".")[0] != package or mod == package:
             continue
         for target, _, line in _imports(path):
-            t = target.split(".")
-            if t[0] == "cp_source" and len(t) > 1 and SOURCE_ORDER.index(t[1]) < SOURCE_ORDER.index(parts[1]):
-                bad.append(f"{path.relative_to(ROOT)}:{line} imports {target} (up from {parts[1]})")
+            if target.split(".")[0] == package and _level(package, target) < _level(package, mod):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {target} (up from {mod})")
     assert not bad, bad
+
+
+@pytest.mark.parametrize("package", sorted(MAX_TOP_MODULES))
+def test_a_package_by_concern_keeps_few_modules_at_its_top(package: str) -> None:
+    top = sorted(p.stem for p in (ROOT / package).glob("*.py") if p.stem != "__init__")
+    assert len(top) <= MAX_TOP_MODULES[package], top
 
 
 def test_no_private_name_of_another_package() -> None:

@@ -28,7 +28,7 @@ from cp_sink.channels.config_client import lookup
 from cp_source.hosts.segment_server import fetch_segment, server_stats
 from cp_source.wire import bucket as bk
 from cp_source.wire.sender_link import SenderIdInUse, open_link
-from cp_sync.coordinator import list_agents
+from cp_sync.nodes.coordinator import list_agents
 from tests.helpers import SCRIPTS
 from tests.helpers.live_server import LiveServer
 
@@ -317,7 +317,7 @@ def test_factory_front_end_survives_fuzz(servers: dict[str, LiveServer]) -> None
 
 
 def test_probe_responder_survives_random_datagrams() -> None:
-    from cp_sync.probe import Responder, initiate
+    from cp_sync.probe.native import Responder, initiate
 
     resp = Responder("127.0.0.1", 0)
     resp.start()

@@ -81,7 +81,7 @@ def _next_reply(s: zmq.Socket[bytes]) -> dict:
 
 
 def test_coordinator_survives_unhashable_fields_and_many_frames() -> None:
-    from cp_sync.coordinator import Coordinator
+    from cp_sync.nodes.coordinator import Coordinator
 
     with Coordinator("127.0.0.1:0") as coord:
         s = _dealer(coord.address)
@@ -109,7 +109,7 @@ def test_coordinator_survives_unhashable_fields_and_many_frames() -> None:
 
 
 def test_coordinator_refuses_a_takeover_of_a_live_domain() -> None:
-    from cp_sync.coordinator import Coordinator
+    from cp_sync.nodes.coordinator import Coordinator
 
     with Coordinator("127.0.0.1:0") as coord:
         owner, thief = _dealer(coord.address), _dealer(coord.address)
@@ -137,7 +137,7 @@ def _wait_agents(address: str, n: int, exact: bool = False) -> list[dict]:
     other sockets are not ordered with this one's, so the test waits for them."""
     import time
 
-    from cp_sync.coordinator import list_agents
+    from cp_sync.nodes.coordinator import list_agents
 
     deadline = time.monotonic() + 10
     while True:
@@ -148,7 +148,7 @@ def _wait_agents(address: str, n: int, exact: bool = False) -> list[dict]:
 
 
 def test_coordinator_bounds_its_agents_and_checks_probe_targets() -> None:
-    from cp_sync.coordinator import MAX_AGENTS, Coordinator
+    from cp_sync.nodes.coordinator import MAX_AGENTS, Coordinator
 
     with Coordinator("127.0.0.1:0") as coord:
         s = _dealer(coord.address)

@@ -1,4 +1,4 @@
-"""Pure-Python probe loops: the twin of ``cp_sync.probe`` (same API, same wire format as the C loops).
+"""Pure-Python probe loops: the twin of ``cp_sync.probe.native`` (same API, same wire format as the C loops).
 
 The comparison baseline for the C-timed probes, and the labelled path for a
 process on the pure-Python clock. Between the send and receive stamps runs the
@@ -21,8 +21,8 @@ from typing import Self
 import numpy as np
 
 import native_tsc
-from cp_sync.background import StartedInWith, start_daemon
-from cp_sync.probe_api import ProbeResult, initiator_address
+from cp_sync.probe.api import ProbeResult, initiator_address
+from cp_sync.probe.background import StartedInWith, start_daemon
 from native_tsc import probe_loops
 
 LABEL = "python"

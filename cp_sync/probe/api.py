@@ -1,4 +1,4 @@
-"""The probe API shared by the C-timed loops (``cp_sync.probe``) and their twin ``cp_sync.probe_python``.
+"""The probe API shared by the C-timed loops (``native``) and their twin ``python_twin``.
 
 Both speak one wire format and return one result type, so a caller (the
 agent, the benchmark, a test) picks an implementation by module and nothing

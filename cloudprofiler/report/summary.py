@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -17,6 +16,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from cp_common.console import cli_console
+from cp_common.printable import NEGLIGIBLE_NS, UNITS, format_duration
 from cp_sync.translate.relation import STATUSES
 
 _KEYS = ["from_point", "to_point", "method", "scenario"]
@@ -275,24 +275,6 @@ def print_latency_table(rows: Sequence[Mapping[str, Any]], title: str, file: IO[
         print(line, file=file)
 
 
-def format_duration(ns: float) -> str:
-    """A duration given in nanoseconds, as every table and line prints one: 3 significant digits in the
-    unit that suits its size (ns, us, ms or s), so six seconds read "6.23 s", not "6,234,567.891 us";
-    "n/a" for NaN, and below a nanosecond (under a TSC cycle: a rounding margin) "<1 ns". Machine-readable
-    outputs keep the exact number."""
-    if not math.isfinite(ns):
-        return "n/a"
-    if ns == 0:
-        return "0 ns"
-    if abs(ns) < NEGLIGIBLE_NS:
-        return "<1 ns" if ns > 0 else ">-1 ns"
-    r = float(f"{ns:.3g}")  # rounded first, so 999.7 us reads 1.00 ms, not 1,000 us
-    unit, per = next(((u, n) for u, n in _UNITS if abs(r) >= n), ("ns", 1.0))
-    v = r / per
-    decimals = max(0, 2 - math.floor(math.log10(abs(v))))
-    return f"{v:,.{decimals}f} {unit}"
-
-
 def stamp_notes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """What the distinct stamps of ``rows`` (LatencySeries.row()) mean: per stamp point, how many
     distinct stamps its records carried, and, where records share stamps, one line saying that the
@@ -318,8 +300,6 @@ def stamp_notes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-_UNITS = (("s", 1e9), ("ms", 1e6), ("us", 1e3), ("ns", 1.0))
-NEGLIGIBLE_NS = 1.0  # below a nanosecond (a TSC cycle): one TSC domain's bound, drawn as 0, printed "<1 ns"
 WARMUP_COLOR = "0.85"  # the one shade of the warm-up, in every plot that shows it
 WARMUP_LABEL = "warm-up (not in the table)"
 LEFT_OUT_COLOR = "0.55"  # a record the table leaves out (warm-up, a failed trial)
@@ -332,7 +312,7 @@ def time_unit(values_ns: np.ndarray) -> tuple[str, float]:
     v = np.abs(np.asarray(values_ns, dtype=np.float64))
     v = v[np.isfinite(v)]
     top = float(v.max()) if len(v) else 0.0
-    for unit, ns in _UNITS:
+    for unit, ns in UNITS:
         if top >= ns:
             return unit, ns
     return "ns", 1.0
@@ -342,7 +322,7 @@ def axis_unit(unit: str | None, values_ns: np.ndarray) -> tuple[str, float]:
     """``unit`` and its nanoseconds, or (``None``) the unit that suits ``values_ns``."""
     if unit is None:
         return time_unit(values_ns)
-    units = dict(_UNITS)
+    units = dict(UNITS)
     if unit not in units:
         raise ValueError(f"unit must be one of {', '.join(units)}, got {unit!r}")
     return unit, units[unit]

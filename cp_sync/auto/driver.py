@@ -3,8 +3,8 @@
 ``df.writeStream.format("cloudprofiler").option("path", P).option("sync", "auto")``:
 
 * the writer, built on the driver host, starts the sync coordinator for ``P``
-  (``cp_sync.auto_coordinator``, a detached process, one per sink path) and this host's agent;
-* every task on an executor first makes sure its host runs an agent (``cp_sync.host_agent``:
+  (``cp_sync.auto.coordinator``, a detached process, one per sink path) and this host's agent;
+* every task on an executor first makes sure its host runs an agent (``cp_sync.auto.host_agent``:
   one per host and TSC domain, detached, gone with its coordinator);
 * the coordinator runs a phase at the start, every ``syncEvery`` seconds (default 60) and when
   the query stops, into ``P/_sync``; agents that register later (new executors) join the next
@@ -50,9 +50,9 @@ from urllib.parse import urlsplit
 from cp_common.faces import deprecated_names
 from cp_common.options import Options, choice_option, given, port_option, seconds_option
 from cp_store.location import check_writable, resolve
-from cp_sync.auto_coordinator import CoordinatorSettings, read_state, registry_paths
-from cp_sync.background import start_daemon
-from cp_sync.host_agent import runtime_dir
+from cp_sync.auto.coordinator import CoordinatorSettings, read_state, registry_paths
+from cp_sync.auto.host_agent import runtime_dir
+from cp_sync.probe.background import start_daemon
 
 SYNC_MODES = ("off", "auto")
 DEFAULT_EVERY_S = 60.0
@@ -213,7 +213,7 @@ def _spawn_coordinator(cfg: CoordinatorSettings, log_path: Path) -> subprocess.P
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cp_sync.auto_coordinator"],
+            [sys.executable, "-m", "cp_sync.auto.coordinator"],
             stdin=subprocess.PIPE,
             stdout=fd,
             stderr=subprocess.STDOUT,

@@ -25,8 +25,8 @@ import zmq
 
 import native_tsc
 from cp_common import curve_keys as ck
-from cp_sync import control
-from cp_sync.probe import Responder, initiate
+from cp_sync.nodes import control
+from cp_sync.probe.native import Responder, initiate
 from native_tsc import probe_loops
 
 # how long a refused registration is retried: the coordinator frees a silent agent's domain after 5 s

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cp_store.location import Location, check_writable, resolve
-from cp_sync.coordinator import check_phase, list_agents, run_phase
+from cp_sync.nodes.coordinator import check_phase, list_agents, run_phase
 from cp_sync.sync_table import sync_files
 
 PROBE_BYTES = 32  # the probe datagram's payload, request and reply alike

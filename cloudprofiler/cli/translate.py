@@ -112,9 +112,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Translate, write, summarise."""
+    from cloudprofiler.report.summary import (
+        box_figure,
+        latency_series,
+        print_table,
+        status_rows,
+        status_table,
+    )
     from cp_common.stamp_columns import check_point
     from cp_store.tables import output_file, write_figure, write_parquet
-    from cp_sync.report import box_figure, latency_series, print_table, status_rows, status_table
     from cp_sync.translate.records import translate_records
 
     if args.waterfall:
@@ -184,8 +190,8 @@ _NOT_WITH_WATERFALL = (
 
 def _waterfall(args: argparse.Namespace) -> int:
     """``translate --waterfall``: the stage table printed, the waterfall table written to --out."""
+    from cloudprofiler.report.summary import print_table
     from cp_store.tables import output_file, write_parquet
-    from cp_sync.report import print_table
     from cp_sync.translate.waterfall import DEFAULT_METHOD, stage_table, waterfall, waterfall_meta
 
     given = [flag for attr, flag in _NOT_WITH_WATERFALL if getattr(args, attr)]
@@ -218,10 +224,10 @@ def _waterfall(args: argparse.Namespace) -> int:
 def _waterfall_report(run: Location, table: Any, sync: Location | None) -> Location:
     """``--waterfall --report DIR``: DIR a run directory whose page is the waterfall (its notes as
     the verdicts), from the table just written to --out."""
+    from cloudprofiler.report.run_page import build, new_doc, write_doc
+    from cloudprofiler.report.waterfall_plot import WATERFALL_FILE
     from cp_store.tables import write_parquet
-    from cp_sync.run_page import build, new_doc, write_doc
     from cp_sync.translate.waterfall import waterfall_meta
-    from cp_sync.waterfall_plot import WATERFALL_FILE
 
     meta = waterfall_meta(table)
     write_parquet(table, run.join(WATERFALL_FILE))
@@ -239,12 +245,12 @@ def _waterfall_report(run: Location, table: Any, sync: Location | None) -> Locat
 
 
 def _print_quantile_records(table: Any) -> None:
-    """The report's waterfall table (cp_sync.waterfall_plot): the record at p50, p90, p99 and max of
+    """The report's waterfall table (report.waterfall_plot): the record at p50, p90, p99 and max of
     end to end with its stages, which add up to it; then the line naming the stage that dominates."""
     from rich.table import Table
 
-    from cp_sync.report import format_duration, print_table
-    from cp_sync.waterfall_plot import dominance_line, quantile_rows, waterfall_of
+    from cloudprofiler.report.summary import format_duration, print_table
+    from cloudprofiler.report.waterfall_plot import dominance_line, quantile_rows, waterfall_of
 
     wf = waterfall_of(table)
     rows = quantile_rows(wf)
@@ -281,9 +287,9 @@ def _write_waterfall(
     """The report's centre: the records' waterfall (every stamp point they hold, on the same
     reference) written to the run directory, where the page draws it first; why not, when it cannot
     be made (fewer than two points, say), as a line for the page's verdicts."""
+    from cloudprofiler.report.waterfall_plot import WATERFALL_FILE
     from cp_store.tables import write_parquet
     from cp_sync.translate.waterfall import DEFAULT_METHOD, waterfall
-    from cp_sync.waterfall_plot import WATERFALL_FILE
 
     method = DEFAULT_METHOD if sync is not None else None
     try:
@@ -302,11 +308,11 @@ def _write_report(
     sync: Location | None,
     waterfall_note: str | None = None,
 ) -> Location:
-    """Make ``run`` a run directory (cp_sync.run_page): latency.parquet, run.json, report.html (and
+    """Make ``run`` a run directory (report.run_page): latency.parquet, run.json, report.html (and
     waterfall.parquet, written before: ``waterfall_note`` says why there is none)."""
+    from cloudprofiler.report.run_page import LATENCY_FILE, build, new_doc, write_doc
     from cp_store.manifests import gaps_note
     from cp_store.tables import write_parquet
-    from cp_sync.run_page import LATENCY_FILE, build, new_doc, write_doc
 
     write_parquet(out, run.join(LATENCY_FILE))
     doc = new_doc(
@@ -374,7 +380,7 @@ def _methods(given: str | None) -> tuple[str, ...]:
 
 def _by(given: str | None, top: int) -> tuple[str, ...]:
     """The --by columns, checked with --top."""
-    from cp_sync.report import MAX_TOP
+    from cloudprofiler.report.summary import MAX_TOP
 
     if not 1 <= top <= MAX_TOP:
         raise ValueError(f"--top must be between 1 and {MAX_TOP}, got {top}")
@@ -389,8 +395,15 @@ def _by(given: str | None, top: int) -> tuple[str, ...]:
 def _summary(args: argparse.Namespace, out: Any, facts: dict[str, Any], by: tuple[str, ...]) -> None:
     """The latency table (by key with --by, and the line saying which keys it shows), then what the
     distinct stamps of every record (not per key: the keys share them) mean for its resolution."""
+    from cloudprofiler.report.summary import (
+        key_note,
+        latency_table,
+        print_table,
+        stamp_notes,
+        summarize,
+        top_keys,
+    )
     from cp_store.manifests import gaps_note
-    from cp_sync.report import key_note, latency_table, print_table, stamp_notes, summarize, top_keys
 
     hz = facts["frequency_hz"]
     title = (
@@ -438,9 +451,9 @@ def _compare(sync_dir: Location, reference: str, hz: float) -> None:
     """Return-trip's bound on the same probes and NTP's, beside this method's e."""
     import numpy as np
 
-    from cp_sync.ntp import ntp_bound
-    from cp_sync.report import format_duration
-    from cp_sync.returntrip import probe_returntrip
+    from cloudprofiler.report.summary import format_duration
+    from cp_sync.compare.ntp import ntp_bound
+    from cp_sync.compare.returntrip import probe_returntrip
     from cp_sync.sync_table import minrtt, read_sync
 
     sync, _ = read_sync(sync_dir)

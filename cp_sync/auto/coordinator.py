@@ -1,6 +1,6 @@
 """The driver side's process for ``sync=auto``: a sync coordinator and its phases, for one sink path.
 
-The sink's writer starts it on the driver host (``cp_sync.auto.ensure_coordinator``) as a
+The sink's writer starts it on the driver host (``cp_sync.auto.driver.ensure_coordinator``) as a
 detached process: Spark runs the writer in Python workers that it reuses and kills, and the
 coordinator must outlive them for the whole query. It takes a lock file named after the sink
 path, so one coordinator serves a path however many workers ask for it, binds the
@@ -43,7 +43,7 @@ import zmq
 from cp_common.printable import first_line
 from cp_store.atomic_files import atomic_write
 from cp_store.location import Location, resolve
-from cp_sync.coordinator import Coordinator, list_agents, run_phase
+from cp_sync.nodes.coordinator import Coordinator, list_agents, run_phase
 from cp_sync.sync_table import sync_files, write_sync
 
 POLL_S = 0.2
@@ -59,7 +59,7 @@ class CoordinatorSettings:
 
     key: str  # the sink path's key: the names of the lock and registry files
     path: str  # the sink path as the writer's process sees it
-    every: float  # seconds between periodic phases (checked by cp_sync.auto.SyncOptions)
+    every: float  # seconds between periodic phases (checked by cp_sync.auto.driver.SyncOptions)
     bind: str  # the address the coordinator binds
     advertise: str  # the address agents reach it at
     curve_keys: str | None = None
@@ -297,7 +297,7 @@ def run_phases(runner: PhaseRunner, every: float, stopping: Callable[[], bool]) 
 
 
 def main() -> int:
-    from cp_sync.host_agent import runtime_dir, sweep_logs
+    from cp_sync.auto.host_agent import runtime_dir, sweep_logs
 
     cfg = CoordinatorSettings.from_json(sys.stdin.buffer.read())
     rundir = runtime_dir()

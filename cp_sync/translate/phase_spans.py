@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cp_sync.hull import AssumptionViolated, Constraints, Polygon, consistent, feasible_polygon
+from cp_sync.translate.hull import AssumptionViolated, Constraints, Polygon, consistent, feasible_polygon
 
 Probes = tuple[np.ndarray, np.ndarray, np.ndarray]  # c_i, c_j, c_k
 

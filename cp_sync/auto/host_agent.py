@@ -13,7 +13,7 @@ agent's registrations (one a second), and an agent that has heard nothing for ``
 seconds stops. Abstract socket names live in a network namespace, so hosts simulated in
 namespaces (and containers) each get their own agent.
 
-Run by hand (``python -m cp_sync.host_agent --server tcp://HOST:PORT``) it is an agent like
+Run by hand (``python -m cp_sync.auto.host_agent --server tcp://HOST:PORT``) it is an agent like
 ``cloudprofiler sync agent`` that also keeps to one per host and domain and exits with its
 coordinator.
 """
@@ -36,9 +36,9 @@ from typing import Any
 
 import zmq
 
-from cp_sync import control
-from cp_sync.agent import REFUSED_GIVE_UP_S, Agent
-from cp_sync.background import start_daemon
+from cp_sync.nodes import control
+from cp_sync.nodes.agent import REFUSED_GIVE_UP_S, Agent
+from cp_sync.probe.background import start_daemon
 
 # An agent that has not heard from its coordinator this long exits. The coordinator acknowledges
 # every registration (one a second) and forgets an agent silent for 5 s: the same span both ways.
@@ -141,7 +141,7 @@ def ensure_agent(spec: AgentSpec) -> int | None:
 
 def _spawn(spec: AgentSpec, lock: socket.socket) -> int:
     fd = lock.fileno()
-    cmd = [sys.executable, "-m", "cp_sync.host_agent", "--server", spec.endpoint, "--lock-fd", str(fd)]
+    cmd = [sys.executable, "-m", "cp_sync.auto.host_agent", "--server", spec.endpoint, "--lock-fd", str(fd)]
     cmd += ["--gone-after", f"{spec.gone_s:g}", "--probe-port", str(spec.port)]
     if spec.curve_keys:
         cmd += ["--keys", spec.curve_keys]
@@ -184,7 +184,7 @@ def agent_pids(endpoint: str | None = None) -> list[int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"cp_sync.host_agent" not in argv:
+        if b"cp_sync.auto.host_agent" not in argv:
             continue
         if endpoint is None or endpoint.encode() in argv:
             out.append(int(entry.name))
@@ -272,7 +272,7 @@ def serve(server: str, lock: socket.socket, port: int, gone_s: float, curve_keys
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m cp_sync.host_agent", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m cp_sync.auto.host_agent", description=__doc__.split("\n")[0])
     p.add_argument("--server", required=True, help="the coordinator, tcp://HOST:PORT")
     p.add_argument("--keys", dest="curve_keys", help="keys directory (CURVE), as the coordinator's")
     p.add_argument("--probe-port", type=int, default=0, help="UDP probe port (0: any free one)")

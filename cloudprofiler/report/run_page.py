@@ -150,11 +150,11 @@ def table_html(rows: Sequence[Sequence[Any]], heads: Sequence[str] = (), title: 
 
 
 def latency_table_html(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The latency table (LatencySeries.row() rows) as the CLI prints it (cp_sync.report's cells), and
+    """The latency table (LatencySeries.row() rows) as the CLI prints it (summary's cells), and
     under it what its distinct stamps mean (stamp_notes): every cell carries ``data-q`` and its row
     ``data-path`` (``path [method, scenario]``), so a reader or a test can put the table beside the
     box plot's ``data-values``."""
-    from cp_sync.report import FIGURE_HEADS, STAMP_HEADS, figure_cells, stamp_cells, stamp_notes
+    from cloudprofiler.report.summary import FIGURE_HEADS, STAMP_HEADS, figure_cells, stamp_cells, stamp_notes
 
     heads = ["path", "method", "scenario", "count", "ok", *STAMP_HEADS, *FIGURE_HEADS]
     out = [
@@ -250,7 +250,7 @@ ERROR_CAPTION = (
 def latency_plots(series: Sequence[Any], lat: Mapping[str, Any]) -> list[Plot]:
     """The box plot of the table's records and the per-record latency with its bound, from ``series``
     (the table's source); ``lat``: run.json's latency entry (unit, warm-up, micro-batch ends, x label)."""
-    from cp_sync.report import box_figure, box_values, error_figure, svg_text
+    from cloudprofiler.report.summary import box_figure, box_values, error_figure, svg_text
 
     unit = lat.get("unit", "ms")
     steady = [s.steady() for s in series]
@@ -281,7 +281,7 @@ def chart_plot(spec: Mapping[str, Any]) -> Plot:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from cp_sync.report import svg_text
+    from cloudprofiler.report.summary import svg_text
 
     cols = list(spec["columns"])
     x = [float(r[cols.index(spec["x"])]) for r in spec["rows"]]
@@ -304,7 +304,7 @@ def waterfall_section(run: Location, doc: Mapping[str, Any], phases_for: Any = N
     """The waterfall's section of the page from the run directory's waterfall.parquet ("" without
     one): run.json's ``waterfall`` entry gives the warm-up's tuple ids (``warmup_ids``: [first, next)
     ranges), ``phases_for(run, doc)`` Spark's phases on the run's axis (PhaseBars, or None)."""
-    from cp_sync.waterfall_plot import WATERFALL_FILE, summary_html, waterfall_of
+    from cloudprofiler.report.waterfall_plot import WATERFALL_FILE, summary_html, waterfall_of
 
     loc = run.join(WATERFALL_FILE)
     if not loc.exists():
@@ -319,10 +319,17 @@ def waterfall_section(run: Location, doc: Mapping[str, Any], phases_for: Any = N
 
 
 def section_html(wf: Any, phases: Any, lat: dict[str, Any], summary: str = "") -> str:
-    """The report's waterfall (a cp_sync.waterfall_plot.Waterfall; ``phases``: PhaseBars or None): the
+    """The report's waterfall (a waterfall_plot.Waterfall; ``phases``: PhaseBars or None): the
     line on what dominates, the table beside its bar, the notes, the stages over time with Spark's
     phases beneath, then ``summary`` (each stage over its own values, as translate prints it)."""
-    from cp_sync.waterfall_plot import TITLE, dominance_line, plots, quantile_rows, table_html, table_note
+    from cloudprofiler.report.waterfall_plot import (
+        TITLE,
+        dominance_line,
+        plots,
+        quantile_rows,
+        table_html,
+        table_note,
+    )
 
     rows = quantile_rows(wf)
     head = f"<h2>{_e(TITLE)}</h2><p class='dominant'>{_e(dominance_line(wf, rows))}</p>"
@@ -339,7 +346,7 @@ def build(run: Location, plots_for: Any = None, phases_for: Any = None) -> Locat
     waterfall.parquet; where it went. ``plots_for(series, latency_entry)`` draws the latency plots
     (default: latency_plots); the table's rows and every plot come from the same LatencySeries.
     ``phases_for(run, doc)``: Spark's phases under the waterfall (waterfall_section)."""
-    from cp_sync.report import latency_series
+    from cloudprofiler.report.summary import latency_series
 
     doc = read_doc(run)
     lat_meta = doc.get("latency") or {}

@@ -4,7 +4,7 @@ Given the sink's records and the sync tables of the run (two phases or more),
 each pair of stamp points is translated with ``cp_sync.translate`` into the
 reference domain, and summarised (count, p50/p90/p99/max, median and max error
 bound). Pairs whose stamps the records do not carry are reported as missing,
-not guessed. ``latency_table`` (from ``cp_sync.report``) renders the rows.
+not guessed. ``latency_table`` (from ``cloudprofiler.report.summary``) renders the rows.
 """
 
 from __future__ import annotations
@@ -15,10 +15,16 @@ from typing import Any
 
 import pyarrow as pa
 
+from cloudprofiler.report.summary import (
+    DEFAULT_TOP,
+    latency_table,
+    print_latency_table,
+    print_table,
+    summarize,
+)
 from cp_common.faces import deprecated_names
 from cp_store.location import Location, resolve
-from cp_sync.record_points import read_points
-from cp_sync.report import DEFAULT_TOP, latency_table, print_latency_table, print_table, summarize
+from cp_sync.translate.record_points import read_points
 from cp_sync.translate.records import default_reference, translate_records
 
 __all__ = ["DEFAULT_PAIRS", "latency_report", "latency_table", "print_latency_table", "print_table"]
@@ -45,7 +51,7 @@ def latency_report(
     ``records`` and ``sync`` are paths or URIs (or Locations: resolved once, read per pair). Without
     ``sync`` every record's two stamps must share one TSC domain (method ``same-domain``). ``by``:
     record columns (the sink's ``keepColumns``): rows per key value, the ``top`` with the most records
-    and the rest as ``other`` (cp_sync.report.top_keys); the columns are carried into the rows.
+    and the rest as ``other`` (cloudprofiler.report.summary.top_keys); the columns are carried into the rows.
 
     Facts: reference, frequency, the relations refused and spans found drifting, and
     ``status_counts``: per pair label, the records per status (see cp_sync.translate.relation.STATUSES).

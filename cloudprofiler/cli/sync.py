@@ -145,7 +145,7 @@ def _stop_on_sigterm(stop: Callable[[], None]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Dispatch the subcommand."""
     if args.action == "serve":
-        from cp_sync.coordinator import Coordinator
+        from cp_sync.nodes.coordinator import Coordinator
 
         coord = Coordinator(args.bind, args.curve_keys)
         _stop_on_sigterm(coord.stop)  # serve_forever runs in this thread: stop() only signals it
@@ -154,8 +154,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.action == "agent":
         import native_tsc
-        from cp_sync.agent import Agent
-        from cp_sync.probe import ProbeUnavailable
+        from cp_sync.nodes.agent import Agent
+        from cp_sync.probe.native import ProbeUnavailable
 
         try:
             agent = Agent(
@@ -199,8 +199,8 @@ def _run_once(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from cp_common.console import cli_console
-    from cp_sync.coordinator import run_phase
-    from cp_sync.periodic import Load
+    from cp_sync.nodes.coordinator import run_phase
+    from cp_sync.nodes.periodic import Load
 
     if args.phase is None:
         raise ValueError("sync run needs --phase NAME (one phase) or --every SECONDS (periodic phases)")
@@ -243,7 +243,7 @@ def _phase_line(res: dict[str, Any], load: Any) -> None:
 
 
 def _run_periodic(args: argparse.Namespace) -> int:
-    from cp_sync.periodic import Schedule, run_periodic
+    from cp_sync.nodes.periodic import Schedule, run_periodic
 
     if args.every is None:
         raise ValueError("--duration needs --every SECONDS (the period of the phases)")

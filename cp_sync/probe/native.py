@@ -4,7 +4,7 @@ Each answered probe gives (c_i, c_j, c_k): c_i and c_k on the initiator, in its
 domain; c_j on the responder, in the responder's domain. ``native_tsc.probe_loops``
 applies each side's virtual transform (the initiator's after the loop, the
 responder's in C before the reply leaves). The pure-Python twin with the same
-API is ``cp_sync.probe_python`` (``cp_sync.probe_api`` holds the shared Protocols).
+API is ``cp_sync.probe.python_twin`` (``cp_sync.probe.api`` holds the shared Protocols).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from collections.abc import Iterable
 from typing import Self
 
 import native_tsc
-from cp_sync.background import StartedInWith, start_daemon
-from cp_sync.probe_api import ProbeResult, initiator_address
+from cp_sync.probe.api import ProbeResult, initiator_address
+from cp_sync.probe.background import StartedInWith, start_daemon
 from native_tsc import probe_loops
 
 LABEL = "c"
@@ -36,7 +36,9 @@ def require_c_backend() -> None:
     """Refuse to probe when the C loops cannot stamp this process's clock."""
     why = probe_loops.unavailable_reason()
     if why is not None:
-        raise ProbeUnavailable(f"{why}; use cp_sync.probe_python (pure-Python probes, labelled so) instead")
+        raise ProbeUnavailable(
+            f"{why}; use cp_sync.probe.python_twin (pure-Python probes, labelled so) instead"
+        )
 
 
 class Responder(StartedInWith):

@@ -210,7 +210,7 @@ def dominant(row: QuantileRow, stages: Sequence[Stage]) -> tuple[Stage, float]:
 
 def dominance_line(wf: Waterfall, rows: Sequence[QuantileRow]) -> str:
     """One line: which stage dominates at p50 and at p99, and what would shorten it."""
-    from cp_sync.report import format_duration
+    from cloudprofiler.report.summary import format_duration
 
     if not rows:
         return "no record with every stage: no stage dominates"
@@ -270,7 +270,7 @@ def _pyplot() -> Any:
 def bar_figure(wf: Waterfall, rows: Sequence[QuantileRow], unit: str = "ms") -> Any:
     """The stacked bar of ``rows`` (quantile_rows): one bar per quantile, one block per stage, each
     block's gid ``<quantile>|<stage column>`` (read back by bar_values)."""
-    from cp_sync.report import axis_unit
+    from cloudprofiler.report.summary import axis_unit
 
     plt = _pyplot()
     name, ns = axis_unit(unit, np.array([r.e2e_ns for r in rows]))
@@ -353,7 +353,7 @@ def time_figure(
 ) -> Any:
     """The stages over the run's time (stage_means, stacked) and, beneath it on the same x axis
     (shared), Spark's phases of each micro-batch; ``warmup`` shaded in both."""
-    from cp_sync.report import axis_unit, shade_warmup
+    from cloudprofiler.report.summary import axis_unit, shade_warmup
 
     plt = _pyplot()
     edges, means = stage_means(wf)
@@ -409,7 +409,7 @@ def table_html(wf: Waterfall, rows: Sequence[QuantileRow]) -> str:
     """The stages at p50, p90, p99 and max (each row the record at that quantile): every cell carries
     ``data-q`` (``e2e``, ``e2e_bound`` or the stage's column) and its row ``data-quantile``, so a
     reader or a test can put it beside the bar's ``data-values``."""
-    from cp_sync.report import format_duration
+    from cloudprofiler.report.summary import format_duration
 
     heads = ["quantile", "record", "end to end", "its bound", *(s.name for s in wf.stages)]
     out = ["<table class='waterfall'><tr>"]
@@ -458,7 +458,7 @@ def plots(
     """The bar (beside the table) and the stages over time with Spark's phases: (name, SVG, caption,
     the figures it drew) each; ``lat``: run.json's latency entry (warm-up, x label). The unit is the
     one that suits the records' end to end (a backlog's seconds are not drawn as 20,000 ms)."""
-    from cp_sync.report import svg_text, time_unit
+    from cloudprofiler.report.summary import svg_text, time_unit
 
     unit = time_unit(np.array([r.e2e_ns for r in rows]))[0]
     warm = lat.get("warmup_s")

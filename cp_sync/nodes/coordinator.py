@@ -32,8 +32,8 @@ from cp_common import curve_keys as ck
 from cp_common.faces import deprecated_names
 from cp_common.zmq_bounds import recv_bounded
 from cp_store.location import Location, check_writable, resolve
-from cp_sync import control
-from cp_sync.background import start_daemon
+from cp_sync.nodes import control
+from cp_sync.probe.background import start_daemon
 from cp_sync.sync_table import probes_table, write_sync
 
 _PHASE_RE = re.compile(r"^[A-Za-z0-9_\-]{1,32}$")
