@@ -33,7 +33,9 @@ import zmq
 from cp_common import curve_keys
 from cp_source.generate.generator import run_generator
 from cp_source.generate.settings import GeneratorSettings
-from cp_source.hosts.segment_server import SegmentRef, SegmentServer, fetch_segment
+from cp_source.hosts.segment_client import fetch_segment
+from cp_source.hosts.segment_protocol import SegmentRef
+from cp_source.hosts.segment_server import SegmentServer
 from cp_source.spool.segments import Spool
 
 MSG_BYTES = 64 << 10

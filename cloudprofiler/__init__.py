@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from cp_common.faces import lazy_face
+from cp_common.faces import lazy_face, old_module_paths
 from cp_source.reader.state import ReaderState
 
 if TYPE_CHECKING:  # the module itself is imported when called (it reads spools; the package stays light)
-    from cloudprofiler.source_watch import FactoriesStatus, SourceStatus
+    from cp_source.reader.source_watch import FactoriesStatus, SourceStatus
 
 
 def register(spark: Any) -> None:
@@ -77,10 +77,10 @@ def source_status(spool: str | os.PathLike[str], query: Any = None) -> SourceSta
     """Backlog, dead letters, losses and the factory's state of the source reading ``spool``.
 
     Read-only and safe while the query runs; a ``SourceStatus`` (a ``FactoriesStatus`` for the
-    ``statusDir`` of a query over factory hosts), TypedDicts of ``cloudprofiler.source_watch``
+    ``statusDir`` of a query over factory hosts), TypedDicts of ``cp_source.reader.source_watch``
     whose JSON form the reader guide's "Watching a query" lists key by key.
     """
-    from cloudprofiler.source_watch import source_status as status
+    from cp_source.reader.source_watch import source_status as status
 
     return status(spool, query)
 
@@ -133,7 +133,7 @@ _FACE = {
     # Spark helpers and the jobs
     "require_executors": "cloudprofiler.executor_check",
     "local_session": "cloudprofiler.spark_local",
-    "source_end_offset": "cloudprofiler.spark_local",
+    "source_end_offset": "cp_source.reader.source_watch",
     "PhaseCollector": "cloudprofiler.spark_phases",
     "summary_text": "cloudprofiler.spark_phases",
     "find_max_rate": "cloudprofiler.jobs.maxrate",
@@ -147,3 +147,5 @@ _FACE = {
 }
 __all__ = sorted(["ReaderState", "records", "register", "source_status", "wait_for_factory", *_FACE])
 __getattr__, __dir__ = lazy_face(__name__, _FACE)
+# a module path the docs named before it moved beside the reader it watches
+old_module_paths({"cloudprofiler.source_watch": "cp_source.reader.source_watch"})

@@ -9,7 +9,6 @@ passed as arguments, not copied builders.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -18,6 +17,9 @@ from typing import Any
 
 from cloudprofiler.errors import CommandError
 from cp_common.faces import deprecated_names
+
+# public from cloudprofiler; the docs once gave this module for it
+from cp_source.reader.source_watch import source_end_offset as source_end_offset
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -110,23 +112,6 @@ def local_session(
 
         register_source(spark)
     return spark
-
-
-def source_end_offset(query: Any, source: int = 0) -> dict[str, int] | None:
-    """The end offset of a streaming query's ``source``-th source in its last progress, or None.
-
-    For the cloudprofiler source this is the per-worker segment number the last
-    micro-batch read up to (the offset's spool id left out); compare it with
-    ``Spool.latest()`` to know the query has read everything published.
-    """
-    from cp_source.ready.offsets import SPOOL_KEY
-
-    prog = query.lastProgress
-    if not prog or len(prog["sources"]) <= source:
-        return None
-    end = prog["sources"][source]["endOffset"]
-    parsed = json.loads(end) if isinstance(end, str) else end
-    return {k: v for k, v in parsed.items() if k != SPOOL_KEY} if isinstance(parsed, dict) else None
 
 
 # the paths the docs gave before the package faces: they still work, with a warning

@@ -45,10 +45,11 @@ import pyarrow.parquet as pq
 from cp_common.faces import deprecated_names
 from cp_common.printable import first_line
 from cp_common.stamp_columns import COMMITTED, SINK, is_stamp_column, node_column, stamp_columns, tsc_column
-from cp_store.batch_log import COMMITS, Manifest, committed, parallel, read_data, read_manifests
-from cp_store.location import Location, StoreError, resolve
+from cp_store.batch_log import COMMITS, Manifest, committed, parallel, read_data
+from cp_store.location import Location, StoreError
 from cp_store.manifests import batch_gaps as _gaps
 from cp_store.manifests import gaps_note, show_gaps
+from cp_store.published_run import Published, published
 from cp_store.tables import missing
 
 TUPLE_ID = "tuple_id"
@@ -114,7 +115,9 @@ PERIODS_SCHEMA = pa.schema(
 )
 
 
-Where: TypeAlias = str | os.PathLike[str] | Location
+# a sink path: a path, a URI, a Location, or one already resolved with its manifests read (a report
+# reading one run many ways hands every reader the same Published)
+Where: TypeAlias = str | os.PathLike[str] | Location | Published
 
 
 def keep_columns(raw: str, columns: dict[str, bool], id_column: str) -> list[str]:
@@ -191,20 +194,20 @@ class BatchGapWarning(UserWarning):
 
 def published_batches(path: Where) -> dict[int, Manifest]:
     """Published micro-batch ids and their manifests (files and counts), in order."""
-    return read_manifests(resolve(path))
+    return published(path).manifests
 
 
 def batch_gaps(path: Where) -> list[tuple[int, int]]:
     """The batch ids missing from a sink path's committed ones, as (first, last) ranges: the ids
     before the first manifest and between two (one listing of ``_commits/``, no manifest read)."""
-    return _gaps(committed(resolve(path)))
+    return _gaps(committed(published(path).root))
 
 
-def _published(root: Location, stacklevel: int) -> dict[int, Manifest]:
+def _published(run: Published, stacklevel: int) -> dict[int, Manifest]:
     """The manifests the readers use, checked: a path that does not exist is an error, a file
     listed by two manifests is refused, and batch ids that skip some are warned about (the warning
     points ``stacklevel`` frames up: the reader's caller)."""
-    manifests = read_manifests(root)
+    root, manifests = run.root, run.manifests
     if not manifests:
         _check_sink_path(root)
     owner: dict[str, Manifest] = {}
@@ -241,8 +244,8 @@ def _check_sink_path(root: Location) -> None:
 def _read_prefixed(path: Where, prefix: str, empty: pa.Schema) -> pa.Table:
     """The listed ``prefix`` files of every published batch, checked, as one table (``empty``'s
     schema when there are none) with the missing batch ids in its metadata."""
-    root = resolve(path)
-    manifests = _published(root, stacklevel=3)
+    run = published(path)
+    root, manifests = run.root, _published(run, stacklevel=3)
     listed = [
         (m, i)
         for m in manifests.values()
@@ -390,7 +393,7 @@ def read_windows(path: Where) -> pa.Table:
 
 def read_counts(path: Where) -> pa.Table:
     """One row per published (batch, partition): tuples seen and written by the sink."""
-    manifests = _published(resolve(path), stacklevel=2)
+    manifests = _published(published(path), stacklevel=2)
     tables = [m.counts_table(COUNTS_SCHEMA) for m in manifests.values()]
     return _with_gaps(pa.concat_tables(tables) if tables else COUNTS_SCHEMA.empty_table(), manifests)
 

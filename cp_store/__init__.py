@@ -14,6 +14,8 @@ _FACE = {
     "atomic_write": "cp_store.atomic_files",
     "read_manifests": "cp_store.manifests",
     "read_table": "cp_store.tables",
+    "Published": "cp_store.published_run",
+    "published": "cp_store.published_run",
 }
 __all__ = sorted(_FACE)
 __getattr__, __dir__ = lazy_face(__name__, _FACE)

@@ -10,8 +10,10 @@ import numpy as np
 import pyarrow as pa
 
 from cloudprofiler.errors import CommandError
+from cloudprofiler.report.demo_plots import XLABEL, figures, page_plots
 from cloudprofiler.report.waterfall import demo_waterfall, waterfall_line
 from cp_store.location import Location
+from cp_store.published_run import Published, published
 
 if TYPE_CHECKING:
     from cloudprofiler.report.summary import LatencySeries
@@ -41,7 +43,6 @@ class DemoLayout:
 
 
 WINDOW_PAIR = ("gen", "window", "windowed output")
-XLABEL = "seconds since the queries started (each record at its last stamp: sink or window output)"
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class RunClock:
         return (0.0, self.measured_s)
 
 
-def _last_stamps(root: Path, end: str, reference: str) -> tuple[np.ndarray, np.ndarray]:
+def _last_stamps(root: Published, end: str, reference: str) -> tuple[np.ndarray, np.ndarray]:
     """Tuple ids and ``end`` stamps of the rows under ``root`` in read order (as translated), each
     stamp checked to be in ``reference``: it is read as the run's clock, with no translation."""
     import pyarrow.compute as pc
@@ -71,14 +72,16 @@ def _last_stamps(root: Path, end: str, reference: str) -> tuple[np.ndarray, np.n
     from cp_common.stamp_columns import node_column, tsc_column
     from cp_sync.translate.record_points import read_points
 
-    pts = read_points(str(root), "gen", end)
+    pts = read_points(root, "gen", end)
     other = sorted(set(pc.unique(pts[node_column(end)]).to_pylist()) - {reference})
     if other:
-        raise CommandError(f"{root}: {end} stamps taken in {', '.join(other)}, not the reference {reference}")
+        raise CommandError(
+            f"{root.root.uri}: {end} stamps taken in {', '.join(other)}, not the reference {reference}"
+        )
     return pts["tuple_id"].to_numpy(), pts[tsc_column(end)].to_numpy()
 
 
-def _end_tsc(out: pa.Table, ids: np.ndarray, tsc: np.ndarray, where: Path) -> np.ndarray:
+def _end_tsc(out: pa.Table, ids: np.ndarray, tsc: np.ndarray, where: str) -> np.ndarray:
     """Each row of ``out``'s record's last stamp, by tuple id (a tuple has one record)."""
     order = np.argsort(ids, kind="stable")
     ids, tsc = ids[order], tsc[order]
@@ -89,24 +92,28 @@ def _end_tsc(out: pa.Table, ids: np.ndarray, tsc: np.ndarray, where: Path) -> np
     return tsc[pos]
 
 
-def latencies(records: Path, windows: Path, sync_dir: Path, reference: str) -> tuple[pa.Table, dict]:
+def latencies(
+    records: Path | Published, windows: Path | Published, sync_dir: Path, reference: str
+) -> tuple[pa.Table, dict]:
     """Every pair of points the demo reports, translated into ``reference``: the table and the facts.
 
     Each row also carries ``end_tsc``, its record's last stamp (sink, or window output) in
-    ``reference``: when the record was done, on the run's clock."""
+    ``reference``: when the record was done, on the run's clock. Each location is resolved and its
+    manifests read once, however many pairs read it."""
     from cloudprofiler.report.latency import DEFAULT_PAIRS, latency_report
 
+    records, windows = published(records), published(windows)
     _, facts, out = latency_report(records, sync_dir, DEFAULT_PAIRS, reference=reference)
     _, wfacts, wout = latency_report(windows, sync_dir, (WINDOW_PAIR,), reference=reference)
     missing = facts["missing"] | wfacts["missing"]
     if missing or out is None or wout is None:
         raise CommandError(f"latencies could not be translated: {missing}")
     out = out.append_column(
-        "end_tsc", pa.array(_end_tsc(out, *_last_stamps(records, "sink", reference), records))
+        "end_tsc", pa.array(_end_tsc(out, *_last_stamps(records, "sink", reference), records.root.uri))
     )
     wids, wtsc = _last_stamps(windows, "window", reference)
     if not np.array_equal(wids, wout["tuple_id"].to_numpy()):  # one read, one order: never expected
-        raise CommandError(f"{windows}: window rows read back in another order than translated")
+        raise CommandError(f"{windows.root.uri}: window rows read back in another order than translated")
     wout = wout.append_column("end_tsc", pa.array(wtsc))
     return pa.concat_tables([out, wout]), facts
 
@@ -177,7 +184,7 @@ def _warmup_totals(warm: dict[str, Any], series: list[LatencySeries], clock: Run
     }
 
 
-def batch_ends(records: Path, clock: RunClock) -> list[float]:
+def batch_ends(records: Path | Published, clock: RunClock) -> list[float]:
     """When each of the latency query's micro-batches ended (its last sink stamp, seconds since the
     start, rounded to the microsecond), in order: the boundaries every plot over the run marks."""
     from cp_sink.records import read_counts
@@ -190,7 +197,7 @@ def batch_ends(records: Path, clock: RunClock) -> list[float]:
     return [round(float(x), 6) for x in clock.seconds(tsc[tsc > 0])]
 
 
-def record_counts(records: Path) -> tuple[int, int]:
+def record_counts(records: Path | Published) -> tuple[int, int]:
     """How many records the latency query's sink holds, and how many distinct tuple ids."""
     import pyarrow.compute as pc
 
@@ -198,6 +205,18 @@ def record_counts(records: Path) -> tuple[int, int]:
 
     ids = read_records(records)["tuple_id"]
     return len(ids), int(pc.count_distinct(ids).as_py())
+
+
+def _latency_query(summary: dict[str, Any], stats: Any, n_records: int, n_unique: int) -> dict[str, Any]:
+    """The latency query's ledger: emitted, dropped, lost, published, and what its sink holds."""
+    return {
+        "emitted": summary["emitted"],
+        "dropped": summary["dropped"],
+        "lost_in_transit": stats.lost_in_transit_total,
+        "published": stats.rows,
+        "records": n_records,
+        "unique_records": n_unique,
+    }
 
 
 def collect(
@@ -228,9 +247,11 @@ def collect(
     stats = Spool(demo.spools["windows"]).stats()
     stats_l = Spool(demo.spools["latency"]).stats()
     n_windows, window_keys, views_counted = window_counts(spark, demo.windows_dir)
-    n_records, n_unique = record_counts(demo.records)
+    # each result location resolved once and its manifests read once, for every reader below
+    records, windows = published(demo.records), published(demo.windows_dir)
+    n_records, n_unique = record_counts(records)
     reference = native_tsc.domain_id()
-    lat, facts = latencies(demo.records, demo.windows_dir, demo.sync_dir, reference)
+    lat, facts = latencies(records, windows, demo.sync_dir, reference)
     hz = float(facts["frequency_hz"])
     clock = RunClock(warm["start_tsc"], hz, (warm["measured_tsc"] - warm["start_tsc"]) / hz)
     sw, sl = summaries["windows"], summaries["latency"]
@@ -238,7 +259,7 @@ def collect(
     lat = with_run_time(lat, [r for s in warm["summaries"].values() for r in id_ranges(s)], clock)
     series = demo_series(lat)
     totals: dict[str, Any] = {
-        "batch_ends_s": batch_ends(demo.records, clock),
+        "batch_ends_s": batch_ends(records, clock),
         **{k: sw[k] for k in ("target_rate", "achieved_rate", "generator_bound", "offered", "emitted")},
         "dropped": sw["dropped"],
         "lost_in_transit": stats.lost_in_transit_total,
@@ -249,14 +270,7 @@ def collect(
         "windows": n_windows,
         "window_campaign_counts": window_keys,
         "views_counted": views_counted,
-        "latency_query": {
-            "emitted": sl["emitted"],
-            "dropped": sl["dropped"],
-            "lost_in_transit": stats_l.lost_in_transit_total,
-            "published": stats_l.rows,
-            "records": n_records,
-            "unique_records": n_unique,
-        },
+        "latency_query": _latency_query(sl, stats_l, n_records, n_unique),
         "simulated_nodes": [v.spec() for v in simulated],
         "simulated_domains": [v.domain for v in simulated],
         "reference_domain": reference,
@@ -278,110 +292,8 @@ def collect(
     lost = {"windows": stats.lost_in_transit_total, "latency": stats_l.lost_in_transit_total}
     totals["lost_per_query"] = lost
     totals["latency_trend"] = end_to_end_trend(series)
-    waterfall, totals["waterfall"] = demo_waterfall(demo.records, demo.sync_dir, reference, warm["start_tsc"])
+    waterfall, totals["waterfall"] = demo_waterfall(records, demo.sync_dir, reference, warm["start_tsc"])
     return totals, lat, series, waterfall
-
-
-def timeline_figure(
-    series: list[LatencySeries],
-    unit: str,
-    warmup: tuple[float, float] | None,
-    batches: list[float] | None = None,
-) -> Any:
-    """End-to-end latency (top) and windowed-output latency (its own panel, below) of every record over
-    the run's time (``XLABEL``), the warm-up shaded and the latency query's micro-batch ends marked as
-    in every plot; each series' markers carry the gid ``from->to``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from cloudprofiler.report.summary import axis_unit, latency_axis, mark_batches, shade_warmup
-
-    _, ns = axis_unit(unit, np.zeros(0))
-    fig, axes = plt.subplots(2, 1, figsize=(9, 5.6), sharex=True)
-    for ax, end, title in zip(axes, ("sink", "window"), TIMELINE_TITLES, strict=True):
-        shade_warmup(ax, warmup)
-        if end == "sink":
-            mark_batches(ax, batches)
-        drawn = [np.zeros(0)]
-        for s in series:
-            f = s.figured()
-            if (s.key["from_point"], s.key["to_point"]) != ("gen", end) or f.t_s is None:
-                continue
-            drawn.append(f.duration_ns / ns)
-            ax.plot(f.t_s, f.duration_ns / ns, ".", ms=2 if end == "sink" else 4, gid=f"gen->{end}",
-                    rasterized=True, label=f"{s.path}, {s.key['scenario']}")  # fmt: skip
-        ax.set_title(title, fontsize=10)
-        latency_axis(ax, np.concatenate(drawn), unit)
-        ax.legend(fontsize=8, markerscale=3, loc="upper right")
-        ax.grid(alpha=0.3)
-    axes[-1].set_xlabel(XLABEL, fontsize=9)
-    fig.tight_layout()
-    return fig
-
-
-TIMELINE_TITLES = ("end-to-end latency of every record", "windowed-output latency of every window row")
-CAPTIONS = {
-    "latency.png": "the steady state the table shows: box p25 to p75, line p50, whiskers min to max, "
-    "markers p90 and p99 (the table's own figures)",
-    "latency_error.png": "every record at the time it was done, its error bound as the orange band: the "
-    "bound is far below the latency, so the figures are the pipeline's, not the clocks'",
-    "timeline.png": "the sawtooth is the micro-batch cadence (grey lines: batch ends); the warm-up's "
-    "backlog drains in the shaded band; a trend rising after it is a query falling behind",
-}
-
-
-PLOTS = ("latency.png", "latency_error.png", "timeline.png")
-
-
-def figures(
-    series: list[LatencySeries],
-    warmup: tuple[float, float],
-    unit: str = "ms",
-    batches: list[float] | None = None,
-) -> dict[str, Any]:
-    """The demo's plots, by file name, drawn from ``series`` (the table's source) in the table's unit:
-    the box plot of the table's records alone, the per-record views over the run with the warm-up
-    shaded (``warmup``: seconds since the start) and the micro-batch ends ``batches`` marked."""
-    from cloudprofiler.report.summary import box_figure, error_figure
-
-    steady = [s.steady() for s in series]
-    return {
-        "latency.png": box_figure(steady, unit, "steady-state latency: the table's records"),
-        "latency_error.png": error_figure(series, unit, warmup, XLABEL, batches),
-        "timeline.png": timeline_figure(series, unit, warmup, batches),
-    }
-
-
-def page_plots(
-    series: list[LatencySeries], lat: dict[str, Any], figs: dict[str, Any] | None = None
-) -> list[Any]:
-    """The demo's plots for its HTML page (report.run_page.build's ``plots_for``): ``figs`` (default:
-    figures() of ``series`` as ``lat`` says), as SVG, each with its caption; the box plot's drawn
-    figures as its values."""
-    from cloudprofiler.report.run_page import Plot
-    from cloudprofiler.report.summary import box_values, svg_text
-
-    if figs is None:
-        warm = lat.get("warmup_s")
-        figs = figures(
-            series, (0.0, 0.0) if warm is None else tuple(warm), lat.get("unit", "ms"), lat.get("batches_s")
-        )
-    steady = [s for s in series if len(s.steady().duration_ns)]
-    values = {
-        s.path + f" [{s.key['method']}, {s.key['scenario']}]": v
-        for s, v in zip(steady, box_values(figs["latency.png"]), strict=False)
-    }
-    return [
-        Plot(
-            name.removesuffix(".png"),
-            svg_text(fig, close=False),
-            CAPTIONS[name],
-            values if name == "latency.png" else {},
-        )
-        for name, fig in figs.items()
-    ]
 
 
 WINDOWS_TITLE = "windows query: YSB views per campaign, 10 s windows"

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     where = resolve_option("RUN", args.run)
     plots_for = None
     if read_doc(where)["kind"] == "demo":
-        from cloudprofiler.jobs.demo_report import page_plots
+        from cloudprofiler.report.demo_plots import page_plots
 
         plots_for = page_plots
     from cloudprofiler.report.waterfall import phase_bars

@@ -24,6 +24,7 @@ from cloudprofiler.report.summary import (
 )
 from cp_common.faces import deprecated_names
 from cp_store.location import Location, resolve
+from cp_store.published_run import Published, published
 from cp_sync.translate.record_points import read_points
 from cp_sync.translate.records import default_reference, translate_records
 
@@ -37,7 +38,7 @@ DEFAULT_PAIRS: tuple[tuple[str, str, str], ...] = (
 
 
 def latency_report(
-    records: str | os.PathLike[str] | Location,
+    records: str | os.PathLike[str] | Location | Published,
     sync: str | os.PathLike[str] | Location | None,
     pairs: tuple[tuple[str, str, str], ...] = DEFAULT_PAIRS,
     method: str = "minrtt",
@@ -48,7 +49,8 @@ def latency_report(
     """Summary rows (one per pair and scenario, and per key value with ``by``), facts, and all
     translated rows (for plots).
 
-    ``records`` and ``sync`` are paths or URIs (or Locations: resolved once, read per pair). Without
+    ``records`` and ``sync`` are paths or URIs (or Locations; ``records`` may be a ``Published``): each
+    resolved once, the records' manifests read once, the records read per pair. Without
     ``sync`` every record's two stamps must share one TSC domain (method ``same-domain``). ``by``:
     record columns (the sink's ``keepColumns``): rows per key value, the ``top`` with the most records
     and the rest as ``other`` (cloudprofiler.report.summary.top_keys); the columns are carried into the rows.
@@ -59,7 +61,7 @@ def latency_report(
     ``reference`` defaults to the domain of the end-to-end pair's end stamps, so
     every pair is expressed in the same reference domain.
     """
-    records = resolve(records)
+    records = published(records)
     sync = None if sync is None else resolve(sync)
     if reference is None:
         last = pairs[-1]

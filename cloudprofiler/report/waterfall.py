@@ -31,6 +31,7 @@ from cloudprofiler.report.waterfall_plot import (
 )
 from cloudprofiler.spark_phases import PHASE_ORDER, PHASES_FILE, TRIGGER, read_phases
 from cp_store.location import Location
+from cp_store.published_run import Published
 
 
 def axis_entry(origin_tsc: int, hz: float, reference: str, query_id: str | None) -> dict[str, Any]:
@@ -107,7 +108,7 @@ def phase_bars(run: Location, doc: Mapping[str, Any]) -> PhaseBars:
 
 
 def demo_waterfall(
-    records: Path, sync_dir: Path, reference: str, origin_tsc: int
+    records: Path | Published, sync_dir: Path, reference: str, origin_tsc: int
 ) -> tuple[pa.Table | None, dict[str, Any]]:
     """The demo's waterfall (its records translated into ``reference``, ``t_s`` from ``origin_tsc``,
     the queries' start, as every plot of the demo) and its totals' entry: empty, or the one line

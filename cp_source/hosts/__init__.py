@@ -9,7 +9,7 @@ from cp_common.faces import lazy_face
 _FACE = {
     "FactoryHosts": "cp_source.hosts.factory_hosts",
     "SegmentServer": "cp_source.hosts.segment_server",
-    "fetch_segment": "cp_source.hosts.segment_server",
+    "fetch_segment": "cp_source.hosts.segment_client",
     "read_registry": "cp_source.hosts.registry",
     "register_factory": "cp_source.hosts.registry",
 }

@@ -207,7 +207,7 @@ class HostLinks:
 
     def ask(self, requests: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any] | str], Asked]:
         """The answers, and when they were asked (a silent factory waits since then)."""
-        from cp_source.hosts.segment_server import ask_servers
+        from cp_source.hosts.segment_client import ask_servers
 
         asked = (time.monotonic(), time.time())
         if not requests:

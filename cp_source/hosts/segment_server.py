@@ -15,15 +15,16 @@ segments after a given position), ``commit`` and ``plan`` (the spool's own
 ``commit`` and ``mark_planned``, refused for another spool id), and the
 ``ordering=ready`` ops (``cp_source.hosts.ready_ops``). Each answer names the host's workload
 (``cp_source.wire.workload_id``), so a query of another workload refuses the host at start.
+
+Requests are parsed and bounded by ``segment_protocol``; the clients that fetch and ask are in
+``segment_client``.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -32,7 +33,16 @@ import zmq
 
 from cp_common import curve_keys as ck
 from cp_common.zmq_bounds import recv_bounded, while_serving
-from cp_source.hosts.ready_ops import READY_OPS, ReadyControl, event_ms, plan_after, sender_timeout
+from cp_source.hosts.ready_ops import READY_OPS, ReadyControl
+from cp_source.hosts.segment_protocol import (
+    MAX_CONTROL_BYTES,
+    MAX_LISTED,
+    MAX_SEGMENT_BYTES,
+    ControlRequest,
+    SegmentRef,
+    parse_request,
+    validate_request,
+)
 from cp_source.hosts.server_answers import (
     ControlAnswer,
     ErrorAnswer,
@@ -46,27 +56,14 @@ from cp_source.hosts.server_answers import (
     WorkerSegments,
     WorkloadFields,
 )
-from cp_source.spool.names import SPOOL_ID_RE, WIRE_WORKER_RE
 from cp_source.wire.workload_id import WorkloadId
 from cp_store.atomic_files import atomic_write
 
-# A request is a tiny JSON object; anything longer is refused by ZeroMQ itself.
-MAX_REQUEST_BYTES = 512
 # Replies queued per peer: a REQ client has one request in flight, so a peer that sends many
 # without reading only loses replies past this (counted as replies_dropped), never grows memory.
 REPLY_HWM = 2
 REQUEST_HWM = 64  # requests queued per peer before ZeroMQ stops reading its connection
 MAX_FRAMES = 3  # identity, delimiter, request: frames past this are read and dropped
-# A segment larger than this is never sent (the factory writes far smaller ones).
-MAX_SEGMENT_BYTES = 1 << 30
-MAX_SEGMENT_NUMBER = 1 << 62
-# A control request carries up to two offsets of 64 workers: it is bounded by the socket's frame size.
-MAX_CONTROL_BYTES = MAX_REQUEST_BYTES * 16
-MAX_OFFSET_WORKERS = 64
-CONTROL_OPS = ("latest", "commit", "plan", *READY_OPS)
-# A latest answer lists at most this many segments (about 40 bytes each); the reader asks again.
-MAX_LISTED = 16_384
-MAX_CONTROL_REPLY = 8 << 20  # what a control client accepts per frame
 _OP_COUNTERS = {
     "latest": "latest_requests",
     "commit": "commits",
@@ -79,19 +76,6 @@ _OP_COUNTERS = {
 
 def _refuse(why: str) -> list[bytes]:
     return [orjson.dumps(ErrorAnswer(ok=False, error=why))]
-
-
-class FetchError(RuntimeError):
-    """A segment could not be fetched from the segment server."""
-
-
-@dataclass(frozen=True)
-class SegmentRef:
-    """Where one segment lives: the spool path and its manifest facts."""
-
-    path: str
-    rows: int
-    nbytes: int
 
 
 # Looks up (worker, number) in the spool; returns None when it is unknown or already committed.
@@ -179,112 +163,6 @@ class SpoolControl:
                 "segments": [[s.number, s.rows, s.tuple_id_min] for s in segs],
             }
         return {"ok": True, "spool": sid, "workers": out}
-
-
-@dataclass(frozen=True)
-class ControlRequest:
-    """A validated control op: ``offsets`` is ``after`` for latest and ready, the end offset for
-    commit, plan, ready_plan and ready_commit; ``args``: the ready ops' other fields, checked."""
-
-    op: str
-    spool: str | None
-    offsets: dict[str, int]
-    args: dict[str, Any] = field(default_factory=dict)
-
-
-def _offsets_field(value: Any, name: str) -> dict[str, int]:
-    """A ``{"w0": n, ...}`` map from the wire: worker names, -1 <= n < 2**62, at most 64 workers."""
-    if not isinstance(value, dict):
-        raise ValueError(f"{name} is not an object")
-    if len(value) > MAX_OFFSET_WORKERS:
-        raise ValueError(f"{name} names more than {MAX_OFFSET_WORKERS} workers")
-    out = {}
-    for worker, number in value.items():
-        if not isinstance(worker, str) or not WIRE_WORKER_RE.match(worker):
-            raise ValueError(f"{name}: bad worker name")
-        if isinstance(number, bool) or not isinstance(number, int) or not -1 <= number < MAX_SEGMENT_NUMBER:
-            raise ValueError(f"{name}: bad segment number")
-        out[worker] = number
-    return out
-
-
-def _json_request(raw: bytes, limit: int) -> Any:
-    """The request frame's JSON value, parsed once; ValueError when too large or not JSON."""
-    if len(raw) > limit:
-        raise ValueError("request too large")
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
-        raise ValueError("request is not JSON") from e
-
-
-def parse_request(raw: bytes) -> tuple[str, str | None, int | None] | ControlRequest:
-    """A segment or stats request (as ``validate_request``) or a control op; ValueError when malformed."""
-    msg = _json_request(raw, MAX_CONTROL_BYTES)
-    if not isinstance(msg, dict) or msg.get("op") not in CONTROL_OPS:
-        if len(raw) > MAX_REQUEST_BYTES:
-            raise ValueError("request too large")
-        return _segment_request(msg)
-    op = msg["op"]
-    spool = msg.get("spool")
-    if op == "latest":
-        after = msg.get("after", {})
-        return ControlRequest(op, None, _offsets_field(after, "after"))
-    if op == "ready" and spool is None:
-        return _ready_request(msg, None)
-    if not isinstance(spool, str) or not SPOOL_ID_RE.match(spool):
-        raise ValueError("bad spool id")
-    if op in READY_OPS:
-        return _ready_request(msg, spool)
-    return ControlRequest(op, spool, _offsets_field(msg.get("offsets"), "offsets"))
-
-
-def _ready_request(msg: dict[str, Any], spool: str | None) -> ControlRequest:
-    """A ready op's fields, each checked and bounded (``cp_source.hosts.ready_ops``)."""
-    op = msg["op"]
-    args: dict[str, Any]
-    if op == "ready":
-        cap = msg.get("cap")
-        args = {
-            "floor": event_ms(msg.get("floor"), "floor"),
-            "timeout": sender_timeout(msg.get("timeout")),
-            "cap": None if cap is None else _offsets_field(cap, "cap"),
-        }
-        return ControlRequest(op, spool, _offsets_field(msg.get("after", {}), "after"), args)
-    if op == "ready_plan":
-        lo, hi = event_ms(msg.get("lo"), "lo"), event_ms(msg.get("hi"), "hi")
-        if hi < lo:
-            raise ValueError("hi is below lo")
-        args = {"lo": lo, "hi": hi, "after": plan_after(msg.get("after"))}
-        return ControlRequest(op, spool, _offsets_field(msg.get("offsets"), "offsets"), args)
-    since = msg.get("since")
-    args = {
-        "frontier": event_ms(msg.get("frontier"), "frontier"),
-        "since": None if since is None else event_ms(since, "since"),
-    }
-    return ControlRequest(op, spool, _offsets_field(msg.get("offsets"), "offsets"), args)
-
-
-def validate_request(raw: bytes) -> tuple[str, str | None, int | None]:
-    """Parse a request frame into (op, worker, number); raise ValueError when it is malformed."""
-    return _segment_request(_json_request(raw, MAX_REQUEST_BYTES))
-
-
-def _segment_request(msg: Any) -> tuple[str, str | None, int | None]:
-    if not isinstance(msg, dict):
-        raise ValueError("request is not a JSON object")
-    op = msg.get("op")
-    if op == "stats":
-        return "stats", None, None
-    if op != "segment":
-        raise ValueError("unknown op")
-    worker = msg.get("worker")
-    number = msg.get("number")
-    if not isinstance(worker, str) or not WIRE_WORKER_RE.match(worker):
-        raise ValueError("bad worker name")
-    if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number < MAX_SEGMENT_NUMBER:
-        raise ValueError("bad segment number")
-    return "segment", worker, number
 
 
 class SegmentServer:
@@ -466,121 +344,3 @@ class SegmentServer:
         self._sock.close(0)
         ck.release(self._ctx)  # the authenticator's socket would keep term() waiting
         self._ctx.term()
-
-
-def fetch_segment(
-    endpoint: str,
-    worker: str,
-    number: int,
-    timeout: float = 30.0,
-    max_bytes: int = MAX_SEGMENT_BYTES,
-    ctx: zmq.Context | None = None,
-    curve_keys: str | None = None,
-) -> bytes:
-    """Fetch one segment's Arrow IPC bytes from a segment server (``curve_keys``: a keys directory
-    when the server runs with keys; a refused key fails with the handshake named)."""
-    own = ctx is None
-    ctx = ctx or zmq.Context()
-    sock, watch = None, None
-    try:
-        sock, watch = ck.client_socket(ctx, max_bytes + 4096, curve_keys)
-        sock.connect(endpoint)
-        sock.send(orjson.dumps({"op": "segment", "worker": worker, "number": number}))
-        deadline = time.monotonic() + timeout
-        while not sock.poll(100):
-            if time.monotonic() > deadline:
-                raise FetchError(
-                    f"no answer from segment server {endpoint} for {worker}/{number} within {timeout:.0f}s"
-                    f"{ck.refusal_hint(watch, bool(curve_keys))}"
-                )
-        frames = sock.recv_multipart()
-    finally:
-        if watch is not None:
-            watch.close()
-        if sock is not None:
-            sock.close(0)
-        if own:
-            ctx.term()
-    if not frames or len(frames[0]) > MAX_REQUEST_BYTES * 4:
-        raise FetchError("malformed answer from segment server")
-    head = orjson.loads(frames[0])
-    if not isinstance(head, dict) or not head.get("ok"):
-        err = head.get("error") if isinstance(head, dict) else "malformed answer"
-        raise FetchError(f"segment server {endpoint}: {err}")
-    if len(frames) != 2 or len(frames[1]) != head.get("nbytes"):
-        raise FetchError("segment server answer has the wrong size")
-    return frames[1]
-
-
-def server_stats(endpoint: str, timeout: float = 10.0, curve_keys: str | None = None) -> dict[str, Any]:
-    """Ask a running segment server for its counters."""
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.REQ)
-    sock.setsockopt(zmq.LINGER, 0)
-    try:
-        if curve_keys:
-            ck.client_secure(sock, curve_keys)
-        sock.connect(endpoint)
-        sock.send(orjson.dumps({"op": "stats"}))
-        if not sock.poll(int(timeout * 1000)):
-            raise FetchError(f"no answer from segment server {endpoint}")
-        head = orjson.loads(sock.recv())
-    finally:
-        sock.close(0)
-        ctx.term()
-    return head
-
-
-def ask_servers(
-    requests: dict[str, dict[str, Any]],
-    timeout: float,
-    ctx: zmq.Context,
-    curve_keys: str | None = None,
-) -> dict[str, dict[str, Any] | str]:
-    """Send one request to each server at once and wait at most ``timeout`` s for all the answers.
-
-    Returns per endpoint the answer (a JSON object with ``ok`` true) or one line saying why there is
-    none: no answer in time (a host that is down, stopped or cut off), an error answer, or a
-    malformed one. Each request gets a fresh REQ socket, so a late answer is never taken for the
-    next request's.
-    """
-    socks: dict[str, tuple[zmq.Socket, ck.HandshakeWatch]] = {}
-    out: dict[str, dict[str, Any] | str] = {}
-    poller = zmq.Poller()
-    try:
-        for endpoint, req in requests.items():
-            socks[endpoint] = ck.client_socket(ctx, MAX_CONTROL_REPLY, curve_keys)
-            sock = socks[endpoint][0]
-            sock.connect(endpoint)
-            sock.send(orjson.dumps(req), zmq.NOBLOCK)
-            poller.register(sock, zmq.POLLIN)
-        deadline = time.monotonic() + timeout
-        waiting = {sock: ep for ep, (sock, _) in socks.items()}
-        while waiting and (left := deadline - time.monotonic()) > 0:
-            for sock, _ in poller.poll(max(1, int(left * 1000))):
-                endpoint = waiting.pop(sock)
-                out[endpoint] = _control_reply(endpoint, sock.recv_multipart())
-                poller.unregister(sock)
-        for endpoint in waiting.values():
-            hint = ck.refusal_hint(socks[endpoint][1], bool(curve_keys))
-            out[endpoint] = f"no answer from {endpoint} within {timeout:g} s{hint}"
-    finally:
-        for sock, watch in socks.values():
-            watch.close()
-            sock.close(0)
-    return out
-
-
-def _control_reply(endpoint: str, frames: list[bytes]) -> dict[str, Any] | str:
-    """A control answer as a dict when it is a well-formed ``ok`` one, else one line saying why not."""
-    if len(frames) != 1:
-        return f"malformed answer from {endpoint}"
-    try:
-        head = orjson.loads(frames[0])
-    except orjson.JSONDecodeError:
-        return f"malformed answer from {endpoint}"
-    if not isinstance(head, dict):
-        return f"malformed answer from {endpoint}"
-    if not head.get("ok"):
-        return f"{endpoint}: {head.get('error', 'refused')}"
-    return head

@@ -1,4 +1,5 @@
-"""What Spark calls: the stream reader, its state, the ingest log, the naive baseline source."""
+"""What Spark calls: the stream reader, its state, the ingest log, the naive baseline source, and
+``source_status``, what a query's source holds and has lost, read from its spool."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ _FACE = {
     "ReaderState": "cp_source.reader.state",
     "read_reader_state": "cp_source.reader.state",
     "wait_reader_state": "cp_source.reader.state",
+    "SourceStatus": "cp_source.reader.source_watch",
+    "FactoriesStatus": "cp_source.reader.source_watch",
+    "source_status": "cp_source.reader.source_watch",
 }
 __all__ = sorted(_FACE)
 __getattr__, __dir__ = lazy_face(__name__, _FACE)

@@ -86,7 +86,7 @@ def lock_spool(opts: ReaderOptions) -> int:
 
 
 def lookup_segment(spool: Any, worker: str, number: int) -> Any:
-    from cp_source.hosts.segment_server import SegmentRef
+    from cp_source.hosts.segment_protocol import SegmentRef
 
     if worker not in spool.workers():
         return None

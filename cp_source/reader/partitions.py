@@ -125,7 +125,7 @@ class SegmentLoader:
         import pyarrow as pa
         import zmq
 
-        from cp_source.hosts.segment_server import fetch_segment
+        from cp_source.hosts.segment_client import fetch_segment
 
         p = self.part
         assert p.server is not None

@@ -9,7 +9,6 @@ committed manifests list (``cp_store.batch_log``).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -23,50 +22,30 @@ from cp_common.stamp_columns import (
     stamp_points,
     tsc_column,
 )
-from cp_store.location import Location, resolve
-from cp_store.tables import files_under, missing, read_schema
+from cp_store.location import Location
+from cp_store.published_run import Published, published
+from cp_store.published_run import Where as Place
+from cp_store.tables import missing, read_schema
 
+# a records location: a path, a URI, a Location or a Published one
+Where = Place | Published
 # What a sink record holds besides stamps and kept columns (cp_sink.records.RECORD_OWN_COLUMNS).
 RECORD_COLUMNS = ("tuple_id", "partition", "batch_id", "role")
 
 
-def record_files(root: Location) -> list[Location]:
-    """The Parquet files of a records location.
-
-    A sink path (one with ``_commits/``): exactly the files its committed manifests list, so what a
-    failed or speculative task attempt left beside them is never read. Any other directory (files
-    a Spark query wrote, say): every Parquet file, none below a ``_`` or ``.`` name.
-    """
-    from cp_store.batch_log import COMMITS, current_files, read_manifests
-
-    if not root.join(COMMITS).is_dir():
-        return files_under(root)
-    listed = current_files(root, read_manifests(root).values())  # a file not yet moved: where it waits
-    return [f for f in listed if f.path.endswith(".parquet")]
+def record_files(root: Where) -> list[Location]:
+    """The Parquet files of a records location (``Published.record_files``)."""
+    return published(root).record_files()
 
 
-def commit_stamps(root: Location) -> dict[str, tuple[int, str] | None]:
-    """Each file a sink path's manifests list (its path where it is now) and the "committed"
-    stamp of its batch (None: a manifest written without it); empty for any other directory."""
-    from cp_store.manifests import COMMITS, current_files, read_manifests
-
-    if not root.join(COMMITS).is_dir():
-        return {}
-    manifests = list(read_manifests(root).values())
-    stamps = [m.committed for m in manifests for _ in m.files]
-    return {loc.path: st for loc, st in zip(current_files(root, manifests), stamps, strict=True)}
-
-
-def points_in_files(records_dir: str | os.PathLike[str] | Location) -> tuple[int, dict[str, int]]:
+def points_in_files(records_dir: Where) -> tuple[int, dict[str, int]]:
     """(record files, files holding each stamp point): the points in the order their columns first
     appear; "committed" counts the files whose batch's manifest stamped it."""
-    root = resolve(records_dir)
-    if not root.is_dir():
-        raise ValueError(str(missing(root, "records directory")))
+    run = _existing(records_dir)
     held: dict[str, int] = {}
-    stamps = commit_stamps(root)
+    stamps = run.commit_stamps()
     n = 0
-    for f in record_files(root):
+    for f in run.record_files():
         names = read_schema(f).names
         if "tuple_id" in names:
             n += 1
@@ -76,7 +55,7 @@ def points_in_files(records_dir: str | os.PathLike[str] | Location) -> tuple[int
 
 
 def read_points(
-    records_dir: str | os.PathLike[str] | Location,
+    records_dir: Where,
     from_point: str,
     to_point: str,
     keys: Sequence[str] = (),
@@ -92,16 +71,13 @@ def read_points(
     return t.filter(valid)
 
 
-def read_stamps(
-    records_dir: str | os.PathLike[str] | Location, points: Sequence[str], keys: Sequence[str] = ()
-) -> pa.Table:
+def read_stamps(records_dir: Where, points: Sequence[str], keys: Sequence[str] = ()) -> pa.Table:
     """tuple_id, every point's stamp columns (in the order given) and the ``keys`` columns, every
     record of the files that hold all of them (a stamp may be null: the caller decides)."""
     import pyarrow.dataset as pds
 
-    root = resolve(records_dir)
-    if not root.is_dir():
-        raise ValueError(str(missing(root, "records directory")))
+    run = _existing(records_dir)
+    root = run.root
     points = list(dict.fromkeys(points))  # one point asked twice is read once
     cols = ["tuple_id", *(c for p in points for c in stamp_columns(p))]
     # "committed" is not in the files: it comes from each file's manifest (one stamp per batch)
@@ -109,7 +85,7 @@ def read_stamps(
     in_files = [c for c in cols if c not in from_manifest]
     files, seen, keyless = [], set(from_manifest), []
     key_types: dict[str, pa.DataType] = {}
-    for f in record_files(root):
+    for f in run.record_files():
         schema = read_schema(f)
         if "tuple_id" in schema.names:
             seen.update(schema.names)
@@ -135,20 +111,21 @@ def read_stamps(
         ]
     )
     if from_manifest:
-        return _with_commit_stamps(root, files, schema, in_files, keys).select([*cols, *keys])
+        return _with_commit_stamps(run, files, schema, in_files, keys).select([*cols, *keys])
     return pds.dataset(files, format="parquet", schema=schema, filesystem=root.fs).to_table(
         columns=[*cols, *keys]
     )
 
 
 def _with_commit_stamps(
-    root: Location, files: list[str], schema: pa.Schema, in_files: list[str], keys: Sequence[str]
+    run: Published, files: list[str], schema: pa.Schema, in_files: list[str], keys: Sequence[str]
 ) -> pa.Table:
     """The files' columns with their batch's "committed" stamp (from the manifests) on every row; a
     file of a batch whose commit was not stamped is refused in one line, never dropped."""
     import pyarrow.dataset as pds
 
-    stamps = commit_stamps(root)
+    root = run.root
+    stamps = run.commit_stamps()
     unstamped = [f for f in files if stamps.get(f) is None]
     if unstamped:
         raise ValueError(
@@ -164,6 +141,14 @@ def _with_commit_stamps(
         t = t.append_column(tsc, pa.repeat(pa.scalar(stamp_tsc, pa.int64()), len(t)))
         parts.append(t.append_column(node, pa.repeat(pa.scalar(stamp_node, pa.string()), len(t))))
     return pa.concat_tables(parts)
+
+
+def _existing(records_dir: Where) -> Published:
+    """The records location, resolved once; one that does not exist is refused in one line."""
+    run = published(records_dir)
+    if not run.root.is_dir():
+        raise ValueError(str(missing(run.root, "records directory")))
+    return run
 
 
 def _check_found(

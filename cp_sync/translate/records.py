@@ -12,8 +12,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cp_common.stamp_columns import node_column, tsc_column
-from cp_store.location import Location, resolve
-from cp_store.manifests import batch_gaps, committed
+from cp_store.location import Location
+from cp_store.manifests import batch_gaps
+from cp_store.published_run import Published, published
 from cp_sync.sync_table import minrtt
 from cp_sync.translate.record_points import read_points
 from cp_sync.translate.relation import METHODS, SCENARIOS, STAMP_MARGIN, STATUSES
@@ -155,7 +156,7 @@ def translate_points(
 
 
 def translate_records(
-    records_dir: str | os.PathLike[str] | Location,
+    records_dir: str | os.PathLike[str] | Location | Published,
     sync_dir: str | os.PathLike[str] | Location | None,
     from_point: str,
     to_point: str,
@@ -186,12 +187,13 @@ def translate_records(
             f"cannot group by {', '.join(clash)}: translate's output has a column of that name "
             f"(rename it in the query before the sink)"
         )
-    points = read_points(records_dir, from_point, to_point, keys)
+    run = published(records_dir)  # resolved once, its manifests read once
+    points = read_points(run, from_point, to_point, keys)
     # A sink path's committed batch ids that skip some: their records are in no output (said beside it).
-    root = resolve(records_dir)
-    gaps = {"records": root.uri, "batch_gaps": batch_gaps(committed(root))}
+    root = run.root
+    gaps = {"records": root.uri, "batch_gaps": batch_gaps(run.manifests)}
     if sync_dir is None:
-        looked = resolve(records_dir).join(SYNC_DIR).uri
+        looked = root.join(SYNC_DIR).uri
         out, facts = _same_domain(points, from_point, to_point, reference, keys, hz, looked)
         return out, {**facts, **gaps}
     sync, reported = read_sync(sync_dir)

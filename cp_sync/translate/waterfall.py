@@ -43,7 +43,8 @@ from cp_common.stamp_columns import (
     node_column,
     tsc_column,
 )
-from cp_store.location import Location, resolve
+from cp_store.location import Location
+from cp_store.published_run import Published, published
 from cp_sync.translate.relation import ST_NO_RELATION, ST_OK, STAMP_MARGIN, STATUSES
 
 WATERFALL_KEY = b"cloudprofiler.waterfall"
@@ -109,7 +110,7 @@ class _Positions:
 
 
 def waterfall(
-    records: str | os.PathLike[str] | Location,
+    records: str | os.PathLike[str] | Location | Published,
     sync: str | os.PathLike[str] | Location | None = None,
     reference: str | None = None,
     method: str = DEFAULT_METHOD,
@@ -125,30 +126,32 @@ def waterfall(
     of the reference's counter (default: the earliest record's first point); the metadata's
     ``origin_tsc`` gives the one used, so other events on the reference's clock share the axis.
     """
-    from cp_store.manifests import batch_gaps, committed, gaps_note
+    from cp_store.manifests import batch_gaps, gaps_note
     from cp_sync.translate.records import SYNC_DIR
 
-    root = resolve(records)
+    run = published(records)  # resolved once, its manifests read once
+    root = run.root
     if sync is None and root.join(SYNC_DIR).is_dir():
         sync = root.join(SYNC_DIR)
-    points, table, notes = _read(root)
+    points, table, notes = _read(run)
     if sync is None:
         where = root.join(SYNC_DIR).uri
         at = _same_domain(table, points, reference, hz, where)
     else:
         at = _synced(table, points, sync, reference, method, stamp_margin)
-    gaps = batch_gaps(committed(root))
+    gaps = batch_gaps(run.manifests)
     if gaps:
         notes.append(f"records {gaps_note(root.uri, gaps)}")
     return _table(table, points, at, notes, origin_tsc)
 
 
-def _read(root: Location) -> tuple[list[str], pa.Table, list[str]]:
+def _read(run: Published) -> tuple[list[str], pa.Table, list[str]]:
     """The points every record file holds (pipeline order), their stamps for every record holding all
     of them, and the notes on what was left out."""
     from cp_sync.translate.record_points import points_in_files, read_stamps
 
-    files, held = points_in_files(root)
+    root = run.root
+    files, held = points_in_files(run)
     if not files:
         raise ValueError(f"no record files (Parquet with tuple_id) under {root.uri}")
     ordered = order_points(list(held))
@@ -167,7 +170,7 @@ def _read(root: Location) -> tuple[list[str], pa.Table, list[str]]:
     if PLANNED not in points and FACTORY in points and SOURCE in points:
         notes.append("no planned stamp in the records: factory -> source is one stage (waiting in the spool, "
                      "task start and read)")  # fmt: skip
-    table = read_stamps(root, points)
+    table = read_stamps(run, points)
     complete = np.ones(table.num_rows, bool)
     for p in points:
         valid = pc.is_valid(table[tsc_column(p)]).to_numpy(zero_copy_only=False)

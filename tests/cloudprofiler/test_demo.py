@@ -263,12 +263,12 @@ def test_the_table_and_every_plot_show_the_same_steady_state_records(tmp_path: P
     from cloudprofiler.jobs.demo_report import (
         RunClock,
         demo_series,
-        figures,
         in_ranges,
         latencies,
         table_rows,
         with_run_time,
     )  # fmt: skip
+    from cloudprofiler.report.demo_plots import figures
     from cloudprofiler.report.summary import LEFT_OUT_LABEL, WARMUP_COLOR, WARMUP_LABEL, print_latency_table
     from cp_common.stamp_columns import tsc_column
     from cp_sync.translate.record_points import read_points

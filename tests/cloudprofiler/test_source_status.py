@@ -10,9 +10,9 @@ import pytest
 import zmq
 
 import cloudprofiler
-from cloudprofiler.source_watch import SourceStatus
 from cp_source.generate.generator import run_generator
 from cp_source.generate.settings import GeneratorSettings
+from cp_source.reader.source_watch import SourceStatus
 from tests.helpers.embedded_source import embedded_source
 from tests.helpers.polling import wait_for
 from tests.helpers.typed_keys import assert_keys

@@ -261,13 +261,13 @@ def test_the_progress_report_reads_its_log_checkpoint_and_sync_from_s3(tmp_path:
 
 def test_the_demo_writes_its_latency_table_and_plots_to_s3(tmp_path: Path) -> None:
     from cloudprofiler.jobs.demo_report import (
-        PLOTS,
         RunClock,
         demo_series,
         latencies,
         with_run_time,
         write_results,
     )
+    from cloudprofiler.report.demo_plots import PLOTS
     from tests.helpers.demo_run import MEASURED, START, WARM_IDS
     from tests.helpers.demo_run import write_run as demo_run
 

@@ -269,7 +269,7 @@ class NetnsHost:
         """Its segment server's counters, asked from inside its own namespace (reachable whatever the
         route from here)."""
         code = (
-            "import sys, orjson, zmq; from cp_source.hosts.segment_server import ask_servers; "
+            "import sys, orjson, zmq; from cp_source.hosts.segment_client import ask_servers; "
             "c = zmq.Context(); a = ask_servers({sys.argv[1]: {'op': 'stats'}}, 20.0, c)[sys.argv[1]]; "
             "sys.stdout.write(orjson.dumps(a).decode()); c.term()"
         )

@@ -16,7 +16,8 @@ import orjson
 
 
 def _segment(root: str) -> tuple[str, Any]:
-    from cp_source.hosts.segment_server import SegmentRef, SegmentServer
+    from cp_source.hosts.segment_protocol import SegmentRef
+    from cp_source.hosts.segment_server import SegmentServer
 
     def lookup(worker: str, number: int) -> SegmentRef | None:
         p = Path(root) / worker / f"seg-{number:012d}.arrow"

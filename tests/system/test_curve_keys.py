@@ -135,7 +135,8 @@ def test_the_generate_command_says_the_handshake_failed(
 def keyed_segment_server(tmp_path: Path, keys: Path) -> Iterator[tuple[Any, bytes]]:
     import pyarrow as pa
 
-    from cp_source.hosts.segment_server import SegmentRef, SegmentServer
+    from cp_source.hosts.segment_protocol import SegmentRef
+    from cp_source.hosts.segment_server import SegmentServer
 
     root = tmp_path / "spool"
     root.mkdir()
@@ -152,7 +153,7 @@ def keyed_segment_server(tmp_path: Path, keys: Path) -> Iterator[tuple[Any, byte
 def test_a_segment_fetch_with_the_right_keys_gets_the_segment(
     keyed_segment_server: tuple[Any, bytes], keys: Path
 ) -> None:
-    from cp_source.hosts.segment_server import fetch_segment
+    from cp_source.hosts.segment_client import fetch_segment
 
     server, body = keyed_segment_server
     assert fetch_segment(server.endpoint, "w0", 0, timeout=30, curve_keys=str(keys)) == body
@@ -163,7 +164,8 @@ def test_a_segment_fetch_with_the_right_keys_gets_the_segment(
 def test_a_segment_fetch_without_the_right_key_is_refused_clearly(
     keyed_segment_server: tuple[Any, bytes], keys: Path, other_keys: Path, tmp_path: Path, which: str
 ) -> None:
-    from cp_source.hosts.segment_server import FetchError, fetch_segment
+    from cp_source.hosts.segment_client import fetch_segment
+    from cp_source.hosts.segment_protocol import FetchError
 
     server, _ = keyed_segment_server
     client = _client_keys(which, keys, other_keys, tmp_path)
@@ -327,7 +329,9 @@ def test_sync_with_keys_probes_keyed_agents_and_refuses_the_others(
 
 
 def test_a_keyed_client_at_a_server_without_keys_is_told_so(tmp_path: Path, keys: Path) -> None:
-    from cp_source.hosts.segment_server import FetchError, SegmentServer, fetch_segment
+    from cp_source.hosts.segment_client import fetch_segment
+    from cp_source.hosts.segment_protocol import FetchError
+    from cp_source.hosts.segment_server import SegmentServer
 
     server = SegmentServer(lambda w, n: None, tmp_path)
     try:

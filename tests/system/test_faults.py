@@ -326,7 +326,9 @@ def test_a_query_fails_with_the_reason_when_factory_workers_keep_dying(spark: An
 def test_the_segment_server_survives_a_failed_stats_write(tmp_path: Path) -> None:
     import pyarrow as pa
 
-    from cp_source.hosts.segment_server import SegmentRef, SegmentServer, fetch_segment
+    from cp_source.hosts.segment_client import fetch_segment
+    from cp_source.hosts.segment_protocol import SegmentRef
+    from cp_source.hosts.segment_server import SegmentServer
 
     root = tmp_path / "spool"
     root.mkdir()

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cp_sink.channels.config_client import lookup
-from cp_source.hosts.segment_server import fetch_segment, server_stats
+from cp_source.hosts.segment_client import fetch_segment, server_stats
 from cp_source.wire import bucket as bk
 from cp_source.wire.sender_link import SenderIdInUse, open_link
 from cp_sync.nodes.coordinator import list_agents

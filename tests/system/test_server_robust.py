@@ -193,7 +193,7 @@ def _flood_segment_requests(endpoint: str, n: int) -> zmq.Socket[bytes]:
 def test_segment_server_bounds_replies_to_a_peer_that_never_reads(tmp_path) -> None:
     import time
 
-    from cp_source.hosts.segment_server import fetch_segment, server_stats
+    from cp_source.hosts.segment_client import fetch_segment, server_stats
     from tests.helpers.live_server import LiveServer
 
     (tmp_path / "w0").mkdir()

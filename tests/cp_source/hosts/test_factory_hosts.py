@@ -22,16 +22,10 @@ import pytest
 import zmq
 
 from cloudprofiler.cli.process import cli_argv
-from cloudprofiler.source_watch import FactoriesStatus
 from cp_source.hosts.links import HostsFile
-from cp_source.hosts.segment_server import (
-    MAX_CONTROL_BYTES,
-    ControlRequest,
-    FetchError,
-    ask_servers,
-    fetch_segment,
-    parse_request,
-)
+from cp_source.hosts.segment_client import ask_servers, fetch_segment
+from cp_source.hosts.segment_protocol import MAX_CONTROL_BYTES, ControlRequest, FetchError, parse_request
+from cp_source.reader.source_watch import FactoriesStatus
 from cp_source.spool.segments import Spool
 from tests.helpers.netns_hosts import (
     CLUSTER_DRIVER,
@@ -554,7 +548,7 @@ def test_the_other_factories_go_on_while_one_is_stopped(
 
 def test_a_keyed_factory_host_answers_only_key_holders(tmp_path: Path, hosts: list[FactoryHost]) -> None:
     from cp_common import curve_keys
-    from cp_source.hosts.segment_server import ask_servers
+    from cp_source.hosts.segment_client import ask_servers
 
     keys = tmp_path / "keys"
     curve_keys.generate(keys)

@@ -20,10 +20,11 @@ import pytest
 import zmq
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from cloudprofiler.source_watch import FactoriesStatus
 from cp_source.hosts.ready_hosts import parse_plan, parse_ready
-from cp_source.hosts.segment_server import ControlRequest, ask_servers, parse_request
+from cp_source.hosts.segment_client import ask_servers
+from cp_source.hosts.segment_protocol import ControlRequest, parse_request
 from cp_source.reader.options import ReaderOptions, source_schema
+from cp_source.reader.source_watch import FactoriesStatus
 from cp_source.reader.stream_reader import CloudprofilerStreamReader
 from cp_source.ready.batch_plan import LATE_REASON, ReadySlice, ReadyState
 from cp_source.ready.frontier import NO_FRONTIER

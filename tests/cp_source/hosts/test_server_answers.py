@@ -9,7 +9,8 @@ from typing import Any
 import orjson
 import zmq
 
-from cp_source.hosts.segment_server import SegmentServer, SpoolControl, ask_servers, fetch_segment
+from cp_source.hosts.segment_client import ask_servers, fetch_segment
+from cp_source.hosts.segment_server import SegmentServer, SpoolControl
 from cp_source.hosts.server_answers import (
     CommittedAnswer,
     ErrorAnswer,

@@ -408,7 +408,7 @@ def test_two_klink_queries_count_every_window_exactly(spark: Any, tmp_path: Path
     """A 4 s tumbling query (ordering=arrival) and a 6 s / 2 s sliding one (ordering=ready) share the
     cores and the klink directory: they defer, and every closed window's count is the generator's."""
     from cloudprofiler import wait_for_factory
-    from cloudprofiler.source_watch import source_status
+    from cp_source.reader.source_watch import source_status
 
     kdir = tmp_path / "klink"
     specs = [("tumbling", 4000, 4000, {}), ("sliding", 6000, 2000, {"ordering": "ready", "senders": "1"})]
@@ -487,7 +487,7 @@ def _phase(spark: Any, work: Path, kdir: Path, sink: _Windows, start_ms: int) ->
 def test_klink_query_restarted_on_its_checkpoint_stays_exactly_once(spark: Any, tmp_path: Path) -> None:
     """A deferring klink query is stopped and started again on the same checkpoint and spool: every
     window closed over both runs is emitted once with the generators' exact count."""
-    from cloudprofiler.source_watch import source_status
+    from cp_source.reader.source_watch import source_status
 
     work, kdir, sink = tmp_path / "q", tmp_path / "klink", _Windows()
     peer = _UrgentPeer(kdir)

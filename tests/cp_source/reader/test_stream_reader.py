@@ -12,15 +12,9 @@ import zmq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cp_source.hosts.segment_server import (
-    MAX_REQUEST_BYTES,
-    FetchError,
-    SegmentRef,
-    SegmentServer,
-    fetch_segment,
-    server_stats,
-    validate_request,
-)
+from cp_source.hosts.segment_client import fetch_segment, server_stats
+from cp_source.hosts.segment_protocol import MAX_REQUEST_BYTES, FetchError, SegmentRef, validate_request
+from cp_source.hosts.segment_server import SegmentServer
 from cp_source.reader.options import ReaderOptions, source_schema
 from tests.helpers.filled_spool import fill_spool, spool_source
 

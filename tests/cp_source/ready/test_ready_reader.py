@@ -13,9 +13,9 @@ import pytest
 import zmq
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from cloudprofiler.source_watch import SourceStatus
 from cp_source.factory.supervisor import FactoryHandle, start_factory
 from cp_source.reader.options import ReaderOptions, source_schema
+from cp_source.reader.source_watch import SourceStatus
 from cp_source.reader.stream_reader import CloudprofilerStreamReader
 from cp_source.ready.batch_plan import LATE_REASON, ReadyState, read_report
 from cp_source.ready.frontier import NO_FRONTIER

@@ -234,9 +234,24 @@ def _losses(stats: SpoolStats) -> Losses:
     }
 
 
-def _offsets(stats: SpoolStats, planned: dict[str, int], query: Any) -> Offsets:
-    from cloudprofiler.spark_local import source_end_offset
+def source_end_offset(query: Any, source: int = 0) -> dict[str, int] | None:
+    """The end offset of a streaming query's ``source``-th source in its last progress, or None.
 
+    For the cloudprofiler source this is the per-worker segment number the last
+    micro-batch read up to (the offset's spool id left out); compare it with
+    ``Spool.latest()`` to know the query has read everything published.
+    """
+    from cp_source.ready.offsets import SPOOL_KEY
+
+    prog = query.lastProgress
+    if not prog or len(prog["sources"]) <= source:
+        return None
+    end = prog["sources"][source]["endOffset"]
+    parsed = json.loads(end) if isinstance(end, str) else end
+    return {k: v for k, v in parsed.items() if k != SPOOL_KEY} if isinstance(parsed, dict) else None
+
+
+def _offsets(stats: SpoolStats, planned: dict[str, int], query: Any) -> Offsets:
     return {
         "committed": stats.committed,
         "planned": planned,
