@@ -34,6 +34,8 @@ CLOCK_MODULES = {"backend_api", "clock", "domain", "probe_loops", "ring_python",
 SUBPACKAGE_ORDER = {
     "cp_source": ["reader", "generate", "factory", "hosts", "ready", "spool", "wire", "klink"],
     "cp_sync": ["auto", "nodes", "probe", "compare", "translate"],
+    "cp_sink": ["channels"],
+    "cloudprofiler": ["jobs", "cli", "report", "progress", "windows"],
 }
 # A package grouped by concern keeps few modules at its top: its floor, not its rooms.
 MAX_TOP_MODULES = {"cp_source": 0, "cp_sync": 6}
@@ -122,7 +124,7 @@ def _level(package: str, dotted: str) -> int:
     """Where a module of ``package`` stands: its subpackage's place in the order, or below them all."""
     parts = dotted.split(".")
     order = SUBPACKAGE_ORDER[package]
-    return order.index(parts[1]) if len(parts) > 2 and parts[1] in order else len(order)
+    return order.index(parts[1]) if len(parts) > 1 and parts[1] in order else len(order)
 
 
 @pytest.mark.parametrize("package", sorted(SUBPACKAGE_ORDER))
