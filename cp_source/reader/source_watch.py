@@ -23,6 +23,7 @@ from cp_source.hosts.links import FactoryHostStatus, HostsReady
 from cp_source.klink.reports import KlinkReport
 from cp_source.reader.state import read_reader_state
 from cp_source.ready.frontier import ReadyReport
+from cp_source.spool.demand import DemandCounts, read_counts
 from cp_source.spool.ledger import SpoolStats, WorkerState
 from cp_source.spool.names import WORKER_RE
 from cp_source.spool.segments import SPOOL_FILE, Spool, SpoolMismatchError
@@ -113,6 +114,7 @@ class SourceStatus(TypedDict):
     factory: FactoryStatus
     ready: ReadyStatus | None  # ordering=ready only
     klink: KlinkReport | None  # scheduling=klink only
+    demand: DemandCounts  # the flush on request: its bounds, and the batches a late worker missed
 
 
 class FactoriesStatus(TypedDict):
@@ -288,6 +290,7 @@ def _read_once(spool: Spool, query: Any) -> SourceStatus | None:
         "factory": _factory(spool, stats.per_worker, query),
         "ready": _ready(spool),
         "klink": _klink(spool),
+        "demand": read_counts(spool.root),
     }
 
 

@@ -15,6 +15,10 @@ Instead the reader asks, in ``latestOffset``, and the workers answer within a fe
 
 Times are modification times (``os.utime``, atomic) so no one reads a half-written file. A worker
 whose answer is older than the demand when the wait ends is named by ``ask``'s return value.
+
+The bounds are not silent: the reader keeps its counts in ``<spool>/_demand.json`` (the wait and
+poll bounds, the demands made, those whose wait ended with a worker unanswered, and how often each
+worker was late), and ``source_status`` shows them as its ``demand`` entry (``read_counts``).
 """
 
 from __future__ import annotations
@@ -23,13 +27,32 @@ import contextlib
 import os
 import time
 from pathlib import Path
+from typing import TypedDict
+
+import orjson
+
+from cp_store.atomic_files import atomic_write
 
 DEMAND_FILE = "_demand"
 ACK_FILE = "demand.ack"
+COUNTS_FILE = "_demand.json"  # the reader's counts, read by source_status
 IDLE = 4_000_000_000_000_000_000  # ns: "holds nothing", above any demand (the year 2096)
 HOLDING = 0  # ns: "holds rows", below any demand
 POLL_S = 0.002  # how often a worker holding rows looks for a demand
 WAIT_S = 0.03  # how long latestOffset waits for the workers' answers
+MAX_COUNTED_WORKERS = 4096  # a spool has at most this many worker directories to count
+
+
+class DemandCounts(TypedDict):
+    """The flush on request of a spool's reader: its bounds, the demands it made (``asks``), those
+    whose wait ended before every worker answered (``late_asks``: their rows went to a later batch)
+    and, per worker, how many of those it was late for."""
+
+    wait_ms: float
+    poll_ms: float
+    asks: int
+    late_asks: int
+    late_by_worker: dict[str, int]
 
 
 def _set(path: Path, ns: int) -> None:
@@ -60,6 +83,8 @@ class Demand:
         self.root = Path(spool)
         self.wait_s = wait_s
         self.last = 0
+        self.counts = read_counts(spool, wait_s)  # a restarted reader counts on from its last
+        self.counts["wait_ms"] = wait_s * 1000
 
     def ask(self, workers: list[str]) -> list[str]:
         """Ask every worker to publish what it holds; wait for their answers up to ``wait_s``.
@@ -74,8 +99,46 @@ class Demand:
         while True:
             waiting = [w for w in waiting if _answer(self.root / w / ACK_FILE) < demand]
             if not waiting or time.monotonic() >= deadline:
+                self._count(waiting)
                 return waiting
             time.sleep(0.0005)
+
+    def _count(self, late: list[str]) -> None:
+        c = self.counts
+        c["asks"] += 1
+        if late:
+            c["late_asks"] += 1
+            for w in late:
+                c["late_by_worker"][w] = c["late_by_worker"].get(w, 0) + 1
+        with contextlib.suppress(OSError):  # a full disk: the counts lag, the batch does not wait
+            atomic_write(self.root / COUNTS_FILE, orjson.dumps(c))
+
+
+def read_counts(spool: str | os.PathLike, wait_s: float = WAIT_S) -> DemandCounts:
+    """The counts a spool's reader kept (zero before its first demand, or when it made none: a
+    ``Trigger.AvailableNow`` query, a query over factory hosts); a garbled file reads as zero."""
+    counts: DemandCounts = {
+        "wait_ms": wait_s * 1000,
+        "poll_ms": POLL_S * 1000,
+        "asks": 0,
+        "late_asks": 0,
+        "late_by_worker": {},
+    }
+    try:
+        raw = orjson.loads((Path(spool) / COUNTS_FILE).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return counts
+    if not isinstance(raw, dict):
+        return counts
+    for key in ("asks", "late_asks"):
+        if isinstance(raw.get(key), int) and raw[key] >= 0:
+            counts[key] = raw[key]
+    if isinstance(raw.get("wait_ms"), int | float):
+        counts["wait_ms"] = float(raw["wait_ms"])
+    late = raw.get("late_by_worker")
+    if isinstance(late, dict) and len(late) <= MAX_COUNTED_WORKERS:
+        counts["late_by_worker"] = {str(w): n for w, n in late.items() if isinstance(n, int) and n >= 0}
+    return counts
 
 
 class DemandAnswer:

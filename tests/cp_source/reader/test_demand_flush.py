@@ -5,6 +5,7 @@ driver side called as Spark's runner calls it."""
 from __future__ import annotations
 
 import pickle
+import threading
 import time
 from pathlib import Path
 
@@ -15,8 +16,18 @@ import zmq
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from cp_source.factory.supervisor import FactoryHandle
+from cp_source.reader import source_status
 from cp_source.reader.options import ReaderOptions, source_schema
 from cp_source.reader.stream_reader import CloudprofilerStreamReader
+from cp_source.spool.demand import (
+    ACK_FILE,
+    COUNTS_FILE,
+    POLL_S,
+    WAIT_S,
+    Demand,
+    DemandAnswer,
+    read_counts,
+)
 from tests.helpers.polling import wait_for
 from tests.helpers.ready_sender import HandSender
 
@@ -60,6 +71,60 @@ def test_latest_offset_publishes_what_the_workers_hold(factory: FactoryHandle, c
         want = np.concatenate([np.arange(first, first + n) for first, n, _ in sender.ids])
         np.testing.assert_array_equal(got, want)
         assert took < 2.0, f"the rows were offered after {took:.3f} s"
+        # the bounds and every demand, beside the result: source_status shows them
+        counts = source_status(spool)["demand"]
+        assert counts["wait_ms"] == WAIT_S * 1000 and counts["poll_ms"] == POLL_S * 1000
+        assert counts["asks"] >= 1 and 0 <= counts["late_asks"] <= counts["asks"]
+        assert set(counts["late_by_worker"]) <= {"w0", "w1"}
     finally:
         sender.close()
         reader.stop()
+
+
+def test_a_worker_that_never_answers_is_counted_late_and_the_wait_stays_bounded(tmp_path: Path) -> None:
+    """A worker holding rows that dies before it answers (killed, or stuck): the reader waits its
+    bound and no longer, names that worker alone, and counts it; the counts survive the reader's
+    restart. The live worker answers from its own thread, polling as a worker does."""
+    spool = tmp_path / "spool"
+    for w in ("w0", "w1"):
+        (spool / w).mkdir(parents=True)
+    live = DemandAnswer(spool, spool / "w0")
+    DemandAnswer(spool, spool / "w1").holding()  # holds rows, then never looks again
+    stop = threading.Event()
+
+    def answering() -> None:  # holds rows again as soon as it answered: every demand waits for it
+        while not stop.is_set():
+            live.holding()
+            if live.due():
+                live.answer()
+            time.sleep(POLL_S)
+
+    worker = threading.Thread(target=answering, daemon=True)
+    worker.start()
+    try:
+        demand = Demand(spool)
+        for _ in range(3):
+            t0 = time.monotonic()
+            late = demand.ask(["w0", "w1"])
+            took = time.monotonic() - t0
+            assert late == ["w1"] and WAIT_S <= took < WAIT_S + 2.0, (late, took)
+    finally:
+        stop.set()
+        worker.join()
+    live.answer()  # it published what it held: it holds nothing now
+    counts = read_counts(spool)
+    assert (counts["asks"], counts["late_asks"], counts["late_by_worker"]) == (3, 3, {"w1": 3})
+    # a reader restarted on the spool counts on; the dead worker's answer file gone with its
+    # restart, no one waits for it
+    (spool / "w1" / ACK_FILE).unlink()
+    assert Demand(spool).ask(["w0", "w1"]) == []
+    counts = read_counts(spool)
+    assert (counts["asks"], counts["late_asks"], counts["late_by_worker"]) == (4, 3, {"w1": 3})
+
+
+def test_garbled_demand_counts_read_as_zero_not_as_an_error(tmp_path: Path) -> None:
+    """The counts are the reader's own file; a torn or foreign one reads as no demand yet."""
+    for raw in (b"", b"[1, 2]", b'{"asks": -5, "late_asks": "x", "late_by_worker": [1]}', b"\xff\xfe"):
+        (tmp_path / COUNTS_FILE).write_bytes(raw)
+        counts = read_counts(tmp_path)
+        assert counts["asks"] == 0 and counts["late_asks"] == 0 and counts["late_by_worker"] == {}
