@@ -4,7 +4,9 @@ driver side called as Spark's runner calls it."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import signal
 import threading
 import time
 from pathlib import Path
@@ -28,6 +30,7 @@ from cp_source.spool.demand import (
     DemandAnswer,
     read_counts,
 )
+from cp_source.spool.segments import Spool
 from tests.helpers.polling import wait_for
 from tests.helpers.ready_sender import HandSender
 
@@ -128,3 +131,53 @@ def test_garbled_demand_counts_read_as_zero_not_as_an_error(tmp_path: Path) -> N
         (tmp_path / COUNTS_FILE).write_bytes(raw)
         counts = read_counts(tmp_path)
         assert counts["asks"] == 0 and counts["late_asks"] == 0 and counts["late_by_worker"] == {}
+
+
+@pytest.mark.factory(workers=2, flush_ms=5000)
+def test_a_worker_killed_holding_rows_while_a_batch_is_planned_costs_one_bound_and_is_counted(
+    factory: FactoryHandle, ctx: zmq.Context
+) -> None:
+    """Both workers hold rows; w0 is SIGKILLed just before latestOffset asks. The demand waits its
+    bound for w0 and no longer, w1's rows are in the batch, w0 is counted late; the restarted w0 is
+    waited for by no later demand; the ledger balances: every id in the spool or lost in the factory."""
+    spool = Path(factory.spool)
+    options = {"spool": str(spool), "factory": "external"}
+    reader = CloudprofilerStreamReader(source_schema(ReaderOptions.parse(options)), options)
+    start = reader.initialOffset()
+    sender = HandSender(ctx, factory.endpoint, sender_id=78)
+    try:
+        for seq in range(4):
+            sender.data(seq, int(time.time() * 1000), count=10)
+        wait_for(
+            lambda: _pending_rows(spool, "w0") and _pending_rows(spool, "w1"), 20, "both workers to hold rows"
+        )
+        victim = factory.worker_pids()[0]
+        os.kill(victim, signal.SIGKILL)
+        t0 = time.monotonic()
+        end = reader.latestOffset(start, ReadAllAvailable())
+        took = time.monotonic() - t0
+        assert took < WAIT_S + 2.0, f"latestOffset waited {took:.3f} s for a dead worker"
+        wait_for(lambda: end.get("w1", -1) >= 0 or _published(reader, start, "w1"), 10, "w1's rows")
+        late = read_counts(spool)["late_by_worker"]
+        # a restarted worker answers only once it runs (its imports alone take longer than the wait)
+        assert late.get("w0", 0) >= 1, late
+        wait_for(lambda: factory.worker_pids()[0] != victim, 30, "the supervisor to restart w0")
+        wait_for(
+            lambda: (spool / "w0" / ACK_FILE).exists() and _pending_rows(spool, "w0") == 0, 30, "w0 to answer"
+        )
+        before = read_counts(spool)
+        reader.latestOffset(start, ReadAllAvailable())
+        after = read_counts(spool)
+        assert after["asks"] == before["asks"] + 1 and after["late_asks"] == before["late_asks"]
+        sender.end()
+        assert factory.wait_drained(60)
+        stats = Spool(spool).stats()
+        assert stats.rows + stats.lost_in_transit_total == sender.emitted == 40
+        assert stats.lost_in_transit_total > 0  # what the killed worker held, counted
+    finally:
+        sender.close()
+        reader.stop()
+
+
+def _published(reader: CloudprofilerStreamReader, start: dict, worker: str) -> bool:
+    return reader.latestOffset(start, ReadAllAvailable()).get(worker, -1) >= 0
