@@ -18,9 +18,6 @@ from typing import Any
 from cloudprofiler.errors import CommandError
 from cp_common.faces import deprecated_names
 
-# public from cloudprofiler; the docs once gave this module for it
-from cp_source.reader.source_watch import source_end_offset as source_end_offset
-
 DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -112,6 +109,16 @@ def local_session(
 
         register_source(spark)
     return spark
+
+
+def __getattr__(name: str) -> Any:
+    # source_end_offset lives beside the reader it watches now; the docs once gave this module for
+    # it. Imported on first use: a driver starting Spark pays nothing for the watch's imports.
+    if name == "source_end_offset":
+        from cp_source.reader.source_watch import source_end_offset
+
+        return source_end_offset
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # the paths the docs gave before the package faces: they still work, with a warning
