@@ -173,7 +173,7 @@ class RssByRole:
 
 def one_run(i: int, demo_args: list[str]) -> dict[str, Any]:
     """One demo in a new process: wall time, its summary's phases and verdict, its peak RSS."""
-    from cloudprofiler.cli.process import cli_argv
+    from cloudprofiler.children import cli_argv
 
     with tempfile.TemporaryDirectory(prefix="cp-demo-run-") as tmp:
         summary = Path(tmp) / "summary.json"

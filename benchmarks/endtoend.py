@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from cloudprofiler.cli.process import cli_argv  # noqa: E402
+from cloudprofiler.children import cli_argv  # noqa: E402
 from cloudprofiler.errors import TrialError  # noqa: E402
 from cloudprofiler.jobs.maxrate import find_max_rate  # noqa: E402
 from cloudprofiler.jobs.queries import (  # noqa: E402

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import native_tsc
-from cloudprofiler.cli.process import cli_argv, stop_processes
+from cloudprofiler.children import cli_argv, stop_processes
 from cloudprofiler.errors import CommandError
 from cloudprofiler.jobs.demo_args import DESCRIPTION as DESCRIPTION  # the command's face (cloudprofiler.cli)
 from cloudprofiler.jobs.demo_args import SIM_CLOCKS, check_args

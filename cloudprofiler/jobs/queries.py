@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from cloudprofiler.cli.process import cli_argv
+from cloudprofiler.children import cli_argv
 from cloudprofiler.errors import TrialError
 from cp_common.faces import deprecated_names
 from cp_common.stamp_columns import is_stamp_column

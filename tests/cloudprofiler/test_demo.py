@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from cloudprofiler.cli.process import CLI_ARGV
+from cloudprofiler.children import CLI_ARGV
 from cloudprofiler.report.summary import format_duration
 from cp_sink.records import read_records
 from native_tsc.domain import VirtualDomain, parse_virtual

@@ -25,8 +25,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import native_tsc
+from cloudprofiler.children import stop_processes
 from cloudprofiler.cli import main
-from cloudprofiler.cli.process import stop_processes
 from cp_sync.compare.synthetic import stamp
 from cp_sync.sync_table import read_sync
 from native_tsc.domain import make_virtual

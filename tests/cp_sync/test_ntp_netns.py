@@ -27,8 +27,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import native_tsc
+from cloudprofiler.children import stop_processes
 from cloudprofiler.cli import main
-from cloudprofiler.cli.process import stop_processes
 from cp_sync.compare.ntp import NtpBound, PrivateChrony, chrony_missing
 from cp_sync.compare.synthetic import stamp
 from native_tsc.domain import make_virtual

@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import pyarrow.compute as pc
 import pytest
 
+from cloudprofiler.children import stop_processes
 from cloudprofiler.cli import main
-from cloudprofiler.cli.process import stop_processes
 from cp_sync.nodes.coordinator import Coordinator
 from cp_sync.nodes.periodic import Load, Schedule, check_prefix, first_index, phase_name
 from cp_sync.sync_table import phase_order, read_sync

@@ -29,8 +29,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import native_tsc
+from cloudprofiler.children import stop_processes
 from cloudprofiler.cli import main
-from cloudprofiler.cli.process import stop_processes
 from cp_sync.compare.synthetic import invert, stamp
 from cp_sync.nodes.coordinator import Coordinator
 from cp_sync.sync_table import phase_order, read_sync

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from cloudprofiler.cli.process import cli_argv, stop_processes
+from cloudprofiler.children import cli_argv, stop_processes
 from tests.helpers.polling import wait_for
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from cloudprofiler.cli.process import cli_argv
+from cloudprofiler.children import cli_argv
 from cp_common import curve_keys
 from cp_source.factory.supervisor import FactoryHandle, start_factory
 from cp_source.generate.generator import run_generator

@@ -26,7 +26,7 @@ import numpy as np
 import orjson
 import pytest
 
-from cloudprofiler.cli.process import cli_argv, stop_processes
+from cloudprofiler.children import cli_argv, stop_processes
 from cp_source.factory.supervisor import IPC_PREFIX, FactoryHandle, start_factory
 from cp_source.generate.generator import run_generator
 from cp_source.generate.settings import GeneratorSettings

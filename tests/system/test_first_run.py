@@ -10,7 +10,7 @@ import numpy as np
 import orjson
 import pytest
 
-from cloudprofiler.cli.process import CLI_ARGV
+from cloudprofiler.children import CLI_ARGV
 from cp_sink.handlers import parse_handler, selected_positions
 from cp_sink.records import published_batches, read_records
 from cp_sink.stream_writer import CloudprofilerStreamWriter

@@ -35,7 +35,7 @@ SUBPACKAGE_ORDER = {
     "cp_source": ["reader", "generate", "factory", "hosts", "ready", "spool", "wire", "klink"],
     "cp_sync": ["auto", "nodes", "probe", "compare", "translate"],
     "cp_sink": ["channels"],
-    "cloudprofiler": ["jobs", "cli", "report", "progress", "windows"],
+    "cloudprofiler": ["cli", "jobs", "report", "progress", "windows"],
 }
 # A package grouped by concern keeps few modules at its top: its floor, not its rooms.
 MAX_TOP_MODULES = {"cp_source": 0, "cp_sync": 6}

@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 import zmq
 
-from cloudprofiler.cli.process import cli_argv, stop_processes
+from cloudprofiler.children import cli_argv, stop_processes
 from cp_source.factory.deadletter import read_dead_letters
 from cp_source.factory.supervisor import start_factory
 from cp_source.generate.generator import run_generator

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import zmq
 
-from cloudprofiler.cli.process import cli_argv
+from cloudprofiler.children import cli_argv
 from cp_source.spool.front_records import read_front_progress
 from cp_source.wire import bucket as bk
 from cp_source.wire.sender_link import open_link

@@ -20,7 +20,7 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cloudprofiler.cli.process import cli_argv, stop_processes
+from cloudprofiler.children import cli_argv, stop_processes
 from cp_source.factory.workers import PARSERS, make_accumulator
 from cp_source.wire import bucket as bk
 from cp_source.wire.bucket import BucketError

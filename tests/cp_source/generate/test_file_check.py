@@ -14,7 +14,7 @@ import numpy as np
 import orjson
 import pytest
 
-from cloudprofiler.cli.process import CLI_ARGV
+from cloudprofiler.children import CLI_ARGV
 from cp_source.factory.supervisor import FactoryHandle
 from cp_source.generate import file_check
 from cp_source.generate.file_check import FILE_MAX_BYTES, BadFileLine, check_file, read_workload_file

@@ -15,7 +15,7 @@ import orjson
 import pytest
 import zmq
 
-from cloudprofiler.cli.process import CLI_ARGV, stop_processes
+from cloudprofiler.children import CLI_ARGV, stop_processes
 from cp_source.factory.supervisor import FactoryHandle, start_factory
 from cp_source.generate import generator
 from cp_source.generate.generator import run_generator

@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from cloudprofiler.cli.process import CLI_ARGV
+from cloudprofiler.children import CLI_ARGV
 from cp_source.factory.supervisor import FactoryHandle
 from cp_source.generate.file_check import BadFileLine, read_workload_file
 from cp_source.generate.generator import run_generator

@@ -21,7 +21,7 @@ import orjson
 import pytest
 import zmq
 
-from cloudprofiler.cli.process import cli_argv
+from cloudprofiler.children import cli_argv
 from cp_source.hosts.links import HostsFile
 from cp_source.hosts.segment_client import ask_servers, fetch_segment
 from cp_source.hosts.segment_protocol import MAX_CONTROL_BYTES, ControlRequest, FetchError, parse_request
