@@ -30,12 +30,11 @@ are reported: a :class:`BatchGapWarning` naming them, and the returned table's s
 
 from __future__ import annotations
 
-import os
 import posixpath
 import re
 import warnings
 from collections.abc import Iterable
-from typing import Any, NotRequired, TypeAlias, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -49,7 +48,10 @@ from cp_store.batch_log import COMMITS, Manifest, committed, parallel, read_data
 from cp_store.location import Location, StoreError
 from cp_store.manifests import batch_gaps as _gaps
 from cp_store.manifests import gaps_note, show_gaps
-from cp_store.published_run import Published, published
+
+# Where: a sink path, a URI, a Location, or one already resolved with its manifests read (a report
+# reading one run many ways hands every reader the same Published)
+from cp_store.published_run import Published, Where, published
 from cp_store.tables import missing
 
 TUPLE_ID = "tuple_id"
@@ -113,11 +115,6 @@ PERIODS_SCHEMA = pa.schema(
         ("count", pa.int64()),
     ]
 )
-
-
-# a sink path: a path, a URI, a Location, or one already resolved with its manifests read (a report
-# reading one run many ways hands every reader the same Published)
-Where: TypeAlias = str | os.PathLike[str] | Location | Published
 
 
 def keep_columns(raw: str, columns: dict[str, bool], id_column: str) -> list[str]:

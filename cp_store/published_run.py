@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 from cp_store.location import Location, resolve
 from cp_store.manifests import COMMITS, Manifest, current_files, read_manifests
 from cp_store.tables import files_under
-
-Where = str | os.PathLike[str] | Location
 
 
 @dataclass
@@ -66,6 +65,10 @@ class Published:
         return self._listed
 
 
-def published(where: Where | Published) -> Published:
+# a records location as every reader takes it: a path, a URI, a Location, or one already published
+Where: TypeAlias = str | os.PathLike[str] | Location | Published
+
+
+def published(where: Where) -> Published:
     """``where`` resolved once (a ``Published`` is handed back as it is)."""
     return where if isinstance(where, Published) else Published(resolve(where))

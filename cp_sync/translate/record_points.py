@@ -23,12 +23,9 @@ from cp_common.stamp_columns import (
     tsc_column,
 )
 from cp_store.location import Location
-from cp_store.published_run import Published, published
-from cp_store.published_run import Where as Place
+from cp_store.published_run import Published, Where, published
 from cp_store.tables import missing, read_schema
 
-# a records location: a path, a URI, a Location or a Published one
-Where = Place | Published
 # What a sink record holds besides stamps and kept columns (cp_sink.records.RECORD_OWN_COLUMNS).
 RECORD_COLUMNS = ("tuple_id", "partition", "batch_id", "role")
 
