@@ -25,9 +25,9 @@ class Published:
     """A records location (``root``) and what its committed manifests list, read on first use."""
 
     root: Location
-    _manifests: dict[int, Manifest] | None = field(default=None, repr=False)
-    _sink: bool | None = field(default=None, repr=False)
-    _listed: list[Location] | None = field(default=None, repr=False)
+    _manifests: dict[int, Manifest] | None = field(default=None, init=False, repr=False)
+    _sink: bool | None = field(default=None, init=False, repr=False)
+    _listed: list[Location] | None = field(default=None, init=False, repr=False)
 
     @property
     def is_sink_path(self) -> bool:
