@@ -42,18 +42,27 @@ def _pending_rows(spool: Path, worker: str) -> int:
         return 0
 
 
+def _four_buckets(
+    factory: FactoryHandle, ctx: zmq.Context, sender_id: int
+) -> tuple[CloudprofilerStreamReader, dict, HandSender]:
+    """The reader's driver side on the factory's spool, its initial offset, and a sender that sent
+    four buckets of 10 tuples (the front end spreads them over the workers)."""
+    options = {"spool": factory.spool, "factory": "external"}
+    reader = CloudprofilerStreamReader(source_schema(ReaderOptions.parse(options)), options)
+    start = reader.initialOffset()
+    sender = HandSender(ctx, factory.endpoint, sender_id=sender_id)
+    for seq in range(4):
+        sender.data(seq, int(time.time() * 1000), count=10)
+    return reader, start, sender
+
+
 @pytest.mark.factory(workers=2, flush_ms=5000)
 def test_latest_offset_publishes_what_the_workers_hold(factory: FactoryHandle, ctx: zmq.Context) -> None:
     """Each worker holds buckets it would publish only after 5 s (flush_ms); latestOffset offers them
     at once (within 2 s on a loaded machine, a few ms on a quiet one), every one of their ids."""
     spool = Path(factory.spool)
-    options = {"spool": str(spool), "factory": "external"}
-    reader = CloudprofilerStreamReader(source_schema(ReaderOptions.parse(options)), options)
-    start = reader.initialOffset()
-    sender = HandSender(ctx, factory.endpoint, sender_id=77)
+    reader, start, sender = _four_buckets(factory, ctx, sender_id=77)
     try:
-        for seq in range(4):  # the front end spreads buckets over the workers
-            sender.data(seq, int(time.time() * 1000), count=10)
         wait_for(
             lambda: _pending_rows(spool, "w0") + _pending_rows(spool, "w1") == 40,
             20,
@@ -141,13 +150,8 @@ def test_a_worker_killed_holding_rows_while_a_batch_is_planned_costs_one_bound_a
     bound for w0 and no longer, w1's rows are in the batch, w0 is counted late; the restarted w0 is
     waited for by no later demand; the ledger balances: every id in the spool or lost in the factory."""
     spool = Path(factory.spool)
-    options = {"spool": str(spool), "factory": "external"}
-    reader = CloudprofilerStreamReader(source_schema(ReaderOptions.parse(options)), options)
-    start = reader.initialOffset()
-    sender = HandSender(ctx, factory.endpoint, sender_id=78)
+    reader, start, sender = _four_buckets(factory, ctx, sender_id=78)
     try:
-        for seq in range(4):
-            sender.data(seq, int(time.time() * 1000), count=10)
         wait_for(
             lambda: _pending_rows(spool, "w0") and _pending_rows(spool, "w1"), 20, "both workers to hold rows"
         )
