@@ -312,5 +312,7 @@ class LocalSpool:
             state.ready_thread.join(30.0)  # ends once the factory's workers are gone
         if state.reader_state is not None:
             clear_reader_state(self.opts.spool, state.reader_state)
+        if self.demand.counts["asks"]:
+            self.demand.write_counts()  # the demands of the last second, throttled until now
         if state.lock is not None:
             os.close(state.lock)  # last: the factory has stopped writing the spool

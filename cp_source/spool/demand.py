@@ -18,7 +18,10 @@ whose answer is older than the demand when the wait ends is named by ``ask``'s r
 
 The bounds are not silent: the reader keeps its counts in ``<spool>/_demand.json`` (the wait and
 poll bounds, the demands made, those whose wait ended with a worker unanswered, and how often each
-worker was late), and ``source_status`` shows them as its ``demand`` entry (``read_counts``).
+worker was late), and ``source_status`` shows them as its ``demand`` entry (``read_counts``). The
+file is rewritten at once when a demand is late or the first after a late one, else at most once a
+second (``COUNTS_EVERY_S``) and when the reader stops: a rewrite costs about ten times the demand
+itself, and Spark may ask every 10 ms while idle.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ IDLE = 4_000_000_000_000_000_000  # ns: "holds nothing", above any demand (the y
 HOLDING = 0  # ns: "holds rows", below any demand
 POLL_S = 0.002  # how often a worker holding rows looks for a demand
 WAIT_S = 0.03  # how long latestOffset waits for the workers' answers
+COUNTS_EVERY_S = 1.0  # how stale the plain count of demands in _demand.json may be while the reader runs
 MAX_COUNTED_WORKERS = 4096  # a spool has at most this many worker directories to count
 
 
@@ -85,6 +89,8 @@ class Demand:
         self.last = 0
         self.counts = read_counts(spool, wait_s)  # a restarted reader counts on from its last
         self.counts["wait_ms"] = wait_s * 1000
+        self._written = -COUNTS_EVERY_S  # monotonic time of the last rewrite: the first demand writes
+        self._was_late = False
 
     def ask(self, workers: list[str]) -> list[str]:
         """Ask every worker to publish what it holds; wait for their answers up to ``wait_s``.
@@ -110,8 +116,15 @@ class Demand:
             c["late_asks"] += 1
             for w in late:
                 c["late_by_worker"][w] = c["late_by_worker"].get(w, 0) + 1
+        changed, self._was_late = bool(late) or self._was_late, bool(late)
+        if changed or time.monotonic() - self._written >= COUNTS_EVERY_S:
+            self.write_counts()
+
+    def write_counts(self) -> None:
+        """Rewrite ``_demand.json`` with the counts so far (the reader's stop calls it last)."""
+        self._written = time.monotonic()
         with contextlib.suppress(OSError):  # a full disk: the counts lag, the batch does not wait
-            atomic_write(self.root / COUNTS_FILE, orjson.dumps(c))
+            atomic_write(self.root / COUNTS_FILE, orjson.dumps(self.counts))
 
 
 def read_counts(spool: str | os.PathLike, wait_s: float = WAIT_S) -> DemandCounts:

@@ -23,6 +23,7 @@ from cp_source.reader.options import ReaderOptions, source_schema
 from cp_source.reader.stream_reader import CloudprofilerStreamReader
 from cp_source.spool.demand import (
     ACK_FILE,
+    COUNTS_EVERY_S,
     COUNTS_FILE,
     POLL_S,
     WAIT_S,
@@ -169,6 +170,7 @@ def test_a_worker_killed_holding_rows_while_a_batch_is_planned_costs_one_bound_a
         wait_for(
             lambda: (spool / "w0" / ACK_FILE).exists() and _pending_rows(spool, "w0") == 0, 30, "w0 to answer"
         )
+        time.sleep(COUNTS_EVERY_S)  # the plain count of demands is rewritten at most once a second
         before = read_counts(spool)
         reader.latestOffset(start, ReadAllAvailable())
         after = read_counts(spool)
@@ -185,3 +187,21 @@ def test_a_worker_killed_holding_rows_while_a_batch_is_planned_costs_one_bound_a
 
 def _published(reader: CloudprofilerStreamReader, start: dict, worker: str) -> bool:
     return reader.latestOffset(start, ReadAllAvailable()).get(worker, -1) >= 0
+
+
+def test_the_plain_count_of_demands_is_rewritten_at_most_once_a_second_and_whole_at_stop(
+    tmp_path: Path,
+) -> None:
+    """A rewrite of the counts costs ten demands: an idle query asking every 10 ms rewrites them once
+    a second, and the reader's stop writes the exact count."""
+    (tmp_path / "w0").mkdir()
+    demand = Demand(tmp_path)
+    t0 = time.monotonic()
+    for _ in range(50):
+        assert demand.ask(["w0"]) == []
+    quick = time.monotonic() - t0 < COUNTS_EVERY_S
+    assert 1 <= read_counts(tmp_path)["asks"] <= 50
+    if quick:  # the first demand wrote the file, the next 49 within the second did not
+        assert read_counts(tmp_path)["asks"] == 1
+    demand.write_counts()
+    assert read_counts(tmp_path)["asks"] == 50
