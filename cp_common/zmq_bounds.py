@@ -1,5 +1,6 @@
 """Reading one ZeroMQ message with a cap on its frames, shared by every server (the factory's
-front end and workers, the segment server, the sync coordinator, the config server).
+front end and workers, the segment server, the sync coordinator, the config server), and a
+client's send that waits a bounded time for its peer (:func:`send_within`).
 
 ZeroMQ hands a message over only once its last frame is in, each frame bounded by
 ``MAXMSGSIZE``; a peer can still send thousands of frames in one message. Keeping only the
@@ -62,6 +63,26 @@ def recv_bounded(sock: zmq.Socket[Any], max_frames: int, copy: bool = True) -> t
         else:
             extra += 1
     return frames, extra
+
+
+def send_within(sock: zmq.Socket[Any], frames: list[bytes], timeout_s: float) -> bool:
+    """Send one message from a client socket, waiting at most ``timeout_s`` (0: not at all) for a
+    pipe to a peer to take it; False when none did.
+
+    A REQ or DEALER socket holds a send until it has a pipe to a peer, and a connection whose
+    CurveZMQ handshake was refused (keys missing on one side) can lose that pipe between the
+    ``connect`` and the send: a plain send then waits for ever. Measured on loopback against a
+    keyed server with no client keys: 24 of 400 sends found no pipe.
+    """
+    before = sock.getsockopt(zmq.SNDTIMEO)
+    sock.setsockopt(zmq.SNDTIMEO, max(0, int(timeout_s * 1000)))
+    try:
+        sock.send_multipart(frames)
+        return True
+    except zmq.Again:
+        return False
+    finally:
+        sock.setsockopt(zmq.SNDTIMEO, before)
 
 
 def while_serving(sock: zmq.Socket[Any], stop: threading.Event, poll_ms: int = 100) -> Iterator[None]:

@@ -13,6 +13,7 @@ import orjson
 import zmq
 
 from cp_common import curve_keys as ck
+from cp_common.zmq_bounds import send_within
 from cp_source.hosts.segment_protocol import (
     MAX_CONTROL_REPLY,
     MAX_REQUEST_BYTES,
@@ -38,12 +39,13 @@ def fetch_segment(
     try:
         sock, watch = ck.client_socket(ctx, max_bytes + 4096, curve_keys)
         sock.connect(endpoint)
-        sock.send(orjson.dumps({"op": "segment", "worker": worker, "number": number}))
         deadline = time.monotonic() + timeout
-        while not sock.poll(100):
-            if time.monotonic() > deadline:
+        request = orjson.dumps({"op": "segment", "worker": worker, "number": number})
+        sent = send_within(sock, [request], timeout)
+        while not (sent and sock.poll(100)):
+            if not sent or time.monotonic() > deadline:
                 raise FetchError(
-                    f"no answer from segment server {endpoint} for {worker}/{number} within {timeout:.0f}s"
+                    f"no answer from segment server {endpoint} for {worker}/{number} within {timeout:g} s"
                     f"{ck.refusal_hint(watch, bool(curve_keys))}"
                 )
         frames = sock.recv_multipart()
@@ -74,8 +76,10 @@ def server_stats(endpoint: str, timeout: float = 10.0, curve_keys: str | None = 
         if curve_keys:
             ck.client_secure(sock, curve_keys)
         sock.connect(endpoint)
-        sock.send(orjson.dumps({"op": "stats"}))
-        if not sock.poll(int(timeout * 1000)):
+        started = time.monotonic()
+        if not send_within(sock, [orjson.dumps({"op": "stats"})], timeout) or not sock.poll(
+            max(0, int((timeout - (time.monotonic() - started)) * 1000))
+        ):
             raise FetchError(f"no answer from segment server {endpoint}")
         head = orjson.loads(sock.recv())
     finally:
@@ -105,16 +109,16 @@ def ask_servers(
             socks[endpoint] = ck.client_socket(ctx, MAX_CONTROL_REPLY, curve_keys)
             sock = socks[endpoint][0]
             sock.connect(endpoint)
-            sock.send(orjson.dumps(req), zmq.NOBLOCK)
-            poller.register(sock, zmq.POLLIN)
+            if send_within(sock, [orjson.dumps(req)], 0):  # never wait: the others are asked at once
+                poller.register(sock, zmq.POLLIN)
         deadline = time.monotonic() + timeout
-        waiting = {sock: ep for ep, (sock, _) in socks.items()}
+        waiting = {sock: ep for ep, (sock, _) in socks.items() if sock in poller}
         while waiting and (left := deadline - time.monotonic()) > 0:
             for sock, _ in poller.poll(max(1, int(left * 1000))):
                 endpoint = waiting.pop(sock)
                 out[endpoint] = _control_reply(endpoint, sock.recv_multipart())
                 poller.unregister(sock)
-        for endpoint in waiting.values():
+        for endpoint in [ep for ep in socks if ep not in out]:
             hint = ck.refusal_hint(socks[endpoint][1], bool(curve_keys))
             out[endpoint] = f"no answer from {endpoint} within {timeout:g} s{hint}"
     finally:

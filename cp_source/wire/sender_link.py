@@ -47,6 +47,7 @@ import zmq
 import native_tsc
 from cp_common import curve_keys as ck
 from cp_common.process_times import mark
+from cp_common.zmq_bounds import send_within
 from cp_source.wire import bucket as bk
 from cp_source.wire.workload_id import WorkloadId, WorkloadMismatch, hello_payload, refused_by
 
@@ -277,20 +278,12 @@ def _hello(
         raise ValueError(
             f"invalid endpoint {endpoint!r}: {e.strerror} (expected e.g. tcp://127.0.0.1:5555)"
         ) from None
-    sock.send_multipart(_control(packer, bk.KIND_HELLO, 0, hello))
-    mark(f"sender {packer.sender_id}: hello sent")
-    try:
-        info = await_ack_info(sock, packer.sender_id, bk.KIND_HELLO, 0, timeout_s)
-    except SenderIdInUse:
-        sock.close(0)
-        raise
-    except WorkloadMismatch as e:
-        sock.close(0)
-        assert workload is not None  # only a hello naming a workload is refused for it
-        raise WorkloadMismatch(
-            f"{e} at {endpoint}, but this generator sends {workload.describe()}: start the generator "
-            f"with the factory's workload (and schema), or the factory with the generator's"
-        ) from None
+    started = time.monotonic()
+    info = None
+    if send_within(sock, _control(packer, bk.KIND_HELLO, 0, hello), timeout_s):
+        mark(f"sender {packer.sender_id}: hello sent")
+        left = timeout_s - (time.monotonic() - started)
+        info = _hello_answer(sock, packer.sender_id, left, endpoint, workload)
     if info is None:
         hint = ck.refusal_hint(watch, keyed)
         sock.close(0)
@@ -304,6 +297,25 @@ def _hello(
         )
     mark(f"sender {packer.sender_id}: hello acknowledged")
     return sock, info
+
+
+def _hello_answer(
+    sock: zmq.Socket, sender_id: int, timeout_s: float, endpoint: str, workload: WorkloadId | None
+) -> AckInfo | None:
+    """The factory's answer to the hello (None when none came in time); the socket is closed when
+    the factory refused the sender."""
+    try:
+        return await_ack_info(sock, sender_id, bk.KIND_HELLO, 0, timeout_s)
+    except SenderIdInUse:
+        sock.close(0)
+        raise
+    except WorkloadMismatch as e:
+        sock.close(0)
+        assert workload is not None  # only a hello naming a workload is refused for it
+        raise WorkloadMismatch(
+            f"{e} at {endpoint}, but this generator sends {workload.describe()}: start the generator "
+            f"with the factory's workload (and schema), or the factory with the generator's"
+        ) from None
 
 
 def close_stream(sock: zmq.Socket, packer: bk.HeaderPacker, seq: int, eos: bytes, timeout_s: float) -> bool:

@@ -192,7 +192,8 @@ class Agent:
                         raise ConnectionRefusedError(
                             f"the coordinator at {self.server} refused this agent: {header.get('error')}"
                         )
-            sock.send_multipart(control.pack({"op": "bye", "domain": self.domain}), zmq.NOBLOCK)
+            with contextlib.suppress(zmq.Again):  # no pipe to say it on: the coordinator times it out
+                sock.send_multipart(control.pack({"op": "bye", "domain": self.domain}), zmq.NOBLOCK)
         finally:
             watch.close()
             sock.close(0)

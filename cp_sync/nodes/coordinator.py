@@ -30,7 +30,7 @@ import zmq
 
 from cp_common import curve_keys as ck
 from cp_common.faces import deprecated_names
-from cp_common.zmq_bounds import recv_bounded
+from cp_common.zmq_bounds import recv_bounded, send_within
 from cp_store.location import Location, check_writable, resolve
 from cp_sync.nodes import control
 from cp_sync.probe.background import start_daemon
@@ -395,8 +395,9 @@ def header_op(frames: list[bytes]) -> str | None:
 def list_agents(server: str, timeout_s: float = 5.0, curve_keys: str | None = None) -> list[dict[str, Any]]:
     """The agents registered with the coordinator at ``server`` (``curve_keys``: a keys directory)."""
     with _client(server, curve_keys) as c:
-        c.sock.send_multipart(control.pack({"op": "agents"}))
-        if not c.sock.poll(int(timeout_s * 1000)):
+        if not send_within(c.sock, control.pack({"op": "agents"}), timeout_s) or not c.sock.poll(
+            int(timeout_s * 1000)
+        ):
             raise OSError(
                 f"no answer from the coordinator at {server}{ck.refusal_hint(c.watch, bool(curve_keys))}"
             )
@@ -487,11 +488,11 @@ def run_phase(
     tables, pairs, failures = [], [], []
     with _client(server, curve_keys) as c:
         sock = c.sock
-        sock.send_multipart(
-            control.pack(
-                {"op": "run", "phase": phase, "rounds": rounds, "gap_us": gap_us, "timeout_ms": timeout_ms}
+        run = {"op": "run", "phase": phase, "rounds": rounds, "gap_us": gap_us, "timeout_ms": timeout_ms}
+        if not send_within(sock, control.pack(run), wait_s):
+            raise OSError(
+                f"the coordinator at {server} took no request{ck.refusal_hint(c.watch, bool(curve_keys))}"
             )
-        )
         domains: dict[str, float] = {}
         while True:
             if not sock.poll(int((rounds * (gap_us / 1e6 + timeout_ms / 1e3) + 30) * 1000)):

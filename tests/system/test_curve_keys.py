@@ -170,10 +170,40 @@ def test_a_segment_fetch_without_the_right_key_is_refused_clearly(
     server, _ = keyed_segment_server
     client = _client_keys(which, keys, other_keys, tmp_path)
     with pytest.raises(FetchError, match="handshake") as err:
-        fetch_segment(server.endpoint, "w0", 0, timeout=3, curve_keys=client)
+        fetch_segment(server.endpoint, "w0", 0, timeout=1.5, curve_keys=client)
     if which == "unauthorized":
         assert "refused this client's key" in str(err.value)
     assert server.stats()["requests"] == 0  # the request never reached the server
+
+
+def test_a_refused_handshake_never_holds_a_clients_send(keyed_segment_server: tuple[Any, bytes]) -> None:
+    """A plain REQ socket to a keyed server can lose its pipe between connect and send; the send
+    then waits at most its bound and says no (a plain send waited for ever: CI saw a fetch hang)."""
+    import random
+    import time
+
+    import zmq
+
+    from cp_common.zmq_bounds import send_within
+
+    server, _ = keyed_segment_server
+    ctx = zmq.Context()
+    refused, slowest = 0, 0.0
+    try:
+        for _ in range(200):  # the race is hit in about 6% of tries on loopback
+            sock, watch = curve_keys.client_socket(ctx, 1 << 16, None)
+            sock.connect(server.endpoint)
+            time.sleep(random.random() * 0.004)
+            started = time.monotonic()
+            refused += not send_within(sock, [b"{}"], 0.1)
+            slowest = max(slowest, time.monotonic() - started)
+            watch.close()
+            sock.close(0)
+    finally:
+        ctx.term()
+    assert refused > 0, "no send met a lost pipe: the race this test exists for was not hit"
+    assert slowest < 1.0
+    assert server.stats()["requests"] == 0
 
 
 @pytest.mark.long
