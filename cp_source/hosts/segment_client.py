@@ -68,24 +68,16 @@ def fetch_segment(
 
 
 def server_stats(endpoint: str, timeout: float = 10.0, curve_keys: str | None = None) -> dict[str, Any]:
-    """Ask a running segment server for its counters."""
+    """Ask a running segment server for its counters (FetchError, one line, when it does not answer
+    them: gone, refused, or a malformed answer)."""
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.REQ)
-    sock.setsockopt(zmq.LINGER, 0)
     try:
-        if curve_keys:
-            ck.client_secure(sock, curve_keys)
-        sock.connect(endpoint)
-        started = time.monotonic()
-        if not send_within(sock, [orjson.dumps({"op": "stats"})], timeout) or not sock.poll(
-            max(0, int((timeout - (time.monotonic() - started)) * 1000))
-        ):
-            raise FetchError(f"no answer from segment server {endpoint}")
-        head = orjson.loads(sock.recv())
+        answer = ask_servers({endpoint: {"op": "stats"}}, timeout, ctx, curve_keys)[endpoint]
     finally:
-        sock.close(0)
         ctx.term()
-    return head
+    if isinstance(answer, str):
+        raise FetchError(f"segment server stats: {answer}")
+    return answer
 
 
 def ask_servers(
@@ -111,14 +103,17 @@ def ask_servers(
             sock.connect(endpoint)
             if send_within(sock, [orjson.dumps(req)], 0):  # never wait: the others are asked at once
                 poller.register(sock, zmq.POLLIN)
+            else:
+                hint = ck.refusal_hint(socks[endpoint][1], bool(curve_keys))
+                out[endpoint] = f"no connection to {endpoint} took the request{hint}"
         deadline = time.monotonic() + timeout
-        waiting = {sock: ep for ep, (sock, _) in socks.items() if sock in poller}
+        waiting = {sock: ep for ep, (sock, _) in socks.items() if ep not in out}
         while waiting and (left := deadline - time.monotonic()) > 0:
             for sock, _ in poller.poll(max(1, int(left * 1000))):
                 endpoint = waiting.pop(sock)
                 out[endpoint] = _control_reply(endpoint, sock.recv_multipart())
                 poller.unregister(sock)
-        for endpoint in [ep for ep in socks if ep not in out]:
+        for endpoint in waiting.values():
             hint = ck.refusal_hint(socks[endpoint][1], bool(curve_keys))
             out[endpoint] = f"no answer from {endpoint} within {timeout:g} s{hint}"
     finally:
