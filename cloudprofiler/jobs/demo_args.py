@@ -18,7 +18,8 @@ queries have caught up with it; reported on one line, never judged), then measur
 on idle queries. Prints what was offered, dropped (per query), lost and ingested,
 whether the steady state sustained the rate (no drop, no loss, and end-to-end
 latency not climbing faster than --latency-slope from the measured run's middle
-third to its last, by their medians; otherwise which of them failed), and the
+third to its last, by their medians, beyond the micro-batches' noise; otherwise
+which of them failed), and the
 steady-state latency table (generator to
 source, source to sink, end to end, windowed output) with error bounds; writes
 latency.parquet (one row per record and pair of points), latency.png (the table's
@@ -103,7 +104,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the rate counts as sustained only if end-to-end latency climbs by at most X seconds per "
         "second over the measured run, its middle third's median to its last third's (the first third "
         "grows from idle queries to their cadence; as maxrate --latency-slope; default "
-        f"{DEFAULT_SLOPE_LIMIT:g})",
+        f"{DEFAULT_SLOPE_LIMIT:g}); a climb past X by less than two standard errors of the micro-batches' "
+        "scatter is within the run's noise, and said so",
     )
     p.add_argument("--summary", help="also write the totals as JSON to this file (a path or URI)")
     p.add_argument(

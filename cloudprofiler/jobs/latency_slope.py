@@ -17,6 +17,12 @@ from cp_common.stamp_columns import GEN, SINK, node_column, tsc_column
 from cp_source.wire.bucket import SEQ_BITS
 
 MIN_SAMPLES = 10  # fewer records than this say nothing about a trend
+# Records of one micro-batch carry sink stamps close together (the batch's partitions write within a
+# few hundred ms), and a batch follows the one before after at least this gap in the demo's 1 s
+# cadence (0.8 s and more in its runs, at most 0.25 s inside one). Closer batches count as one group:
+# fewer groups, so a wider error or none, never a narrower one.
+BATCH_GAP_S = 0.3
+MIN_BATCHES = 4  # a line through fewer settled micro-batches leaves no scatter to measure
 
 
 @dataclass(frozen=True)
@@ -28,6 +34,10 @@ class LatencyTrend:
     last_s: float  # the line's latency at the last record, seconds
     span_s: float  # seconds from the first record to the last
     samples: int
+    # The slope's standard error, s/s, from the scatter of the settled run's micro-batches about their
+    # line (``settled_trend`` only; None with too few micro-batches to tell), and how many there were.
+    slope_se: float | None = None
+    batches: int = 0
 
 
 def latency_trend(t_s: np.ndarray, latency_s: np.ndarray) -> LatencyTrend | None:
@@ -65,7 +75,34 @@ def settled_trend(t_s: np.ndarray, latency_s: np.ndarray) -> LatencyTrend | None
         middle = ~last
     first_s, last_s = float(np.median(lat[middle])), float(np.median(lat[last]))
     span = float(np.median(t[last]) - np.median(t[middle]))
-    return LatencyTrend((last_s - first_s) / span, first_s, last_s, span, len(t))
+    se, batches = _slope_error(t, lat, lo + third, lo + 2 * third, span)
+    return LatencyTrend((last_s - first_s) / span, first_s, last_s, span, len(t), se, batches)
+
+
+def _slope_error(
+    t: np.ndarray, lat: np.ndarray, settled_from: float, last_from: float, span: float
+) -> tuple[float | None, int]:
+    """The standard error of ``settled_trend``'s slope, and the settled run's micro-batches.
+
+    Each micro-batch (records between gaps over ``BATCH_GAP_S``) counts once, as its median latency
+    at its median time: records of one batch share its wait, so they are not independent samples.
+    The batches' scatter about their least-squares line (``sigma``) gives the error of a median of
+    the middle third's ``m`` batches minus one of the last third's ``n``: sigma * sqrt(1/m + 1/n),
+    over the span."""
+    order = np.argsort(t, kind="stable")
+    t, lat = t[order], lat[order]
+    cuts = np.flatnonzero(np.diff(t) > BATCH_GAP_S) + 1
+    bt = np.array([np.median(g) for g in np.split(t, cuts)])
+    bl = np.array([np.median(g) for g in np.split(lat, cuts)])
+    keep = bt > settled_from
+    bt, bl = bt[keep], bl[keep]
+    m, n = int(np.sum(bt < last_from)), int(np.sum(bt >= last_from))
+    if len(bt) < MIN_BATCHES or m == 0 or n == 0 or np.ptp(bt) == 0:
+        return None, len(bt)
+    slope, intercept = np.polyfit(bt - bt[0], bl, 1)
+    resid = bl - (intercept + slope * (bt - bt[0]))
+    sigma = float(np.sqrt(resid @ resid / (len(bt) - 2)))
+    return sigma * float(np.sqrt(1 / m + 1 / n)) / span, len(bt)
 
 
 def latency_slope(sink: str | Path, senders: set[int]) -> tuple[float | None, int]:

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cloudprofiler.children import CLI_ARGV
+from cloudprofiler.jobs.demo_verdict import NOISE_SE
 from cloudprofiler.report.summary import format_duration
 from cp_sink.records import read_records
 from native_tsc.domain import VirtualDomain, parse_virtual
@@ -123,7 +124,10 @@ def test_default_demo_warms_up_then_shows_the_steady_state_with_no_drop(tmp_path
     # the default rate may build a backlog with no drop): printed as judged, saying why when not sustained
     trend, limit = t["latency_trend"], t["latency_slope_limit"]
     assert limit == 0.05 and trend["samples"] == 250_000 and t["verdict"] in lines
-    assert t["sustained"] is (trend["slope"] <= limit)
+    # a climb past the limit by less than NOISE_SE standard errors is within the run's noise
+    se = trend["slope_se"]
+    noisy = se is not None and trend["slope"] - NOISE_SE * se <= limit
+    assert t["sustained"] is (trend["slope"] <= limit or noisy)
     rate = "25,000 tuples/s into each query (windows, latency), steady state"
     verdict = "sustained" if t["sustained"] else "not sustained"
     assert t["verdict"].startswith(

@@ -191,3 +191,54 @@ def test_queries_that_never_catch_up_are_the_verdict_in_one_line() -> None:
         "(the windows query has not read all; --timeout)"
     )
     _catch_up(lambda: True, "never asked", deadline=now - 1, since=now, rate=25e3)  # caught up: no verdict
+
+
+# -- a climb within the scatter of the micro-batches is not a backlog --
+
+
+def _alternating_batches(climb_per_s: float) -> dict[str, Any]:
+    """Nine micro-batches 1 s apart, ten records each sharing the batch's stamp and latency: 1.0 s
+    and 1.4 s in turn from 3.5 s on (plus ``climb_per_s`` per second of run). The settled batches
+    (3.5 s to 8.5 s) scatter about their line by residuals worked out by hand: sigma = 0.2342 s,
+    so the climb's standard error (the middle third's 3 batches against the last third's 3, 3 s
+    apart) is 0.2342 * sqrt(1/3 + 1/3) / 3 = 0.0638 s/s."""
+    bt = np.arange(9) + 0.5
+    bl = np.where(np.arange(9) % 2 == 0, 1.4, 1.0) + climb_per_s * bt
+    trend = settled_trend(np.repeat(bt, 10), np.repeat(bl, 10))
+    return _run(np.zeros(1)) | {"latency_trend": None if trend is None else asdict(trend)}
+
+
+def test_a_climb_within_the_micro_batches_scatter_is_sustained_with_its_error() -> None:
+    t = _alternating_batches(0.0)
+    trend = t["latency_trend"]
+    assert trend["slope"] == pytest.approx(0.4 / 3) and trend["batches"] == 6  # past the limit of 0.05
+    assert trend["slope_se"] == pytest.approx(0.0638, abs=5e-4)
+    line = judge(t, 0.05)
+    assert t["sustained"] is True and t["failed"] == []
+    assert line == (
+        f"sustained {RATE}: no drop, no loss, latency climb within the run's noise: +0.13 s/s, 1.00 s -> "
+        "1.40 s in 3.0 s, ± 0.13 s/s (2 standard errors over 6 micro-batches) "
+        f"({CRITERION}; limit 0.05 s/s; a longer --duration narrows it)"
+    )
+
+
+def test_a_climb_beyond_the_micro_batches_scatter_is_not_sustained() -> None:
+    # the same scatter on a backlog of 0.3 s/s: the climb (0.23 s/s by the thirds' medians) stands
+    # 0.11 s/s clear of the limit after two standard errors
+    t = _alternating_batches(0.3)
+    assert t["latency_trend"]["slope"] == pytest.approx(0.7 / 3)
+    assert t["latency_trend"]["slope_se"] == pytest.approx(0.0638, abs=5e-4)
+    judge(t, 0.05)
+    assert t["sustained"] is False
+    climbs = f"latency climbs +0.23 s/s, 2.65 s -> 3.35 s in 3.0 s ({CRITERION}; limit 0.05 s/s)"
+    assert t["failed"] == [climbs]
+
+
+def test_too_few_micro_batches_leave_the_error_unknown_and_the_limit_alone() -> None:
+    # three settled batches: no scatter to measure, so a climb past the limit fails the run as before
+    bt = np.arange(5) + 0.5
+    trend = settled_trend(np.repeat(bt, 10), np.repeat(1.0 + 0.2 * bt, 10))
+    assert trend is not None and trend.slope_se is None and trend.batches == 3
+    t = _run(np.zeros(1)) | {"latency_trend": asdict(trend)}
+    judge(t, 0.05)
+    assert t["sustained"] is False and t["failed"][0].startswith("latency climbs +0.2 s/s")
