@@ -58,9 +58,9 @@ def failures(t: dict[str, Any], limit: float) -> list[str]:
         out.append("the generator could not offer the rate (generator-bound run)")
     out += [f"the {q} query's generator dropped {n:,}" for q, n in t["dropped_per_query"].items() if n]
     out += [f"the {q} query lost {n:,} in transit" for q, n in t["lost_per_query"].items() if n]
-    trend = t["latency_trend"]
-    if trend is not None and trend["slope"] > limit and not within_noise(LatencyTrend(**trend), limit):
-        out.append(f"latency climbs {climb(LatencyTrend(**trend))} ({CRITERION}; limit {limit:g} s/s)")
+    tr = None if t["latency_trend"] is None else LatencyTrend(**t["latency_trend"])
+    if tr is not None and tr.slope > limit and not within_noise(tr, limit):
+        out.append(f"latency climbs {climb(tr)} ({CRITERION}; limit {limit:g} s/s)")
     return out
 
 

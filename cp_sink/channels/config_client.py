@@ -12,6 +12,7 @@ import orjson
 import zmq
 
 from cp_common import curve_keys as ck
+from cp_common.zmq_bounds import send_within
 
 ENV_SERVER = "CP_CONFIG_SERVER"
 ENV_TIMEOUT = "CP_CONFIG_TIMEOUT"  # seconds a channel waits for the server before using its own handler
@@ -33,10 +34,10 @@ def request(
     sock, watch = ck.client_socket(ctx, MAX_MESSAGE, keys)
     try:
         sock.setsockopt(zmq.RCVTIMEO, int(timeout * 1000))
-        sock.setsockopt(zmq.SNDTIMEO, int(timeout * 1000))
         sock.connect(endpoint)
-        try:  # a REQ send waits for a connected peer: a refused handshake times out here or in recv
-            sock.send(orjson.dumps(req))
+        try:  # a refused handshake times out in the send or in the recv
+            if not send_within(sock, [orjson.dumps(req)], timeout):
+                raise zmq.Again
             reply = orjson.loads(sock.recv())
         except zmq.Again:
             hint = ck.refusal_hint(watch, bool(keys))

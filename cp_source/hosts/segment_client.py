@@ -41,13 +41,14 @@ def fetch_segment(
         sock.connect(endpoint)
         deadline = time.monotonic() + timeout
         request = orjson.dumps({"op": "segment", "worker": worker, "number": number})
-        sent = send_within(sock, [request], timeout)
-        while not (sent and sock.poll(100)):
-            if not sent or time.monotonic() > deadline:
-                raise FetchError(
-                    f"no answer from segment server {endpoint} for {worker}/{number} within {timeout:g} s"
-                    f"{ck.refusal_hint(watch, bool(curve_keys))}"
-                )
+        if not (
+            send_within(sock, [request], timeout)
+            and sock.poll(max(0, int((deadline - time.monotonic()) * 1000)))
+        ):
+            raise FetchError(
+                f"no answer from segment server {endpoint} for {worker}/{number} within {timeout:g} s"
+                f"{ck.refusal_hint(watch, bool(curve_keys))}"
+            )
         frames = sock.recv_multipart()
     finally:
         if watch is not None:
